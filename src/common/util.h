@@ -1,0 +1,62 @@
+/* Small helpers every crun binary shares: clocks, parsing of numbers, sizes,
+ * durations and endpoints, and reading secrets from files.
+ *
+ * Parsers return 0 on success or -EINVAL and, where they take one, write a
+ * one-line reason into the caller's buffer ("expected a number of seconds
+ * like 30, 2.5s, 500ms or 1m", never a full stop, never a newline). */
+#ifndef CRUN_COMMON_UTIL_H
+#define CRUN_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CRUN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Monotonic clock in milliseconds / nanoseconds. */
+uint64_t crun_now_ms(void);
+uint64_t crun_now_ns(void);
+/* Wall clock in milliseconds since the epoch (for reports, never timeouts). */
+uint64_t crun_wall_ms(void);
+
+/* Whole decimal integer in [min, max]; no sign for unsigned use, no junk. */
+int crun_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
+		     size_t errlen);
+
+/* Duration: "30" (seconds), "2.5s", "500ms", "1m", "1h"; result in ms.
+ * Negative values are refused. */
+int crun_parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t errlen);
+
+/* Size: "4096", "64K", "64KiB", "16M", "16MiB", "1G" (binary multiples). */
+int crun_parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
+
+/* Endpoint "host:port", "[v6addr]:port" or "host" (then *port is set to
+ * default_port). host is written to hostbuf without brackets. */
+int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
+			int *port, char *err, size_t errlen);
+
+/* Reads a secret from path: at most maxlen bytes, trailing newlines and
+ * spaces stripped. *out is malloc'd and NUL-terminated; the caller frees it
+ * (after wiping it). Returns 0 or a negative errno with a reason in err. */
+int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
+			  char *err, size_t errlen);
+
+/* True when the textual address is a loopback address (127.0.0.0/8, ::1,
+ * "localhost"). */
+bool crun_addr_is_loopback(const char *host);
+
+/* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
+int crun_write_all(int fd, const void *buf, size_t len);
+
+/* Environment tunables: declared once, in one table (common/env.c), and
+ * listed in the man pages' ENVIRONMENT sections. */
+struct crun_env_param {
+	const char *name;
+	const char *default_value; /* NULL: unset by default */
+	const char *meaning;
+};
+const struct crun_env_param *crun_env_params(size_t *count);
+/* getenv() for a declared tunable, falling back to its default. */
+const char *crun_env_get(const char *name);
+
+#endif

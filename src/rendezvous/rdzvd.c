@@ -1,0 +1,390 @@
+/* crun-rdzvd: the store server (server.c) as a standalone daemon.
+ *
+ * Exit status: 0 after SIGTERM/SIGINT, 1 when the server cannot start
+ * (listen fails, ...), 2 for a usage or configuration error. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "crun-config.h"
+#include "rendezvous/server.h"
+
+#define EXIT_USAGE 2
+#define TOKEN_MAX 4096
+
+enum {
+	OPT_HOST = 256,
+	OPT_PORT,
+	OPT_PORT_FILE,
+	OPT_TOKEN_FILE,
+	OPT_MAX_KEY,
+	OPT_MAX_VALUE,
+	OPT_MAX_KEYS,
+	OPT_MAX_CONNS,
+	OPT_MAX_BUFFER,
+	OPT_HANDSHAKE,
+};
+
+static const struct option long_opts[] = {
+	{ "host", required_argument, NULL, OPT_HOST },
+	{ "port", required_argument, NULL, OPT_PORT },
+	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+	{ "max-key-size", required_argument, NULL, OPT_MAX_KEY },
+	{ "max-value-size", required_argument, NULL, OPT_MAX_VALUE },
+	{ "max-keys", required_argument, NULL, OPT_MAX_KEYS },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
+	{ "max-buffer", required_argument, NULL, OPT_MAX_BUFFER },
+	{ "handshake-timeout", required_argument, NULL, OPT_HANDSHAKE },
+	{ "verbose", no_argument, NULL, 'v' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: crun-rdzvd [OPTION]...\n"
+		"Run the crun rendezvous store as a standalone daemon.\n"
+		"\n"
+		"  --host ADDR               address to listen on (default 0.0.0.0)\n"
+		"  --port PORT               TCP port, 0 picks a free one (default 29400)\n"
+		"  --port-file FILE          write the bound port to FILE once listening\n"
+		"  --token-file FILE         job token clients must prove (default: $CRUN_TOKEN,\n"
+		"                            else the file named by $CRUN_TOKEN_FILE, else none)\n"
+		"  --max-key-size SIZE       largest key or run id (default 4KiB)\n"
+		"  --max-value-size SIZE     largest value (default 16MiB)\n"
+		"  --max-keys N              keys per run (default 1000000)\n"
+		"  --max-connections N       open connections (default 4096)\n"
+		"  --max-buffer SIZE         bytes buffered per connection and direction\n"
+		"                            (default 64MiB)\n"
+		"  --handshake-timeout DURATION\n"
+		"                            time to complete the handshake (default 10s)\n"
+		"  -v, --verbose             log every request\n"
+		"  -q, --quiet               log warnings and errors only\n"
+		"      --version             print the version and exit\n"
+		"  -h, --help                print this help and exit\n"
+		"\n"
+		"Exit status: 0 stopped by SIGTERM or SIGINT, 1 cannot serve, 2 usage error.\n");
+}
+
+static int bad_value(const char *opt, const char *value, const char *why)
+{
+	crun_error("invalid value '%s' for --%s: %s", value, opt, why);
+	return -EINVAL;
+}
+
+static int parse_u64_opt(const char *opt, const char *s, bool size, uint64_t min, uint64_t max,
+			 uint64_t *out)
+{
+	char err[160], range[96];
+	uint64_t v;
+	int64_t i;
+
+	if (size) {
+		if (crun_parse_size(s, &v, err, sizeof(err)) < 0)
+			return bad_value(opt, s, err);
+	} else {
+		if (crun_parse_int64(s, 0, INT64_MAX, &i, err, sizeof(err)) < 0)
+			return bad_value(opt, s, "expected a whole number");
+		v = (uint64_t)i;
+	}
+	if (v < min || v > max) {
+		snprintf(range, sizeof(range), "must be between %llu and %llu",
+			 (unsigned long long)min, (unsigned long long)max);
+		return bad_value(opt, s, range);
+	}
+	*out = v;
+	return 0;
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		crun_debug("cannot raise the open file limit: %s", strerror(errno));
+}
+
+/* Writes "PORT\n" to path through a temporary file and a rename, so a
+ * reader never sees a half-written file. */
+static int write_port_file(const char *path, int port)
+{
+	char tmp[4096], line[16];
+	int fd, n, rc;
+
+	n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	n = snprintf(line, sizeof(line), "%d\n", port);
+	rc = crun_write_all(fd, line, (size_t)n);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+	return rc;
+}
+
+struct daemon {
+	uv_loop_t loop;
+	uv_signal_t sigterm, sigint;
+	struct crun_server *srv;
+};
+
+static void on_server_done(void *arg)
+{
+	(void)arg;
+}
+
+static void stop(struct daemon *d)
+{
+	if (!uv_is_closing((uv_handle_t *)&d->sigterm))
+		uv_close((uv_handle_t *)&d->sigterm, NULL);
+	if (!uv_is_closing((uv_handle_t *)&d->sigint))
+		uv_close((uv_handle_t *)&d->sigint, NULL);
+	crun_server_destroy(d->srv, on_server_done, NULL);
+	d->srv = NULL;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+
+	if (!d->srv)
+		return;
+	crun_info("stopping on %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	stop(d);
+}
+
+static enum crun_log_level level_from_env(void)
+{
+	const char *v = crun_env_get("CRUN_LOG_LEVEL");
+
+	if (!v)
+		return CRUN_LOG_INFO;
+	if (!strcmp(v, "error"))
+		return CRUN_LOG_ERROR;
+	if (!strcmp(v, "warn") || !strcmp(v, "warning"))
+		return CRUN_LOG_WARN;
+	if (!strcmp(v, "debug"))
+		return CRUN_LOG_DEBUG;
+	return CRUN_LOG_INFO;
+}
+
+/* The token: --token-file, else $CRUN_TOKEN, else the file $CRUN_TOKEN_FILE.
+ * 0 with *token NULL when there is none. */
+static int load_token(const char *file, char **token, size_t *len)
+{
+	const char *env = getenv("CRUN_TOKEN");
+	char err[300];
+
+	*token = NULL;
+	*len = 0;
+	if (!file && env && *env) {
+		*len = strlen(env);
+		*token = strdup(env);
+		return *token ? 0 : -ENOMEM;
+	}
+	if (!file) {
+		file = getenv("CRUN_TOKEN_FILE");
+		if (!file || !*file)
+			return 0;
+	}
+	if (crun_read_secret_file(file, TOKEN_MAX, token, len, err, sizeof(err)) < 0) {
+		crun_error("cannot read the token: %s", err);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct crun_server_opts opts = { 0 };
+	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL;
+	enum crun_log_level level;
+	struct daemon d;
+	int port = 29400, opt, rc, status = 0;
+	char err[512], *token = NULL;
+	uint64_t v;
+
+	crun_log_init("crun-rdzvd", level_from_env());
+	level = crun_log_get_level();
+	crun_server_limits_default(&opts.limits);
+
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":vqh", long_opts, NULL)) != -1) {
+		const char *name = NULL;
+
+		for (const struct option *o = long_opts; o->name; o++)
+			if (o->val == opt)
+				name = o->name;
+		switch (opt) {
+		case OPT_HOST:
+			if (!*optarg) {
+				bad_value(name, optarg, "expected an address or host name");
+				return EXIT_USAGE;
+			}
+			host = optarg;
+			break;
+		case OPT_PORT: {
+			int64_t p;
+
+			if (crun_parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
+				bad_value(name, optarg, "expected a port number from 0 to 65535");
+				return EXIT_USAGE;
+			}
+			port = (int)p;
+			break;
+		}
+		case OPT_PORT_FILE:
+			port_file = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			token_file = optarg;
+			break;
+		case OPT_MAX_KEY:
+			if (parse_u64_opt(name, optarg, true, 1, 1u << 20, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_key_size = (uint32_t)v;
+			break;
+		case OPT_MAX_VALUE:
+			if (parse_u64_opt(name, optarg, true, 0, 1u << 30, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_value_size = (uint32_t)v;
+			break;
+		case OPT_MAX_KEYS:
+			if (parse_u64_opt(name, optarg, false, 1, UINT64_MAX >> 1, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_keys_per_run = v;
+			break;
+		case OPT_MAX_CONNS:
+			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_connections = (uint32_t)v;
+			break;
+		case OPT_MAX_BUFFER:
+			if (parse_u64_opt(name, optarg, true, 4096, 2ull << 30, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_conn_buffer = v;
+			break;
+		case OPT_HANDSHAKE: {
+			int64_t ms;
+
+			if (crun_parse_duration_ms(optarg, &ms, err, sizeof(err)) < 0) {
+				bad_value(name, optarg, err);
+				return EXIT_USAGE;
+			}
+			if (ms < 1 || ms > UINT32_MAX) {
+				bad_value(name, optarg, "must be between 1ms and 49 days");
+				return EXIT_USAGE;
+			}
+			opts.limits.handshake_timeout_ms = (uint32_t)ms;
+			break;
+		}
+		case 'v':
+			level = CRUN_LOG_DEBUG;
+			break;
+		case 'q':
+			level = CRUN_LOG_WARN;
+			break;
+		case 'V':
+			printf("crun-rdzvd %s\n", CRUN_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case ':':
+			crun_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+			return EXIT_USAGE;
+		default:
+			if (optopt)
+				crun_error("unknown option '-%c' (see --help)", optopt);
+			else
+				crun_error("unknown option '%s' (see --help)", argv[optind - 1]);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		crun_error("unexpected argument '%s' (see --help)", argv[optind]);
+		return EXIT_USAGE;
+	}
+	crun_log_set_level(level);
+	if ((uint64_t)opts.limits.max_value_size + opts.limits.max_key_size + 64 >
+	    opts.limits.max_conn_buffer)
+		crun_warn("--max-buffer is smaller than one frame with the largest key and value; "
+			  "such frames will be refused");
+
+	if (load_token(token_file, &token, &opts.token_len) < 0)
+		return EXIT_USAGE;
+	opts.token = token;
+
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+	if (uv_loop_init(&d.loop) < 0) {
+		crun_error("cannot create the event loop");
+		status = 1;
+		goto out_free_token;
+	}
+	d.srv = crun_server_create(&d.loop, &opts);
+	if (!d.srv) {
+		crun_error("cannot create the server: out of memory");
+		status = 1;
+		goto out_close_loop;
+	}
+	uv_signal_init(&d.loop, &d.sigterm);
+	uv_signal_init(&d.loop, &d.sigint);
+	d.sigterm.data = d.sigint.data = &d;
+	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&d.sigint, on_signal, SIGINT);
+
+	rc = crun_server_listen(d.srv, host, port, err, sizeof(err));
+	if (rc < 0) {
+		crun_error("%s", err);
+		status = 1;
+		stop(&d);
+		goto out_run;
+	}
+	port = crun_server_port(d.srv);
+	crun_info(strchr(host, ':') ? "listening on [%s]:%d" : "listening on %s:%d", host, port);
+	if (port_file) {
+		rc = write_port_file(port_file, port);
+		if (rc < 0) {
+			crun_error("cannot write '%s': %s", port_file, strerror(-rc));
+			status = 1;
+			stop(&d);
+		}
+	}
+out_run:
+	uv_run(&d.loop, UV_RUN_DEFAULT);
+out_close_loop:
+	if (uv_loop_close(&d.loop) < 0)
+		crun_debug("event loop closed with handles left");
+out_free_token:
+	if (token) {
+		memset(token, 0, opts.token_len);
+		free(token);
+	}
+	return status;
+}

@@ -1,0 +1,86 @@
+/* The crun store server: a TCP key-value store on a caller's libuv loop.
+ *
+ * The same code runs embedded in crun's agent and alone in crun-rdzvd. It
+ * speaks the protocol in wire.h, keeps keys per run id, answers waiting
+ * GET/WAIT/MGET requests when their keys arrive (timers, never polling),
+ * pushes NOTIFY frames to watchers, enforces the limits below, and drops a
+ * misbehaving client without disturbing anyone else.
+ *
+ * Logging: one info line per connection event (accepted, authenticated,
+ * refused, closed); one debug line per request when the log level is
+ * debug.
+ *
+ * The embedder must ignore SIGPIPE (signal(SIGPIPE, SIG_IGN)): a peer that
+ * vanishes while a reply is being written must cost a connection, not the
+ * process.
+ *
+ * Keys: an ephemeral key (SET with CRUN_WIRE_FL_EPHEMERAL) belongs to the
+ * connection that set it last; a later plain SET or MSET of the key by
+ * anyone makes it an ordinary key again. When the owner closes, its keys
+ * are deleted and watchers get a delete NOTIFY. A run's memory is freed
+ * once it has no keys and no connections. */
+#ifndef CRUN_RENDEZVOUS_SERVER_H
+#define CRUN_RENDEZVOUS_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct crun_server;
+
+struct crun_server_limits {
+	uint32_t max_key_size;       /* bytes; default 4096 */
+	uint32_t max_value_size;     /* bytes; default 16 MiB */
+	uint64_t max_keys_per_run;   /* default 1000000 */
+	uint32_t max_connections;    /* default 4096 */
+	uint64_t max_conn_buffer;    /* bytes buffered per connection, in and
+	                              * out each; default 64 MiB; clamped to
+	                              * 4 KiB .. 2 GiB. Also caps one frame. */
+	uint32_t handshake_timeout_ms; /* connect -> HELLO done; default 10000 */
+};
+
+/* Fills limits with the defaults above. */
+void crun_server_limits_default(struct crun_server_limits *limits);
+
+struct crun_server_opts {
+	struct crun_server_limits limits;
+	const void *token; /* NULL: no authentication; copied */
+	size_t token_len;
+};
+
+/* Hook for embedders (the agent's rendezvous): called on the loop's
+ * thread when a connection that completed HELLO closes, with its run id
+ * and its peer address ("1.2.3.4:5678" or "[::1]:5678"), after its
+ * ephemeral keys were deleted. Both strings are valid during the call
+ * only. Not called from crun_server_destroy. The hook must not destroy
+ * the server. */
+typedef void (*crun_server_disconnect_cb)(struct crun_server *srv, const char *run_id,
+					  const char *peer, void *arg);
+
+/* Creates a server on loop. Listens on nothing yet. NULL on failure. */
+struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server_opts *opts);
+
+/* Binds and listens on host:port (port 0 picks a free port; see
+ * crun_server_port). host may be an IPv4 or IPv6 literal or a name.
+ * Logs the loud warning when the address is not loopback and there is no
+ * token. Returns 0 or a negative errno (-EADDRINUSE ...), with a message
+ * in err. */
+int crun_server_listen(struct crun_server *srv, const char *host, int port, char *err,
+		       size_t errlen);
+
+/* The port actually bound (after listen), else 0. */
+int crun_server_port(const struct crun_server *srv);
+
+void crun_server_set_disconnect_cb(struct crun_server *srv, crun_server_disconnect_cb cb,
+				   void *arg);
+
+/* Number of open connections. */
+uint32_t crun_server_connections(const struct crun_server *srv);
+
+/* Stops listening, closes every connection (pending waiters get no
+ * reply) and frees everything once the handles have closed; done (may be
+ * NULL) runs after the last close callback. Call once; srv is invalid
+ * afterwards. */
+void crun_server_destroy(struct crun_server *srv, void (*done)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,173 @@
+/* Fuzz target for the wire codec. The input is what a peer sends on one
+ * connection: when it starts with "CRUN" the first 8 bytes are the client
+ * preamble, then frames. Frames are decoded as a stream, the way the server
+ * reads them, and every property that must hold for hostile input is
+ * checked; a violation aborts, which libFuzzer reports as a crash:
+ *  - a decoded frame's size is within the input and within the cap;
+ *  - one byte less than a whole frame is NEED_MORE (incremental decoding);
+ *  - -ENOBUFS asks for more room than given, at most CRUN_WIRE_MAX_ITEMS,
+ *    and after growing the store the frame decodes;
+ *  - every refusal says why (err is set);
+ *  - re-encoding a decoded frame gives the same bytes, which decode to the
+ *    same message and validate the same way. */
+#include "fuzz.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rendezvous/wire.h"
+
+#define MAX_PAYLOAD (1u << 20)
+
+#define CHECK(cond)                                                                       \
+	do {                                                                              \
+		if (!(cond)) {                                                            \
+			fprintf(stderr, "fuzz_wire: %s:%d: check failed: %s\n", __FILE__, \
+				__LINE__, #cond);                                         \
+			abort();                                                          \
+		}                                                                         \
+	} while (0)
+
+static void same_msg(const struct crun_wire_msg *a, const struct crun_wire_msg *b)
+{
+	CHECK(a->type == b->type);
+	CHECK(a->flags == b->flags);
+	CHECK(a->id == b->id);
+	CHECK(a->num == b->num);
+	CHECK(a->count == b->count);
+	for (uint32_t i = 0; i < a->count; i++) {
+		CHECK(a->items[i].len == b->items[i].len);
+		CHECK(!a->items[i].len ||
+		      !memcmp(a->items[i].data, b->items[i].data, a->items[i].len));
+	}
+}
+
+static void preambles(const uint8_t *data, size_t size)
+{
+	uint8_t nonce[CRUN_WIRE_NONCE_LEN], out[CRUN_WIRE_SERVER_PREAMBLE];
+	uint16_t version = 0, flags = 0;
+	int rc;
+
+	if (size >= CRUN_WIRE_CLIENT_PREAMBLE) {
+		rc = crun_wire_parse_client_preamble(data, &version);
+		CHECK(rc == 0 || rc == -EPROTO || rc == -EPROTONOSUPPORT);
+		CHECK((rc == 0) == !memcmp(data, "CRUN\0\1\0\0", 8));
+		if (rc == 0) {
+			crun_wire_client_preamble(out);
+			CHECK(!memcmp(out, data, CRUN_WIRE_CLIENT_PREAMBLE));
+		}
+	}
+	if (size >= CRUN_WIRE_SERVER_PREAMBLE) {
+		rc = crun_wire_parse_server_preamble(data, &version, &flags, nonce);
+		CHECK(rc == 0 || rc == -EPROTO || rc == -EPROTONOSUPPORT);
+		if (rc == 0) {
+			crun_wire_server_preamble(out, flags, nonce);
+			CHECK(!memcmp(out, data, CRUN_WIRE_SERVER_PREAMBLE));
+		}
+	}
+}
+
+/* Re-encodes a decoded frame and checks it is the same frame. */
+static void reencode(const struct crun_wire_msg *msg, const uint8_t *frame, size_t frame_len,
+		     int vrc)
+{
+	struct crun_wire_item *store = NULL;
+	struct crun_wire_msg again;
+	uint32_t cap = msg->count;
+	char err[256];
+	size_t n = crun_wire_encoded_size(msg);
+	uint8_t *buf;
+	long rc;
+
+	CHECK(n == frame_len);
+	buf = malloc(n);
+	CHECK(buf);
+	CHECK(crun_wire_encode(msg, buf) == n);
+	CHECK(!memcmp(buf, frame, n));
+	if (cap) {
+		store = calloc(cap, sizeof(*store));
+		CHECK(store);
+	}
+	rc = crun_wire_decode(buf, n, MAX_PAYLOAD, &again, store, &cap, err, sizeof(err));
+	CHECK(rc == (long)n);
+	same_msg(msg, &again);
+	CHECK(crun_wire_validate(&again, err, sizeof(err)) == vrc);
+	free(store);
+	free(buf);
+}
+
+static void frames(const uint8_t *data, size_t size)
+{
+	struct crun_wire_item *store;
+	struct crun_wire_msg msg;
+	uint32_t cap = 4;
+	size_t off = 0;
+	char err[256];
+
+	store = calloc(cap, sizeof(*store));
+	CHECK(store);
+	while (off < size) {
+		const uint8_t *p = data + off;
+		size_t left = size - off;
+		uint32_t want = cap;
+		long rc;
+		int vrc;
+
+		err[0] = '\0';
+		rc = crun_wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err, sizeof(err));
+		if (rc == -ENOBUFS) {
+			struct crun_wire_item *grown;
+
+			CHECK(err[0]);
+			CHECK(want > cap && want <= CRUN_WIRE_MAX_ITEMS);
+			grown = realloc(store, want * sizeof(*store));
+			CHECK(grown);
+			store = grown;
+			cap = want;
+			rc = crun_wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err,
+					      sizeof(err));
+			CHECK(rc != -ENOBUFS);
+		}
+		if (rc == CRUN_WIRE_NEED_MORE)
+			break;
+		if (rc < 0) {
+			CHECK(rc == -EPROTO || rc == -EMSGSIZE);
+			CHECK(err[0]);
+			break;
+		}
+		CHECK((size_t)rc <= left);
+		CHECK((size_t)rc >= CRUN_WIRE_HEADER_LEN + CRUN_WIRE_PAYLOAD_MIN);
+		CHECK((size_t)rc - CRUN_WIRE_HEADER_LEN <= MAX_PAYLOAD);
+		CHECK(msg.count <= cap);
+		CHECK(msg.count == 0 || msg.items == store);
+		/* A frame is never decoded from fewer bytes than it has. */
+		{
+			struct crun_wire_msg part;
+			uint32_t pcap = cap;
+
+			CHECK(crun_wire_decode(p, (size_t)rc - 1, MAX_PAYLOAD, &part, store, &pcap,
+					       err, sizeof(err)) == CRUN_WIRE_NEED_MORE);
+		}
+		(void)crun_wire_type_name(msg.type);
+		CHECK(crun_wire_is_request(msg.type) != crun_wire_is_reply(msg.type));
+		err[0] = '\0';
+		vrc = crun_wire_validate(&msg, err, sizeof(err));
+		CHECK(vrc == 0 || vrc == -EPROTO);
+		CHECK(vrc == 0 || err[0]);
+		reencode(&msg, p, (size_t)rc, vrc);
+		off += (size_t)rc;
+	}
+	free(store);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	preambles(data, size);
+	if (size >= CRUN_WIRE_CLIENT_PREAMBLE && !memcmp(data, CRUN_WIRE_MAGIC, 4))
+		frames(data + CRUN_WIRE_CLIENT_PREAMBLE, size - CRUN_WIRE_CLIENT_PREAMBLE);
+	else
+		frames(data, size);
+	return 0;
+}
