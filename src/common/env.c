@@ -16,13 +16,6 @@ static const struct crun_env_param params[] = {
 	{ "CRUN_CONNECT_TIMEOUT", "30s", "how long libcrun retries connecting to the store" },
 	{ "CRUN_TIMEOUT", "300s", "default timeout of one libcrun store operation" },
 	{ "CRUN_LOG_LEVEL", "info", "error, warn, info or debug" },
-	{ "CRUN_COMM_BACKEND", "cpu", "crun-train's collective backend" },
-	{ "CRUN_COMM_TIMEOUT", "300s",
-	  "longest wait for a peer in one collective (and in connecting) before it fails" },
-	{ "CRUN_COMM_ADDR", NULL,
-	  "address a worker listens on for its peers; unset: the one that reaches the store" },
-	{ "CRUN_COMM_CHUNK", "256K", "pipelining chunk of the cpu backend's ring steps" },
-	{ "CRUN_COMM_SOCKBUF", "4M", "socket send and receive buffers of the cpu backend" },
 };
 
 const struct crun_env_param *crun_env_params(size_t *count)

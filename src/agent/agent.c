@@ -1,0 +1,412 @@
+/* crun_agent_run(): sets up what the worker group needs — the guard, the
+ * loop, the handled signals, the embedded store, log and error-file
+ * directories, the shared worker environment — starts the group, runs the
+ * loop until the group reaches a final state, and tears everything down. */
+#include "agent/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+void crun_agent_spec_init(struct crun_agent_spec *spec)
+{
+	memset(spec, 0, sizeof(*spec));
+	spec->nproc_per_node = 1;
+	spec->nnodes = 1;
+	spec->node_rank = 0;
+	spec->role = "default";
+	spec->max_restarts = 3;
+	spec->shutdown_timeout_ms = 30000;
+	spec->kill_timeout_ms = 5000;
+	spec->run_id = "none";
+	spec->signals[0] = SIGTERM;
+	spec->signals[1] = SIGINT;
+	spec->signals[2] = SIGHUP;
+	spec->signals[3] = SIGQUIT;
+	spec->nsignals = 4;
+}
+
+bool agent_stream_to_file(const struct agent *a, int lr, int stream)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	unsigned bit = 1u << stream;
+	unsigned mask = 0;
+
+	if (!a->log_root)
+		return false;
+	if (spec->redirects)
+		mask |= (unsigned)spec->redirects[lr];
+	if (spec->tee)
+		mask |= (unsigned)spec->tee[lr];
+	return mask & bit;
+}
+
+bool agent_stream_to_console(const struct agent *a, int lr, int stream)
+{
+	const struct crun_agent_spec *spec = a->spec;
+
+	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
+		return false;
+	if (spec->console_ranks && !spec->console_ranks[lr])
+		return false;
+	return true;
+}
+
+static bool any_file_stream(const struct crun_agent_spec *spec)
+{
+	for (int lr = 0; lr < spec->nproc_per_node; lr++)
+		if ((spec->redirects && spec->redirects[lr]) || (spec->tee && spec->tee[lr]))
+			return true;
+	return false;
+}
+
+static int check_spec(const struct crun_agent_spec *spec)
+{
+	if (!spec->argv || spec->argc < 1 || !spec->argv[0] || !spec->argv[0][0]) {
+		crun_error("no command to run");
+		return -EINVAL;
+	}
+	if (spec->nproc_per_node < 1 || spec->nnodes < 1 || spec->node_rank < 0 ||
+	    spec->node_rank >= spec->nnodes) {
+		crun_error("invalid worker counts: nproc-per-node %d, nnodes %d, node rank %d",
+			   spec->nproc_per_node, spec->nnodes, spec->node_rank);
+		return -EINVAL;
+	}
+	if ((int64_t)spec->nnodes * spec->nproc_per_node > 1 << 24) {
+		crun_error("world size %lld is too large",
+			   (long long)spec->nnodes * spec->nproc_per_node);
+		return -EINVAL;
+	}
+	if (spec->max_restarts < 0 || spec->shutdown_timeout_ms < 0 || spec->kill_timeout_ms < 0 ||
+	    spec->nsignals < 0 || spec->nsignals > CRUN_AGENT_MAX_SIGNALS ||
+	    spec->master_port < 0 || spec->master_port > 65535 || spec->store_port < 0 ||
+	    spec->store_port > 65535) {
+		crun_error("invalid agent settings (restarts, timeouts, signals or ports)");
+		return -EINVAL;
+	}
+	if (!spec->role || !spec->role[0] || !spec->run_id || !spec->run_id[0]) {
+		crun_error("role and run id must not be empty");
+		return -EINVAL;
+	}
+	if (spec->token && (memchr(spec->token, '\0', spec->token_len) ||
+			    memchr(spec->token, '\n', spec->token_len))) {
+		crun_error("the store token must be text without NUL or newline");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A TCP port nobody listens on now, as torchrun picks MASTER_PORT. */
+static int free_port(void)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sin);
+	int fd, port = -1;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
+		port = ntohs(sin.sin_port);
+	else
+		port = -errno;
+	close(fd);
+	return port;
+}
+
+/* The name of the job when the launcher gives none: for an interpreter
+ * ("python3 -u train.py", "python3 -m pkg.main") the script or module,
+ * else the program. */
+static const char *default_name(const struct crun_agent_spec *spec)
+{
+	const char *base = strrchr(spec->argv[0], '/');
+
+	base = base ? base + 1 : spec->argv[0];
+	if (strncmp(base, "python", 6))
+		return spec->argv[0];
+	for (int i = 1; i < spec->argc; i++) {
+		if (!strcmp(spec->argv[i], "-m") && i + 1 < spec->argc)
+			return spec->argv[i + 1];
+		if (spec->argv[i][0] != '-')
+			return spec->argv[i];
+	}
+	return spec->argv[0];
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+	agent_group_event(h->data, EV_SIGNAL, NULL, sig);
+}
+
+static void remove_tree_flat(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(dir);
+}
+
+static char *make_temp_dir(const char *what)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *path;
+
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	if (asprintf(&path, "%s/crun-%s-XXXXXX", tmp, what) < 0)
+		return NULL;
+	if (!mkdtemp(path)) {
+		crun_error("cannot create a directory in '%s': %s", tmp, strerror(errno));
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+/* Log root and the private directory for error files. */
+static int setup_dirs(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	char *log_dir = NULL;
+	int err;
+
+	if (spec->log_dir) {
+		log_dir = strdup(spec->log_dir);
+	} else if (any_file_stream(spec)) {
+		log_dir = make_temp_dir("logs");
+		if (!log_dir)
+			return -EIO;
+		crun_info("log directory: '%s'", log_dir);
+	}
+	if (spec->log_dir && !log_dir)
+		return -ENOMEM;
+	if (log_dir) {
+		if (asprintf(&a->log_root, "%s/%s", log_dir, spec->run_id) < 0) {
+			a->log_root = NULL;
+			free(log_dir);
+			return -ENOMEM;
+		}
+		free(log_dir);
+		err = agent_mkdir_p(a->log_root);
+		if (err < 0) {
+			crun_error("cannot create log directory '%s': %s", a->log_root,
+				   strerror(-err));
+			return err;
+		}
+		return 0;
+	}
+	a->tmp_dir = make_temp_dir("errors");
+	return a->tmp_dir ? 0 : -EIO;
+}
+
+static int setup_store(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	struct crun_server_opts opts;
+	const char *host = spec->store_host ? spec->store_host : "127.0.0.1";
+	char token[65], err[256];
+	const char *tok = spec->token;
+	size_t toklen = spec->token_len;
+	int r;
+
+	if (!tok) {
+		unsigned char raw[16];
+		if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+			crun_error("cannot make a job token: %s", strerror(errno));
+			return -EIO;
+		}
+		for (size_t i = 0; i < sizeof(raw); i++)
+			snprintf(token + 2 * i, 3, "%02x", raw[i]);
+		tok = token;
+		toklen = 2 * sizeof(raw);
+	}
+	memset(&opts, 0, sizeof(opts));
+	crun_server_limits_default(&opts.limits);
+	opts.token = tok;
+	opts.token_len = toklen;
+	a->server = crun_server_create(&a->loop, &opts);
+	if (!a->server) {
+		crun_error("cannot create the store server");
+		return -ENOMEM;
+	}
+	r = crun_server_listen(a->server, host, spec->store_port, err, sizeof(err));
+	if (r < 0) {
+		crun_error("cannot listen for the store on '%s:%d': %s", host, spec->store_port,
+			   err[0] ? err : strerror(-r));
+		return r;
+	}
+	if (asprintf(&a->store_env, strchr(host, ':') ? "CRUN_STORE=[%s]:%d" : "CRUN_STORE=%s:%d",
+		     host, crun_server_port(a->server)) < 0 ||
+	    asprintf(&a->token_env, "CRUN_TOKEN=%.*s", (int)toklen, tok) < 0) {
+		explicit_bzero(token, sizeof(token));
+		return -ENOMEM;
+	}
+	explicit_bzero(token, sizeof(token));
+	return 0;
+}
+
+static int setup_signals(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+
+	a->signals = calloc((size_t)spec->nsignals + 1, sizeof(*a->signals));
+	if (!a->signals)
+		return -ENOMEM;
+	for (int i = 0; i < spec->nsignals; i++) {
+		int err = uv_signal_init(&a->loop, &a->signals[i]);
+		if (err < 0)
+			return err;
+		a->nsignals++;
+		a->signals[i].data = a;
+		err = uv_signal_start(&a->signals[i], on_signal, spec->signals[i]);
+		if (err < 0) {
+			crun_error("cannot handle signal %d: %s", spec->signals[i],
+				   uv_strerror(err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+static void server_gone(void *arg)
+{
+	(void)arg;
+}
+
+void agent_shutdown(struct agent *a)
+{
+	if (a->shut)
+		return;
+	a->shut = true;
+	uv_close((uv_handle_t *)&a->timer, NULL);
+	for (int i = 0; i < a->nsignals; i++)
+		uv_close((uv_handle_t *)&a->signals[i], NULL);
+	if (a->server) {
+		crun_server_destroy(a->server, server_gone, NULL);
+		a->server = NULL;
+	}
+}
+
+static void free_token_env(struct agent *a)
+{
+	if (a->token_env) {
+		explicit_bzero(a->token_env, strlen(a->token_env));
+		free(a->token_env);
+		a->token_env = NULL;
+	}
+}
+
+int crun_agent_run(const struct crun_agent_spec *spec)
+{
+	struct agent *a;
+	int status = 1, err;
+
+	if (check_spec(spec) < 0)
+		return 2;
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		crun_error("out of memory");
+		return 1;
+	}
+	/* A console nobody reads must not kill the agent: writes fail with
+	 * EPIPE instead, and workers get their default back from libuv. */
+	signal(SIGPIPE, SIG_IGN);
+	a->spec = spec;
+	a->name = spec->name ? spec->name : default_name(spec);
+	a->world_size = spec->nnodes * spec->nproc_per_node;
+	a->reaper.fd = -1;
+	if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
+		snprintf(a->hostname, sizeof(a->hostname), "localhost");
+	a->own_error_file = getenv("TORCHELASTIC_ERROR_FILE");
+	if (a->own_error_file && !*a->own_error_file)
+		a->own_error_file = NULL;
+	a->master_addr = spec->master_addr ? spec->master_addr : "127.0.0.1";
+	a->master_port = spec->master_port;
+	if (!a->master_port) {
+		a->master_port = free_port();
+		if (a->master_port < 0) {
+			crun_error("cannot find a free port for MASTER_PORT: %s",
+				   strerror(-a->master_port));
+			goto out_free;
+		}
+	}
+	a->workers = calloc((size_t)spec->nproc_per_node, sizeof(*a->workers));
+	if (!a->workers) {
+		crun_error("out of memory");
+		goto out_free;
+	}
+	if (setup_dirs(a) < 0)
+		goto out_dirs;
+	/* The guard first: it must hold none of what follows. */
+	err = agent_reaper_start(&a->reaper, (size_t)spec->nproc_per_node + 16, a->tmp_dir);
+	if (err < 0) {
+		crun_error("cannot start the orphan guard: %s", strerror(-err));
+		goto out_dirs;
+	}
+	err = uv_loop_init(&a->loop);
+	if (err < 0) {
+		crun_error("cannot create the event loop: %s", uv_strerror(err));
+		goto out_reaper;
+	}
+	agent_console_init(&a->console[0], STDOUT_FILENO);
+	agent_console_init(&a->console[1], STDERR_FILENO);
+	uv_timer_init(&a->loop, &a->timer);
+	a->timer.data = a;
+	if (setup_signals(a) < 0)
+		goto out_loop;
+	if (spec->host_store && setup_store(a) < 0)
+		goto out_loop;
+	if (agent_env_init(a) < 0) {
+		crun_error("out of memory");
+		goto out_loop;
+	}
+
+	agent_group_event(a, EV_START, NULL, 0);
+	uv_run(&a->loop, UV_RUN_DEFAULT);
+	status = a->exit_status;
+	crun_debug("worker group %s, exit status %d", agent_group_state_name(a->state), status);
+	goto out_close;
+
+out_loop:
+	agent_shutdown(a);
+	uv_run(&a->loop, UV_RUN_DEFAULT);
+out_close:
+	agent_shutdown(a);
+	uv_run(&a->loop, UV_RUN_DEFAULT);
+	if (uv_loop_close(&a->loop) < 0)
+		crun_debug("event loop still had handles at exit");
+out_reaper:
+	agent_reaper_stop(&a->reaper);
+out_dirs:
+	if (a->tmp_dir)
+		remove_tree_flat(a->tmp_dir);
+out_free:
+	agent_failures_clear(a);
+	free(a->failures);
+	agent_env_finish(a);
+	free_token_env(a);
+	free(a->store_env);
+	free(a->signals);
+	free(a->tmp_dir);
+	free(a->log_root);
+	free(a->workers);
+	free(a);
+	return status;
+}

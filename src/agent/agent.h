@@ -1,0 +1,158 @@
+/* The agent: runs one node's worker group and supervises it.
+ *
+ * crun's launcher parses flags and config into a struct crun_agent_spec
+ * and calls crun_agent_run(), which owns the process until the job ends:
+ * one libuv loop with the workers' exits, their output pipes, the handled
+ * signals and timers as events (nothing polls). It returns crun's exit
+ * status (see crun(1), EXIT STATUS):
+ *   0        every worker of an attempt exited 0
+ *   1        the job failed (restarts exhausted, a worker that would not
+ *            die, or the agent itself failed)
+ *   2        the spec is invalid (the launcher checks first; this is a
+ *            safety net)
+ *   126/127  the command could not be executed / was not found (no restart)
+ *   128+N    crun was stopped by handled signal N
+ *
+ * The worker group is an explicit state machine (see group.c):
+ *   INIT -> STARTING -> RUNNING -> STOPPING -> RESTARTING -> STARTING ...
+ *                                          \-> SUCCEEDED | FAILED | STOPPED
+ *                                              | EXEC_FAILED
+ * with one function applying events (worker exit, pipe closed, signal,
+ * timer) to it.
+ *
+ * Process side effects of crun_agent_run(), for the launcher:
+ *   - SIGPIPE is ignored in crun (a closed stdout must not kill the
+ *     agent); the handled signals get libuv handlers while it runs.
+ *   - Before any worker starts it forks a small guard process (reaper.c)
+ *     that SIGKILLs every worker's process group if crun dies, even by
+ *     SIGKILL. Call crun_agent_run() before creating threads.
+ *   - Workers lead their own session and process group (setsid), have
+ *     stdin on /dev/null and stdout/stderr on pipes into the agent. */
+#ifndef CRUN_AGENT_AGENT_H
+#define CRUN_AGENT_AGENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CRUN_AGENT_MAX_SIGNALS 16
+
+/* Which standard streams of a local rank are redirected or teed:
+ * bit 0 stdout, bit 1 stderr (torchrun's Std: 1 out, 2 err, 3 all). */
+enum crun_std {
+	CRUN_STD_NONE = 0,
+	CRUN_STD_OUT = 1,
+	CRUN_STD_ERR = 2,
+	CRUN_STD_ALL = 3,
+};
+
+struct crun_agent_spec {
+	/* The command each worker execs: argv[0] is looked up in PATH (as
+	 * execvp does) unless it contains a slash. "${local_rank}" in any
+	 * argument is replaced by the worker's local rank. NULL-terminated. */
+	char **argv;
+	int argc;
+	/* Name of the job in messages and in the failure summary ("train.py
+	 * FAILED"): the script or program the user named; NULL: the script
+	 * or module when argv[0] is python*, else argv[0]. */
+	const char *name;
+
+	int nproc_per_node;	     /* >= 1 */
+	int nnodes;		     /* 1 on this issue's single-node path */
+	int node_rank;		     /* group rank of this node */
+	const char *role;	     /* ROLE_NAME; "default" */
+	int max_restarts;	     /* default 3 */
+	int64_t shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace; default 30000 */
+	/* After SIGKILL, how long to wait for workers to be reaped (and their
+	 * pipes to close) before reporting them by rank and pid and giving up
+	 * on them, so that a process stuck in the kernel never hangs crun.
+	 * Default 5000. */
+	int64_t kill_timeout_ms;
+
+	const char *run_id;	 /* TORCHELASTIC_RUN_ID; "none" for standalone
+				  * without --rdzv-id, as torchrun */
+	const char *master_addr; /* MASTER_ADDR for workers; NULL: "127.0.0.1" */
+	int master_port;	 /* MASTER_PORT for workers; 0: the agent picks
+				  * a free port once per job */
+	const char *local_addr;	 /* this node's address as others see it;
+				  * NULL: host name */
+
+	/* Log files. With a log dir, each attempt n (the restart count) gets
+	 * <log_dir>/<run_id>/attempt_<n>/<local_rank>/, created as needed,
+	 * holding {stdout,stderr}.log for the streams that are redirected or
+	 * teed (raw worker output, no prefix, truncated when reused) and
+	 * error.json, the worker's TORCHELASTIC_ERROR_FILE. NULL: no files;
+	 * if some stream is still redirected or teed, the agent makes a
+	 * directory $TMPDIR/crun-logs-XXXXXX to use as log dir, says where,
+	 * and keeps it (as torchrun does). Error files then live in a private
+	 * temporary directory that the agent removes at the end. */
+	const char *log_dir;
+	/* Per local rank (index < nproc_per_node; arrays of that length owned
+	 * by the caller): redirect = to the file only, tee = file and console.
+	 * NULL arrays mean CRUN_STD_NONE for everyone. */
+	const enum crun_std *redirects;
+	const enum crun_std *tee;
+	/* Local ranks whose output reaches the console; NULL: all. Array of
+	 * nproc_per_node bools. On the console each whole line is prefixed
+	 * with the global rank, "[3]:", or with role and rank when the role
+	 * is not "default", "[trainer3]:"; stdout lines go to crun's stdout,
+	 * stderr lines to crun's stderr. */
+	const bool *console_ranks;
+
+	/* Signals that are forwarded to every worker's process group before
+	 * crun exits 128+signal. Default SIGTERM, SIGINT, SIGHUP, SIGQUIT.
+	 * The workers then get shutdown_timeout_ms before SIGKILL; a second
+	 * handled signal during that wait sends SIGKILL at once. */
+	int signals[CRUN_AGENT_MAX_SIGNALS];
+	int nsignals;
+
+	/* With virtual local rank, every worker sees LOCAL_RANK=0 and
+	 * CUDA_VISIBLE_DEVICES set to its own device (torchrun's
+	 * --virtual-local-rank). */
+	bool virtual_local_rank;
+
+	/* Embedded rendezvous store for native workers. When host_store is
+	 * set the agent runs crun_server (rendezvous/server.h) on its own loop,
+	 * bound to store_host:store_port (port 0: a free port), with token
+	 * (token_len bytes of text without NUL or newline, since it travels in
+	 * CRUN_TOKEN; NULL: the agent makes a random hex one per job), and
+	 * gives every worker CRUN_STORE=HOST:PORT, CRUN_RUN_ID, CRUN_ROUND
+	 * (the restart count) and CRUN_TOKEN, which libcrun reads. Without
+	 * host_store, inherited or extra_env CRUN_* variables pass through. */
+	bool host_store;
+	const char *store_host; /* NULL: "127.0.0.1" */
+	int store_port;
+	const void *token;
+	size_t token_len;
+
+	/* Extra KEY=VALUE pairs for every worker's environment, applied after
+	 * the inherited environment and before the torchrun variables.
+	 * NULL-terminated; may be NULL. */
+	char **extra_env;
+};
+
+/* The environment of worker local rank L, global rank R = node_rank *
+ * nproc_per_node + L (later entries win):
+ *   1. crun's environment, then extra_env;
+ *   2. LOCAL_RANK=L (0 with virtual_local_rank), RANK=R, ROLE_RANK=R,
+ *      GROUP_RANK=node_rank, ROLE_NAME=role, LOCAL_WORLD_SIZE=nproc,
+ *      WORLD_SIZE=ROLE_WORLD_SIZE=nnodes*nproc, GROUP_WORLD_SIZE=nnodes,
+ *      MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT (0, 1, ...),
+ *      TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+ *      TORCHELASTIC_USE_AGENT_STORE=False, TORCHELASTIC_ERROR_FILE (a path
+ *      of its own per worker and attempt);
+ *   3. TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless set; OMP_NUM_THREADS=1
+ *      unless set when nproc > 1 (with one notice line);
+ *   4. with virtual_local_rank, CUDA_VISIBLE_DEVICES=the L-th entry of
+ *      the inherited list, else L;
+ *   5. with host_store, CRUN_STORE, CRUN_RUN_ID, CRUN_ROUND, CRUN_TOKEN.
+ * crun's own TORCHELASTIC_ERROR_FILE, if set, receives the root cause of a
+ * failed job in the JSON format of PyTorch's @record. */
+
+/* Fills spec with the defaults above (argv NULL). */
+void crun_agent_spec_init(struct crun_agent_spec *spec);
+
+/* Runs the job to its end and returns crun's exit status. Prints the
+ * workers' output, notices and the failure summary on stdout/stderr. */
+int crun_agent_run(const struct crun_agent_spec *spec);
+
+#endif

@@ -1,0 +1,315 @@
+/* Worker output: each worker's stdout and stderr arrive on pipes; the
+ * agent copies the raw bytes to the log files and prints whole lines on
+ * its own stdout/stderr with the rank prefix.
+ *
+ * A line reaches the console with one writev(2) once its newline has
+ * arrived, so lines of different workers never mix. A pipe keeps its
+ * unfinished line in a buffer of its own, which grows up to AGENT_LINE_MAX;
+ * a last line without a newline gets one at EOF. A line longer than that
+ * is written as it comes, the prefix once; meanwhile the pipe owns the
+ * console stream and other pipes of that stream hold their output (and
+ * stop reading, so their workers feel the back-pressure of a full pipe)
+ * until the long line has ended. Memory stays bounded either way. */
+#include "agent/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define INITIAL_CAP 16384
+#define READ_MIN 4096
+
+void agent_console_init(struct console *c, int fd)
+{
+	memset(c, 0, sizeof(*c));
+	c->fd = fd;
+}
+
+/* Writes all of iov to the console fd. A console left non-blocking by
+ * someone else is waited on with poll(2) rather than dropped. */
+static void console_writev(struct console *c, struct iovec *iov, int n)
+{
+	while (n > 0 && !c->broken) {
+		ssize_t w = writev(c->fd, iov, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+				poll(&pfd, 1, -1);
+				continue;
+			}
+			/* EPIPE and friends: nobody reads the console any more;
+			 * keep draining the workers so they do not block. */
+			c->broken = true;
+			return;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+}
+
+/* prefix (optional) + data + newline (optional), in one writev. */
+static void emit(struct outpipe *p, bool prefix, const char *data, size_t len, bool newline)
+{
+	struct iovec iov[3];
+	int n = 0;
+
+	if (prefix) {
+		iov[n].iov_base = p->worker->prefix;
+		iov[n++].iov_len = p->worker->prefix_len;
+	}
+	if (len) {
+		iov[n].iov_base = (void *)data;
+		iov[n++].iov_len = len;
+	}
+	if (newline) {
+		iov[n].iov_base = "\n";
+		iov[n++].iov_len = 1;
+	}
+	console_writev(p->console, iov, n);
+}
+
+static void write_file(struct outpipe *p, const char *data, size_t len)
+{
+	int err = crun_write_all(p->file_fd, data, len);
+
+	if (err < 0) {
+		crun_warn("cannot write log file '%s': %s; no longer writing it", p->file_path,
+			  strerror(-err));
+		close(p->file_fd);
+		p->file_fd = -1;
+	}
+}
+
+static void wait_for_console(struct outpipe *p)
+{
+	struct console *c = p->console;
+
+	if (p->waiting)
+		return;
+	uv_read_stop((uv_stream_t *)&p->handle);
+	p->waiting = true;
+	p->next_waiter = c->waiters;
+	c->waiters = p;
+}
+
+static void pump(struct outpipe *p);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* The long line of the console's owner has ended: let the others go on. */
+static void release_console(struct console *c)
+{
+	struct outpipe *list = c->waiters;
+
+	c->owner = NULL;
+	c->waiters = NULL;
+	while (list) {
+		struct outpipe *p = list;
+		list = p->next_waiter;
+		p->next_waiter = NULL;
+		p->waiting = false;
+		pump(p);
+	}
+}
+
+/* Writes every whole line in the buffer, or stops when another pipe owns
+ * the console (unless force: the pipe is being closed). */
+static void drain(struct outpipe *p, bool force)
+{
+	struct console *c = p->console;
+	size_t off = 0;
+
+	while (off < p->len) {
+		char *start = p->buf + off;
+		size_t avail = p->len - off;
+		char *nl;
+
+		if (c->owner && c->owner != p && !force) {
+			wait_for_console(p);
+			break;
+		}
+		nl = memchr(start, '\n', avail);
+		if (p->long_line) {
+			size_t n = nl ? (size_t)(nl - start) + 1 : avail;
+			emit(p, false, start, n, false);
+			off += n;
+			if (nl) {
+				p->long_line = false;
+				release_console(c);
+			}
+			continue;
+		}
+		if (nl) {
+			size_t n = (size_t)(nl - start) + 1;
+			emit(p, true, start, n, false);
+			off += n;
+			continue;
+		}
+		if (avail >= AGENT_LINE_MAX && (!c->owner || c->owner == p)) {
+			c->owner = p;
+			p->long_line = true;
+			emit(p, true, start, avail, false);
+			off += avail;
+			continue;
+		}
+		break; /* an unfinished line waits for more */
+	}
+	if (off) {
+		memmove(p->buf, p->buf + off, p->len - off);
+		p->len -= off;
+	}
+}
+
+static void pipe_closed(uv_handle_t *h)
+{
+	struct outpipe *p = h->data;
+
+	free(p->buf);
+	p->buf = NULL;
+	agent_worker_handle_closed(p->worker, true);
+}
+
+/* Ends the stream: the rest of the buffer goes out, an open line gets its
+ * newline, the console is released, the file closed, the handle closed. */
+static void finish(struct outpipe *p)
+{
+	if (p->console) {
+		if (p->len || p->long_line)
+			emit(p, !p->long_line, p->buf, p->len, true);
+		p->len = 0;
+		if (p->long_line) {
+			p->long_line = false;
+			release_console(p->console);
+		}
+	}
+	if (p->file_fd >= 0) {
+		close(p->file_fd);
+		p->file_fd = -1;
+	}
+	p->open = false;
+	uv_close((uv_handle_t *)&p->handle, pipe_closed);
+}
+
+/* Moves buffered output along after EOF or after waiting for the console:
+ * closes at EOF once everything is out, else reads on. */
+static void pump(struct outpipe *p)
+{
+	if (!p->open)
+		return;
+	if (p->console) {
+		drain(p, false);
+		if (p->waiting)
+			return;
+	}
+	if (p->eof)
+		finish(p);
+	else
+		uv_read_start((uv_stream_t *)&p->handle, on_alloc, on_read);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct outpipe *p = h->data;
+	size_t want = p->len + READ_MIN;
+
+	(void)suggested;
+	if (p->cap < want && p->cap < AGENT_LINE_MAX + READ_MIN) {
+		size_t cap = p->cap ? p->cap : INITIAL_CAP;
+		char *nb;
+		while (cap < want)
+			cap *= 2;
+		if (cap > AGENT_LINE_MAX + READ_MIN)
+			cap = AGENT_LINE_MAX + READ_MIN;
+		nb = realloc(p->buf, cap);
+		if (nb) {
+			p->buf = nb;
+			p->cap = cap;
+		}
+	}
+	/* Out of memory with an empty buffer: libuv reports UV_ENOBUFS. */
+	buf->base = p->buf ? p->buf + p->len : NULL;
+	buf->len = p->buf ? p->cap - p->len : 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct outpipe *p = s->data;
+
+	if (nread == 0)
+		return;
+	if (nread < 0) {
+		if (nread != UV_EOF)
+			crun_warn("cannot read output of rank %d: %s", p->worker->rank,
+				  uv_strerror((int)nread));
+		uv_read_stop(s);
+		p->eof = true;
+		pump(p);
+		return;
+	}
+	if (p->file_fd >= 0)
+		write_file(p, buf->base, (size_t)nread);
+	if (!p->console)
+		return; /* the buffer is reused as it is */
+	p->len += (size_t)nread;
+	drain(p, false);
+}
+
+int agent_outpipe_init(struct outpipe *p, uv_loop_t *loop, struct worker *w)
+{
+	int err;
+
+	memset(p, 0, sizeof(*p));
+	p->worker = w;
+	p->file_fd = -1;
+	err = uv_pipe_init(loop, &p->handle, 0);
+	if (err < 0)
+		return err;
+	p->handle.data = p;
+	p->open = true;
+	w->handles++;
+	return 0;
+}
+
+int agent_outpipe_start(struct outpipe *p)
+{
+	return uv_read_start((uv_stream_t *)&p->handle, on_alloc, on_read);
+}
+
+void agent_outpipe_close(struct outpipe *p)
+{
+	struct console *c = p->console;
+
+	if (!p->open)
+		return;
+	uv_read_stop((uv_stream_t *)&p->handle);
+	if (c && p->waiting) {
+		/* Closing while another pipe owns the console: take it out
+		 * of the waiters and write what it has anyway. */
+		for (struct outpipe **link = &c->waiters; *link; link = &(*link)->next_waiter) {
+			if (*link == p) {
+				*link = p->next_waiter;
+				break;
+			}
+		}
+		p->waiting = false;
+		p->next_waiter = NULL;
+	}
+	if (c)
+		drain(p, true);
+	finish(p);
+}

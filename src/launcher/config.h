@@ -1,0 +1,47 @@
+/* crun's config file: a YAML mapping of option names to values.
+ *
+ *   nproc_per_node: 4          # or nproc-per-node
+ *   max_restarts: 2
+ *   rdzv_conf: {join_timeout: 60}   # or "join_timeout=60"
+ *   signals_to_handle: [SIGTERM, SIGUSR1]
+ *
+ * This reader knows YAML, not the options: it hands every top-level key
+ * with its value, flattened to text, to a callback (options.c), which
+ * looks the key up and checks the value. */
+#ifndef CRUN_LAUNCHER_CONFIG_H
+#define CRUN_LAUNCHER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum crun_config_kind {
+	CRUN_CONFIG_SCALAR = 0,
+	CRUN_CONFIG_NULL,     /* "key:" with nothing, "~" or "null" */
+	CRUN_CONFIG_SEQUENCE, /* items: the scalars, in order */
+	CRUN_CONFIG_MAPPING,  /* items: key, value, key, value ... */
+};
+
+struct crun_config_value {
+	enum crun_config_kind kind;
+	const char *scalar; /* CRUN_CONFIG_SCALAR */
+	bool quoted;	    /* the scalar was written in quotes */
+	char **items;	    /* sequence and mapping: scalars only */
+	size_t nitems;
+};
+
+/* Called once per top-level key, in file order. line is 1-based. Returns
+ * 0, or -EINVAL with the reason in err (without the "config 'P' line N: "
+ * prefix, which the reader adds). */
+typedef int (*crun_config_key_cb)(void *ctx, const char *key, int line,
+				  const struct crun_config_value *value, char *err, size_t errlen);
+
+/* Reads the file at path (at most CRUN_LAUNCH_MAX_CONFIG bytes). An empty
+ * file or one with only comments sets nothing. Returns 0 or -EINVAL with
+ * one line in err: "cannot read config 'P': reason" or "config 'P' line N:
+ * reason" (a YAML syntax error, a top level that is not a mapping, a value
+ * nested deeper than one level, an alias, or what the callback said, for
+ * instance about a key given twice). */
+int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, char *err,
+			    size_t errlen);
+
+#endif

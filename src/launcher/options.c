@@ -1,0 +1,1247 @@
+/* The option table and the three readers (command line, PET_ variables,
+ * config file) that fill struct crun_launch_opts. Each reader collects raw
+ * text per option with its source; every text is checked when it is read
+ * (so the message can name where it came from), and the winner of each
+ * option is applied at the end. */
+#include "launcher/options.h"
+#include "launcher/config.h"
+#include "common/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define G_WORKERS "Workers"
+#define G_NODES "Nodes and rendezvous"
+#define G_OUTPUT "Output and logs"
+#define G_CRUN "crun"
+
+/* clang-format off */
+static const struct crun_launch_optdef optdefs[CRUN_OPT_COUNT] = {
+	{ CRUN_OPT_NPROC_PER_NODE, "nproc-per-node", 0, true, true, true,
+	  "N|auto|cpu|gpu", "1",
+	  "workers on this node: a number, gpu (one per NVIDIA GPU, honouring "
+	  "CUDA_VISIBLE_DEVICES), cpu (one per online CPU) or auto (gpu when "
+	  "there are GPUs, else cpu)", G_WORKERS },
+	{ CRUN_OPT_ROLE, "role", 0, true, true, true, "NAME", "default",
+	  "role of the workers (ROLE_NAME); letters, digits, '.', '_', '-'", G_WORKERS },
+	{ CRUN_OPT_MODULE, "module", 'm', false, true, true, NULL, NULL,
+	  "the command is a Python module: run $PYTHON_EXEC -u -m MODULE ARGS", G_WORKERS },
+	{ CRUN_OPT_NO_PYTHON, "no-python", 0, false, true, true, NULL, NULL,
+	  "execute the command directly, also a .py file (without it, SCRIPT.py "
+	  "runs as $PYTHON_EXEC -u SCRIPT.py)", G_WORKERS },
+	{ CRUN_OPT_RUN_PATH, "run-path", 0, false, true, true, NULL, NULL,
+	  "not supported (torchrun runs the script in its own interpreter; crun "
+	  "starts each worker as a process): an error", G_WORKERS },
+	{ CRUN_OPT_MAX_RESTARTS, "max-restarts", 0, true, true, true, "N", "3",
+	  "restarts of the worker group before the job fails; crun restarts by "
+	  "default, torchrun's default is 0", G_WORKERS },
+	{ CRUN_OPT_SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, true, true, true,
+	  "DURATION", "30s",
+	  "grace between SIGTERM and SIGKILL when workers are stopped: 30, 2.5s, "
+	  "500ms, 1m (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)", G_WORKERS },
+	{ CRUN_OPT_SIGNALS_TO_HANDLE, "signals-to-handle", 0, true, true, true,
+	  "LIST", "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+	  "signals forwarded to every worker's process group; crun then exits "
+	  "128+N", G_WORKERS },
+	{ CRUN_OPT_VIRTUAL_LOCAL_RANK, "virtual-local-rank", 0, false, true, true, NULL, NULL,
+	  "every worker sees LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its own "
+	  "GPU", G_WORKERS },
+	{ CRUN_OPT_MONITOR_INTERVAL, "monitor-interval", 0, true, true, true,
+	  "DURATION", "0.1",
+	  "accepted for torchrun and checked, but unused: crun is event driven "
+	  "and never polls its workers", G_WORKERS },
+	{ CRUN_OPT_START_METHOD, "start-method", 0, true, true, true,
+	  "spawn|fork|forkserver", "spawn",
+	  "accepted for torchrun and checked, but unused: crun always executes "
+	  "the command in a new process", G_WORKERS },
+
+	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
+	  "number of nodes, or MIN:MAX for an elastic job; this version of crun "
+	  "runs single-node jobs only", G_NODES },
+	{ CRUN_OPT_NODE_RANK, "node-rank", 0, true, true, true, "N", "0",
+	  "rank of this node, below --nnodes", G_NODES },
+	{ CRUN_OPT_RDZV_BACKEND, "rdzv-backend", 0, true, true, true, "c10d|static", "c10d",
+	  "rendezvous backend: c10d (crun's own store and rounds) or static "
+	  "(fixed node ranks, store on --master-addr:--master-port)", G_NODES },
+	{ CRUN_OPT_RDZV_ENDPOINT, "rdzv-endpoint", 0, true, true, true,
+	  "HOST[:PORT]", "none, port 29400",
+	  "endpoint of the rendezvous store; IPv6 as [ADDR]:PORT", G_NODES },
+	{ CRUN_OPT_RDZV_ID, "rdzv-id", 0, true, true, true, "ID", "none",
+	  "job id shared by every node (TORCHELASTIC_RUN_ID); letters, digits "
+	  "and . _ - : @ +", G_NODES },
+	{ CRUN_OPT_RDZV_CONF, "rdzv-conf", 0, true, true, true, "K=V,...", "none",
+	  "rendezvous settings: join_timeout (600s), last_call_timeout (30s), "
+	  "close_timeout (30s), keep_alive_interval (5s), keep_alive_max_attempt "
+	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
+	  "(60s)", G_NODES },
+	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
+	  "one node with its own store on a free port and a random run id; "
+	  "--rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored (as in "
+	  "torchrun)", G_NODES },
+	{ CRUN_OPT_MASTER_ADDR, "master-addr", 0, true, true, true, "ADDR",
+	  "--local-addr, else 127.0.0.1",
+	  "MASTER_ADDR for the workers (the address of global rank 0)", G_NODES },
+	{ CRUN_OPT_MASTER_PORT, "master-port", 0, true, true, true, "PORT",
+	  "a free port",
+	  "MASTER_PORT for the workers, 1-65535", G_NODES },
+	{ CRUN_OPT_LOCAL_ADDR, "local-addr", 0, true, true, true, "ADDR", "none",
+	  "address of this node as the other nodes reach it", G_NODES },
+
+	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
+	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
+	  "attempt_N/LOCAL_RANK/{stdout,stderr}.log", G_OUTPUT },
+	{ CRUN_OPT_REDIRECTS, "redirects", 'r', true, true, true, "SPEC", "0",
+	  "streams that go to the log files only: 0 none, 1 stdout, 2 stderr, "
+	  "3 both, for every local rank, or per rank as 0:1,1:2", G_OUTPUT },
+	{ CRUN_OPT_TEE, "tee", 't', true, true, true, "SPEC", "0",
+	  "streams that go to the log files and the console (as --redirects)", G_OUTPUT },
+	{ CRUN_OPT_LOCAL_RANKS_FILTER, "local-ranks-filter", 0, true, true, true,
+	  "LIST", "all",
+	  "local ranks whose output reaches the console, e.g. 0,2 (log files "
+	  "keep every rank)", G_OUTPUT },
+
+	{ CRUN_OPT_CONFIG, "config", 'c', true, false, false, "FILE", "none",
+	  "read options from a YAML file (keys as the long options, e.g. "
+	  "nproc_per_node: 4); the command line and PET_ variables win", G_CRUN },
+	{ CRUN_OPT_DRY_RUN, "dry-run", 0, false, false, false, NULL, NULL,
+	  "print the resolved configuration as key=value lines and exit without "
+	  "starting anything", G_CRUN },
+	{ CRUN_OPT_HELP, "help", 'h', false, false, false, NULL, NULL,
+	  "print this help and exit", G_CRUN },
+	{ CRUN_OPT_VERSION, "version", 0, false, false, false, NULL, NULL,
+	  "print the version and exit", G_CRUN },
+};
+/* clang-format on */
+
+/* The PET_ names, computed once from the table (PET_NPROC_PER_NODE). */
+static char pet_names[CRUN_OPT_COUNT][48];
+
+static const char *const torch_shutdown_env = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+const struct crun_launch_optdef *crun_launch_optdefs(size_t *count)
+{
+	*count = CRUN_OPT_COUNT;
+	return optdefs;
+}
+
+static const char *pet_name(enum crun_launch_opt id)
+{
+	char *p = pet_names[id];
+
+	if (!optdefs[id].pet)
+		return NULL;
+	if (!*p) {
+		const char *n = optdefs[id].name;
+		size_t i = 0;
+
+		memcpy(p, "PET_", 4);
+		for (i = 0; n[i] && i + 5 < sizeof(pet_names[id]); i++)
+			p[4 + i] = n[i] == '-' ? '_' : (char)toupper((unsigned char)n[i]);
+		p[4 + i] = '\0';
+	}
+	return p;
+}
+
+/* "nproc-per-node" -> "nproc_per_node", the config key as written in
+ * messages. */
+static void config_key(enum crun_launch_opt id, char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; optdefs[id].name[i] && i + 1 < len; i++)
+		buf[i] = optdefs[id].name[i] == '-' ? '_' : optdefs[id].name[i];
+	buf[i] = '\0';
+}
+
+/* Looks a name up in either spelling; NULL when unknown. */
+static const struct crun_launch_optdef *find_long(const char *name, size_t len)
+{
+	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
+		const char *n = optdefs[i].name;
+		size_t j;
+
+		if (strlen(n) != len)
+			continue;
+		for (j = 0; j < len; j++) {
+			char c = name[j] == '_' ? '-' : name[j];
+
+			if (c != n[j])
+				break;
+		}
+		if (j == len)
+			return &optdefs[i];
+	}
+	return NULL;
+}
+
+static const struct crun_launch_optdef *find_short(char c)
+{
+	for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
+		if (optdefs[i].short_name && optdefs[i].short_name == c)
+			return &optdefs[i];
+	return NULL;
+}
+
+/* ---- rdzv conf, std specs, signals ---------------------------------- */
+
+void crun_rdzv_conf_init(struct crun_rdzv_conf *conf)
+{
+	conf->join_timeout_ms = 600000;
+	conf->last_call_timeout_ms = 30000;
+	conf->close_timeout_ms = 30000;
+	conf->keep_alive_interval_ms = 5000;
+	conf->keep_alive_max_attempt = 3;
+	conf->is_host = -1;
+	conf->token_file = NULL;
+	conf->read_timeout_ms = 60000;
+}
+
+void crun_rdzv_conf_finish(struct crun_rdzv_conf *conf)
+{
+	free(conf->token_file);
+	conf->token_file = NULL;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = {"1", "true", "yes", "on"};
+	static const char *const no[] = {"0", "false", "no", "off"};
+
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(v, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(v, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+#define RDZV_KEYS                                                               \
+	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
+	"keep_alive_max_attempt, is_host, token_file, read_timeout"
+
+static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const char *val, char *err,
+			 size_t errlen)
+{
+	struct {
+		const char *key;
+		int64_t *ms;
+	} durations[] = {
+		{"join_timeout", &conf->join_timeout_ms},
+		{"last_call_timeout", &conf->last_call_timeout_ms},
+		{"close_timeout", &conf->close_timeout_ms},
+		{"keep_alive_interval", &conf->keep_alive_interval_ms},
+		{"read_timeout", &conf->read_timeout_ms},
+	};
+	char reason[160];
+	int64_t v;
+	bool b;
+
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(durations); i++) {
+		if (strcmp(key, durations[i].key))
+			continue;
+		if (crun_parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
+			seterr(err, errlen,
+			       "%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
+			       key, val);
+			return -EINVAL;
+		}
+		*durations[i].ms = v;
+		return 0;
+	}
+	if (!strcmp(key, "keep_alive_max_attempt")) {
+		if (crun_parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
+			seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
+			       val);
+			return -EINVAL;
+		}
+		conf->keep_alive_max_attempt = (int)v;
+		return 0;
+	}
+	if (!strcmp(key, "is_host")) {
+		if (parse_bool(val, &b) < 0) {
+			seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
+			return -EINVAL;
+		}
+		conf->is_host = b;
+		return 0;
+	}
+	if (!strcmp(key, "token_file")) {
+		char *dup = strdup(val);
+
+		if (!dup) {
+			seterr(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		free(conf->token_file);
+		conf->token_file = dup;
+		return 0;
+	}
+	seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
+	return -EINVAL;
+}
+
+int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char *err,
+				size_t errlen)
+{
+	char *copy, *item;
+	int rc = 0;
+
+	copy = strdup(s);
+	if (!copy) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	item = trim(copy);
+	if (!*item) /* torchrun: an empty string sets nothing */
+		goto out_free_copy;
+	for (;;) {
+		size_t len = strcspn(item, ",");
+		bool last = !item[len];
+		char *eq, *key, *val;
+
+		item[len] = '\0';
+		eq = strchr(item, '=');
+		if (!eq) {
+			seterr(err, errlen,
+			       "'%s' is not KEY=VALUE; expected KEY=VALUE,... with keys " RDZV_KEYS,
+			       trim(item));
+			rc = -EINVAL;
+			goto out_free_copy;
+		}
+		*eq = '\0';
+		key = trim(item);
+		val = trim(eq + 1);
+		if (!*key || !*val) {
+			seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
+			       *key ? "empty value" : "empty key", s);
+			rc = -EINVAL;
+			goto out_free_copy;
+		}
+		rc = rdzv_conf_set(conf, key, val, err, errlen);
+		if (rc || last)
+			goto out_free_copy;
+		item += len + 1;
+	}
+out_free_copy:
+	free(copy);
+	return rc;
+}
+
+void crun_std_spec_finish(struct crun_std_spec *spec)
+{
+	free(spec->ranks);
+	free(spec->streams);
+	memset(spec, 0, sizeof(*spec));
+}
+
+enum crun_std crun_std_spec_get(const struct crun_std_spec *spec, int lr)
+{
+	for (size_t i = 0; i < spec->count; i++)
+		if (spec->ranks[i] == lr)
+			return spec->streams[i];
+	return spec->all;
+}
+
+#define STD_EXPECTED                                                                   \
+	"expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as " \
+	"0:1,1:2"
+
+static int parse_stream(const char *s, size_t len, enum crun_std *out)
+{
+	if (len != 1 || s[0] < '0' || s[0] > '3')
+		return -EINVAL;
+	*out = (enum crun_std)(s[0] - '0');
+	return 0;
+}
+
+int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, size_t errlen)
+{
+	struct crun_std_spec spec = {.all = CRUN_STD_NONE};
+	const char *p = s;
+	size_t n = 1;
+
+	if (!strchr(s, ':')) {
+		if (parse_stream(s, strlen(s), &spec.all) < 0)
+			goto bad;
+		*out = spec;
+		return 0;
+	}
+	for (const char *q = s; *q; q++)
+		n += *q == ',';
+	spec.ranks = calloc(n, sizeof(*spec.ranks));
+	spec.streams = calloc(n, sizeof(*spec.streams));
+	if (!spec.ranks || !spec.streams) {
+		crun_std_spec_finish(&spec);
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	while (spec.count < n) {
+		const char *comma = strchr(p, ','), *colon = strchr(p, ':');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char rank[16];
+		int64_t r;
+
+		if (!colon || colon >= p + len || (size_t)(colon - p) >= sizeof(rank) || colon == p)
+			goto bad_free;
+		memcpy(rank, p, (size_t)(colon - p));
+		rank[colon - p] = '\0';
+		if (!isdigit((unsigned char)rank[0]) ||
+		    crun_parse_int64(rank, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
+			goto bad_free;
+		if (parse_stream(colon + 1, len - (size_t)(colon + 1 - p),
+				 &spec.streams[spec.count]) < 0)
+			goto bad_free;
+		for (size_t i = 0; i < spec.count; i++) {
+			if (spec.ranks[i] == r) {
+				seterr(err, errlen, "local rank %d is given twice", (int)r);
+				crun_std_spec_finish(&spec);
+				return -EINVAL;
+			}
+		}
+		spec.ranks[spec.count++] = (int)r;
+		p += len + 1;
+	}
+	*out = spec;
+	return 0;
+bad_free:
+	crun_std_spec_finish(&spec);
+bad:
+	seterr(err, errlen, STD_EXPECTED);
+	return -EINVAL;
+}
+
+static const struct {
+	int sig;
+	const char *name;
+} signal_names[] = {
+	{SIGHUP, "SIGHUP"},	  {SIGINT, "SIGINT"},	{SIGQUIT, "SIGQUIT"},
+	{SIGILL, "SIGILL"},	  {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+	{SIGBUS, "SIGBUS"},	  {SIGFPE, "SIGFPE"},	{SIGKILL, "SIGKILL"},
+	{SIGUSR1, "SIGUSR1"},	  {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+	{SIGPIPE, "SIGPIPE"},	  {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+	{SIGCHLD, "SIGCHLD"},	  {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"},
+	{SIGTSTP, "SIGTSTP"},	  {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},
+	{SIGURG, "SIGURG"},	  {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+	{SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"},
+	{SIGIO, "SIGIO"},	  {SIGPWR, "SIGPWR"},	{SIGSYS, "SIGSYS"},
+};
+
+const char *crun_signal_name(int sig)
+{
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(signal_names); i++)
+		if (signal_names[i].sig == sig)
+			return signal_names[i].name;
+	return NULL;
+}
+
+int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen)
+{
+	const char *p = s;
+	int n = 0;
+
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		char name[16];
+		int sig = 0;
+
+		if (len == 0 || len >= sizeof(name)) {
+			seterr(err, errlen,
+			       "expected a comma-separated list of signal names like "
+			       "SIGTERM,SIGUSR1");
+			return -EINVAL;
+		}
+		memcpy(name, p, len);
+		name[len] = '\0';
+		for (size_t i = 0; i < CRUN_ARRAY_SIZE(signal_names); i++) {
+			const char *full = signal_names[i].name;
+
+			if (!strcasecmp(name, full) || !strcasecmp(name, full + 3)) {
+				sig = signal_names[i].sig;
+				break;
+			}
+		}
+		if (!sig) {
+			seterr(err, errlen,
+			       "unknown signal '%s'; expected names like SIGTERM or "
+			       "SIGUSR1",
+			       name);
+			return -EINVAL;
+		}
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+			seterr(err, errlen, "%s cannot be handled: %s", crun_signal_name(sig),
+			       sig == SIGCHLD ? "crun needs it to supervise the workers"
+					      : "it cannot be caught");
+			return -EINVAL;
+		}
+		bool dup = false;
+		for (int i = 0; i < n; i++)
+			dup |= sigs[i] == sig;
+		if (!dup) {
+			if (n >= CRUN_AGENT_MAX_SIGNALS) {
+				seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
+				return -EINVAL;
+			}
+			sigs[n++] = sig;
+		}
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	*nsigs = n;
+	return 0;
+}
+
+/* ---- values of single options ---------------------------------------- */
+
+static bool is_name_char(char c, const char *extra)
+{
+	return isalnum((unsigned char)c) || (c && strchr(extra, c));
+}
+
+static int check_word(const char *v, const char *extra, size_t maxlen)
+{
+	size_t len = strlen(v);
+
+	if (!len || len > maxlen)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if (!is_name_char(v[i], extra))
+			return -EINVAL;
+	return 0;
+}
+
+static int check_host(const char *v, char *err, size_t errlen)
+{
+	size_t len = strlen(v);
+
+	if (!len || len > 255) {
+		seterr(err, errlen, "expected a host name or address");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (!isgraph((unsigned char)v[i]) || v[i] == '/' || v[i] == ',') {
+			seterr(err, errlen, "expected a host name or address");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int set_string(char **dst, const char *v, char *err, size_t errlen)
+{
+	char *dup = strdup(v);
+
+	if (!dup) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	free(*dst);
+	*dst = dup;
+	return 0;
+}
+
+static int parse_rank_list(const char *v, int **out, size_t *count, char *err, size_t errlen)
+{
+	const char *p = v;
+	size_t n = 1, k = 0;
+	int *ranks;
+
+	for (const char *q = v; *q; q++)
+		n += *q == ',';
+	ranks = calloc(n, sizeof(*ranks));
+	if (!ranks) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		char buf[16];
+		int64_t r;
+		bool dup = false;
+
+		if (!len || len >= sizeof(buf))
+			goto bad;
+		memcpy(buf, p, len);
+		buf[len] = '\0';
+		if (!isdigit((unsigned char)buf[0]) ||
+		    crun_parse_int64(buf, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
+			goto bad;
+		for (size_t i = 0; i < k; i++)
+			dup |= ranks[i] == r;
+		if (!dup)
+			ranks[k++] = (int)r;
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	free(*out);
+	*out = ranks;
+	*count = k;
+	return 0;
+bad:
+	free(ranks);
+	seterr(err, errlen, "expected a comma-separated list of local ranks like 0,2");
+	return -EINVAL;
+}
+
+/* "N" or "MIN:MAX", 1 <= MIN <= MAX <= CRUN_LAUNCH_MAX_NNODES. */
+static int parse_nnodes(const char *v, int *min, int *max)
+{
+	const char *colon = strchr(v, ':');
+	int64_t lo, hi;
+	char buf[16];
+
+	if (!colon)
+		colon = v + strlen(v);
+	if (colon == v || (size_t)(colon - v) >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, v, (size_t)(colon - v));
+	buf[colon - v] = '\0';
+	if (!isdigit((unsigned char)buf[0]) ||
+	    crun_parse_int64(buf, 1, CRUN_LAUNCH_MAX_NNODES, &lo, NULL, 0) < 0)
+		return -EINVAL;
+	hi = lo;
+	if (*colon &&
+	    (!isdigit((unsigned char)colon[1]) ||
+	     crun_parse_int64(colon + 1, 1, CRUN_LAUNCH_MAX_NNODES, &hi, NULL, 0) < 0 || lo > hi))
+		return -EINVAL;
+	*min = (int)lo;
+	*max = (int)hi;
+	return 0;
+}
+
+/* Stores one option's value, given as text ("1"/"0" for flags), into o.
+ * Returns 0 or -EINVAL with what is allowed in err. */
+static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char *v, char *err,
+		 size_t errlen)
+{
+	char reason[256];
+	int64_t n;
+	int rc;
+
+	switch (id) {
+	case CRUN_OPT_NPROC_PER_NODE:
+		if (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "gpu")) {
+			o->nproc_mode = v[0] == 'a'   ? CRUN_NPROC_AUTO
+					: v[0] == 'c' ? CRUN_NPROC_CPU
+						      : CRUN_NPROC_GPU;
+			return 0;
+		}
+		if (!isdigit((unsigned char)*v) ||
+		    crun_parse_int64(v, 1, CRUN_LAUNCH_MAX_NPROC, &n, NULL, 0) < 0) {
+			seterr(err, errlen,
+			       "expected a positive number (at most %d), auto, cpu or "
+			       "gpu",
+			       CRUN_LAUNCH_MAX_NPROC);
+			return -EINVAL;
+		}
+		o->nproc_mode = CRUN_NPROC_COUNT;
+		o->nproc = (int)n;
+		return 0;
+	case CRUN_OPT_ROLE:
+		if (check_word(v, "._-", 64) < 0) {
+			seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
+			return -EINVAL;
+		}
+		return set_string(&o->role, v, err, errlen);
+	case CRUN_OPT_MODULE:
+		o->module = *v == '1';
+		return 0;
+	case CRUN_OPT_NO_PYTHON:
+		o->no_python = *v == '1';
+		return 0;
+	case CRUN_OPT_RUN_PATH:
+		/* Refused after merging, so that PET_RUN_PATH=0 is fine. */
+		return 0;
+	case CRUN_OPT_STANDALONE:
+		o->standalone = *v == '1';
+		return 0;
+	case CRUN_OPT_VIRTUAL_LOCAL_RANK:
+		o->virtual_local_rank = *v == '1';
+		return 0;
+	case CRUN_OPT_DRY_RUN:
+		if (*v == '1')
+			o->action = CRUN_LAUNCH_DRY_RUN;
+		return 0;
+	case CRUN_OPT_MAX_RESTARTS:
+		if (!isdigit((unsigned char)*v) ||
+		    crun_parse_int64(v, 0, 1000000, &n, NULL, 0) < 0) {
+			seterr(err, errlen, "expected a whole number from 0 to 1000000");
+			return -EINVAL;
+		}
+		o->max_restarts = (int)n;
+		return 0;
+	case CRUN_OPT_SHUTDOWN_TIMEOUT:
+		rc = crun_parse_duration_ms(v, &n, NULL, 0);
+		if (rc < 0 || n > 86400000) {
+			seterr(err, errlen,
+			       "expected a duration up to 24h like 30, 2.5s, 500ms or "
+			       "1m");
+			return -EINVAL;
+		}
+		o->shutdown_timeout_ms = n;
+		return 0;
+	case CRUN_OPT_MONITOR_INTERVAL:
+		if (crun_parse_duration_ms(v, &n, NULL, 0) < 0) {
+			seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
+			return -EINVAL;
+		}
+		o->monitor_interval_ms = n;
+		return 0;
+	case CRUN_OPT_SIGNALS_TO_HANDLE:
+		return crun_launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
+	case CRUN_OPT_START_METHOD:
+		if (strcmp(v, "spawn") && strcmp(v, "fork") && strcmp(v, "forkserver")) {
+			seterr(err, errlen, "expected spawn, fork or forkserver");
+			return -EINVAL;
+		}
+		return set_string(&o->start_method, v, err, errlen);
+	case CRUN_OPT_NNODES:
+		if (parse_nnodes(v, &o->nnodes_min, &o->nnodes_max) < 0) {
+			seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
+			       CRUN_LAUNCH_MAX_NNODES);
+			return -EINVAL;
+		}
+		return 0;
+	case CRUN_OPT_NODE_RANK:
+		if (!isdigit((unsigned char)*v) ||
+		    crun_parse_int64(v, 0, CRUN_LAUNCH_MAX_NNODES - 1, &n, NULL, 0) < 0) {
+			seterr(err, errlen, "expected a whole number from 0 to %d",
+			       CRUN_LAUNCH_MAX_NNODES - 1);
+			return -EINVAL;
+		}
+		o->node_rank = (int)n;
+		return 0;
+	case CRUN_OPT_RDZV_BACKEND:
+		if (!strcmp(v, "c10d")) {
+			o->rdzv_backend = CRUN_RDZV_C10D;
+		} else if (!strcmp(v, "static")) {
+			o->rdzv_backend = CRUN_RDZV_STATIC;
+		} else {
+			seterr(err, errlen, "expected c10d or static%s",
+			       strncmp(v, "etcd", 4) ? "" : " (crun brings its own store)");
+			return -EINVAL;
+		}
+		return 0;
+	case CRUN_OPT_RDZV_ENDPOINT: {
+		char host[256];
+		int port;
+
+		if (crun_parse_endpoint(v, 29400, host, sizeof(host), &port, reason,
+					sizeof(reason)) < 0 ||
+		    check_host(host, NULL, 0) < 0) {
+			seterr(err, errlen,
+			       "expected HOST[:PORT] or [ADDR]:PORT with a port 0-65535");
+			return -EINVAL;
+		}
+		return set_string(&o->rdzv_endpoint, v, err, errlen);
+	}
+	case CRUN_OPT_RDZV_ID:
+		if (check_word(v, "._-:@+", CRUN_LAUNCH_MAX_RUN_ID) < 0) {
+			seterr(err, errlen,
+			       "expected up to %d letters, digits, '.', '_', '-', ':', "
+			       "'@' or '+'",
+			       CRUN_LAUNCH_MAX_RUN_ID);
+			return -EINVAL;
+		}
+		return set_string(&o->rdzv_id, v, err, errlen);
+	case CRUN_OPT_RDZV_CONF:
+		crun_rdzv_conf_finish(&o->rdzv_conf);
+		crun_rdzv_conf_init(&o->rdzv_conf);
+		return crun_launch_parse_rdzv_conf(v, &o->rdzv_conf, err, errlen);
+	case CRUN_OPT_MASTER_ADDR:
+		if (check_host(v, err, errlen) < 0)
+			return -EINVAL;
+		return set_string(&o->master_addr, v, err, errlen);
+	case CRUN_OPT_MASTER_PORT:
+		if (!isdigit((unsigned char)*v) || crun_parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
+			seterr(err, errlen, "expected a port from 1 to 65535");
+			return -EINVAL;
+		}
+		o->master_port = (int)n;
+		return 0;
+	case CRUN_OPT_LOCAL_ADDR:
+		if (check_host(v, err, errlen) < 0)
+			return -EINVAL;
+		return set_string(&o->local_addr, v, err, errlen);
+	case CRUN_OPT_LOG_DIR:
+		if (!*v) {
+			seterr(err, errlen, "expected a directory");
+			return -EINVAL;
+		}
+		return set_string(&o->log_dir, v, err, errlen);
+	case CRUN_OPT_REDIRECTS:
+	case CRUN_OPT_TEE: {
+		struct crun_std_spec *dst = id == CRUN_OPT_TEE ? &o->tee : &o->redirects;
+		struct crun_std_spec spec;
+
+		rc = crun_launch_parse_std(v, &spec, err, errlen);
+		if (rc)
+			return rc;
+		crun_std_spec_finish(dst);
+		*dst = spec;
+		return 0;
+	}
+	case CRUN_OPT_LOCAL_RANKS_FILTER:
+		return parse_rank_list(v, &o->ranks_filter, &o->nranks_filter, err, errlen);
+	case CRUN_OPT_CONFIG:
+		if (!*v) {
+			seterr(err, errlen, "expected a file name");
+			return -EINVAL;
+		}
+		return set_string(&o->config_path, v, err, errlen);
+	case CRUN_OPT_HELP:
+	case CRUN_OPT_VERSION:
+	case CRUN_OPT_COUNT:
+		break;
+	}
+	return 0;
+}
+
+/* ---- the parse ------------------------------------------------------- */
+
+struct parse_ctx {
+	struct crun_launch_opts *o;
+	const char *value[CRUN_OPT_COUNT]; /* the winning text of each option */
+	char *owned[CRUN_OPT_COUNT];	   /* texts read from the config file */
+	int config_line[CRUN_OPT_COUNT];   /* where the config file set each */
+};
+
+void crun_launch_opts_init(struct crun_launch_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->action = CRUN_LAUNCH_RUN;
+	o->nproc_mode = CRUN_NPROC_COUNT;
+	o->nproc = 1;
+	o->nnodes_min = o->nnodes_max = 1;
+	o->rdzv_backend = CRUN_RDZV_C10D;
+	crun_rdzv_conf_init(&o->rdzv_conf);
+	o->max_restarts = 3;
+	o->monitor_interval_ms = 100;
+	o->shutdown_timeout_ms = 30000;
+	o->signals[0] = SIGTERM;
+	o->signals[1] = SIGINT;
+	o->signals[2] = SIGHUP;
+	o->signals[3] = SIGQUIT;
+	o->nsignals = 4;
+}
+
+void crun_launch_opts_finish(struct crun_launch_opts *o)
+{
+	free(o->rdzv_endpoint);
+	free(o->rdzv_id);
+	crun_rdzv_conf_finish(&o->rdzv_conf);
+	free(o->start_method);
+	free(o->role);
+	free(o->master_addr);
+	free(o->local_addr);
+	free(o->log_dir);
+	crun_std_spec_finish(&o->redirects);
+	crun_std_spec_finish(&o->tee);
+	free(o->ranks_filter);
+	free(o->config_path);
+	memset(o, 0, sizeof(*o));
+}
+
+static void format_invalid(enum crun_launch_source src, const char *env_name,
+			   const char *config_path, int line, enum crun_launch_opt id,
+			   const char *value, const char *reason, char *err, size_t errlen)
+{
+	char key[48];
+
+	switch (src) {
+	case CRUN_SRC_ENV:
+		seterr(err, errlen, "invalid value '%s' for %s: %s", value, env_name, reason);
+		break;
+	case CRUN_SRC_CONFIG:
+		config_key(id, key, sizeof(key));
+		seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
+		       config_path ? config_path : "?", line, value, key, reason);
+		break;
+	case CRUN_SRC_CLI:
+	case CRUN_SRC_DEFAULT:
+		seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
+		       reason);
+		break;
+	}
+}
+
+void crun_launch_opts_invalid(const struct crun_launch_opts *o, enum crun_launch_opt id,
+			      const char *value, const char *reason, char *err, size_t errlen)
+{
+	const char *env = pet_name(id);
+
+	if (id == CRUN_OPT_SHUTDOWN_TIMEOUT && o->source[id] == CRUN_SRC_ENV &&
+	    o->shutdown_timeout_from_torch_env)
+		env = torch_shutdown_env;
+	format_invalid(o->source[id], env, o->config_path, o->config_line[id], id, value, reason,
+		       err, errlen);
+}
+
+/* Checks text for option id without keeping it: apply() on a scratch set. */
+static int check_value(enum crun_launch_opt id, const char *v, char *reason, size_t len)
+{
+	struct crun_launch_opts scratch;
+	int rc;
+
+	crun_launch_opts_init(&scratch);
+	rc = apply(&scratch, id, v, reason, len);
+	crun_launch_opts_finish(&scratch);
+	return rc;
+}
+
+/* Offers a value from src; it wins over what a lower source gave. */
+static void offer(struct parse_ctx *c, enum crun_launch_opt id, enum crun_launch_source src,
+		  const char *v, int line)
+{
+	if (c->o->source[id] > src)
+		return;
+	c->value[id] = v;
+	c->o->source[id] = src;
+	c->o->config_line[id] = line;
+}
+
+static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size_t errlen)
+{
+	struct crun_launch_opts *o = c->o;
+	char reason[256];
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const struct crun_launch_optdef *d;
+		const char *arg = argv[i], *val = NULL;
+		char shown[64];
+
+		if (!strcmp(arg, "--")) {
+			i++;
+			break;
+		}
+		if (arg[0] != '-' || !arg[1])
+			break;
+		if (arg[1] == '-') {
+			const char *eq = strchr(arg + 2, '=');
+			size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+
+			d = find_long(arg + 2, len);
+			if (eq)
+				val = eq + 1;
+			snprintf(shown, sizeof(shown), "%.*s", (int)(len + 2), arg);
+		} else {
+			d = find_short(arg[1]);
+			if (arg[2])
+				val = arg[2] == '=' ? arg + 3 : arg + 2;
+			snprintf(shown, sizeof(shown), "-%c", arg[1]);
+			if (d && !d->takes_value && val)
+				d = NULL; /* "-mx": no bundling of flags */
+		}
+		if (!d) {
+			seterr(err, errlen, "unknown option '%s' (see crun --help)", arg);
+			return -EINVAL;
+		}
+		if (d->id == CRUN_OPT_HELP || d->id == CRUN_OPT_VERSION) {
+			if (val) {
+				seterr(err, errlen, "option '%s' takes no value", shown);
+				return -EINVAL;
+			}
+			o->action = d->id == CRUN_OPT_HELP ? CRUN_LAUNCH_HELP : CRUN_LAUNCH_VERSION;
+			return 0;
+		}
+		if (!d->takes_value) {
+			if (val) {
+				seterr(err, errlen, "option '%s' takes no value", shown);
+				return -EINVAL;
+			}
+			val = "1";
+		} else if (!val) {
+			if (i + 1 >= argc) {
+				seterr(err, errlen, "option '%s' needs a value (see crun --help)",
+				       shown);
+				return -EINVAL;
+			}
+			val = argv[++i];
+		}
+		if (check_value(d->id, val, reason, sizeof(reason)) < 0) {
+			seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
+			       reason);
+			return -EINVAL;
+		}
+		offer(c, d->id, CRUN_SRC_CLI, val, 0);
+	}
+	if (i < argc) {
+		o->command = &argv[i];
+		o->command_argc = argc - i;
+	}
+	return 0;
+}
+
+static const char *env_lookup(char **envp, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (char **e = envp; e && *e; e++)
+		if (!strncmp(*e, name, len) && (*e)[len] == '=')
+			return *e + len + 1;
+	return NULL;
+}
+
+static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
+{
+	char reason[256];
+
+	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
+		const struct crun_launch_optdef *d = &optdefs[i];
+		const char *name = pet_name(d->id), *v;
+
+		if (!name)
+			continue;
+		v = env_lookup(envp, name);
+		if ((!v || !*v) && d->id == CRUN_OPT_SHUTDOWN_TIMEOUT) {
+			name = torch_shutdown_env;
+			v = env_lookup(envp, name);
+		}
+		if (!v || !*v) /* empty: as if unset */
+			continue;
+		if (!d->takes_value) {
+			/* torchrun: bool(int(value)) */
+			int64_t n;
+
+			if (crun_parse_int64(v, INT32_MIN, INT32_MAX, &n, NULL, 0) < 0) {
+				seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
+				       name);
+				return -EINVAL;
+			}
+			v = n ? "1" : "0";
+		} else if (check_value(d->id, v, reason, sizeof(reason)) < 0) {
+			seterr(err, errlen, "invalid value '%s' for %s: %s", v, name, reason);
+			return -EINVAL;
+		}
+		if (d->id == CRUN_OPT_SHUTDOWN_TIMEOUT && c->o->source[d->id] <= CRUN_SRC_ENV)
+			c->o->shutdown_timeout_from_torch_env = name == torch_shutdown_env;
+		offer(c, d->id, CRUN_SRC_ENV, v, 0);
+	}
+	return 0;
+}
+
+/* Flattens a YAML value into the text the option takes. */
+static int config_text(const struct crun_launch_optdef *d, const char *key,
+		       const struct crun_config_value *v, char **out, char *err, size_t errlen)
+{
+	bool joinable = d->id == CRUN_OPT_SIGNALS_TO_HANDLE || d->id == CRUN_OPT_LOCAL_RANKS_FILTER;
+	bool pairs =
+		d->id == CRUN_OPT_RDZV_CONF || d->id == CRUN_OPT_REDIRECTS || d->id == CRUN_OPT_TEE;
+	const char *forbidden;
+	size_t len = 1;
+	char *s;
+	bool b;
+
+	switch (v->kind) {
+	case CRUN_CONFIG_NULL:
+		seterr(err, errlen, "missing value for '%s'", key);
+		return -EINVAL;
+	case CRUN_CONFIG_SCALAR:
+		if (!d->takes_value) {
+			if (parse_bool(v->scalar, &b) < 0) {
+				seterr(err, errlen,
+				       "invalid value '%s' for '%s': expected true or false",
+				       v->scalar, key);
+				return -EINVAL;
+			}
+			*out = strdup(b ? "1" : "0");
+		} else {
+			*out = strdup(v->scalar);
+		}
+		break;
+	case CRUN_CONFIG_SEQUENCE:
+	case CRUN_CONFIG_MAPPING:
+		if (v->kind == CRUN_CONFIG_SEQUENCE ? !joinable : !pairs) {
+			seterr(err, errlen,
+			       "wrong type for '%s': expected a single value, got a %s", key,
+			       v->kind == CRUN_CONFIG_SEQUENCE ? "list" : "mapping");
+			return -EINVAL;
+		}
+		if (!v->nitems) {
+			seterr(err, errlen, "missing value for '%s'", key);
+			return -EINVAL;
+		}
+		/* The separators of the flattened text may not appear inside. */
+		forbidden = v->kind == CRUN_CONFIG_SEQUENCE ? ","
+			    : d->id == CRUN_OPT_RDZV_CONF   ? ",="
+							    : ",:";
+		for (size_t i = 0; i < v->nitems; i++) {
+			if (strpbrk(v->items[i], forbidden)) {
+				seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
+				return -EINVAL;
+			}
+			len += strlen(v->items[i]) + 1;
+		}
+		s = calloc(1, len);
+		if (!s)
+			break;
+		for (size_t i = 0; i < v->nitems; i++) {
+			if (i)
+				strcat(s, v->kind == CRUN_CONFIG_SEQUENCE || i % 2 == 0 ? ","
+					  : d->id == CRUN_OPT_RDZV_CONF			? "="
+											: ":");
+			strcat(s, v->items[i]);
+		}
+		*out = s;
+		break;
+	}
+	if (!*out) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int config_cb(void *ctx, const char *key, int line, const struct crun_config_value *v,
+		     char *err, size_t errlen)
+{
+	struct parse_ctx *c = ctx;
+	const struct crun_launch_optdef *d = find_long(key, strlen(key));
+	char reason[256], canon[48];
+	char *text = NULL;
+	int rc;
+
+	if (!d || !d->config) {
+		seterr(err, errlen, "unknown key '%s'", key);
+		return -EINVAL;
+	}
+	config_key(d->id, canon, sizeof(canon));
+	if (c->config_line[d->id]) {
+		seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
+		       c->config_line[d->id]);
+		return -EINVAL;
+	}
+	rc = config_text(d, canon, v, &text, err, errlen);
+	if (rc)
+		return rc;
+	if (d->takes_value && check_value(d->id, text, reason, sizeof(reason)) < 0) {
+		seterr(err, errlen, "invalid value '%s' for '%s': %s", text, canon, reason);
+		free(text);
+		return -EINVAL;
+	}
+	c->owned[d->id] = text;
+	c->config_line[d->id] = line;
+	offer(c, d->id, CRUN_SRC_CONFIG, text, line);
+	return 0;
+}
+
+int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, char **envp,
+			   char *err, size_t errlen)
+{
+	struct parse_ctx c = {.o = o};
+	char reason[256];
+	int rc;
+
+	rc = parse_cli(&c, argc, argv, err, errlen);
+	if (rc || o->action == CRUN_LAUNCH_HELP || o->action == CRUN_LAUNCH_VERSION)
+		return rc;
+	rc = parse_env(&c, envp, err, errlen);
+	if (rc)
+		return rc;
+	if (c.value[CRUN_OPT_CONFIG]) {
+		rc = apply(o, CRUN_OPT_CONFIG, c.value[CRUN_OPT_CONFIG], err, errlen);
+		if (rc)
+			goto out_free;
+		rc = crun_launch_config_read(o->config_path, config_cb, &c, err, errlen);
+		if (rc)
+			goto out_free;
+	}
+	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
+		if (!c.value[i] || i == CRUN_OPT_CONFIG)
+			continue;
+		rc = apply(o, (enum crun_launch_opt)i, c.value[i], reason, sizeof(reason));
+		if (rc) {
+			crun_launch_opts_invalid(o, (enum crun_launch_opt)i, c.value[i], reason,
+						 err, errlen);
+			goto out_free;
+		}
+	}
+
+	if (c.value[CRUN_OPT_RUN_PATH] && *c.value[CRUN_OPT_RUN_PATH] == '1') {
+		char key[48];
+
+		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
+		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
+			seterr(err, errlen,
+			       "config '%s' line %d: '%s' is not supported: crun starts "
+			       "each worker as its own process; run the script as the command",
+			       o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
+		else
+			seterr(err, errlen,
+			       "%s%s is not supported: crun starts each worker as its "
+			       "own process; run the script as the command",
+			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
+			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV
+				       ? pet_name(CRUN_OPT_RUN_PATH)
+				       : "run-path");
+		rc = -EINVAL;
+		goto out_free;
+	}
+	if (o->module && o->no_python) {
+		seterr(err, errlen,
+		       "--module and --no-python cannot be used together: a module "
+		       "needs python");
+		rc = -EINVAL;
+		goto out_free;
+	}
+	if (o->node_rank >= o->nnodes_max) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "%d", o->node_rank);
+		snprintf(reason, sizeof(reason), "expected a node rank below --nnodes (%d)",
+			 o->nnodes_max);
+		crun_launch_opts_invalid(o, CRUN_OPT_NODE_RANK, v, reason, err, errlen);
+		rc = -EINVAL;
+		goto out_free;
+	}
+	if (!o->command) {
+		seterr(err, errlen,
+		       "no command given: usage: crun [OPTIONS] SCRIPT.py|COMMAND "
+		       "[ARGS...] (see crun --help)");
+		rc = -EINVAL;
+		goto out_free;
+	}
+out_free:
+	for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
+		free(c.owned[i]);
+	return rc;
+}

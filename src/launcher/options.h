@@ -1,0 +1,224 @@
+/* crun's options: command line, PET_ environment, config file, defaults.
+ *
+ * Every option is declared once, in the table of options.c, with its long
+ * name (both spellings, --nproc-per-node and --nproc_per_node, are
+ * accepted), its PET_ variable, its config key, its default and its help
+ * text; --help (help.c) and the checks of the man page come from it.
+ *
+ * A value may come from four places; the first that has it wins:
+ *   1. the command line
+ *   2. the PET_<NAME> environment variable (torchrun's fallback)
+ *   3. the config file named by -c/--config (crun's own)
+ *   4. the default
+ * Every value that is given anywhere is checked, also one that a higher
+ * source overrides, so a bad config file is always reported.
+ *
+ * Parsing never prints and never exits: it returns 0 or -EINVAL with one
+ * line in the caller's buffer, without the "crun: " prefix and without a
+ * newline, naming the flag, variable or config key and what is allowed:
+ *   invalid value '-2' for --nproc-per-node: expected a positive number...
+ *   invalid value 'x' for PET_NNODES: expected N or MIN:MAX ...
+ *   config 'x.yaml' line 3: unknown key 'nproc'
+ * main() prints it and exits 2. */
+#ifndef CRUN_LAUNCHER_OPTIONS_H
+#define CRUN_LAUNCHER_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/agent.h"
+
+#define CRUN_LAUNCH_MAX_NPROC 4096
+#define CRUN_LAUNCH_MAX_NNODES 65536
+#define CRUN_LAUNCH_MAX_RUN_ID 128
+/* Largest config file read, in bytes. */
+#define CRUN_LAUNCH_MAX_CONFIG (1 << 20)
+
+enum crun_launch_action {
+	CRUN_LAUNCH_RUN = 0,
+	CRUN_LAUNCH_HELP,
+	CRUN_LAUNCH_VERSION,
+	CRUN_LAUNCH_DRY_RUN, /* print the resolved configuration, start nothing */
+};
+
+/* --nproc-per-node: a count, or a word resolved on this host (plan.h). */
+enum crun_nproc_mode {
+	CRUN_NPROC_COUNT = 0,
+	CRUN_NPROC_AUTO, /* GPUs if there are any, else CPUs */
+	CRUN_NPROC_CPU,	 /* online CPUs */
+	CRUN_NPROC_GPU,	 /* NVIDIA GPUs; an error when there are none */
+};
+
+enum crun_rdzv_backend {
+	CRUN_RDZV_C10D = 0, /* crun's store and rounds, torchrun's name */
+	CRUN_RDZV_STATIC,   /* fixed ranks, store on master-addr:master-port */
+};
+
+/* Where the value of an option came from, in rising precedence. */
+enum crun_launch_source {
+	CRUN_SRC_DEFAULT = 0,
+	CRUN_SRC_CONFIG,
+	CRUN_SRC_ENV,
+	CRUN_SRC_CLI,
+};
+
+/* Identifiers of the options, in the order of the table (and of --help). */
+enum crun_launch_opt {
+	CRUN_OPT_NPROC_PER_NODE = 0,
+	CRUN_OPT_ROLE,
+	CRUN_OPT_MODULE,
+	CRUN_OPT_NO_PYTHON,
+	CRUN_OPT_RUN_PATH,
+	CRUN_OPT_MAX_RESTARTS,
+	CRUN_OPT_SHUTDOWN_TIMEOUT,
+	CRUN_OPT_SIGNALS_TO_HANDLE,
+	CRUN_OPT_VIRTUAL_LOCAL_RANK,
+	CRUN_OPT_MONITOR_INTERVAL,
+	CRUN_OPT_START_METHOD,
+	CRUN_OPT_NNODES,
+	CRUN_OPT_NODE_RANK,
+	CRUN_OPT_RDZV_BACKEND,
+	CRUN_OPT_RDZV_ENDPOINT,
+	CRUN_OPT_RDZV_ID,
+	CRUN_OPT_RDZV_CONF,
+	CRUN_OPT_STANDALONE,
+	CRUN_OPT_MASTER_ADDR,
+	CRUN_OPT_MASTER_PORT,
+	CRUN_OPT_LOCAL_ADDR,
+	CRUN_OPT_LOG_DIR,
+	CRUN_OPT_REDIRECTS,
+	CRUN_OPT_TEE,
+	CRUN_OPT_LOCAL_RANKS_FILTER,
+	CRUN_OPT_CONFIG,
+	CRUN_OPT_DRY_RUN,
+	CRUN_OPT_HELP,
+	CRUN_OPT_VERSION,
+	CRUN_OPT_COUNT,
+};
+
+/* One row of the option table, for --help and the tests. */
+struct crun_launch_optdef {
+	enum crun_launch_opt id;
+	const char *name;	  /* long name with dashes, without "--" */
+	char short_name;	  /* 0: none */
+	bool takes_value;	  /* false: a flag */
+	bool pet;		  /* read from PET_<NAME> */
+	bool config;		  /* allowed as a config file key */
+	const char *metavar;	  /* for --help; NULL for flags */
+	const char *default_text; /* "(default ...)" in --help; NULL: none */
+	const char *help;
+	const char *group; /* heading in --help */
+};
+
+const struct crun_launch_optdef *crun_launch_optdefs(size_t *count);
+
+/* The --rdzv-conf keys (issue 4 uses them for multi-node rounds). */
+struct crun_rdzv_conf {
+	int64_t join_timeout_ms;	/* 600 s */
+	int64_t last_call_timeout_ms;	/* 30 s */
+	int64_t close_timeout_ms;	/* 30 s */
+	int64_t keep_alive_interval_ms; /* 5 s */
+	int keep_alive_max_attempt;	/* 3 */
+	int is_host;			/* -1: decide from the endpoint, 0, 1 */
+	char *token_file;		/* NULL: none */
+	int64_t read_timeout_ms;	/* 60 s */
+};
+
+/* Per-rank stream selection of --redirects/--tee, as torchrun writes it:
+ * "3" (every local rank) or "0:1,1:2" (local rank:streams). */
+struct crun_std_spec {
+	enum crun_std all; /* value for ranks without an entry */
+	size_t count;
+	int *ranks;
+	enum crun_std *streams;
+};
+
+struct crun_launch_opts {
+	enum crun_launch_action action;
+
+	enum crun_nproc_mode nproc_mode;
+	int nproc;			     /* with CRUN_NPROC_COUNT */
+	int nnodes_min, nnodes_max;	     /* 1:1 */
+	int node_rank;			     /* 0 */
+	enum crun_rdzv_backend rdzv_backend; /* c10d */
+	char *rdzv_endpoint;		     /* NULL: none given */
+	char *rdzv_id;			     /* NULL: none given */
+	struct crun_rdzv_conf rdzv_conf;
+	bool standalone;
+	int max_restarts;	     /* 3 */
+	int64_t monitor_interval_ms; /* 100; accepted, unused (event driven) */
+	char *start_method;	     /* "spawn"; accepted, unused (crun execs) */
+	char *role;		     /* "default" */
+	bool module;
+	bool no_python;
+	char *master_addr; /* NULL: 127.0.0.1 on one node */
+	int master_port;   /* 0: a free port on one node */
+	char *local_addr;  /* NULL: none */
+	char *log_dir;	   /* NULL: no log files */
+	struct crun_std_spec redirects, tee;
+	int *ranks_filter; /* --local-ranks-filter; NULL: all */
+	size_t nranks_filter;
+	int64_t shutdown_timeout_ms; /* 30 s */
+	int signals[CRUN_AGENT_MAX_SIGNALS];
+	int nsignals;
+	bool virtual_local_rank;
+	char *config_path; /* -c/--config; NULL: none */
+
+	/* The command and its arguments: pointers into the caller's argv,
+	 * valid as long as it is. */
+	char **command;
+	int command_argc;
+
+	/* Where each option's value came from, and for config values the
+	 * line (for messages that name it). */
+	enum crun_launch_source source[CRUN_OPT_COUNT];
+	int config_line[CRUN_OPT_COUNT];
+	/* The shutdown timeout came from TORCH_ELASTIC_SHUTDOWN_TIMEOUT. */
+	bool shutdown_timeout_from_torch_env;
+};
+
+/* Sets every option to its default; no command. */
+void crun_launch_opts_init(struct crun_launch_opts *o);
+/* Frees what parsing allocated; the struct may be initialised again. */
+void crun_launch_opts_finish(struct crun_launch_opts *o);
+
+/* Parses argv[1..argc-1] (options up to the first argument that is not an
+ * option, or "--"; the rest is the command), the PET_ variables of envp
+ * (NULL-terminated "NAME=value" strings; NULL: none) and the config file.
+ * -h/--help and --version end parsing at once and set o->action. Returns 0
+ * or -EINVAL with one line in err (see above). o must be initialised; on
+ * error it still must be finished. */
+int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, char **envp,
+			   char *err, size_t errlen);
+
+/* Writes "invalid value 'V' for ORIGIN: REASON" for option id into err,
+ * where ORIGIN is the flag, the PET_ variable or the config key and line
+ * that gave the value (for checks made after parsing, such as plan.c's). */
+void crun_launch_opts_invalid(const struct crun_launch_opts *o, enum crun_launch_opt id,
+			      const char *value, const char *reason, char *err, size_t errlen);
+
+/* Parsers of single values, also used by the tests. Each returns 0 or
+ * -EINVAL with the reason (what is allowed) in err. */
+
+/* "3" or "0:1,1:2"; streams 0-3. */
+int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, size_t errlen);
+void crun_std_spec_finish(struct crun_std_spec *spec);
+/* Streams of local rank lr. */
+enum crun_std crun_std_spec_get(const struct crun_std_spec *spec, int lr);
+
+/* "k=v,k=v" with the known keys; values checked per key; unknown keys
+ * are an error. conf must hold the defaults (or earlier values). */
+int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char *err,
+				size_t errlen);
+void crun_rdzv_conf_init(struct crun_rdzv_conf *conf);
+void crun_rdzv_conf_finish(struct crun_rdzv_conf *conf);
+
+/* "SIGTERM,SIGINT" (also "TERM", any case); signals that cannot be caught
+ * or that crun needs (SIGKILL, SIGSTOP, SIGCHLD) are refused. Duplicates
+ * are dropped. */
+int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen);
+/* "SIGTERM" for SIGTERM; NULL for a signal the table does not name. */
+const char *crun_signal_name(int sig);
+
+#endif

@@ -1,0 +1,506 @@
+#include "launcher/plan.h"
+#include "common/util.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static const char *env_lookup(char **envp, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (char **e = envp; e && *e; e++)
+		if (!strncmp(*e, name, len) && (*e)[len] == '=')
+			return *e + len + 1;
+	return NULL;
+}
+
+static bool all_digits(const char *s, size_t len)
+{
+	if (!len)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!isdigit((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
+static int count_physical(const char *gpus_dir, const char *dev_dir)
+{
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	d = opendir(gpus_dir);
+	if (d) {
+		while ((de = readdir(d)))
+			n += de->d_name[0] != '.';
+		closedir(d);
+		return n;
+	}
+	d = opendir(dev_dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, "nvidia", 6) &&
+		     all_digits(de->d_name + 6, strlen(de->d_name + 6));
+	closedir(d);
+	return n;
+}
+
+int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd)
+{
+	int n = count_physical(gpus_dir, dev_dir), count = 0;
+	const char *p = cvd;
+	unsigned char seen[CRUN_LAUNCH_MAX_NPROC] = {0};
+
+	if (!cvd || !n)
+		return n;
+	/* The driver's reading: stop at the first entry that does not name a
+	 * device (so "-1" or "" hide every GPU). */
+	while (count < n) {
+		size_t len = strcspn(p, ",");
+		const char *s = p;
+		size_t l = len;
+
+		while (l && isspace((unsigned char)*s)) {
+			s++;
+			l--;
+		}
+		while (l && isspace((unsigned char)s[l - 1]))
+			l--;
+		if (all_digits(s, l)) {
+			long idx = l > 6 ? CRUN_LAUNCH_MAX_NPROC : strtol(s, NULL, 10);
+
+			if (idx >= n || idx >= CRUN_LAUNCH_MAX_NPROC || seen[idx])
+				break;
+			seen[idx] = 1;
+		} else if (!(l > 4 && (!strncmp(s, "GPU-", 4) || !strncmp(s, "MIG-", 4)))) {
+			break;
+		}
+		count++;
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	return count;
+}
+
+int crun_launch_free_port(int *port, char *err, size_t errlen)
+{
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
+	struct sockaddr_storage got;
+	socklen_t len = sizeof(got);
+	int fd, off = 0, rc;
+
+	/* The wildcard address of both families: a port free there is free on
+	 * every address the workers may bind. */
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		if (bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0 || bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0) {
+			rc = -errno;
+			seterr(err, errlen, "cannot find a free port: %s", strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return rc;
+		}
+	}
+	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0) {
+		rc = -errno;
+		seterr(err, errlen, "cannot find a free port: %s", strerror(errno));
+		close(fd);
+		return rc;
+	}
+	*port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
+					  : ntohs(((struct sockaddr_in *)&got)->sin_port);
+	close(fd);
+	return 0;
+}
+
+/* A version 4 UUID from the kernel's random source, as torchrun's
+ * --standalone run id. */
+static int make_uuid(char *out, size_t len)
+{
+	unsigned char b[16];
+	size_t got = 0;
+
+	while (got < sizeof(b)) {
+		ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		got += (size_t)n;
+	}
+	b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+	b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+	snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+		 b[13], b[14], b[15]);
+	return 0;
+}
+
+static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
+			 const struct crun_launch_host *host, int *nproc, char *err, size_t errlen)
+{
+	const char *gpus_dir = host && host->gpus_dir ? host->gpus_dir : "/proc/driver/nvidia/gpus";
+	const char *dev_dir = host && host->dev_dir ? host->dev_dir : "/dev";
+	long ncpus = host && host->ncpus ? host->ncpus : sysconf(_SC_NPROCESSORS_ONLN);
+	int gpus;
+
+	if (ncpus < 1)
+		ncpus = 1;
+	if (ncpus > CRUN_LAUNCH_MAX_NPROC)
+		ncpus = CRUN_LAUNCH_MAX_NPROC;
+	switch (o->nproc_mode) {
+	case CRUN_NPROC_COUNT:
+		*nproc = o->nproc;
+		return 0;
+	case CRUN_NPROC_CPU:
+		*nproc = (int)ncpus;
+		return 0;
+	case CRUN_NPROC_AUTO:
+	case CRUN_NPROC_GPU:
+		gpus = crun_launch_count_gpus(gpus_dir, dev_dir,
+					      env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
+		if (gpus > 0) {
+			*nproc = gpus;
+			return 0;
+		}
+		if (o->nproc_mode == CRUN_NPROC_AUTO) {
+			*nproc = (int)ncpus;
+			return 0;
+		}
+		crun_launch_opts_invalid(o, CRUN_OPT_NPROC_PER_NODE, "gpu",
+					 "no NVIDIA GPU found (none in /proc/driver/nvidia/gpus or "
+					 "/dev/nvidia*, or CUDA_VISIBLE_DEVICES hides them)",
+					 err, errlen);
+		return -EINVAL;
+	}
+	return -EINVAL;
+}
+
+static int resolve_std(const struct crun_launch_opts *o, enum crun_launch_opt id,
+		       const struct crun_std_spec *spec, int nproc, enum crun_std **out, char *err,
+		       size_t errlen)
+{
+	enum crun_std *arr;
+
+	for (size_t i = 0; i < spec->count; i++) {
+		if (spec->ranks[i] >= nproc) {
+			char v[32], reason[96];
+
+			snprintf(v, sizeof(v), "%d:%d", spec->ranks[i], (int)spec->streams[i]);
+			snprintf(reason, sizeof(reason),
+				 "local rank %d is not below --nproc-per-node (%d)", spec->ranks[i],
+				 nproc);
+			crun_launch_opts_invalid(o, id, v, reason, err, errlen);
+			return -EINVAL;
+		}
+	}
+	if (spec->all == CRUN_STD_NONE && !spec->count)
+		return 0;
+	arr = calloc((size_t)nproc, sizeof(*arr));
+	if (!arr) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (int lr = 0; lr < nproc; lr++)
+		arr[lr] = crun_std_spec_get(spec, lr);
+	*out = arr;
+	return 0;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_opts *o, char **envp,
+		      char *err, size_t errlen)
+{
+	const char *python = env_lookup(envp, "PYTHON_EXEC");
+	const char *pre[4];
+	int npre = 0, k = 0;
+
+	if (!python || !*python)
+		python = "python3";
+	if (o->module) {
+		pre[npre++] = python;
+		pre[npre++] = "-u";
+		pre[npre++] = "-m";
+	} else if (!o->no_python && ends_with(o->command[0], ".py")) {
+		pre[npre++] = python;
+		pre[npre++] = "-u";
+	}
+	plan->argv = calloc((size_t)(npre + o->command_argc + 1), sizeof(*plan->argv));
+	if (!plan->argv) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (int i = 0; i < npre; i++)
+		plan->argv[k++] = (char *)pre[i];
+	for (int i = 0; i < o->command_argc; i++)
+		plan->argv[k++] = o->command[i];
+	plan->argc = k;
+	return 0;
+}
+
+int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+			  char **envp, const struct crun_launch_host *host, bool pick_port,
+			  char *err, size_t errlen)
+{
+	char id[40], reason[256];
+	int rc;
+
+	memset(plan, 0, sizeof(*plan));
+	if (o->nnodes_max > 1) {
+		char v[32];
+
+		if (o->nnodes_min == o->nnodes_max)
+			snprintf(v, sizeof(v), "%d", o->nnodes_max);
+		else
+			snprintf(v, sizeof(v), "%d:%d", o->nnodes_min, o->nnodes_max);
+		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+					 "this version of crun runs single-node jobs only "
+					 "(expected 1)",
+					 err, errlen);
+		return -EINVAL;
+	}
+	rc = resolve_nproc(o, envp, host, &plan->nproc, err, errlen);
+	if (rc)
+		return rc;
+	rc = resolve_std(o, CRUN_OPT_REDIRECTS, &o->redirects, plan->nproc, &plan->redirects, err,
+			 errlen);
+	if (rc)
+		return rc;
+	rc = resolve_std(o, CRUN_OPT_TEE, &o->tee, plan->nproc, &plan->tee, err, errlen);
+	if (rc)
+		return rc;
+	if (o->ranks_filter) {
+		plan->console_ranks = calloc((size_t)plan->nproc, sizeof(bool));
+		if (!plan->console_ranks) {
+			seterr(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < o->nranks_filter; i++) {
+			if (o->ranks_filter[i] >= plan->nproc) {
+				char v[16];
+
+				snprintf(v, sizeof(v), "%d", o->ranks_filter[i]);
+				snprintf(reason, sizeof(reason),
+					 "local rank %d is not below --nproc-per-node (%d)",
+					 o->ranks_filter[i], plan->nproc);
+				crun_launch_opts_invalid(o, CRUN_OPT_LOCAL_RANKS_FILTER, v, reason,
+							 err, errlen);
+				return -EINVAL;
+			}
+			plan->console_ranks[o->ranks_filter[i]] = true;
+		}
+	}
+	if (o->rdzv_conf.token_file) {
+		rc = crun_read_secret_file(o->rdzv_conf.token_file, 4096, &plan->token,
+					   &plan->token_len, reason, sizeof(reason));
+		if (rc) {
+			crun_launch_opts_invalid(o, CRUN_OPT_RDZV_CONF, o->rdzv_conf.token_file,
+						 reason, err, errlen);
+			return -EINVAL;
+		}
+	}
+
+	/* torchrun: --standalone gets a fresh uuid and ignores --rdzv-id. */
+	if (o->standalone) {
+		rc = make_uuid(id, sizeof(id));
+		if (rc) {
+			seterr(err, errlen, "cannot make a run id: %s", strerror(-rc));
+			return rc;
+		}
+		plan->run_id = strdup(id);
+	} else {
+		plan->run_id = strdup(o->rdzv_id ? o->rdzv_id : "none");
+	}
+	if (!plan->run_id) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	plan->master_addr = o->master_addr  ? o->master_addr
+			    : o->local_addr ? o->local_addr
+					    : "127.0.0.1";
+	plan->master_port = o->master_port;
+	if (!plan->master_port && pick_port) {
+		rc = crun_launch_free_port(&plan->master_port, err, errlen);
+		if (rc)
+			return rc;
+	}
+	return build_argv(plan, o, envp, err, errlen);
+}
+
+void crun_launch_plan_finish(struct crun_launch_plan *plan)
+{
+	free(plan->argv);
+	free(plan->run_id);
+	free(plan->redirects);
+	free(plan->tee);
+	free(plan->console_ranks);
+	if (plan->token) {
+		explicit_bzero(plan->token, plan->token_len);
+		free(plan->token);
+	}
+	memset(plan, 0, sizeof(*plan));
+}
+
+void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+			      struct crun_agent_spec *spec)
+{
+	spec->argv = plan->argv;
+	spec->argc = plan->argc;
+	spec->nproc_per_node = plan->nproc;
+	spec->nnodes = 1;
+	spec->node_rank = o->node_rank;
+	spec->role = o->role ? o->role : "default";
+	spec->max_restarts = o->max_restarts;
+	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
+	spec->run_id = plan->run_id;
+	spec->master_addr = plan->master_addr;
+	spec->master_port = plan->master_port;
+	spec->local_addr = o->local_addr;
+	spec->log_dir = o->log_dir;
+	spec->redirects = plan->redirects;
+	spec->tee = plan->tee;
+	spec->console_ranks = plan->console_ranks;
+	for (int i = 0; i < o->nsignals; i++)
+		spec->signals[i] = o->signals[i];
+	spec->nsignals = o->nsignals;
+	spec->virtual_local_rank = o->virtual_local_rank;
+	/* One node: the agent hosts the store for native workers on loopback,
+	 * on a port the kernel picks. */
+	spec->host_store = true;
+	spec->store_host = "127.0.0.1";
+	spec->store_port = 0;
+	spec->token = plan->token;
+	spec->token_len = plan->token_len;
+}
+
+/* Single-quotes a word for a shell when it needs it. */
+static void print_word(FILE *f, const char *w)
+{
+	bool plain = *w != '\0';
+
+	for (const char *p = w; *p && plain; p++)
+		plain = isalnum((unsigned char)*p) || strchr("-_./=:,+@%", *p);
+	if (plain) {
+		fputs(w, f);
+		return;
+	}
+	fputc('\'', f);
+	for (const char *p = w; *p; p++) {
+		if (*p == '\'')
+			fputs("'\\''", f);
+		else
+			fputc(*p, f);
+	}
+	fputc('\'', f);
+}
+
+static void print_std(FILE *f, const char *key, const struct crun_std_spec *spec)
+{
+	fprintf(f, "%s=", key);
+	if (!spec->count)
+		fprintf(f, "%d", (int)spec->all);
+	for (size_t i = 0; i < spec->count; i++)
+		fprintf(f, "%s%d:%d", i ? "," : "", spec->ranks[i], (int)spec->streams[i]);
+	fputc('\n', f);
+}
+
+void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
+			    const struct crun_launch_opts *o)
+{
+	const struct crun_rdzv_conf *rc = &o->rdzv_conf;
+	static const char *const backends[] = {"c10d", "static"};
+
+	fprintf(f, "nproc_per_node=%d\n", plan->nproc);
+	if (o->nnodes_min == o->nnodes_max)
+		fprintf(f, "nnodes=%d\n", o->nnodes_max);
+	else
+		fprintf(f, "nnodes=%d:%d\n", o->nnodes_min, o->nnodes_max);
+	fprintf(f, "node_rank=%d\n", o->node_rank);
+	fprintf(f, "standalone=%d\n", o->standalone);
+	fprintf(f, "rdzv_backend=%s\n", backends[o->rdzv_backend]);
+	fprintf(f, "rdzv_endpoint=%s\n", o->rdzv_endpoint ? o->rdzv_endpoint : "");
+	fprintf(f, "run_id=%s\n", plan->run_id);
+	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)rc->join_timeout_ms);
+	fprintf(f, "rdzv_conf.last_call_timeout_ms=%lld\n", (long long)rc->last_call_timeout_ms);
+	fprintf(f, "rdzv_conf.close_timeout_ms=%lld\n", (long long)rc->close_timeout_ms);
+	fprintf(f, "rdzv_conf.keep_alive_interval_ms=%lld\n",
+		(long long)rc->keep_alive_interval_ms);
+	fprintf(f, "rdzv_conf.keep_alive_max_attempt=%d\n", rc->keep_alive_max_attempt);
+	fprintf(f, "rdzv_conf.is_host=%s\n", rc->is_host < 0 ? "auto" : rc->is_host ? "1" : "0");
+	fprintf(f, "rdzv_conf.token_file=%s\n", rc->token_file ? rc->token_file : "");
+	fprintf(f, "rdzv_conf.read_timeout_ms=%lld\n", (long long)rc->read_timeout_ms);
+	fprintf(f, "master_addr=%s\n", plan->master_addr);
+	if (plan->master_port)
+		fprintf(f, "master_port=%d\n", plan->master_port);
+	else
+		fprintf(f, "master_port=auto\n");
+	fprintf(f, "local_addr=%s\n", o->local_addr ? o->local_addr : "");
+	fprintf(f, "role=%s\n", o->role ? o->role : "default");
+	fprintf(f, "max_restarts=%d\n", o->max_restarts);
+	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);
+	fprintf(f, "monitor_interval_ms=%lld\n", (long long)o->monitor_interval_ms);
+	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
+	fputs("signals_to_handle=", f);
+	for (int i = 0; i < o->nsignals; i++)
+		fprintf(f, "%s%s", i ? "," : "", crun_signal_name(o->signals[i]));
+	fputc('\n', f);
+	fprintf(f, "virtual_local_rank=%d\n", o->virtual_local_rank);
+	fprintf(f, "log_dir=%s\n", o->log_dir ? o->log_dir : "");
+	print_std(f, "redirects", &o->redirects);
+	print_std(f, "tee", &o->tee);
+	fputs("local_ranks_filter=", f);
+	if (!o->ranks_filter)
+		fputs("all", f);
+	for (size_t i = 0; i < o->nranks_filter; i++)
+		fprintf(f, "%s%d", i ? "," : "", o->ranks_filter[i]);
+	fputc('\n', f);
+	fprintf(f, "config=%s\n", o->config_path ? o->config_path : "");
+	fputs("command=", f);
+	for (int i = 0; i < plan->argc; i++) {
+		if (i)
+			fputc(' ', f);
+		print_word(f, plan->argv[i]);
+	}
+	fputc('\n', f);
+}

@@ -1,0 +1,69 @@
+/* From parsed options to what the agent runs: the number of workers on
+ * this host, the command line of each worker, the run id, MASTER_ADDR and
+ * MASTER_PORT, and the per-rank stream settings. This is where words like
+ * "gpu" meet the machine, so the machine is a parameter (tests pass fake
+ * /proc and /dev directories). */
+#ifndef CRUN_LAUNCHER_PLAN_H
+#define CRUN_LAUNCHER_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "agent/agent.h"
+#include "launcher/options.h"
+
+/* The host as the plan sees it; NULL fields mean the real machine. */
+struct crun_launch_host {
+	const char *gpus_dir; /* NULL: /proc/driver/nvidia/gpus */
+	const char *dev_dir;  /* NULL: /dev (nvidia0, nvidia1, ...) */
+	long ncpus;	      /* 0: online CPUs */
+};
+
+struct crun_launch_plan {
+	int nproc;   /* workers on this node */
+	char **argv; /* the worker command, NULL-terminated; the array
+		      * is owned, the strings are the options' or
+		      * static */
+	int argc;
+	char *run_id; /* --rdzv-id, a random id (standalone) or "none" */
+	const char *master_addr;
+	int master_port;	  /* 0: to be picked (dry run) */
+	enum crun_std *redirects; /* nproc entries, or NULL: none */
+	enum crun_std *tee;
+	bool *console_ranks; /* nproc entries, or NULL: all */
+	char *token;	     /* from rdzv_conf token_file; NULL: the agent's */
+	size_t token_len;
+};
+
+/* NVIDIA GPUs visible to a CUDA program, counted without CUDA: the entries
+ * of gpus_dir (one per device), else the nvidiaN nodes of dev_dir; then
+ * CUDA_VISIBLE_DEVICES (cvd, NULL when unset) as the driver reads it:
+ * indexes and GPU-/MIG- UUIDs up to the first invalid or repeated entry.
+ * Returns the count (0 when there are none). */
+int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd);
+
+/* A free TCP port: binds port 0 on the wildcard address, reads the port
+ * the kernel chose, closes. 0 or a negative errno with a reason in err. */
+int crun_launch_free_port(int *port, char *err, size_t errlen);
+
+/* Resolves o on host (NULL: this machine) with envp (PYTHON_EXEC,
+ * CUDA_VISIBLE_DEVICES). With pick_port, a missing --master-port becomes a
+ * free port now; without, it stays 0. Refuses more than one node (this
+ * version runs single-node jobs). Returns 0 or -EINVAL with one line in
+ * err naming the flag (as options.h); plan must be finished either way. */
+int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+			  char **envp, const struct crun_launch_host *host, bool pick_port,
+			  char *err, size_t errlen);
+void crun_launch_plan_finish(struct crun_launch_plan *plan);
+
+/* Fills spec (initialised by crun_agent_spec_init) from plan and o; spec
+ * points into both, which must outlive it. */
+void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+			      struct crun_agent_spec *spec);
+
+/* --dry-run: the resolved configuration as key=value lines. */
+void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
+			    const struct crun_launch_opts *o);
+
+#endif

@@ -1,0 +1,84 @@
+#!/bin/bash
+# Worker output: whole lines prefixed with the rank (or role), stdout and
+# stderr kept apart, no line split or mixed with another, also with four
+# workers writing at once, lines longer than a pipe buffer (and longer than
+# crun's line buffer), a last line without a newline; log files under
+# --log-dir per attempt, --redirects and --tee, --local-ranks-filter.
+set -u
+. "$(dirname "$0")/crun-lib.sh"
+
+# check_lines FILE RANKS LEN COUNT: every line is "[r]:" and LEN copies of
+# r's letter; COUNT lines per rank.
+check_lines() {
+	python3 - "$@" <<'PY' || fail "bad output in $1"
+import re, sys
+path, ranks, length, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+data = open(path, "rb").read()
+assert data.endswith(b"\n"), "no final newline"
+seen = {}
+for line in data[:-1].split(b"\n"):
+    m = re.match(rb"^\[(\d+)\]:(.*)$", line, re.S)
+    assert m, "line without prefix: %r" % line[:80]
+    r = int(m.group(1))
+    body = m.group(2)
+    letter = bytes([ord("a") + r % 26])
+    assert len(body) == length and body == letter * length, \
+        "rank %d: line of %d bytes, %d foreign" % (r, len(body), len(body) - body.count(letter))
+    seen[r] = seen.get(r, 0) + 1
+assert seen == {r: count for r in range(ranks)}, "lines per rank: %r" % seen
+PY
+}
+
+# Four workers, many lines each written in two pieces.
+crun --nproc-per-node=4 "$H/crun-test-lines" many 300 5000 >"$tmp/out" 2>"$tmp/err" ||
+	fail "many: $(cat "$tmp/err")"
+check_lines "$tmp/out" 4 5000 300
+
+# Lines longer than a pipe buffer (200 KB) and than crun's line buffer (1 MB).
+for len in 200000 1000000; do
+	crun --nproc-per-node=3 "$H/crun-test-lines" long $len >"$tmp/out" 2>"$tmp/err" ||
+		fail "long: $(cat "$tmp/err")"
+	check_lines "$tmp/out" 3 $len 1
+done
+
+# A last line without a newline; stdout and stderr apart; the role prefix.
+crun --nproc-per-node=2 "$H/crun-test-lines" partial "no newline" >"$tmp/out" 2>"$tmp/err" ||
+	fail "partial"
+has "$tmp/out" "[0]:no newline"
+has "$tmp/out" "[1]:no newline"
+crun --nproc-per-node=2 --role trainer "$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" ||
+	fail "both"
+has "$tmp/out" "[trainer1]:out"
+has "$tmp/err" "[trainer1]:err"
+lacks "$tmp/out" ":err"
+lacks "$tmp/err" ":out"
+
+# Log files: attempt directories, raw content, --tee and --redirects.
+logs=$tmp/logs
+crun --nproc-per-node=2 --max-restarts=1 --log-dir="$logs" --rdzv-id=logjob --tee=1 \
+	--redirects=2 sh -c 'echo "out $RANK $TORCHELASTIC_RESTART_COUNT"; echo "err $RANK" >&2
+	if [ "$RANK$TORCHELASTIC_RESTART_COUNT" = 00 ]; then sleep 0.3; exit 1; fi' \
+	>"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc = 0 ] || fail "log job: exit $rc: $(cat "$tmp/err")"
+for a in 0 1; do
+	for r in 0 1; do
+		d=$logs/logjob/attempt_$a/$r
+		[ "$(cat "$d/stdout.log")" = "out $r $a" ] || fail "$d/stdout.log: $(cat "$d/stdout.log")"
+		[ "$(cat "$d/stderr.log")" = "err $r" ] || fail "$d/stderr.log"
+		has "$tmp/out" "[$r]:out $r $a"
+	done
+done
+lacks "$tmp/err" ":err"
+[ ! -e "$logs/logjob/attempt_2" ] || fail "an attempt too many"
+
+# --local-ranks-filter: only rank 1 on the console, every rank in files.
+crun --nproc-per-node=3 --local-ranks-filter=1 --log-dir="$logs" --rdzv-id=filterjob --tee=3 \
+	"$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" || fail "filter job"
+[ "$(grep -c '^\[' "$tmp/out")" = 1 ] || fail "filter: $(cat "$tmp/out")"
+has "$tmp/out" "[1]:out"
+has "$tmp/err" "[1]:err"
+for r in 0 1 2; do
+	[ "$(cat "$logs/filterjob/attempt_0/$r/stdout.log")" = out ] || fail "rank $r log"
+done
+echo "ok"

@@ -1,0 +1,81 @@
+#!/bin/bash
+# Handled signals: forwarded to every worker's process group, crun exits
+# 128+N; a worker that ignores the signal gets SIGKILL after
+# --shutdown-timeout; a second signal kills at once; --signals-to-handle
+# picks the set.
+set -u
+. "$(dirname "$0")/crun-lib.sh"
+
+# start_job ARGS...: crun in the background (not under timeout(1), which
+# would signal crun a second time), output in a new file $out (an old one
+# could show "ready" before this crun even started); waits for two "ready".
+n=0
+start_job() {
+	n=$((n + 1))
+	out=$tmp/out.$n
+	"$CRUN" "$@" >"$out" 2>&1 &
+	job=$!
+	wait_lines "$out" ':ready ' 2
+}
+# finish_job: up to 10 s for the job to end; sets rc.
+finish_job() {
+	for _ in $(seq 200); do
+		kill -0 "$job" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$job" 2>/dev/null; then
+		kill -9 "$job"
+		fail "crun did not exit: $(cat "$out")"
+	fi
+	wait "$job"
+	rc=$?
+}
+
+for pair in INT:2 TERM:15 HUP:1 QUIT:3; do
+	sig=${pair%:*}
+	num=${pair#*:}
+	start_job --nproc-per-node=2 "$H/crun-test-signal" catch
+	kill -s "$sig" "$job"
+	finish_job
+	[ $rc = $((128 + num)) ] || fail "SIG$sig: exit $rc, expected $((128 + num)): $(cat "$out")"
+	has "$out" "[0]:got SIG$sig"
+	has "$out" "[1]:got SIG$sig"
+	has "$out" "crun: got SIG$sig; stopping the workers"
+	lacks "$out" "FAILED"
+done
+
+# Workers that ignore SIGTERM: SIGKILL after the shutdown timeout.
+start_job --nproc-per-node=2 --shutdown-timeout=0.5 "$H/crun-test-signal" ignore
+pids=$(sed -n 's/^\[[0-9]\]:ready //p' "$out")
+t0=$(date +%s%N)
+kill -TERM "$job"
+finish_job
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ $rc = 143 ] || fail "ignored SIGTERM: exit $rc"
+[ $ms -ge 450 ] && [ $ms -lt 5000 ] || fail "stopped after $ms ms, expected about 500"
+grep -q "2 workers still running after the shutdown timeout (500 ms); sending SIGKILL" \
+	"$out" || fail "no SIGKILL notice: $(cat "$out")"
+for p in $pids; do
+	! kill -0 "$p" 2>/dev/null || fail "worker $p survived"
+done
+
+# A second signal does not wait for the shutdown timeout.
+start_job --nproc-per-node=2 --shutdown-timeout=60 "$H/crun-test-signal" ignore
+kill -INT "$job"
+sleep 0.2
+t0=$(date +%s%N)
+kill -INT "$job"
+finish_job
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ $rc = 130 ] || fail "second SIGINT: exit $rc"
+[ $ms -lt 3000 ] || fail "second SIGINT took $ms ms"
+has "$out" "crun: got SIGINT again; killing the workers"
+
+# --signals-to-handle: SIGUSR1 is forwarded when asked for.
+start_job --nproc-per-node=2 --signals-to-handle=SIGUSR1,SIGTERM \
+	"$H/crun-test-signal" catch
+kill -USR1 "$job"
+finish_job
+[ $rc = 138 ] || fail "SIGUSR1: exit $rc"
+has "$out" "[1]:got SIGUSR1"
+echo "ok"

@@ -1,0 +1,776 @@
+/* Unit tests of the agent: the JSON reader and writer, error files, the
+ * failure summary, and whole runs of crun_agent_run() in a forked child
+ * (its stdout and stderr in files) with the worker programs of
+ * tests/helpers/, which are built next to this test. The runs cover what
+ * needs the agent's insides: the environment, restarts, a worker that
+ * survives SIGKILL (through the agent_kill hook), a pipe held open by a
+ * process that left its group, and the guard after SIGKILL of the agent. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/internal.h"
+#include "common/util.h"
+
+static char helper_dir[PATH_MAX];
+static char scratch[PATH_MAX];
+
+static void helper(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/%s", helper_dir, name);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!f)
+		return strdup("");
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	assert_non_null(buf);
+	if (n > 0)
+		assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+static void spit(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* ---- JSON ---- */
+
+static const char record_doc[] =
+	"{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+	"{\"py_callstack\": \"Traceback (most recent call last):\\n  File \\\"x.py\\\"\\n"
+	"RuntimeError: boom\\n\", \"timestamp\": \"1700000000\"}}}";
+
+static void test_json_record(void **state)
+{
+	char err[128];
+	struct json *root = agent_json_parse(record_doc, strlen(record_doc), err, sizeof(err));
+	struct json *m, *extra, *tb;
+
+	(void)state;
+	assert_non_null(root);
+	m = agent_json_get(root, "message");
+	assert_non_null(m);
+	assert_int_equal(m->type, JSON_OBJECT);
+	assert_string_equal(agent_json_get(m, "message")->str, "RuntimeError: boom");
+	extra = agent_json_get(m, "extraInfo");
+	tb = agent_json_get(extra, "py_callstack");
+	assert_non_null(tb);
+	assert_string_equal(
+		tb->str,
+		"Traceback (most recent call last):\n  File \"x.py\"\nRuntimeError: boom\n");
+	assert_null(agent_json_get(m, "nope"));
+	assert_null(agent_json_get(tb, "message")); /* not an object */
+	agent_json_free(root);
+}
+
+static void test_json_values(void **state)
+{
+	const char *text = " [true, false, null, -12.5e3, 0, \"\\u00e9\\ud83d\\ude00\\/\", "
+			   "{}, [], \"\\ud800x\"] ";
+	struct json *root = agent_json_parse(text, strlen(text), NULL, 0);
+	struct json *v;
+
+	(void)state;
+	assert_non_null(root);
+	assert_int_equal(root->type, JSON_ARRAY);
+	v = root->child;
+	assert_int_equal(v->type, JSON_BOOL);
+	assert_true(v->boolean);
+	v = v->next;
+	assert_int_equal(v->type, JSON_BOOL);
+	assert_false(v->boolean);
+	v = v->next;
+	assert_int_equal(v->type, JSON_NULL);
+	v = v->next;
+	assert_int_equal(v->type, JSON_NUMBER);
+	assert_string_equal(v->str, "-12.5e3");
+	v = v->next;
+	assert_string_equal(v->str, "0");
+	v = v->next;
+	assert_int_equal(v->type, JSON_STRING);
+	assert_string_equal(v->str, "\xc3\xa9\xf0\x9f\x98\x80/");
+	v = v->next;
+	assert_int_equal(v->type, JSON_OBJECT);
+	assert_null(v->child);
+	v = v->next;
+	assert_int_equal(v->type, JSON_ARRAY);
+	v = v->next;
+	assert_string_equal(v->str, "\xef\xbf\xbdx"); /* lone surrogate: U+FFFD */
+	assert_null(v->next);
+	agent_json_free(root);
+}
+
+static void test_json_bad(void **state)
+{
+	static const char *const bad[] = {
+		"",	      " ",	     "{",      "}",	      "[1,]",	  "[1 2]",
+		"{\"a\":}",   "{\"a\" 1}",   "{1: 2}", "{\"a\": 1,}", "\"abc",	  "\"\\x\"",
+		"\"\\u12\"",  "\"\\u12g4\"", "01",     "-",	      "1.",	  "1e",
+		"1e+",	      "tru",	     "nul",    "falsy",	      "\"a\tb\"", "[] []",
+		"{\"a\": [}", "\x01",	     "+1",     ".5",
+	};
+	char deep[2 * JSON_MAX_DEPTH + 8];
+	char err[128];
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(bad); i++) {
+		struct json *v = agent_json_parse(bad[i], strlen(bad[i]), err, sizeof(err));
+		if (v)
+			fail_msg("accepted bad JSON '%s'", bad[i]);
+		assert_true(strstr(err, "line 1 column ") == err);
+	}
+	/* Nesting is bounded; at the limit it still parses. */
+	memset(deep, '[', JSON_MAX_DEPTH + 2);
+	memset(deep + JSON_MAX_DEPTH + 2, ']', JSON_MAX_DEPTH + 2);
+	assert_null(agent_json_parse(deep, 2 * (JSON_MAX_DEPTH + 2), err, sizeof(err)));
+	assert_non_null(strstr(err, "nested too deeply"));
+	struct json *ok;
+	memset(deep, '[', JSON_MAX_DEPTH + 1);
+	memset(deep + JSON_MAX_DEPTH + 1, ']', JSON_MAX_DEPTH + 1);
+	ok = agent_json_parse(deep, 2 * (JSON_MAX_DEPTH + 1), err, sizeof(err));
+	assert_non_null(ok);
+	agent_json_free(ok);
+	/* Line and column of the defect. */
+	assert_null(agent_json_parse("{\n  \"a\": x}", 11, err, sizeof(err)));
+	assert_string_equal(err, "line 2 column 8: unexpected character");
+}
+
+static void test_json_dump(void **state)
+{
+	const char *text = "{\"a\":[1,true,null],\"b\":{\"c\":\"q\\\"\\\\\\n\\u0001\"}}";
+	struct json *root = agent_json_parse(text, strlen(text), NULL, 0);
+	char *out;
+
+	(void)state;
+	assert_non_null(root);
+	assert_int_equal(agent_json_set(root, "a", agent_json_new_number(-7)), 0);
+	assert_int_equal(agent_json_set(root, "d", agent_json_new_string("x", 1)), 0);
+	out = agent_json_dump(root);
+	assert_string_equal(out,
+			    "{\"a\": -7, \"b\": {\"c\": \"q\\\"\\\\\\n\\u0001\"}, \"d\": \"x\"}");
+	free(out);
+	agent_json_free(root);
+}
+
+/* ---- error files ---- */
+
+static void test_error_file_read(void **state)
+{
+	char path[PATH_MAX + 32];
+	char *msg, *tb;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/err.json", scratch);
+	spit(path, record_doc);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
+	assert_string_equal(msg, "RuntimeError: boom");
+	assert_non_null(strstr(tb, "Traceback"));
+	free(msg);
+	free(tb);
+
+	spit(path, "{\"message\": \"plain text message\"}");
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
+	assert_string_equal(msg, "plain text message");
+	assert_null(tb);
+	free(msg);
+
+	spit(path, "{\"message\": {\"message\": \"cut off");
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), -EPROTO);
+	assert_null(msg);
+	spit(path, "{\"other\": 1}");
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), -EPROTO);
+	spit(path, "");
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), -EPROTO);
+	unlink(path);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), -ENOENT);
+}
+
+static void test_error_file_write(void **state)
+{
+	char path[PATH_MAX + 32];
+	char *text, *msg, *tb;
+	struct json *root, *m;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/own.json", scratch);
+	/* The worker's document, with the agent's error code. */
+	assert_int_equal(agent_error_file_write(path, record_doc, strlen(record_doc), "unused",
+						"unused", -11),
+			 0);
+	text = slurp(path);
+	root = agent_json_parse(text, strlen(text), NULL, 0);
+	assert_non_null(root);
+	m = agent_json_get(root, "message");
+	assert_string_equal(agent_json_get(m, "errorCode")->str, "-11");
+	assert_string_equal(agent_json_get(m, "message")->str, "RuntimeError: boom");
+	agent_json_free(root);
+	free(text);
+
+	/* No usable worker document: one of the agent's own. */
+	assert_int_equal(
+		agent_error_file_write(path, "not json", 8, "job FAILED", "line1\nline2", 3), 0);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
+	assert_string_equal(msg, "job FAILED");
+	assert_string_equal(tb, "line1\nline2");
+	free(msg);
+	free(tb);
+	text = slurp(path);
+	assert_non_null(strstr(text, "\"errorCode\": 3"));
+	assert_non_null(strstr(text, "\"timestamp\": \""));
+	free(text);
+	unlink(path);
+	/* An unwritable place is an error, not a crash. */
+	assert_true(agent_error_file_write("/nonexistent-dir/x.json", NULL, 0, "m", "d", 1) < 0);
+}
+
+static void test_describe_exit(void **state)
+{
+	char buf[64];
+
+	(void)state;
+	agent_describe_exit(buf, sizeof(buf), 3, 0);
+	assert_string_equal(buf, "exited with code 3");
+	agent_describe_exit(buf, sizeof(buf), 0, SIGSEGV);
+	assert_string_equal(buf, "was killed by SIGSEGV");
+}
+
+static void test_mkdir_p(void **state)
+{
+	char path[PATH_MAX + 32], file[PATH_MAX + 64];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/a/b//c/", scratch);
+	assert_int_equal(agent_mkdir_p(path), 0);
+	assert_int_equal(agent_mkdir_p(path), 0);
+	snprintf(file, sizeof(file), "%s/a/file", scratch);
+	spit(file, "x");
+	strcat(file, "/sub");
+	assert_int_equal(agent_mkdir_p(file), -ENOTDIR);
+}
+
+/* ---- whole runs ---- */
+
+struct run {
+	int status;	 /* crun_agent_run()'s return, or -1 */
+	char *out, *err; /* the agent's stdout and stderr */
+	long ms;	 /* wall time */
+};
+
+static int (*child_kill)(pid_t, int);
+
+static long now_ms(void)
+{
+	return (long)crun_now_ms();
+}
+
+/* Runs the agent in a child with env (KEY=VALUE..., NULL) added to its
+ * environment. The child is killed after limit_ms. */
+static void run_agent(struct run *r, struct crun_agent_spec *spec, char **env, long limit_ms)
+{
+	char out[PATH_MAX + 16], err[PATH_MAX + 16];
+	long start = now_ms();
+	int status;
+	pid_t pid;
+
+	snprintf(out, sizeof(out), "%s/out", scratch);
+	snprintf(err, sizeof(err), "%s/err", scratch);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fo < 0 || fe < 0)
+			_exit(99);
+		dup2(fo, 1);
+		dup2(fe, 2);
+		for (char **e = env; e && *e; e++)
+			putenv(*e);
+		if (child_kill)
+			agent_kill = child_kill;
+		_exit(crun_agent_run(spec));
+	}
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		if (w == pid)
+			break;
+		if (now_ms() - start > limit_ms) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fail_msg("agent did not finish within %ld ms", limit_ms);
+		}
+		usleep(5000);
+	}
+	r->ms = now_ms() - start;
+	r->status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	r->out = slurp(out);
+	r->err = slurp(err);
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+static bool has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *p = text; (p = strstr(p, line)); p++)
+		if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+static void expect_line(const char *text, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void expect_line(const char *text, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (!has_line(text, line))
+		fail_msg("missing line '%s' in:\n%s", line, text);
+}
+
+static pid_t pid_after(const char *text, const char *tag)
+{
+	const char *p = strstr(text, tag);
+
+	return p ? (pid_t)atoi(p + strlen(tag)) : 0;
+}
+
+static void test_run_env(void **state)
+{
+	char prog[PATH_MAX + 32];
+	char *argv[] = {prog, "x${local_rank}y${local_rank}", "plain", NULL};
+	char *extra[] = {"EXTRA_ONE=1", "RANK=99", "EXTRA_ONE=2", "OMP_NUM_THREADS=4", NULL};
+	char *env[] = {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "TORCHELASTIC_USE_AGENT_STORE=True",
+		       "INHERITED_X=yes", NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-env");
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 3;
+	spec.nproc_per_node = 3;
+	spec.nnodes = 2;
+	spec.node_rank = 1;
+	spec.role = "trainer";
+	spec.run_id = "job7";
+	spec.max_restarts = 5;
+	spec.master_addr = "10.1.2.3";
+	spec.master_port = 29511;
+	spec.virtual_local_rank = true;
+	spec.host_store = true;
+	spec.token = "sekrit";
+	spec.token_len = 6;
+	spec.extra_env = extra;
+	run_agent(&r, &spec, env, 10000);
+	assert_int_equal(r.status, 0);
+	for (int lr = 0; lr < 3; lr++) {
+		int rank = 3 + lr;
+		const char *dev[] = {"GPU-a", "GPU-b", "2"};
+		expect_line(r.out, "[trainer%d]:ARG1=x%dy%d", rank, lr, lr);
+		expect_line(r.out, "[trainer%d]:ARG2=plain", rank);
+		expect_line(r.out, "[trainer%d]:STDIN_IS_DEVNULL=1", rank);
+		expect_line(r.out, "[trainer%d]:LOCAL_RANK=0", rank);
+		expect_line(r.out, "[trainer%d]:RANK=%d", rank, rank);
+		expect_line(r.out, "[trainer%d]:ROLE_RANK=%d", rank, rank);
+		expect_line(r.out, "[trainer%d]:GROUP_RANK=1", rank);
+		expect_line(r.out, "[trainer%d]:ROLE_NAME=trainer", rank);
+		expect_line(r.out, "[trainer%d]:LOCAL_WORLD_SIZE=3", rank);
+		expect_line(r.out, "[trainer%d]:WORLD_SIZE=6", rank);
+		expect_line(r.out, "[trainer%d]:ROLE_WORLD_SIZE=6", rank);
+		expect_line(r.out, "[trainer%d]:GROUP_WORLD_SIZE=2", rank);
+		expect_line(r.out, "[trainer%d]:MASTER_ADDR=10.1.2.3", rank);
+		expect_line(r.out, "[trainer%d]:MASTER_PORT=29511", rank);
+		expect_line(r.out, "[trainer%d]:TORCHELASTIC_RESTART_COUNT=0", rank);
+		expect_line(r.out, "[trainer%d]:TORCHELASTIC_MAX_RESTARTS=5", rank);
+		expect_line(r.out, "[trainer%d]:TORCHELASTIC_RUN_ID=job7", rank);
+		expect_line(r.out, "[trainer%d]:TORCHELASTIC_USE_AGENT_STORE=False", rank);
+		expect_line(r.out, "[trainer%d]:TORCH_NCCL_ASYNC_ERROR_HANDLING=1", rank);
+		expect_line(r.out, "[trainer%d]:OMP_NUM_THREADS=4", rank);
+		expect_line(r.out, "[trainer%d]:CUDA_VISIBLE_DEVICES=%s", rank, dev[lr]);
+		expect_line(r.out, "[trainer%d]:EXTRA_ONE=2", rank);
+		expect_line(r.out, "[trainer%d]:INHERITED_X=yes", rank);
+		expect_line(r.out, "[trainer%d]:CRUN_RUN_ID=job7", rank);
+		expect_line(r.out, "[trainer%d]:CRUN_ROUND=0", rank);
+		expect_line(r.out, "[trainer%d]:CRUN_TOKEN=sekrit", rank);
+	}
+	assert_non_null(strstr(r.out, "]:CRUN_STORE=127.0.0.1:"));
+	assert_non_null(strstr(r.out, "]:TORCHELASTIC_ERROR_FILE=/"));
+	assert_null(strstr(r.out, "EXTRA_ONE=1\n"));
+	assert_null(strstr(r.out, "RANK=99"));
+	/* OMP_NUM_THREADS was given: no notice. */
+	assert_null(strstr(r.err, "OMP_NUM_THREADS"));
+	run_free(&r);
+}
+
+static void test_run_restarts(void **state)
+{
+	char prog[PATH_MAX + 32];
+	char *argv[] = {prog,	  "--fail-rank", "1",		"--fail-below", "2",
+			"--code", "5",		 "--others-ms", "1500",		NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-exit");
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 9;
+	spec.nproc_per_node = 3;
+	spec.max_restarts = 3;
+	run_agent(&r, &spec, NULL, 10000);
+	/* Attempts 0 and 1 fail, attempt 2 runs to the end. */
+	assert_int_equal(r.status, 0);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		char tag[64];
+		snprintf(tag, sizeof(tag), "[1]:start rank=1 restart=%d pid=", attempt);
+		assert_true(pid_after(r.out, tag) > 0);
+	}
+	assert_non_null(strstr(r.out, "[0]:start rank=0 restart=2"));
+	assert_non_null(strstr(r.out, "[2]:start rank=2 restart=2"));
+	assert_null(strstr(r.out, "restart=3"));
+	assert_non_null(strstr(r.err, "worker group failed: rank 1 (local rank 1, pid "));
+	assert_non_null(strstr(r.err, "exited with code 5; restarting (restart 2 of 3)"));
+	assert_null(strstr(r.err, "FAILED"));
+	/* The others were stopped at once, not after their 1.5 s. */
+	assert_true(r.ms < 3500);
+	run_free(&r);
+
+	/* Restarts exhausted: exit 1 and the summary, root cause first. */
+	argv[4] = "-1";
+	argv[8] = "0";
+	spec.max_restarts = 1;
+	spec.name = "train.py";
+	run_agent(&r, &spec, NULL, 10000);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.out, "[1]:start rank=1 restart=1"));
+	assert_null(strstr(r.out, "restart=2"));
+	assert_non_null(strstr(r.err, "train.py FAILED (after 1 restart)\n"));
+	assert_non_null(strstr(r.err, "Root Cause (first observed failure):\n[0]:\n"));
+	assert_non_null(strstr(r.err, "  rank      : 1 (local_rank: 1)\n"));
+	assert_non_null(strstr(r.err, "  exitcode  : 5 (pid: "));
+	assert_non_null(strstr(r.err, "  <NO_OTHER_FAILURES>\n"));
+	run_free(&r);
+}
+
+static void test_run_signal_failure(void **state)
+{
+	char prog[PATH_MAX + 32], own[PATH_MAX + 48], envbuf[PATH_MAX + 80];
+	/* Rank 0 crashes after 300 ms; rank 1 ignores the agent's SIGTERM
+	 * and crashes 200 ms later on its own. */
+	char *argv[] = {prog,	      "--signal", "11", "--stagger-ms", "200", "--ignore-term", "1",
+			"--delay-ms", "300",	  NULL};
+	char *env[] = {envbuf, NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+	char *text;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-exit");
+	snprintf(own, sizeof(own), "%s/crun_error.json", scratch);
+	snprintf(envbuf, sizeof(envbuf), "TORCHELASTIC_ERROR_FILE=%s", own);
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 9;
+	spec.nproc_per_node = 2;
+	spec.max_restarts = 0;
+	run_agent(&r, &spec, env, 10000);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "  exitcode  : -11 (SIGSEGV, pid: "));
+	/* Both crashed on their own: the second is among the others. */
+	assert_non_null(strstr(r.err, "Root Cause (first observed failure):\n[0]:\n"));
+	assert_true(strstr(r.err, "rank      : 0 (local_rank: 0)") <
+		    strstr(r.err, "Other Failures:\n[1]:\n"));
+	assert_non_null(strstr(r.err, "rank      : 1 (local_rank: 1)"));
+	text = slurp(own);
+	assert_non_null(strstr(text, "\"errorCode\": -11"));
+	assert_non_null(strstr(text, "was killed by SIGSEGV"));
+	free(text);
+	run_free(&r);
+}
+
+static void test_run_exec_errors(void **state)
+{
+	char *missing[] = {"crun-no-such-command-xyz", NULL};
+	char path[PATH_MAX + 32];
+	char *noexec[] = {path, NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+	char *expect;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/not-executable", scratch);
+	spit(path, "#!/bin/sh\n");
+	chmod(path, 0644);
+	crun_agent_spec_init(&spec);
+	spec.argv = missing;
+	spec.argc = 1;
+	spec.nproc_per_node = 2;
+	run_agent(&r, &spec, NULL, 5000);
+	assert_int_equal(r.status, 127);
+	assert_non_null(strstr(r.err, "crun: cannot execute 'crun-no-such-command-xyz': no such "
+				      "file or directory\n"));
+	assert_null(strstr(r.err, "restarting"));
+	run_free(&r);
+
+	spec.argv = noexec;
+	run_agent(&r, &spec, NULL, 5000);
+	assert_int_equal(r.status, 126);
+	assert_true(asprintf(&expect, "crun: cannot execute '%s': permission denied\n", path) > 0);
+	assert_non_null(strstr(r.err, expect));
+	free(expect);
+	run_free(&r);
+}
+
+/* Signals to worker groups go nowhere: a worker that survives SIGKILL. */
+static int fake_kill(pid_t pid, int sig)
+{
+	if (pid < 0 && (sig == SIGTERM || sig == SIGKILL))
+		return 0;
+	return kill(pid, sig);
+}
+
+static void test_run_stuck_worker(void **state)
+{
+	char prog[PATH_MAX + 32];
+	char *argv[] = {prog, "--fail-rank", "0", "--others-ms", "20000", NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+	pid_t stuck;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-exit");
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 5;
+	spec.nproc_per_node = 2;
+	spec.max_restarts = 3;
+	spec.shutdown_timeout_ms = 100;
+	spec.kill_timeout_ms = 200;
+	child_kill = fake_kill;
+	run_agent(&r, &spec, NULL, 5000);
+	child_kill = NULL;
+	stuck = pid_after(r.out, "[1]:start rank=1 restart=0 pid=");
+	assert_true(stuck > 0);
+	kill(-stuck, SIGKILL);
+	/* Reported, not restarted, and crun did not hang. */
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "1 worker still running after the shutdown timeout"));
+	assert_non_null(strstr(r.err, "rank 1 (local rank 1, pid "));
+	assert_non_null(strstr(r.err, "did not exit 200 ms after SIGKILL"));
+	assert_null(strstr(r.out, "restart=1"));
+	assert_non_null(strstr(r.err, "Root Cause"));
+	assert_true(r.ms < 3000);
+	run_free(&r);
+}
+
+static bool process_gone(pid_t pid)
+{
+	char path[64], buf[512];
+	FILE *f;
+	char *p;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return true;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	p = p ? strrchr(buf, ')') : NULL;
+	return p && (p[2] == 'Z' || p[2] == 'X'); /* a zombie is dead */
+}
+
+static bool wait_gone(pid_t pid, long ms)
+{
+	for (long t = 0; t < ms; t += 10) {
+		if (process_gone(pid))
+			return true;
+		usleep(10000);
+	}
+	return process_gone(pid);
+}
+
+static void test_run_escaped_pipe(void **state)
+{
+	char prog[PATH_MAX + 32];
+	char *argv[] = {prog, "escaped-marker", "--exit", "0", "--escape", NULL};
+	struct crun_agent_spec spec;
+	struct run r;
+	pid_t gc;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-fork");
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 5;
+	spec.kill_timeout_ms = 300;
+	run_agent(&r, &spec, NULL, 5000);
+	gc = pid_after(r.out, "[0]:grandchild ");
+	assert_true(gc > 0);
+	kill(gc, SIGKILL);
+	/* Every worker exited 0; their output pipe stayed open in a process
+	 * of another session, which the agent waits for only so long. */
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.err, "output of rank 0 is still open in a process outside its "
+				      "process group; not waiting for it"));
+	assert_true(r.ms < 3000);
+	run_free(&r);
+}
+
+static void test_run_guard(void **state)
+{
+	char prog[PATH_MAX + 32], out[PATH_MAX + 16];
+	char *argv[] = {prog, "guard-marker", NULL};
+	struct crun_agent_spec spec;
+	pid_t pid, gc[2] = {0, 0}, worker[2] = {0, 0};
+	char *text = NULL;
+	int status;
+
+	(void)state;
+	helper(prog, sizeof(prog), "crun-test-fork");
+	snprintf(out, sizeof(out), "%s/guard-out", scratch);
+	crun_agent_spec_init(&spec);
+	spec.argv = argv;
+	spec.argc = 2;
+	spec.nproc_per_node = 2;
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0)
+			_exit(99);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		_exit(crun_agent_run(&spec));
+	}
+	for (int t = 0; t < 500 && !(gc[0] && gc[1]); t++) {
+		usleep(10000);
+		free(text);
+		text = slurp(out);
+		gc[0] = pid_after(text, "[0]:grandchild ");
+		gc[1] = pid_after(text, "[1]:grandchild ");
+	}
+	free(text);
+	assert_true(gc[0] > 0 && gc[1] > 0);
+	for (int i = 0; i < 2; i++) {
+		char path[64];
+		FILE *f;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)gc[i]);
+		f = fopen(path, "r");
+		assert_non_null(f);
+		assert_int_equal(fscanf(f, "%*d (%*[^)]) %*c %d", &worker[i]), 1);
+		fclose(f);
+		assert_false(process_gone(worker[i]));
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	for (int i = 0; i < 2; i++) {
+		bool gone = wait_gone(gc[i], 3000) && wait_gone(worker[i], 3000);
+		if (!gone) {
+			kill(-worker[i], SIGKILL);
+			fail_msg("worker %d or its grandchild outlived the agent", i);
+		}
+	}
+	/* The guard says so after killing: wait for its line too. */
+	for (int t = 0; t < 300; t++) {
+		text = slurp(out);
+		if (strstr(text,
+			   "crun: agent exited unexpectedly; killed 2 worker process groups\n"))
+			break;
+		free(text);
+		text = NULL;
+		usleep(10000);
+	}
+	assert_non_null(text);
+	free(text);
+}
+
+static int setup(void **state)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	const char *tmp = getenv("TMPDIR");
+
+	(void)state;
+	if (n <= 0)
+		return -1;
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	snprintf(helper_dir, sizeof(helper_dir), "%s", exe);
+	snprintf(scratch, sizeof(scratch), "%s/test-agent-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	return mkdtemp(scratch) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[PATH_MAX + 16];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_json_record),
+		cmocka_unit_test(test_json_values),
+		cmocka_unit_test(test_json_bad),
+		cmocka_unit_test(test_json_dump),
+		cmocka_unit_test(test_error_file_read),
+		cmocka_unit_test(test_error_file_write),
+		cmocka_unit_test(test_describe_exit),
+		cmocka_unit_test(test_mkdir_p),
+		cmocka_unit_test(test_run_env),
+		cmocka_unit_test(test_run_restarts),
+		cmocka_unit_test(test_run_signal_failure),
+		cmocka_unit_test(test_run_exec_errors),
+		cmocka_unit_test(test_run_stuck_worker),
+		cmocka_unit_test(test_run_escaped_pipe),
+		cmocka_unit_test(test_run_guard),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
