@@ -34,6 +34,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/round.h"
 #include "rendezvous/wire.h"
 
 #define SCRATCH_SIZE (64 * 1024)
@@ -192,6 +194,7 @@ struct run {
 	struct htable keys;
 	struct list waiters; /* struct waiter.run_link */
 	struct list watches; /* struct watch.run_link */
+	struct crun_round *round; /* rendezvous state, from the first RDZV_* */
 	uint32_t nconns;
 	char id[]; /* NUL-terminated; hn.key points here */
 };
@@ -218,7 +221,8 @@ struct watch {
 /* Lifecycle of a connection:
  *   PREAMBLE  accepted, our preamble sent, waiting for the client's
  *   HELLO     preamble fine, waiting for HELLO (handshake timer running)
- *   READY     authenticated and in a run: requests are served
+ *   READY     authenticated and in a run: requests are served (the timer
+ *             is the liveness timer once a JOIN asked for keep-alives)
  *   CLOSING   detached from every run, waiter and watch; its last output
  *             (an error) is flushed, then its handles are closed
  * Every move to CLOSING goes through begin_close(). */
@@ -231,7 +235,7 @@ enum conn_state {
 
 struct conn {
 	uv_tcp_t tcp;
-	uv_timer_t timer; /* handshake timeout, then linger while closing */
+	uv_timer_t timer; /* handshake timeout, liveness, linger while closing */
 	struct crun_server *srv;
 	struct list link;    /* srv->conns */
 	struct list owned;   /* ephemeral entries */
@@ -246,6 +250,7 @@ struct conn {
 	size_t inflight; /* bytes in uv_write requests not yet done */
 	uint32_t nsubs;
 	uint32_t nrefused; /* requests refused for a limit (for the log) */
+	int64_t keepalive_ms; /* from its last RDZV_JOIN; 0: none */
 	enum conn_state state;
 	uint8_t open_handles;
 	bool counted;    /* counts against max_connections */
@@ -253,8 +258,10 @@ struct conn {
 	bool dirty;      /* on srv->dirty */
 	bool drop;       /* close without flushing, at the next flush_dirty */
 	bool handles_closing;
+	bool alive_expired; /* dropped for want of keep-alives */
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
 	char peer[64];
+	char peer_ip[INET6_ADDRSTRLEN]; /* the address in peer, no port */
 };
 
 struct write_req {
@@ -343,19 +350,20 @@ static bool item_eq(const struct crun_wire_item *a, const uint8_t *b, uint32_t b
 	return a->len == blen && !memcmp(a->data, b, blen);
 }
 
-static void format_addr(const struct sockaddr *sa, char *out, size_t outlen)
+/* "1.2.3.4:5678" or "[::1]:5678" into out, the bare address into ip
+ * (INET6_ADDRSTRLEN bytes). */
+static void format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip)
 {
-	char ip[INET6_ADDRSTRLEN] = "?";
-
+	snprintf(ip, INET6_ADDRSTRLEN, "?");
 	if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const void *)sa;
 
-		uv_ip6_name(s6, ip, sizeof(ip));
+		uv_ip6_name(s6, ip, INET6_ADDRSTRLEN);
 		snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
 	} else if (sa->sa_family == AF_INET) {
 		const struct sockaddr_in *s4 = (const void *)sa;
 
-		uv_ip4_name(s4, ip, sizeof(ip));
+		uv_ip4_name(s4, ip, INET6_ADDRSTRLEN);
 		snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
 	} else {
 		snprintf(out, outlen, "unknown");
@@ -657,6 +665,7 @@ static void entry_free(struct entry *e)
 
 static void run_free(struct run *r)
 {
+	crun_round_destroy(r->round);
 	if (r->keys.buckets) {
 		for (size_t i = 0; i <= r->keys.mask; i++) {
 			struct hnode *h = r->keys.buckets[i], *next;
@@ -1304,6 +1313,122 @@ static void op_unwatch(struct conn *c, const struct crun_wire_msg *m)
 	reply_ok(c, m->id);
 }
 
+/* ---- rendezvous ------------------------------------------------------------ */
+
+/* round.c's way out: frames go to a connection's output like any reply;
+ * the round's timer callback ends with flush_dirty like every callback. */
+static int round_send(void *peer, uint8_t type, uint32_t id, int64_t num,
+		      const struct crun_wire_item *items, uint32_t count)
+{
+	return send_frame(peer, type, id, num, items, count);
+}
+
+static void round_flush(void *ctx)
+{
+	flush_dirty(ctx);
+}
+
+static void round_handle_opened(void *ctx)
+{
+	((struct crun_server *)ctx)->open_handles++;
+}
+
+static void round_handle_closed(void *ctx)
+{
+	handle_closed(ctx);
+}
+
+static const struct crun_round_ops round_ops = {
+	.send = round_send,
+	.flush = round_flush,
+	.handle_opened = round_handle_opened,
+	.handle_closed = round_handle_closed,
+};
+
+/* The rendezvous state of c's run, made on first use; NULL after an
+ * error reply. */
+static struct crun_round *run_round(struct conn *c, uint32_t id)
+{
+	struct run *r = c->run;
+	char shown[300];
+
+	if (!r->round) {
+		show(shown, sizeof(shown), (const uint8_t *)r->id, r->hn.klen);
+		r->round = crun_round_create(c->srv->loop, shown, &round_ops, c->srv);
+		if (!r->round)
+			reply_err(c, id, ENOMEM, "out of memory");
+	}
+	return r->round;
+}
+
+/* (Re)starts c's liveness timer: every frame from c calls this. */
+static void keepalive_reset(struct conn *c)
+{
+	if (c->state != CONN_READY || c->drop || c->handles_closing)
+		return;
+	if (c->keepalive_ms > 0)
+		uv_timer_start(&c->timer, on_conn_timer, (uint64_t)c->keepalive_ms, 0);
+	else
+		uv_timer_stop(&c->timer);
+}
+
+static void op_rdzv_join(struct conn *c, const struct crun_wire_msg *m)
+{
+	struct crun_round_event ev = { .type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id };
+	struct crun_rdzv_node node;
+	struct crun_rdzv_conf conf;
+	struct crun_round *round;
+	char err[256];
+	int rc;
+
+	rc = crun_rdzv_parse_join(m, &node, &conf, err, sizeof(err));
+	if (rc < 0) {
+		if (rc == -ENOMEM)
+			reply_err(c, m->id, ENOMEM, "out of memory");
+		else
+			refuse(c, m->id, EINVAL, "bad RDZV_JOIN: %s", err);
+		return;
+	}
+	round = run_round(c, m->id);
+	if (!round)
+		goto out_finish;
+	c->keepalive_ms = conf.keepalive_ms;
+	keepalive_reset(c);
+	ev.node = &node;
+	ev.conf = &conf;
+	ev.peer_addr = c->peer_ip;
+	crun_round_apply(round, &ev);
+out_finish:
+	crun_rdzv_node_finish(&node);
+}
+
+/* RDZV_FAIL and RDZV_DONE. */
+static void op_rdzv_end(struct conn *c, const struct crun_wire_msg *m)
+{
+	struct crun_round_event ev = { .peer = c, .id = m->id, .num = m->num };
+	struct crun_round *round = run_round(c, m->id);
+	char msg[1024];
+
+	if (!round)
+		return;
+	if (m->type == CRUN_WIRE_RDZV_FAIL) {
+		/* The message goes into other nodes' logs: printable only. */
+		size_t n = m->items[0].len < sizeof(msg) - 1 ? m->items[0].len : sizeof(msg) - 1;
+
+		for (size_t i = 0; i < n; i++) {
+			uint8_t b = m->items[0].data[i];
+
+			msg[i] = b >= 0x20 && b < 0x7f ? (char)b : '?';
+		}
+		msg[n] = '\0';
+		ev.type = CRUN_ROUND_EV_FAIL;
+		ev.message = msg;
+	} else {
+		ev.type = CRUN_ROUND_EV_DONE;
+	}
+	crun_round_apply(round, &ev);
+}
+
 /* True when the request's keys are within the key size limit (all keys
  * of CHECK/WAIT/MGET, the even items of MSET, else item 0). */
 static bool check_keys(struct conn *c, const struct crun_wire_msg *m)
@@ -1320,6 +1445,9 @@ static bool check_keys(struct conn *c, const struct crun_wire_msg *m)
 	case CRUN_WIRE_LIST:
 	case CRUN_WIRE_PING:
 	case CRUN_WIRE_MSET: /* checked with the values */
+	case CRUN_WIRE_RDZV_JOIN: /* no keys: crun_rdzv_parse_join checks */
+	case CRUN_WIRE_RDZV_FAIL:
+	case CRUN_WIRE_RDZV_DONE:
 		return true;
 	default:
 		return check_key(c, m->id, &m->items[0]);
@@ -1387,6 +1515,13 @@ static void handle_request(struct conn *c, const struct crun_wire_msg *m)
 		break;
 	case CRUN_WIRE_UNWATCH:
 		op_unwatch(c, m);
+		break;
+	case CRUN_WIRE_RDZV_JOIN:
+		op_rdzv_join(c, m);
+		break;
+	case CRUN_WIRE_RDZV_FAIL:
+	case CRUN_WIRE_RDZV_DONE:
+		op_rdzv_end(c, m);
 		break;
 	default:
 		break;
@@ -1644,6 +1779,18 @@ static void begin_close(struct conn *c, bool graceful)
 
 		entry_delete(c->run, ht_link(&c->run->keys, e->key, e->hn.klen, e->hn.hash));
 	}
+	if (c->run && c->run->round) {
+		struct crun_round_event ev = { .type = CRUN_ROUND_EV_LOST, .peer = c };
+		char why[64], t[24];
+
+		if (c->alive_expired)
+			snprintf(why, sizeof(why), "no keep-alive for %s",
+				 crun_rdzv_format_ms(c->keepalive_ms, t, sizeof(t)));
+		else
+			snprintf(why, sizeof(why), "connection closed");
+		ev.message = why;
+		crun_round_apply(c->run->round, &ev);
+	}
 	if (c->hello_done && srv->disconnect_cb)
 		srv->disconnect_cb(srv, c->run->id, c->peer, srv->disconnect_arg);
 	if (c->run) {
@@ -1693,6 +1840,14 @@ static void on_conn_timer(uv_timer_t *t)
 
 	if (c->state == CONN_CLOSING) {
 		close_handles(c);
+	} else if (c->state == CONN_READY) {
+		char ms[24];
+
+		/* No frame for keepalive_ms: the peer is gone or cut off. */
+		c->alive_expired = true;
+		snprintf(why, sizeof(why), "no keep-alive for %s",
+			 crun_rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
+		drop_conn(c, why);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
 			 srv->limits.handshake_timeout_ms);
@@ -1784,9 +1939,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		used = process(c, srv->scratch, (size_t)nread);
 		if (c->state != CONN_CLOSING && used < (size_t)nread)
 			keep_tail(c, srv->scratch + used, (size_t)nread - used);
+		if (used && c->keepalive_ms)
+			keepalive_reset(c);
 	} else {
 		c->rlen += (size_t)nread;
 		used = process(c, c->rbuf, c->rlen);
+		if (used && c->keepalive_ms)
+			keepalive_reset(c);
 		if (used) {
 			memmove(c->rbuf, c->rbuf + used, c->rlen - used);
 			c->rlen -= used;
@@ -1847,7 +2006,7 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-		format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+		format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
 	uv_tcp_nodelay(&c->tcp, 1);
 
 	if (srv->nconns >= srv->limits.max_connections) {

@@ -70,6 +70,7 @@ enum num_rule {
 	NUM_ANY,      /* delta, result, errno, event */
 	NUM_WAIT,     /* timeout_ms >= 0 */
 	NUM_POSITIVE, /* timeout_ms > 0 */
+	NUM_ROUND,    /* a round number >= 0 */
 };
 
 struct type_rule {
@@ -77,7 +78,7 @@ struct type_rule {
 	uint32_t min_items, max_items;
 	uint8_t flags;
 	enum num_rule num;
-	bool key_first; /* item 0 is a key: must not be empty */
+	bool key_first; /* item 0 is a key (or an id): must not be empty */
 };
 
 static const struct type_rule rules[256] = {
@@ -97,12 +98,20 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_PING] = { "PING", 0, 1, 0, NUM_ZERO, false },
 	[CRUN_WIRE_WATCH] = { "WATCH", 1, 1, 0, NUM_ZERO, true },
 	[CRUN_WIRE_UNWATCH] = { "UNWATCH", 1, 1, 0, NUM_ZERO, true },
+	/* Rendezvous (rdzv.h): JOIN's num is its join timeout, item 0 the
+	 * node id; FAIL and DONE name a round; the items' contents are
+	 * checked by crun_rdzv_parse_join on the server. */
+	[CRUN_WIRE_RDZV_JOIN] = { "RDZV_JOIN", 10, 10, 0, NUM_POSITIVE, true },
+	[CRUN_WIRE_RDZV_FAIL] = { "RDZV_FAIL", 1, 1, 0, NUM_ROUND, false },
+	[CRUN_WIRE_RDZV_DONE] = { "RDZV_DONE", 0, 0, 0, NUM_ROUND, false },
 	[CRUN_WIRE_OK] = { "OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false },
 	[CRUN_WIRE_ERROR] = { "ERROR", 1, 1, 0, NUM_ANY, false },
 	[CRUN_WIRE_VALUE] = { "VALUE", 1, 1, 0, NUM_ANY, false },
 	[CRUN_WIRE_INT] = { "INT", 0, 0, 0, NUM_ANY, false },
 	[CRUN_WIRE_VALUES] = { "VALUES", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false },
 	[CRUN_WIRE_NOTIFY] = { "NOTIFY", 2, 2, 0, NUM_ANY, true },
+	/* [reason, message, restart_count]; num = the round that ended */
+	[CRUN_WIRE_RDZV_EVENT] = { "RDZV_EVENT", 3, 3, 0, NUM_ROUND, true },
 };
 
 const char *crun_wire_type_name(uint8_t type)
@@ -112,12 +121,12 @@ const char *crun_wire_type_name(uint8_t type)
 
 bool crun_wire_is_request(uint8_t type)
 {
-	return type >= CRUN_WIRE_HELLO && type <= CRUN_WIRE_UNWATCH;
+	return type >= CRUN_WIRE_HELLO && type <= CRUN_WIRE_RDZV_DONE;
 }
 
 bool crun_wire_is_reply(uint8_t type)
 {
-	return type >= CRUN_WIRE_OK && type <= CRUN_WIRE_NOTIFY;
+	return type >= CRUN_WIRE_OK && type <= CRUN_WIRE_RDZV_EVENT;
 }
 
 int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
@@ -248,11 +257,23 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 			return -EPROTO;
 		}
 		break;
+	case NUM_ROUND:
+		if (msg->num < 0) {
+			seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
+			       (long long)msg->num);
+			return -EPROTO;
+		}
+		break;
 	case NUM_ANY:
 		break;
 	}
 	if (r->key_first && msg->count && msg->items[0].len == 0 && msg->type != CRUN_WIRE_HELLO) {
-		seterr(err, errlen, "%s with an empty key", r->name);
+		if (msg->type == CRUN_WIRE_RDZV_JOIN)
+			seterr(err, errlen, "RDZV_JOIN with an empty node id");
+		else if (msg->type == CRUN_WIRE_RDZV_EVENT)
+			seterr(err, errlen, "RDZV_EVENT with an empty reason");
+		else
+			seterr(err, errlen, "%s with an empty key", r->name);
 		return -EPROTO;
 	}
 	switch (msg->type) {

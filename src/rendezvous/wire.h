@@ -69,6 +69,13 @@
  *   NOTIFY  [key, value]; num = CRUN_WIRE_EV_SET or CRUN_WIRE_EV_DELETE
  *           (value empty on delete). Sent unsolicited after WATCH.
  *
+ *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE requests and the pushed RDZV_EVENT
+ *           reply: rendezvous rounds, specified in rdzv.h. Generic rules
+ *           (crun_wire_validate): JOIN 10 items, the first (node id) not
+ *           empty, num = join timeout > 0; FAIL 1 item, DONE none, num =
+ *           a round >= 0; RDZV_EVENT 3 items, the first (reason) not
+ *           empty, num = a round >= 0.
+ *
  * Requests on one connection are answered in any order (a waiting GET does
  * not hold up a later SET); clients match replies by id. */
 #ifndef CRUN_RENDEZVOUS_WIRE_H
@@ -111,6 +118,10 @@ enum crun_wire_type {
 	CRUN_WIRE_PING = 14,
 	CRUN_WIRE_WATCH = 15,
 	CRUN_WIRE_UNWATCH = 16,
+	/* Rendezvous rounds: see rdzv.h for their items and semantics. */
+	CRUN_WIRE_RDZV_JOIN = 17,
+	CRUN_WIRE_RDZV_FAIL = 18,
+	CRUN_WIRE_RDZV_DONE = 19,
 
 	CRUN_WIRE_OK = 0x80,
 	CRUN_WIRE_ERROR = 0x81,
@@ -118,6 +129,7 @@ enum crun_wire_type {
 	CRUN_WIRE_INT = 0x83,
 	CRUN_WIRE_VALUES = 0x84,
 	CRUN_WIRE_NOTIFY = 0x85,
+	CRUN_WIRE_RDZV_EVENT = 0x86, /* pushed; see rdzv.h */
 };
 
 enum crun_wire_flag {
@@ -155,9 +167,9 @@ enum crun_wire_status {
 
 /* Human-readable name of a type ("SET"), or "unknown". */
 const char *crun_wire_type_name(uint8_t type);
-/* True for the request types (HELLO..UNWATCH). */
+/* True for the request types (HELLO..UNWATCH, RDZV_JOIN..RDZV_DONE). */
 bool crun_wire_is_request(uint8_t type);
-/* True for the reply types (OK..NOTIFY). */
+/* True for the reply types (OK..NOTIFY, RDZV_EVENT). */
 bool crun_wire_is_reply(uint8_t type);
 
 /* Checks a 12-byte header without looking at the payload. On success

@@ -9,7 +9,11 @@
  *    and after growing the store the frame decodes;
  *  - every refusal says why (err is set);
  *  - re-encoding a decoded frame gives the same bytes, which decode to the
- *    same message and validate the same way. */
+ *    same message and validate the same way;
+ *  - a valid RDZV_JOIN or VALUES frame goes through the rendezvous parsers
+ *    (rdzv.h): they accept or refuse with a reason, what they accept is
+ *    within the documented ranges, and a parsed JOIN encodes back to a
+ *    JOIN that parses to the same node and configuration. */
 #include "fuzz.h"
 
 #include <errno.h>
@@ -17,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rendezvous/rdzv.h"
 #include "rendezvous/wire.h"
 
 #define MAX_PAYLOAD (1u << 20)
@@ -98,6 +103,62 @@ static void reencode(const struct crun_wire_msg *msg, const uint8_t *frame, size
 	free(buf);
 }
 
+static void rdzv_join(const struct crun_wire_msg *msg)
+{
+	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun_rdzv_node node, node2;
+	struct crun_rdzv_conf conf, conf2;
+	struct crun_wire_msg again;
+	char err[256] = "", scratch[160];
+	int rc = crun_rdzv_parse_join(msg, &node, &conf, err, sizeof(err));
+
+	CHECK(rc == 0 || rc == -EPROTO);
+	if (rc < 0) {
+		CHECK(err[0]);
+		return;
+	}
+	CHECK(node.node_id[0] && node.host[0]);
+	CHECK(node.nproc >= 1 && node.nproc <= CRUN_RDZV_MAX_NPROC);
+	CHECK(conf.min_nodes >= 1 && conf.min_nodes <= conf.max_nodes);
+	CHECK(conf.max_nodes <= CRUN_RDZV_MAX_NODES);
+	CHECK(node.node_rank >= -1 && node.node_rank < conf.max_nodes);
+	CHECK(conf.join_timeout_ms > 0 && conf.last_call_ms >= 0 && conf.keepalive_ms >= 0);
+	CHECK(conf.max_restarts >= 0);
+	crun_rdzv_join_msg(&node, &conf, &again, items, scratch);
+	CHECK(crun_rdzv_parse_join(&again, &node2, &conf2, err, sizeof(err)) == 0);
+	CHECK(!strcmp(node.node_id, node2.node_id) && !strcmp(node.host, node2.host) &&
+	      !strcmp(node.addr, node2.addr));
+	CHECK(node.nproc == node2.nproc && node.node_rank == node2.node_rank);
+	CHECK(!memcmp(&conf, &conf2, sizeof(conf)));
+	crun_rdzv_node_finish(&node2);
+	crun_rdzv_node_finish(&node);
+}
+
+static void rdzv_assignment(const struct crun_wire_msg *msg)
+{
+	struct crun_rdzv_assignment a;
+	char err[256] = "";
+	int rc = crun_rdzv_parse_assignment(msg, &a, err, sizeof(err));
+	int sum = 0;
+
+	CHECK(rc == 0 || rc == -EPROTO);
+	if (rc < 0) {
+		CHECK(err[0]);
+		CHECK(!a.nodes);
+		return;
+	}
+	CHECK(a.nnodes >= 1 && a.group_rank >= 0 && a.group_rank < a.nnodes);
+	for (int i = 0; i < a.nnodes; i++) {
+		CHECK(a.nodes[i].nproc >= 1 && a.nodes[i].node_rank == i);
+		CHECK(a.nodes[i].node_id[0] && a.nodes[i].host[0] && a.nodes[i].addr[0]);
+		if (i == a.group_rank)
+			CHECK(sum == a.rank_offset);
+		sum += a.nodes[i].nproc;
+	}
+	CHECK(sum == a.world_size);
+	crun_rdzv_assignment_finish(&a);
+}
+
 static void frames(const uint8_t *data, size_t size)
 {
 	struct crun_wire_item *store;
@@ -157,6 +218,10 @@ static void frames(const uint8_t *data, size_t size)
 		CHECK(vrc == 0 || vrc == -EPROTO);
 		CHECK(vrc == 0 || err[0]);
 		reencode(&msg, p, (size_t)rc, vrc);
+		if (vrc == 0 && msg.type == CRUN_WIRE_RDZV_JOIN)
+			rdzv_join(&msg);
+		if (vrc == 0 && msg.type == CRUN_WIRE_VALUES)
+			rdzv_assignment(&msg);
 		off += (size_t)rc;
 	}
 	free(store);

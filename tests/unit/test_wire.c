@@ -69,9 +69,9 @@ static void assert_same_msg(const struct crun_wire_msg *a, const struct crun_wir
 /* Encode, decode, compare, validate; returns validate's result. */
 static int roundtrip(const struct crun_wire_msg *m)
 {
-	struct crun_wire_item store[8];
+	struct crun_wire_item store[16];
 	struct crun_wire_msg out;
-	uint32_t cap = 8;
+	uint32_t cap = 16;
 	char err[256] = "";
 	size_t n;
 	uint8_t *buf = encode(m, &n);
@@ -104,6 +104,11 @@ static void test_requests_roundtrip(void **state)
 	struct crun_wire_item mset[4] = { its("k1"), it(bin, sizeof(bin)), its("k2"),
 					  it(NULL, 0) };
 	struct crun_wire_item ping[1] = { it(bin, sizeof(bin)) };
+	struct crun_wire_item join[10] = { its("host-a:42:0badf00d"), its("host-a"), it(NULL, 0),
+					   its("8"), its("-1"), its("2"), its("4"), its("30000"),
+					   its("15000"), its("3") };
+	struct crun_wire_item fail[1] = { its("rank 5 (local 1) on host-b exited with status 1") };
+	struct crun_wire_item fail_empty[1] = { it(NULL, 0) };
 	struct crun_wire_msg reqs[] = {
 		mk(CRUN_WIRE_HELLO, 0, 1, 0, hello, 3),
 		mk(CRUN_WIRE_HELLO, 0, 0, 0, hello_noauth, 3),
@@ -130,8 +135,14 @@ static void test_requests_roundtrip(void **state)
 		mk(CRUN_WIRE_PING, 0, 18, 0, ping, 1),
 		mk(CRUN_WIRE_WATCH, 0, 19, 0, keys, 1),
 		mk(CRUN_WIRE_UNWATCH, 0, 20, 0, keys, 1),
+		mk(CRUN_WIRE_RDZV_JOIN, 0, 21, 600000, join, 10),
+		mk(CRUN_WIRE_RDZV_JOIN, 0, 21, INT64_MAX, join, 10),
+		mk(CRUN_WIRE_RDZV_FAIL, 0, 22, 3, fail, 1),
+		mk(CRUN_WIRE_RDZV_FAIL, 0, 22, 0, fail_empty, 1),
+		mk(CRUN_WIRE_RDZV_DONE, 0, 23, 7, NULL, 0),
+		mk(CRUN_WIRE_RDZV_DONE, 0, 23, INT64_MAX, NULL, 0),
 	};
-	bool seen[CRUN_WIRE_UNWATCH + 1] = { false };
+	bool seen[CRUN_WIRE_RDZV_DONE + 1] = { false };
 
 	(void)state;
 	memset(mac, 0xa5, sizeof(mac));
@@ -141,7 +152,7 @@ static void test_requests_roundtrip(void **state)
 		assert_int_equal(roundtrip(&reqs[i]), 0);
 		seen[reqs[i].type] = true;
 	}
-	for (int t = CRUN_WIRE_HELLO; t <= CRUN_WIRE_UNWATCH; t++)
+	for (int t = CRUN_WIRE_HELLO; t <= CRUN_WIRE_RDZV_DONE; t++)
 		assert_true(seen[t]);
 }
 
@@ -155,6 +166,9 @@ static void test_replies_roundtrip(void **state)
 	struct crun_wire_item vals[4] = { its("x"), it(NULL, 0), it(bin, sizeof(bin)), its("z") };
 	struct crun_wire_item notify_set[2] = { its("key"), it(bin, sizeof(bin)) };
 	struct crun_wire_item notify_del[2] = { its("key"), it(NULL, 0) };
+	struct crun_wire_item event[3] = { its("left"),
+					   its("node 1 (host-b) left: connection closed"),
+					   its("1") };
 	struct crun_wire_msg reps[] = {
 		mk(CRUN_WIRE_OK, 0, 1, 0, NULL, 0),
 		mk(CRUN_WIRE_OK, 0, 1, 0, one_mac, 1),
@@ -170,8 +184,10 @@ static void test_replies_roundtrip(void **state)
 		mk(CRUN_WIRE_VALUES, 0, 5, 0, vals, 4),
 		mk(CRUN_WIRE_NOTIFY, 0, 6, CRUN_WIRE_EV_SET, notify_set, 2),
 		mk(CRUN_WIRE_NOTIFY, 0, 6, CRUN_WIRE_EV_DELETE, notify_del, 2),
+		mk(CRUN_WIRE_RDZV_EVENT, 0, 7, 0, event, 3),
+		mk(CRUN_WIRE_RDZV_EVENT, 0, 7, 12, event, 3),
 	};
-	bool seen[CRUN_WIRE_NOTIFY + 1] = { false };
+	bool seen[CRUN_WIRE_RDZV_EVENT + 1] = { false };
 
 	(void)state;
 	memset(mac, 0x5a, sizeof(mac));
@@ -181,7 +197,7 @@ static void test_replies_roundtrip(void **state)
 		assert_int_equal(roundtrip(&reps[i]), 0);
 		seen[reps[i].type] = true;
 	}
-	for (int t = CRUN_WIRE_OK; t <= CRUN_WIRE_NOTIFY; t++)
+	for (int t = CRUN_WIRE_OK; t <= CRUN_WIRE_RDZV_EVENT; t++)
 		assert_true(seen[t]);
 }
 
@@ -218,15 +234,24 @@ static void test_type_names(void **state)
 	assert_string_equal(crun_wire_type_name(CRUN_WIRE_UNWATCH), "UNWATCH");
 	assert_string_equal(crun_wire_type_name(CRUN_WIRE_ERROR), "ERROR");
 	assert_string_equal(crun_wire_type_name(CRUN_WIRE_NOTIFY), "NOTIFY");
+	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_JOIN), "RDZV_JOIN");
+	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_FAIL), "RDZV_FAIL");
+	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_DONE), "RDZV_DONE");
+	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_EVENT), "RDZV_EVENT");
 	assert_string_equal(crun_wire_type_name(0), "unknown");
-	assert_string_equal(crun_wire_type_name(17), "unknown");
+	assert_string_equal(crun_wire_type_name(20), "unknown");
 	assert_string_equal(crun_wire_type_name(0x7f), "unknown");
-	assert_string_equal(crun_wire_type_name(0x86), "unknown");
+	assert_string_equal(crun_wire_type_name(0x87), "unknown");
 	assert_string_equal(crun_wire_type_name(0xff), "unknown");
 	assert_false(crun_wire_is_request(0));
-	assert_false(crun_wire_is_request(17));
+	assert_false(crun_wire_is_request(20));
+	assert_false(crun_wire_is_request(CRUN_WIRE_RDZV_EVENT));
+	assert_true(crun_wire_is_request(CRUN_WIRE_RDZV_JOIN));
+	assert_true(crun_wire_is_request(CRUN_WIRE_RDZV_DONE));
 	assert_false(crun_wire_is_reply(0x7f));
-	assert_false(crun_wire_is_reply(0x86));
+	assert_false(crun_wire_is_reply(0x87));
+	assert_false(crun_wire_is_reply(CRUN_WIRE_RDZV_DONE));
+	assert_true(crun_wire_is_reply(CRUN_WIRE_RDZV_EVENT));
 }
 
 static void test_incremental(void **state)
@@ -361,8 +386,8 @@ static void test_header_rejects(void **state)
 	assert_int_equal(decode_header_only(12, 0, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "type"));
 	assert_int_equal(decode_header_only(12, 0x7f, 0, MAXP, err, sizeof(err)), -EPROTO);
-	assert_int_equal(decode_header_only(12, 17, 0, MAXP, err, sizeof(err)), -EPROTO);
-	assert_int_equal(decode_header_only(12, 0x86, 0, MAXP, err, sizeof(err)), -EPROTO);
+	assert_int_equal(decode_header_only(12, 20, 0, MAXP, err, sizeof(err)), -EPROTO);
+	assert_int_equal(decode_header_only(12, 0x87, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, 0xff, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, CRUN_WIRE_SET, 1, MAXP, err, sizeof(err)),
 			 -EPROTO);
@@ -582,6 +607,11 @@ static void test_validate_counts(void **state)
 	refuse_msg(mk(CRUN_WIRE_INT, 0, 1, 0, k, 1), "items");
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, CRUN_WIRE_EV_SET, k, 1), "items");
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, CRUN_WIRE_EV_SET, k, 3), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 0), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 2), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, 0, k, 1), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, k, 2), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, k, 4), "items");
 	refuse_msg(mk(0, 0, 1, 0, NULL, 0), "unknown");
 	refuse_msg(mk(0x7f, 0, 1, 0, NULL, 0), "unknown");
 	refuse_msg(mk(0xff, 0, 1, 0, NULL, 0), "unknown");
@@ -630,6 +660,35 @@ static void test_validate_flags_num(void **state)
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, 0, k, 2), "event");
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, 3, k, 2), "event");
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, -1, k, 2), "event");
+
+	/* Rendezvous: FAIL, DONE and RDZV_EVENT name a round >= 0. */
+	accept_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 1));
+	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, -1, k, 1), "round");
+	accept_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, 0, NULL, 0));
+	refuse_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, INT64_MIN, NULL, 0), "round");
+	accept_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, k, 3));
+	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, -2, k, 3), "round");
+	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, CRUN_WIRE_FL_EPHEMERAL, 1, 0, k, 1), "flags");
+	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 1, 1, 0, k, 3), "flags");
+}
+
+static void test_validate_rdzv_join(void **state)
+{
+	struct crun_wire_item j[10] = { its("node-a"), its("host-a"), it(NULL, 0), its("1"),
+					its("-1"), its("1"), its("1"), its("0"), its("0"),
+					its("0") };
+	struct crun_wire_item e[3] = { it(NULL, 0), its("m"), its("0") };
+
+	(void)state;
+	accept_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 1, j, 10));
+	/* num is the join timeout: strictly positive. */
+	refuse_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 0, j, 10), "positive");
+	refuse_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, -1, j, 10), "positive");
+	refuse_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 1, j, 9), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_JOIN, CRUN_WIRE_FL_EPHEMERAL, 1, 1, j, 10), "flags");
+	j[0] = it(NULL, 0);
+	refuse_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 1, j, 10), "empty node id");
+	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, e, 3), "empty reason");
 }
 
 static void test_validate_keys(void **state)
@@ -854,6 +913,7 @@ int main(void)
 		cmocka_unit_test(test_replies_roundtrip),
 		cmocka_unit_test(test_encoding_layout),
 		cmocka_unit_test(test_type_names),
+		cmocka_unit_test(test_validate_rdzv_join),
 		cmocka_unit_test(test_incremental),
 		cmocka_unit_test(test_back_to_back),
 		cmocka_unit_test(test_header_rejects),

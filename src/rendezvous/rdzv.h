@@ -1,0 +1,209 @@
+/* Rendezvous rounds (issue 4): the protocol and its semantics.
+ *
+ * The round's state lives in the store server (round.c, driven by
+ * server.c), which sees every agent's connection: a node whose connection
+ * drops, or whose keep-alives stop, is gone at once, and every other
+ * member is told by a push (RDZV_EVENT), never by polling. Agents talk to
+ * it with the asynchronous client (aclient.h) on their libuv loop; the
+ * helpers below encode requests and decode replies for both sides.
+ *
+ * Wire (additions to wire.h, same frame shape; numbers are decimal ASCII
+ * items unless said otherwise):
+ *
+ *   RDZV_JOIN  items [node_id, host, addr, nproc, node_rank, min_nodes,
+ *              max_nodes, last_call_ms, keepalive_ms, max_restarts];
+ *              num = join_timeout_ms (> 0).
+ *     node_id    unique per agent process ("<hostname>:<pid>:<8 hex>")
+ *     host       host name, for messages and failure summaries
+ *     addr       address other nodes reach this node at (its
+ *                --local-addr); empty: the server uses the peer address
+ *                of the connection as seen by the server
+ *     nproc      workers on this node (>= 1)
+ *     node_rank  fixed group rank (static backend), or -1
+ *     min_nodes, max_nodes   --nnodes MIN:MAX (1 <= min <= max)
+ *     last_call_ms   wait after min nodes joined for more (0 allowed)
+ *     keepalive_ms   liveness window: when > 0 the server drops this
+ *                connection if no frame at all arrives from it for that
+ *                long (keep_alive_interval x keep_alive_max_attempt);
+ *                agents send PING every keep_alive_interval. The
+ *                connection's latest JOIN sets it (0 turns it off); every
+ *                frame restarts it.
+ *     max_restarts   the job's --max-restarts
+ *   The first JOIN of a run fixes min/max/last_call/max_restarts and
+ *   whether ranks are static (node_rank given) or dynamic; a later JOIN
+ *   whose values differ gets ERROR EINVAL naming the mismatch ("--nnodes
+ *   2:4 differs from the run's 2", "--max-restarts 0 differs from the
+ *   run's 3", "last_call_timeout 1500ms differs from the run's 1s", "no
+ *   --node-rank given, but the run's group ranks are static").
+ *   The reply comes when the round closes (or ERROR):
+ *     VALUES [round, restart_count, group_rank, nnodes,
+ *             then per member in group-rank order: node_id, host, addr,
+ *             nproc]   (4 + 4*nnodes items)
+ *     Rounds are numbered from 1 per run; addr is never empty there.
+ *   ERROR ETIMEDOUT  join_timeout passed while the OPEN round had fewer
+ *                    than min nodes: "only 1 of at least 2 nodes joined
+ *                    within 600s", followed by "; missing from round 3:
+ *                    node 1 (host-b), node 2 (host-c)" naming the members
+ *                    of the last round that are not back. A standby
+ *                    joiner (see RUNNING): "no round of run 'ID' opened
+ *                    within 600s: round 3 runs with the maximum of 4
+ *                    nodes".
+ *   ERROR ESHUTDOWN  "run 'ID' is closed: the job has finished" (or
+ *                    "...: the job failed")
+ *   ERROR EINVAL     "bad RDZV_JOIN: <what>" for an item that
+ *                    crun_rdzv_parse_join refuses (node_rank >= max_nodes
+ *                    included); mismatched configuration; "node rank 1 is
+ *                    already taken by node 'ID' (host-b)"; "node id 'ID'
+ *                    is already in use by another connection"
+ *   ERROR EALREADY   this connection already joined the OPEN round, is a
+ *                    member of the RUNNING one, or waits on standby
+ *   A refused JOIN leaves the connection (and the run) as they were.
+ *
+ *   RDZV_EVENT (reply type 0x86, pushed) id = the member's JOIN id;
+ *     num = the round that ended; items [reason, message, restart_count]
+ *     reason "failure"  a worker failed (RDZV_FAIL), counted
+ *            "left"     a member's connection dropped or its keep-alives
+ *                       stopped, counted
+ *            "join"     a node is waiting to join and the run is below
+ *                       max_nodes; not counted
+ *            "exhausted" restart_count went above max_restarts: the run
+ *                       is closed as failed; agents stop and exit 1. The
+ *                       message is the failure's, with "; no restarts
+ *                       left (--max-restarts N)" appended
+ *     message: what happened ("node 1 (host-b) left: connection closed",
+ *     "...: no keep-alive for 15s", FAIL's message, "node 'ID' (host-c)
+ *     is joining"); restart_count: the run's count after this round (a
+ *     counted end adds one).
+ *     Every member of the round gets it exactly once (except the member
+ *     that left); members stop their workers and JOIN again (unless
+ *     "exhausted").
+ *
+ *   RDZV_FAIL  items [message]; num = round. Ends that round with reason
+ *              "failure" when it is still the current one (else no-op).
+ *              message says what failed ("rank 5 (local 1) on host-b
+ *              exited with status 1"; non-printable bytes become '?', at
+ *              most 1023 bytes). Reply OK; ERROR EINVAL when the sender is
+ *              not a member of that (running) round.
+ *   RDZV_DONE  items []; num = round. Exit barrier: the reply OK comes when
+ *              every member of the round has sent DONE; then the run is
+ *              closed (later JOINs get ESHUTDOWN). If the round ends
+ *              first, ERROR ECANCELED "round N ended: REASON: MESSAGE"
+ *              (also for a DONE that names a round already over). ERROR
+ *              EINVAL from a non-member, EALREADY for a second DONE. A
+ *              member whose connection closes after its DONE does not end
+ *              the round ("left" is only for nodes not done): the barrier
+ *              completes without it.
+ *
+ * Round lifecycle per run (an explicit state machine in round.c):
+ *   OPEN      collecting joins. Closes at once when max_nodes have
+ *             joined, or last_call_ms after min_nodes have joined. A
+ *             round after the first also closes at once when min_nodes
+ *             are in and every member of the previous round that is still
+ *             connected has rejoined (so a restart does not wait for the
+ *             last call). join_timeout is per joiner (its JOIN's num) and
+ *             applies while the round has fewer than min nodes (once min
+ *             are in, the last call bounds the wait). Note: with
+ *             last_call_ms 0 and min < max a round closes with the first
+ *             min nodes back; the others then end it again with "join".
+ *   RUNNING   assigned. A JOIN from a new node: if members < max_nodes
+ *             and no member has sent DONE, the round ends with reason
+ *             "join" and the joiner is carried into the next OPEN round;
+ *             else the joiner waits (standby) until a round opens (it is
+ *             then in it, in arrival order, up to max_nodes) or its
+ *             join_timeout passes, or gets ESHUTDOWN when the run closes.
+ *   (ended)   -> the next round is OPEN at once, with any standby joiners
+ *             already in it; members re-join.
+ *   CLOSED    run finished (all DONE) or failed (exhausted): every JOIN
+ *             gets ESHUTDOWN.
+ * The state lives as long as the run does in the server: until no
+ * connection and no key of the run is left (then a JOIN starts afresh,
+ * round 1). The run's keys are shared by its rounds as before.
+ * Group ranks: static: in node_rank order (so equal to node_rank when
+ * ranks 0..n-1 all joined, as they must with min = max); otherwise a
+ * stable order: the order in which node ids first joined the run (a node
+ * keeps its place across rounds). Global ranks are contiguous per node in group-rank order
+ * (heterogeneous nproc allowed; world size = sum of nproc).
+ *
+ * MASTER_ADDR/MASTER_PORT: the agent of group rank 0 picks a free port on
+ * its addr and SETs "rdzv/<round>/master" = "ADDR:PORT" (ADDR in brackets
+ * for IPv6); the others GET it with a wait. Workers' keys written through
+ * libcrun's worker API are scoped under "round/<round>/". */
+#ifndef CRUN_RENDEZVOUS_RDZV_H
+#define CRUN_RENDEZVOUS_RDZV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rendezvous/wire.h"
+
+#define CRUN_RDZV_JOIN_ITEMS 10
+/* Limits a JOIN is checked against: an assignment of max nodes must fit
+ * one frame (4 + 4 * nnodes items), the world size an int. */
+#define CRUN_RDZV_MAX_NODES ((CRUN_WIRE_MAX_ITEMS - 4) / 4)
+#define CRUN_RDZV_MAX_NPROC 65536
+#define CRUN_RDZV_MAX_STR 1024 /* bytes of node_id, host, addr */
+
+/* One node as a JOIN describes it and as an assignment lists it. */
+struct crun_rdzv_node {
+	char *node_id;
+	char *host;
+	char *addr;
+	int nproc;
+	int node_rank; /* -1: dynamic */
+};
+
+struct crun_rdzv_conf {
+	int min_nodes, max_nodes;
+	int64_t join_timeout_ms;
+	int64_t last_call_ms;
+	int64_t keepalive_ms;
+	int max_restarts;
+};
+
+/* The outcome of a round for one node. */
+struct crun_rdzv_assignment {
+	int64_t round;
+	int64_t restart_count;
+	int group_rank;
+	int nnodes;
+	struct crun_rdzv_node *nodes; /* nnodes, in group-rank order */
+	int world_size;               /* sum of nproc */
+	int rank_offset;              /* first global rank of this node */
+};
+
+/* Builds a JOIN request in msg using items (CRUN_RDZV_JOIN_ITEMS of
+ * them) and scratch (which must hold 160 bytes for the decimal numbers);
+ * every pointer in msg refers to self, items or scratch. */
+void crun_rdzv_join_msg(const struct crun_rdzv_node *self, const struct crun_rdzv_conf *conf,
+			struct crun_wire_msg *msg, struct crun_wire_item *items, char *scratch);
+
+/* Parses a JOIN request (server side). Strict: every number decimal
+ * ASCII ('-' only for node_rank -1) and in range (1 <= nproc <=
+ * CRUN_RDZV_MAX_NPROC, 1 <= min <= max <= CRUN_RDZV_MAX_NODES, node_rank
+ * -1 or in [0, max), last_call_ms, keepalive_ms >= 0, 0 <= max_restarts
+ * <= INT_MAX, join timeout (num) > 0); node_id and host non-empty, addr
+ * may be empty; strings printable ASCII of at most CRUN_RDZV_MAX_STR
+ * bytes. Strings are malloc'd into node (free with
+ * crun_rdzv_node_finish; nothing to free on error). 0, -ENOMEM, or
+ * -EPROTO with a reason in err. */
+int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node *node,
+			 struct crun_rdzv_conf *conf, char *err, size_t errlen);
+
+/* Parses a JOIN's VALUES reply (client side) into a (allocates; free
+ * with crun_rdzv_assignment_finish; nothing to free on error). Strict as
+ * parse_join: round, restart_count >= 0, 1 <= nnodes <=
+ * CRUN_RDZV_MAX_NODES, exactly 4 + 4 * nnodes items, group_rank in [0,
+ * nnodes), every node's node_id, host and addr non-empty and printable,
+ * nproc in [1, CRUN_RDZV_MAX_NPROC]. Sets each node's node_rank to its
+ * group rank, world_size and rank_offset. 0, -ENOMEM, or -EPROTO with a
+ * reason. */
+int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg,
+			       struct crun_rdzv_assignment *a, char *err, size_t errlen);
+void crun_rdzv_assignment_finish(struct crun_rdzv_assignment *a);
+void crun_rdzv_node_finish(struct crun_rdzv_node *node);
+
+/* A duration for messages: "15s" for whole seconds, else "200ms".
+ * Returns buf. */
+const char *crun_rdzv_format_ms(int64_t ms, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,1028 @@
+/* Rendezvous rounds: the state machine of rdzv.h, one per run.
+ *
+ * Why it is shaped this way:
+ * - crun_round_apply() is the only place where the state changes; it
+ *   dispatches on the state (open_event, running_event, closed_event), and
+ *   each of those on the event, so the table of rdzv.h reads off the code.
+ * - Nodes are kept in three small arrays (joiners of the OPEN round,
+ *   members of the RUNNING one, standby joiners), found by a linear scan:
+ *   a job has at most a few thousand nodes and a scan happens once per
+ *   request, never per byte.
+ * - One timer per run serves the last call and every join timeout: after
+ *   each event it is set to the earliest deadline that matters in the new
+ *   state, so an expired deadline that does not apply (a joiner's timeout
+ *   while the round already has min nodes) never spins.
+ * - The members of the round that ended are remembered (prev), so that a
+ *   join timeout can name who did not come back, and so that the next
+ *   round closes as soon as every one of them that is still connected has
+ *   rejoined, instead of waiting for the last call. */
+#include "rendezvous/round.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+enum round_state {
+	ROUND_OPEN,    /* collecting joins for round r->round */
+	ROUND_RUNNING, /* round r->round assigned to r->members */
+	ROUND_CLOSED,  /* the run finished (all DONE) or failed (exhausted) */
+};
+
+static const char *const state_names[] = { "open", "running", "closed" };
+
+/* A node that joined: waiting in the OPEN round, member of the RUNNING
+ * one, or on standby. Strings live in the same allocation. */
+struct rnode {
+	void *peer;
+	uint32_t join_id;
+	uint32_t done_id;
+	bool done;
+	bool lost; /* RUNNING: its connection closed (peer is NULL then):
+	            * the round is ending, or the node had sent DONE */
+	int nproc;
+	int node_rank;	   /* static rank or -1 */
+	int group_rank;	   /* RUNNING: position in members */
+	uint64_t seq;	   /* first-join order in the run */
+	uint64_t deadline; /* loop time when its join timeout passes */
+	int64_t join_timeout_ms;
+	char *node_id, *host, *addr;
+};
+
+struct nodes {
+	struct rnode **v;
+	size_t n, cap;
+};
+
+struct known {
+	char *node_id;
+	uint64_t seq;
+};
+
+/* A member of the round that ended last. */
+struct prev {
+	char *node_id;
+	char *host;
+	int group_rank;
+	void *peer; /* compared only, never used: cleared by its LOST */
+	bool gone;
+};
+
+struct round_timer {
+	uv_timer_t t;
+	struct crun_round *r; /* NULL once the round is destroyed */
+	const struct crun_round_ops *ops;
+	void *ctx;
+};
+
+struct crun_round {
+	uv_loop_t *loop;
+	const struct crun_round_ops *ops;
+	void *ctx;
+	char *run_id;
+	enum round_state state;
+	bool configured;
+	bool static_ranks;
+	bool failed; /* CLOSED: exhausted rather than finished */
+	struct crun_rdzv_conf conf;
+	int64_t round;
+	int64_t restart_count;
+	struct nodes joiners, members, standby;
+	int ndone;
+	int world_size;
+	struct known *known;
+	size_t nknown, known_cap;
+	uint64_t next_seq;
+	struct prev *prev;
+	size_t nprev;
+	int64_t ended_round; /* the last round that ended (0: none) */
+	char *ended_why;     /* "reason: message" of that round */
+	bool last_call_armed;
+	uint64_t last_call_deadline;
+	struct round_timer *timer;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static struct crun_wire_item item(const char *s)
+{
+	struct crun_wire_item it = { (const uint8_t *)s, (uint32_t)strlen(s) };
+
+	return it;
+}
+
+static void send_err(struct crun_round *r, void *peer, uint32_t id, int errnum, const char *fmt,
+		     ...) __attribute__((format(printf, 5, 6)));
+
+static void send_err(struct crun_round *r, void *peer, uint32_t id, int errnum, const char *fmt,
+		     ...)
+{
+	struct crun_wire_item it;
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	it = item(msg);
+	r->ops->send(peer, CRUN_WIRE_ERROR, id, errnum, &it, 1);
+}
+
+static void send_ok(struct crun_round *r, void *peer, uint32_t id)
+{
+	r->ops->send(peer, CRUN_WIRE_OK, id, 0, NULL, 0);
+}
+
+/* Refuses a JOIN: the error to its sender and a line in the log, since
+ * a refused node is usually a misconfigured one. */
+static void refuse_join(struct crun_round *r, const struct crun_round_event *ev, int errnum,
+			const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void refuse_join(struct crun_round *r, const struct crun_round_event *ev, int errnum,
+			const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	crun_info("run '%s': refused node '%s' (%s): %s", r->run_id, ev->node->node_id,
+		  ev->node->host, msg);
+	send_err(r, ev->peer, ev->id, errnum, "%s", msg);
+}
+
+static uint64_t deadline_after(const struct crun_round *r, int64_t ms)
+{
+	uint64_t now = uv_now(r->loop);
+
+	return (uint64_t)ms > UINT64_MAX - now ? UINT64_MAX : now + (uint64_t)ms;
+}
+
+static int nodes_push(struct nodes *s, struct rnode *n)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 8;
+		struct rnode **v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = n;
+	return 0;
+}
+
+/* Index of peer in s, or -1. */
+static long nodes_find(const struct nodes *s, const void *peer)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i]->peer == peer)
+			return (long)i;
+	return -1;
+}
+
+/* Removes (keeping the order) and returns the node at i. */
+static struct rnode *nodes_take(struct nodes *s, size_t i)
+{
+	struct rnode *n = s->v[i];
+
+	memmove(&s->v[i], &s->v[i + 1], (s->n - i - 1) * sizeof(*s->v));
+	s->n--;
+	return n;
+}
+
+static void nodes_free(struct nodes *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Nodes whose connection closed no longer hold their id or rank. */
+static struct rnode *node_find_id(const struct nodes *s, const char *node_id)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!s->v[i]->lost && !strcmp(s->v[i]->node_id, node_id))
+			return s->v[i];
+	return NULL;
+}
+
+static struct rnode *node_find_rank(const struct nodes *s, int rank)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!s->v[i]->lost && s->v[i]->node_rank == rank)
+			return s->v[i];
+	return NULL;
+}
+
+/* First-join order of node_id, assigning the next one to a new node.
+ * UINT64_MAX when out of memory (the node then sorts last). */
+static uint64_t node_seq(struct crun_round *r, const char *node_id)
+{
+	struct known *k;
+
+	for (size_t i = 0; i < r->nknown; i++)
+		if (!strcmp(r->known[i].node_id, node_id))
+			return r->known[i].seq;
+	if (r->nknown == r->known_cap) {
+		size_t cap = r->known_cap ? r->known_cap * 2 : 8;
+
+		k = realloc(r->known, cap * sizeof(*k));
+		if (!k)
+			return UINT64_MAX;
+		r->known = k;
+		r->known_cap = cap;
+	}
+	k = &r->known[r->nknown];
+	k->node_id = strdup(node_id);
+	if (!k->node_id)
+		return UINT64_MAX;
+	k->seq = r->next_seq++;
+	r->nknown++;
+	return k->seq;
+}
+
+static int cmp_seq(const void *a, const void *b)
+{
+	const struct rnode *x = *(struct rnode *const *)a, *y = *(struct rnode *const *)b;
+
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int cmp_rank(const void *a, const void *b)
+{
+	const struct rnode *x = *(struct rnode *const *)a, *y = *(struct rnode *const *)b;
+
+	return (x->node_rank > y->node_rank) - (x->node_rank < y->node_rank);
+}
+
+static void prev_clear(struct crun_round *r)
+{
+	for (size_t i = 0; i < r->nprev; i++) {
+		free(r->prev[i].node_id);
+		free(r->prev[i].host);
+	}
+	free(r->prev);
+	r->prev = NULL;
+	r->nprev = 0;
+}
+
+static void prev_mark_gone(struct crun_round *r, const void *peer)
+{
+	for (size_t i = 0; i < r->nprev; i++)
+		if (r->prev[i].peer == peer) {
+			r->prev[i].gone = true;
+			r->prev[i].peer = NULL;
+		}
+}
+
+/* True when the round that ended had members, and every one of them
+ * that is still connected has joined the OPEN round. */
+static bool prev_all_back(const struct crun_round *r)
+{
+	if (!r->nprev)
+		return false;
+	for (size_t i = 0; i < r->nprev; i++)
+		if (!r->prev[i].gone && !node_find_id(&r->joiners, r->prev[i].node_id))
+			return false;
+	return true;
+}
+
+/* ---- closing a round, ending a round, closing the run ------------------- */
+
+static void rearm(struct crun_round *r);
+static void close_run(struct crun_round *r, bool failed);
+
+/* OPEN -> RUNNING: every joiner gets its assignment. */
+static void close_open(struct crun_round *r)
+{
+	struct crun_wire_item *items;
+	char head[4][24], *nprocs;
+	size_t n = r->joiners.n;
+
+	qsort(r->joiners.v, n, sizeof(*r->joiners.v), r->static_ranks ? cmp_rank : cmp_seq);
+	items = malloc((4 + 4 * n) * sizeof(*items));
+	nprocs = malloc(n * 12);
+	r->members = r->joiners;
+	memset(&r->joiners, 0, sizeof(r->joiners));
+	r->state = ROUND_RUNNING;
+	r->last_call_armed = false;
+	r->ndone = 0;
+	r->world_size = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->members.v[i]->group_rank = (int)i;
+		r->members.v[i]->done = false;
+		r->world_size += r->members.v[i]->nproc;
+	}
+	crun_info("round %" PRId64 " of run '%s' closed with %zu nodes (world size %d)", r->round,
+		  r->run_id, n, r->world_size);
+	if (!items || !nprocs) {
+		for (size_t i = 0; i < n; i++)
+			send_err(r, r->members.v[i]->peer, r->members.v[i]->join_id, ENOMEM,
+				 "out of memory");
+		goto out_free;
+	}
+	snprintf(head[0], sizeof(head[0]), "%" PRId64, r->round);
+	snprintf(head[1], sizeof(head[1]), "%" PRId64, r->restart_count);
+	snprintf(head[3], sizeof(head[3]), "%zu", n);
+	items[0] = item(head[0]);
+	items[1] = item(head[1]);
+	items[3] = item(head[3]);
+	for (size_t i = 0; i < n; i++) {
+		struct rnode *m = r->members.v[i];
+
+		snprintf(nprocs + 12 * i, 12, "%d", m->nproc);
+		items[4 + 4 * i] = item(m->node_id);
+		items[5 + 4 * i] = item(m->host);
+		items[6 + 4 * i] = item(m->addr);
+		items[7 + 4 * i] = item(nprocs + 12 * i);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct rnode *m = r->members.v[i];
+
+		snprintf(head[2], sizeof(head[2]), "%zu", i);
+		items[2] = item(head[2]);
+		if (r->ops->send(m->peer, CRUN_WIRE_VALUES, m->join_id, 0, items,
+				 (uint32_t)(4 + 4 * n)) == -ENOBUFS)
+			send_err(
+				r, m->peer, m->join_id, ENOBUFS,
+				"the assignment of %zu nodes does not fit this connection's buffer",
+				n);
+	}
+out_free:
+	free(nprocs);
+	free(items);
+}
+
+/* After the OPEN round gained or lost a joiner: close it when it is full,
+ * when min nodes are in and the last call is 0 or every member of the
+ * previous round that is still connected is back; else (re)arm or disarm
+ * the last call. */
+static void maybe_close_open(struct crun_round *r)
+{
+	size_t n = r->joiners.n;
+
+	if (n >= (size_t)r->conf.max_nodes) {
+		close_open(r);
+		return;
+	}
+	if (n < (size_t)r->conf.min_nodes || !n) {
+		r->last_call_armed = false;
+		return;
+	}
+	if (r->conf.last_call_ms == 0 || prev_all_back(r)) {
+		close_open(r);
+		return;
+	}
+	if (!r->last_call_armed) {
+		r->last_call_armed = true;
+		r->last_call_deadline = deadline_after(r, r->conf.last_call_ms);
+	}
+}
+
+/* Puts n into the OPEN round; false when out of memory (n was answered
+ * and freed). */
+static bool open_add(struct crun_round *r, struct rnode *n)
+{
+	if (nodes_push(&r->joiners, n) < 0) {
+		send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
+		free(n);
+		return false;
+	}
+	return true;
+}
+
+/* RUNNING -> OPEN (or CLOSED when the restarts are exhausted). Every
+ * member gets one RDZV_EVENT; carried (may be NULL) is the node whose
+ * join ended the round: it opens the next round, with the standby
+ * joiners. */
+static void end_round(struct crun_round *r, const char *reason, const char *message,
+		      struct rnode *carried)
+{
+	bool counted = strcmp(reason, "join") != 0;
+	struct crun_wire_item items[3];
+	char count[24], why[1200];
+	struct prev *prev;
+
+	if (counted)
+		r->restart_count++;
+	if (counted && r->restart_count > r->conf.max_restarts) {
+		snprintf(why, sizeof(why), "%s; no restarts left (--max-restarts %d)", message,
+			 r->conf.max_restarts);
+		reason = "exhausted";
+		message = why;
+	}
+	crun_info("round %" PRId64 " of run '%s' ended: %s: %s", r->round, r->run_id, reason,
+		  message);
+	snprintf(count, sizeof(count), "%" PRId64, r->restart_count);
+	items[0] = item(reason);
+	items[1] = item(message);
+	items[2] = item(count);
+	for (size_t i = 0; i < r->members.n; i++) {
+		struct rnode *m = r->members.v[i];
+
+		if (m->lost)
+			continue; /* it left: its connection is gone */
+		r->ops->send(m->peer, CRUN_WIRE_RDZV_EVENT, m->join_id, r->round, items, 3);
+		if (m->done)
+			send_err(r, m->peer, m->done_id, ECANCELED,
+				 "round %" PRId64 " ended: %s: %s", r->round, reason, message);
+	}
+
+	free(r->ended_why);
+	r->ended_round = r->round;
+	r->ended_why = malloc(strlen(reason) + strlen(message) + 3);
+	if (r->ended_why)
+		sprintf(r->ended_why, "%s: %s", reason, message);
+	prev_clear(r);
+	prev = calloc(r->members.n ? r->members.n : 1, sizeof(*prev));
+	for (size_t i = 0; prev && i < r->members.n; i++) {
+		struct rnode *m = r->members.v[i];
+
+		prev[i].node_id = strdup(m->node_id);
+		prev[i].host = strdup(m->host);
+		prev[i].group_rank = m->group_rank;
+		prev[i].peer = m->lost ? NULL : m->peer;
+		prev[i].gone = m->lost;
+		if (!prev[i].node_id || !prev[i].host) {
+			/* Without it the next round waits for its last call. */
+			free(prev[i].node_id);
+			free(prev[i].host);
+			prev[i].node_id = prev[i].host = NULL;
+			break;
+		}
+		r->nprev = i + 1;
+	}
+	r->prev = prev;
+	nodes_free(&r->members);
+
+	if (!strcmp(reason, "exhausted")) {
+		if (carried) {
+			send_err(r, carried->peer, carried->join_id, ESHUTDOWN,
+				 "run '%s' is closed: the job failed", r->run_id);
+			free(carried);
+		}
+		close_run(r, true);
+		return;
+	}
+	r->round++;
+	r->state = ROUND_OPEN;
+	r->last_call_armed = false;
+	if (carried)
+		open_add(r, carried);
+	/* Standby joiners move in, in arrival order, until the round is
+	 * full; the rest keep waiting. (There are none after a "join": a
+	 * node waits only while the round runs with max nodes.) */
+	while (r->standby.n && r->joiners.n < (size_t)r->conf.max_nodes)
+		open_add(r, nodes_take(&r->standby, 0));
+	maybe_close_open(r);
+}
+
+/* RUNNING -> CLOSED. failed: the restarts were exhausted; else every
+ * member is done and gets its OK. Standby joiners are refused. */
+static void close_run(struct crun_round *r, bool failed)
+{
+	const char *why = failed ? "the job failed" : "the job has finished";
+
+	r->state = ROUND_CLOSED;
+	r->failed = failed;
+	r->last_call_armed = false;
+	if (!failed)
+		for (size_t i = 0; i < r->members.n; i++)
+			if (!r->members.v[i]->lost)
+				send_ok(r, r->members.v[i]->peer, r->members.v[i]->done_id);
+	for (size_t i = 0; i < r->standby.n; i++)
+		send_err(r, r->standby.v[i]->peer, r->standby.v[i]->join_id, ESHUTDOWN,
+			 "run '%s' is closed: %s", r->run_id, why);
+	for (size_t i = 0; i < r->joiners.n; i++)
+		send_err(r, r->joiners.v[i]->peer, r->joiners.v[i]->join_id, ESHUTDOWN,
+			 "run '%s' is closed: %s", r->run_id, why);
+	nodes_free(&r->standby);
+	nodes_free(&r->joiners);
+	nodes_free(&r->members);
+	crun_info("run '%s' is closed: %s (round %" PRId64 ", %" PRId64 " restarts)", r->run_id,
+		  why, r->round, r->restart_count);
+}
+
+/* ---- joins ------------------------------------------------------------------ */
+
+static void fmt_nnodes(char *buf, size_t len, int min, int max)
+{
+	if (min == max)
+		snprintf(buf, len, "%d", min);
+	else
+		snprintf(buf, len, "%d:%d", min, max);
+}
+
+/* Checks a JOIN against the run and makes its node; NULL after an error
+ * reply. The first JOIN that passes fixes the run's configuration. */
+static struct rnode *admit(struct crun_round *r, const struct crun_round_event *ev)
+{
+	const struct crun_rdzv_node *nd = ev->node;
+	const struct crun_rdzv_conf *cf = ev->conf;
+	const char *addr = nd->addr[0] ? nd->addr : (ev->peer_addr ? ev->peer_addr : "");
+	struct nodes *sets[3] = { &r->joiners, &r->members, &r->standby };
+	static const char *const where[3] = { "has already joined round",
+					      "is a member of the running round",
+					      "already waits to join after round" };
+	char a[24], b[24], c[24];
+	size_t ls[3];
+	struct rnode *n;
+
+	if (r->configured) {
+		const struct crun_rdzv_conf *rc = &r->conf;
+
+		if (cf->min_nodes != rc->min_nodes || cf->max_nodes != rc->max_nodes) {
+			fmt_nnodes(a, sizeof(a), cf->min_nodes, cf->max_nodes);
+			fmt_nnodes(b, sizeof(b), rc->min_nodes, rc->max_nodes);
+			refuse_join(r, ev, EINVAL, "--nnodes %s differs from the run's %s", a, b);
+			return NULL;
+		}
+		if (cf->last_call_ms != rc->last_call_ms) {
+			refuse_join(r, ev, EINVAL, "last_call_timeout %s differs from the run's %s",
+				    crun_rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
+				    crun_rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
+			return NULL;
+		}
+		if (cf->max_restarts != rc->max_restarts) {
+			refuse_join(r, ev, EINVAL, "--max-restarts %d differs from the run's %d",
+				    cf->max_restarts, rc->max_restarts);
+			return NULL;
+		}
+		if ((nd->node_rank >= 0) != r->static_ranks) {
+			if (r->static_ranks)
+				refuse_join(r, ev, EINVAL,
+					    "no --node-rank given, but the run's group ranks are "
+					    "static");
+			else
+				refuse_join(r, ev, EINVAL,
+					    "--node-rank %d given, but the run's group ranks are "
+					    "dynamic",
+					    nd->node_rank);
+			return NULL;
+		}
+	}
+	for (int s = 0; s < 3; s++) {
+		struct rnode *o;
+
+		if (nodes_find(sets[s], ev->peer) >= 0) {
+			refuse_join(r, ev, EALREADY, "this connection %s %" PRId64, where[s],
+				    r->round);
+			return NULL;
+		}
+		o = node_find_id(sets[s], nd->node_id);
+		if (o) {
+			refuse_join(
+				r, ev, EINVAL,
+				"node id '%s' is already in use by another connection (host %s)",
+				nd->node_id, o->host);
+			return NULL;
+		}
+		o = nd->node_rank >= 0 ? node_find_rank(sets[s], nd->node_rank) : NULL;
+		if (o) {
+			refuse_join(r, ev, EINVAL,
+				    "node rank %d is already taken by node '%s' (%s)",
+				    nd->node_rank, o->node_id, o->host);
+			return NULL;
+		}
+	}
+	ls[0] = strlen(nd->node_id) + 1;
+	ls[1] = strlen(nd->host) + 1;
+	ls[2] = strlen(addr) + 1;
+	n = calloc(1, sizeof(*n) + ls[0] + ls[1] + ls[2]);
+	if (!n) {
+		send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
+		return NULL;
+	}
+	n->node_id = memcpy((char *)(n + 1), nd->node_id, ls[0]);
+	n->host = memcpy(n->node_id + ls[0], nd->host, ls[1]);
+	n->addr = memcpy(n->host + ls[1], addr, ls[2]);
+	n->peer = ev->peer;
+	n->join_id = ev->id;
+	n->nproc = nd->nproc;
+	n->node_rank = nd->node_rank;
+	n->group_rank = -1;
+	n->join_timeout_ms = cf->join_timeout_ms;
+	n->deadline = deadline_after(r, cf->join_timeout_ms);
+	n->seq = node_seq(r, nd->node_id);
+	if (!r->configured) {
+		r->configured = true;
+		r->conf = *cf;
+		r->conf.join_timeout_ms = 0; /* per joiner */
+		r->conf.keepalive_ms = 0;    /* per connection */
+		r->static_ranks = nd->node_rank >= 0;
+	}
+	fmt_nnodes(c, sizeof(c), r->conf.min_nodes, r->conf.max_nodes);
+	crun_info("run '%s': node '%s' (%s, %d workers) joins round %" PRId64 " (%s nodes)",
+		  r->run_id, n->node_id, n->host, n->nproc, r->round, c);
+	return n;
+}
+
+/* The ETIMEDOUT of a joiner whose join timeout passed in the OPEN round
+ * with fewer than min nodes: how many came, and who of the previous round
+ * did not come back. */
+static void join_timed_out(struct crun_round *r, struct rnode *n)
+{
+	char msg[1024], t[24];
+	size_t o, shown = 0, missing = 0;
+	int len;
+
+	len = snprintf(msg, sizeof(msg), "only %zu of at least %d nodes joined within %s",
+		       r->joiners.n, r->conf.min_nodes,
+		       crun_rdzv_format_ms(n->join_timeout_ms, t, sizeof(t)));
+	o = len > 0 ? (size_t)len : 0;
+	for (size_t i = 0; i < r->nprev; i++) {
+		const struct prev *p = &r->prev[i];
+
+		if (node_find_id(&r->joiners, p->node_id))
+			continue;
+		missing++;
+		/* Leave room for the ", and N more" tail. */
+		if (o + strlen(p->host) + 64 >= sizeof(msg))
+			continue;
+		if (!shown)
+			len = snprintf(msg + o, sizeof(msg) - o,
+				       "; missing from round %" PRId64 ": node %d (%s)",
+				       r->ended_round, p->group_rank, p->host);
+		else
+			len = snprintf(msg + o, sizeof(msg) - o, ", node %d (%s)", p->group_rank,
+				       p->host);
+		if (len > 0)
+			o += (size_t)len;
+		shown++;
+	}
+	if (missing > shown)
+		snprintf(msg + o, sizeof(msg) - o, "%s%zu more",
+			 shown ? " and " : "; missing: ", missing - shown);
+	crun_info("run '%s': node '%s' (%s) gave up waiting for round %" PRId64 ": %s", r->run_id,
+		  n->node_id, n->host, r->round, msg);
+	send_err(r, n->peer, n->join_id, ETIMEDOUT, "%s", msg);
+}
+
+/* ---- the state machine --------------------------------------------------------- */
+
+/* DONE for a round that is not the running one. */
+static void done_elsewhere(struct crun_round *r, const struct crun_round_event *ev)
+{
+	if (r->ended_round && ev->num == r->ended_round && r->ended_why)
+		send_err(r, ev->peer, ev->id, ECANCELED, "round %" PRId64 " ended: %s", ev->num,
+			 r->ended_why);
+	else
+		send_err(r, ev->peer, ev->id, ECANCELED,
+			 "round %" PRId64 " is not the running round of run '%s'", ev->num,
+			 r->run_id);
+}
+
+static void open_event(struct crun_round *r, const struct crun_round_event *ev)
+{
+	struct rnode *n;
+	long i;
+
+	switch (ev->type) {
+	case CRUN_ROUND_EV_JOIN:
+		n = admit(r, ev);
+		if (n && open_add(r, n))
+			maybe_close_open(r);
+		break;
+	case CRUN_ROUND_EV_LOST:
+		prev_mark_gone(r, ev->peer);
+		i = nodes_find(&r->joiners, ev->peer);
+		if (i >= 0) {
+			n = nodes_take(&r->joiners, (size_t)i);
+			crun_info("run '%s': node '%s' (%s) left round %" PRId64
+				  " before it closed: %s",
+				  r->run_id, n->node_id, n->host, r->round,
+				  ev->message ? ev->message : "connection closed");
+			free(n);
+		}
+		maybe_close_open(r);
+		break;
+	case CRUN_ROUND_EV_FAIL:
+		/* No round is running: nothing to fail. */
+		send_ok(r, ev->peer, ev->id);
+		break;
+	case CRUN_ROUND_EV_DONE:
+		done_elsewhere(r, ev);
+		break;
+	case CRUN_ROUND_EV_LAST_CALL:
+		if (r->last_call_armed && r->joiners.n >= (size_t)r->conf.min_nodes)
+			close_open(r);
+		break;
+	case CRUN_ROUND_EV_JOIN_TIMEOUT:
+		i = nodes_find(&r->joiners, ev->peer);
+		if (i < 0 || r->joiners.n >= (size_t)r->conf.min_nodes)
+			break;
+		join_timed_out(r, r->joiners.v[i]);
+		free(nodes_take(&r->joiners, (size_t)i));
+		break;
+	}
+}
+
+static void running_event(struct crun_round *r, const struct crun_round_event *ev)
+{
+	char msg[1200];
+	struct rnode *n;
+	long i;
+
+	switch (ev->type) {
+	case CRUN_ROUND_EV_JOIN:
+		n = admit(r, ev);
+		if (!n)
+			break;
+		if (r->members.n < (size_t)r->conf.max_nodes && !r->ndone) {
+			snprintf(msg, sizeof(msg), "node '%s' (%s) is joining", n->node_id,
+				 n->host);
+			end_round(r, "join", msg, n);
+			break;
+		}
+		if (nodes_push(&r->standby, n) < 0) {
+			send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
+			free(n);
+			break;
+		}
+		crun_info("run '%s': node '%s' (%s) waits: round %" PRId64 " runs with %s",
+			  r->run_id, n->node_id, n->host, r->round,
+			  r->ndone ? "nodes that are finishing" : "the maximum of nodes");
+		break;
+	case CRUN_ROUND_EV_LOST:
+		prev_mark_gone(r, ev->peer);
+		i = nodes_find(&r->members, ev->peer);
+		if (i >= 0) {
+			n = r->members.v[i];
+			snprintf(msg, sizeof(msg), "node %d (%s) left: %s", n->group_rank, n->host,
+				 ev->message ? ev->message : "connection closed");
+			crun_info("run '%s': %s%s", r->run_id, msg,
+				  n->done ? " (after DONE)" : "");
+			/* No event for it; named in later timeouts. */
+			n->lost = true;
+			n->peer = NULL;
+			/* A node that finished and then went is no failure: the
+			 * barrier goes on without it. */
+			if (!n->done)
+				end_round(r, "left", msg, NULL);
+			else if ((size_t)r->ndone == r->members.n)
+				close_run(r, false);
+			break;
+		}
+		i = nodes_find(&r->standby, ev->peer);
+		if (i >= 0) {
+			n = nodes_take(&r->standby, (size_t)i);
+			crun_info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
+				  n->node_id, n->host,
+				  ev->message ? ev->message : "connection closed");
+			free(n);
+		}
+		break;
+	case CRUN_ROUND_EV_FAIL:
+		if (ev->num != r->round) {
+			send_ok(r, ev->peer, ev->id); /* an earlier round: already over */
+			break;
+		}
+		i = nodes_find(&r->members, ev->peer);
+		if (i < 0) {
+			send_err(r, ev->peer, ev->id, EINVAL,
+				 "this connection is not a member of round %" PRId64, r->round);
+			break;
+		}
+		send_ok(r, ev->peer, ev->id);
+		if (ev->message && ev->message[0])
+			snprintf(msg, sizeof(msg), "%s", ev->message);
+		else
+			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
+				 r->members.v[i]->group_rank, r->members.v[i]->host);
+		end_round(r, "failure", msg, NULL);
+		break;
+	case CRUN_ROUND_EV_DONE:
+		if (ev->num != r->round) {
+			done_elsewhere(r, ev);
+			break;
+		}
+		i = nodes_find(&r->members, ev->peer);
+		if (i < 0) {
+			send_err(r, ev->peer, ev->id, EINVAL,
+				 "this connection is not a member of round %" PRId64, r->round);
+			break;
+		}
+		n = r->members.v[i];
+		if (n->done) {
+			send_err(r, ev->peer, ev->id, EALREADY,
+				 "this connection already sent DONE for round %" PRId64, r->round);
+			break;
+		}
+		n->done = true;
+		n->done_id = ev->id;
+		r->ndone++;
+		crun_debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
+			   n->host, r->ndone, r->members.n);
+		if ((size_t)r->ndone == r->members.n)
+			close_run(r, false);
+		break;
+	case CRUN_ROUND_EV_LAST_CALL:
+		break;
+	case CRUN_ROUND_EV_JOIN_TIMEOUT:
+		i = nodes_find(&r->standby, ev->peer);
+		if (i < 0)
+			break;
+		n = nodes_take(&r->standby, (size_t)i);
+		crun_info("run '%s': waiting node '%s' (%s) gave up after %s", r->run_id,
+			  n->node_id, n->host,
+			  crun_rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
+		send_err(r, n->peer, n->join_id, ETIMEDOUT,
+			 "no round of run '%s' opened within %s: round %" PRId64
+			 " runs with the maximum of %d nodes",
+			 r->run_id, crun_rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)),
+			 r->round, r->conf.max_nodes);
+		free(n);
+		break;
+	}
+}
+
+static void closed_event(struct crun_round *r, const struct crun_round_event *ev)
+{
+	switch (ev->type) {
+	case CRUN_ROUND_EV_JOIN:
+		refuse_join(r, ev, ESHUTDOWN, "run '%s' is closed: %s", r->run_id,
+			    r->failed ? "the job failed" : "the job has finished");
+		break;
+	case CRUN_ROUND_EV_FAIL:
+		send_ok(r, ev->peer, ev->id);
+		break;
+	case CRUN_ROUND_EV_DONE:
+		if (!r->failed && ev->num == r->round)
+			send_ok(r, ev->peer, ev->id);
+		else
+			done_elsewhere(r, ev);
+		break;
+	case CRUN_ROUND_EV_LOST:
+	case CRUN_ROUND_EV_LAST_CALL:
+	case CRUN_ROUND_EV_JOIN_TIMEOUT:
+		break;
+	}
+}
+
+void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev)
+{
+	enum round_state from = r->state;
+
+	switch (r->state) {
+	case ROUND_OPEN:
+		open_event(r, ev);
+		break;
+	case ROUND_RUNNING:
+		running_event(r, ev);
+		break;
+	case ROUND_CLOSED:
+		closed_event(r, ev);
+		break;
+	}
+	if (r->state != from)
+		crun_debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
+			   state_names[from], state_names[r->state], r->round);
+	rearm(r);
+}
+
+/* ---- the timer ------------------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct round_timer *t = (struct round_timer *)h;
+	const struct crun_round_ops *ops = t->ops;
+	void *ctx = t->ctx;
+
+	free(t);
+	ops->handle_closed(ctx);
+}
+
+/* The join-timeout deadlines that matter in the current state. */
+static const struct nodes *waiting(const struct crun_round *r)
+{
+	if (r->state == ROUND_OPEN && r->joiners.n < (size_t)r->conf.min_nodes)
+		return &r->joiners;
+	if (r->state == ROUND_RUNNING)
+		return &r->standby;
+	return NULL;
+}
+
+static void on_timer(uv_timer_t *h)
+{
+	struct round_timer *t = (struct round_timer *)h;
+	struct crun_round *r = t->r;
+	struct crun_round_event ev = { .type = CRUN_ROUND_EV_LAST_CALL };
+	uint64_t now = uv_now(r->loop);
+	const struct nodes *w;
+	void **expired = NULL;
+	size_t nexp = 0;
+
+	if (r->state == ROUND_OPEN && r->last_call_armed && now >= r->last_call_deadline)
+		crun_round_apply(r, &ev);
+	/* Peers first, then events: each event may reshape the arrays. */
+	w = waiting(r);
+	if (w && w->n) {
+		expired = malloc(w->n * sizeof(*expired));
+		for (size_t i = 0; expired && i < w->n; i++)
+			if (w->v[i]->deadline <= now)
+				expired[nexp++] = w->v[i]->peer;
+	}
+	for (size_t i = 0; i < nexp; i++) {
+		ev.type = CRUN_ROUND_EV_JOIN_TIMEOUT;
+		ev.peer = expired[i];
+		crun_round_apply(r, &ev);
+	}
+	free(expired);
+	rearm(r);
+	t->ops->flush(t->ctx); /* may destroy r: nothing after this */
+}
+
+static void rearm(struct crun_round *r)
+{
+	uint64_t next = UINT64_MAX, now;
+	const struct nodes *w = waiting(r);
+	bool any = false;
+
+	if (r->state == ROUND_OPEN && r->last_call_armed) {
+		next = r->last_call_deadline;
+		any = true;
+	}
+	for (size_t i = 0; w && i < w->n; i++) {
+		if (w->v[i]->deadline < next)
+			next = w->v[i]->deadline;
+		any = true;
+	}
+	if (!any) {
+		if (r->timer)
+			uv_timer_stop(&r->timer->t);
+		return;
+	}
+	if (!r->timer) {
+		r->timer = calloc(1, sizeof(*r->timer));
+		if (!r->timer)
+			goto out_no_timer;
+		if (uv_timer_init(r->loop, &r->timer->t) < 0) {
+			free(r->timer);
+			r->timer = NULL;
+			goto out_no_timer;
+		}
+		r->timer->r = r;
+		r->timer->ops = r->ops;
+		r->timer->ctx = r->ctx;
+		r->ops->handle_opened(r->ctx);
+	}
+	now = uv_now(r->loop);
+	uv_timer_start(&r->timer->t, on_timer, next > now ? next - now : 0, 0);
+	return;
+
+out_no_timer:
+	crun_warn("run '%s': cannot create the rendezvous timer: out of memory; "
+		  "timeouts are late until the next request",
+		  r->run_id);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
+
+struct crun_round *crun_round_create(uv_loop_t *loop, const char *run_id,
+				     const struct crun_round_ops *ops, void *ctx)
+{
+	struct crun_round *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->run_id = strdup(run_id);
+	if (!r->run_id) {
+		free(r);
+		return NULL;
+	}
+	r->loop = loop;
+	r->ops = ops;
+	r->ctx = ctx;
+	r->state = ROUND_OPEN;
+	r->round = 1;
+	return r;
+}
+
+void crun_round_destroy(struct crun_round *r)
+{
+	if (!r)
+		return;
+	if (r->timer) {
+		r->timer->r = NULL;
+		uv_close((uv_handle_t *)&r->timer->t, on_timer_closed);
+	}
+	nodes_free(&r->joiners);
+	nodes_free(&r->members);
+	nodes_free(&r->standby);
+	for (size_t i = 0; i < r->nknown; i++)
+		free(r->known[i].node_id);
+	free(r->known);
+	prev_clear(r);
+	free(r->ended_why);
+	free(r->run_id);
+	free(r);
+}

@@ -1,0 +1,1090 @@
+/* Rendezvous rounds (rdzv.h) through a real store server: the server runs
+ * on its own libuv loop in a thread (127.0.0.1, port 0), and every node is
+ * a blocking socket that speaks the protocol with crun_wire_* and the
+ * rdzv.h helpers, so nothing here depends on the agent's client. Every
+ * receive has a 5 s timeout and every "nothing arrives" check a short
+ * poll, so no test can hang; the timeouts under test are 100-300 ms. Each
+ * server is destroyed at the end of its test and its loop must close with
+ * no handle left. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/rdzv.h"
+#include "rendezvous/server.h"
+#include "rendezvous/wire.h"
+
+/* ---- a server on its own thread ---------------------------------------- */
+
+struct tsrv {
+	pthread_t thread;
+	uv_loop_t loop;
+	uv_async_t stop;
+	struct crun_server *srv;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool ready, done;
+	int listen_rc;
+	int port;
+	int loop_close_rc;
+};
+
+static void on_done(void *arg)
+{
+	((struct tsrv *)arg)->done = true;
+}
+
+static void on_stop(uv_async_t *a)
+{
+	struct tsrv *t = a->data;
+
+	crun_server_destroy(t->srv, on_done, t);
+	uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *server_thread(void *arg)
+{
+	struct tsrv *t = arg;
+	char err[256];
+
+	uv_loop_init(&t->loop);
+	t->srv = crun_server_create(&t->loop, NULL);
+	t->listen_rc =
+		t->srv ? crun_server_listen(t->srv, "127.0.0.1", 0, err, sizeof(err)) : -ENOMEM;
+	t->port = crun_server_port(t->srv);
+	uv_async_init(&t->loop, &t->stop, on_stop);
+	t->stop.data = t;
+	pthread_mutex_lock(&t->mu);
+	t->ready = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	uv_run(&t->loop, UV_RUN_DEFAULT);
+	t->loop_close_rc = uv_loop_close(&t->loop);
+	return NULL;
+}
+
+static struct tsrv *start_server(void)
+{
+	struct tsrv *t = calloc(1, sizeof(*t));
+
+	assert_non_null(t);
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	assert_int_equal(pthread_create(&t->thread, NULL, server_thread, t), 0);
+	pthread_mutex_lock(&t->mu);
+	while (!t->ready)
+		pthread_cond_wait(&t->cv, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+	assert_int_equal(t->listen_rc, 0);
+	assert_true(t->port > 0);
+	return t;
+}
+
+static void stop_server(struct tsrv *t)
+{
+	uv_async_send(&t->stop);
+	pthread_join(t->thread, NULL);
+	assert_true(t->done);
+	assert_int_equal(t->loop_close_rc, 0);
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->cv);
+	free(t);
+}
+
+/* ---- a blocking node ------------------------------------------------------ */
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static struct crun_wire_item its(const char *s)
+{
+	struct crun_wire_item i = { (const uint8_t *)s, (uint32_t)strlen(s) };
+
+	return i;
+}
+
+static void send_msg(int fd, const struct crun_wire_msg *m)
+{
+	size_t n = crun_wire_encoded_size(m);
+	uint8_t *buf = malloc(n);
+
+	assert_non_null(buf);
+	assert_int_equal(crun_wire_encode(m, buf), n);
+	assert_int_equal(crun_write_all(fd, buf, n), 0);
+	free(buf);
+}
+
+static void send_frame(int fd, uint8_t type, uint32_t id, int64_t num,
+		       const struct crun_wire_item *items, uint32_t count)
+{
+	struct crun_wire_msg m = { type, 0, id, num, count, (struct crun_wire_item *)items };
+
+	send_msg(fd, &m);
+}
+
+static int recv_all(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		ssize_t r = recv(fd, b, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* A received frame; items point into buf. */
+struct rmsg {
+	struct crun_wire_msg m;
+	struct crun_wire_item items[64];
+	uint8_t *buf;
+};
+
+static void rmsg_finish(struct rmsg *r)
+{
+	free(r->buf);
+	r->buf = NULL;
+}
+
+/* Reads one valid frame: 0, or -1 when the connection ended (or the 5 s
+ * receive timeout passed). */
+static int trecv(int fd, struct rmsg *r)
+{
+	uint8_t hdr[CRUN_WIRE_HEADER_LEN];
+	uint32_t len, cap = 64;
+	char err[160];
+
+	r->buf = NULL;
+	if (recv_all(fd, hdr, sizeof(hdr)) < 0)
+		return -1;
+	assert_int_equal(crun_wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
+			 0);
+	r->buf = malloc(sizeof(hdr) + len);
+	assert_non_null(r->buf);
+	memcpy(r->buf, hdr, sizeof(hdr));
+	if (recv_all(fd, r->buf + sizeof(hdr), len) < 0) {
+		rmsg_finish(r);
+		return -1;
+	}
+	assert_int_equal(crun_wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m,
+					  r->items, &cap, err, sizeof(err)),
+			 (long)(sizeof(hdr) + len));
+	if (crun_wire_validate(&r->m, err, sizeof(err)) < 0)
+		fail_msg("invalid frame from the server: %s", err);
+	return 0;
+}
+
+static void text(const struct crun_wire_item *it, char *out, size_t len)
+{
+	snprintf(out, len, "%.*s", (int)it->len, (const char *)it->data);
+}
+
+/* True when nothing arrives on fd within ms. */
+static bool quiet(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 0;
+}
+
+/* True when the server has closed fd (EOF or reset within 5 s). */
+static bool closed_by_server(int fd)
+{
+	uint8_t b[4096];
+
+	for (;;) {
+		ssize_t r = recv(fd, b, sizeof(b), 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0 || (r < 0 && errno == ECONNRESET))
+			return true;
+		if (r < 0)
+			return false;
+	}
+}
+
+/* A connection that has done the handshake in run. */
+static int connect_run(int port, const char *run)
+{
+	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = { 0 }, snonce[32];
+	struct crun_wire_item hello[3] = { its(run), { nonce, 32 }, { NULL, 0 } };
+	struct sockaddr_in sa = { 0 };
+	struct timeval tv = { 5, 0 };
+	uint16_t version, flags;
+	struct rmsg r;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	assert_true(fd >= 0);
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	crun_wire_client_preamble(pre);
+	assert_int_equal(crun_write_all(fd, pre, CRUN_WIRE_CLIENT_PREAMBLE), 0);
+	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);
+	assert_int_equal(crun_wire_parse_server_preamble(pre, &version, &flags, snonce), 0);
+	send_frame(fd, CRUN_WIRE_HELLO, 1, 0, hello, 3);
+	assert_int_equal(trecv(fd, &r), 0);
+	assert_int_equal(r.m.type, CRUN_WIRE_OK);
+	rmsg_finish(&r);
+	return fd;
+}
+
+static uint32_t next_id = 100;
+
+/* A node of a test: its connection and what its JOINs say. */
+struct tnode {
+	int fd;
+	struct crun_rdzv_node self;
+	struct crun_rdzv_conf conf;
+	uint32_t join_id;
+};
+
+static struct crun_rdzv_conf conf_of(int min, int max, int64_t last_call_ms,
+				     int64_t join_timeout_ms)
+{
+	struct crun_rdzv_conf c = {
+		.min_nodes = min,
+		.max_nodes = max,
+		.join_timeout_ms = join_timeout_ms,
+		.last_call_ms = last_call_ms,
+		.keepalive_ms = 0,
+		.max_restarts = 3,
+	};
+
+	return c;
+}
+
+static void node_init(struct tnode *n, int port, const char *run, const char *id, const char *host,
+		      int nproc, const struct crun_rdzv_conf *conf)
+{
+	memset(n, 0, sizeof(*n));
+	n->fd = connect_run(port, run);
+	n->self.node_id = (char *)id;
+	n->self.host = (char *)host;
+	n->self.addr = (char *)"";
+	n->self.nproc = nproc;
+	n->self.node_rank = -1;
+	n->conf = *conf;
+}
+
+static void node_close(struct tnode *n)
+{
+	if (n->fd >= 0)
+		close(n->fd);
+	n->fd = -1;
+}
+
+/* Sends a JOIN; its id is remembered (the id of the round's events). */
+static void join(struct tnode *n)
+{
+	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun_wire_msg m;
+	char scratch[160];
+
+	crun_rdzv_join_msg(&n->self, &n->conf, &m, items, scratch);
+	m.id = n->join_id = next_id++;
+	send_msg(n->fd, &m);
+}
+
+/* A JOIN that does not complete a round, followed by a PING whose reply
+ * proves the server has taken the JOIN: joins from several sockets then
+ * reach the server in a known order (group ranks follow it). */
+static void join_sync(struct tnode *n)
+{
+	uint32_t id = next_id++;
+	struct rmsg r;
+
+	join(n);
+	send_frame(n->fd, CRUN_WIRE_PING, id, 0, NULL, 0);
+	assert_int_equal(trecv(n->fd, &r), 0);
+	assert_int_equal(r.m.type, CRUN_WIRE_VALUE);
+	assert_int_equal(r.m.id, id);
+	rmsg_finish(&r);
+}
+
+static uint32_t send_round_msg(struct tnode *n, uint8_t type, int64_t round, const char *msg)
+{
+	struct crun_wire_item it = its(msg ? msg : "");
+	uint32_t id = next_id++;
+
+	send_frame(n->fd, type, id, round, &it, type == CRUN_WIRE_RDZV_FAIL ? 1 : 0);
+	return id;
+}
+
+/* Expects the assignment for n's JOIN. */
+static void want_assignment(struct tnode *n, struct crun_rdzv_assignment *a)
+{
+	struct rmsg r;
+	char err[256];
+
+	assert_int_equal(trecv(n->fd, &r), 0);
+	if (r.m.type == CRUN_WIRE_ERROR) {
+		text(&r.m.items[0], err, sizeof(err));
+		fail_msg("%s: JOIN refused (%lld): %s", n->self.host, (long long)r.m.num, err);
+	}
+	assert_int_equal(r.m.id, n->join_id);
+	if (crun_rdzv_parse_assignment(&r.m, a, err, sizeof(err)) < 0)
+		fail_msg("%s: bad assignment: %s", n->self.host, err);
+	rmsg_finish(&r);
+}
+
+/* Expects an RDZV_EVENT for n's JOIN; returns its restart count. */
+static int64_t want_event(struct tnode *n, int64_t round, const char *reason, const char *has)
+{
+	struct rmsg r;
+	char buf[1024];
+	int64_t count;
+
+	assert_int_equal(trecv(n->fd, &r), 0);
+	if (r.m.type != CRUN_WIRE_RDZV_EVENT)
+		fail_msg("%s: expected RDZV_EVENT, got %s", n->self.host,
+			 crun_wire_type_name(r.m.type));
+	assert_int_equal(r.m.id, n->join_id);
+	assert_int_equal(r.m.num, round);
+	text(&r.m.items[0], buf, sizeof(buf));
+	assert_string_equal(buf, reason);
+	text(&r.m.items[1], buf, sizeof(buf));
+	if (has && !strstr(buf, has))
+		fail_msg("%s: event message '%s' does not say '%s'", n->self.host, buf, has);
+	text(&r.m.items[2], buf, sizeof(buf));
+	count = strtoll(buf, NULL, 10);
+	rmsg_finish(&r);
+	return count;
+}
+
+static void want_error(struct tnode *n, uint32_t id, int errnum, const char *has)
+{
+	struct rmsg r;
+	char buf[1024];
+
+	assert_int_equal(trecv(n->fd, &r), 0);
+	assert_int_equal(r.m.type, CRUN_WIRE_ERROR);
+	assert_int_equal(r.m.id, id);
+	text(&r.m.items[0], buf, sizeof(buf));
+	if (r.m.num != errnum)
+		fail_msg("%s: expected errno %d, got %lld: %s", n->self.host, errnum,
+			 (long long)r.m.num, buf);
+	if (has && !strstr(buf, has))
+		fail_msg("%s: error '%s' does not say '%s'", n->self.host, buf, has);
+	rmsg_finish(&r);
+}
+
+static void want_ok(struct tnode *n, uint32_t id)
+{
+	struct rmsg r;
+
+	assert_int_equal(trecv(n->fd, &r), 0);
+	if (r.m.type != CRUN_WIRE_OK)
+		fail_msg("%s: expected OK, got %s", n->self.host, crun_wire_type_name(r.m.type));
+	assert_int_equal(r.m.id, id);
+	rmsg_finish(&r);
+}
+
+/* SET then GET of a key in n's run. */
+static void key_roundtrip(struct tnode *n, const char *k, const char *v)
+{
+	struct crun_wire_item kv[2] = { its(k), its(v) };
+	uint32_t id = next_id++;
+	struct rmsg r;
+
+	send_frame(n->fd, CRUN_WIRE_SET, id, 0, kv, 2);
+	want_ok(n, id);
+	id = next_id++;
+	send_frame(n->fd, CRUN_WIRE_GET, id, 0, kv, 1);
+	assert_int_equal(trecv(n->fd, &r), 0);
+	assert_int_equal(r.m.type, CRUN_WIRE_VALUE);
+	assert_int_equal(r.m.items[0].len, strlen(v));
+	assert_memory_equal(r.m.items[0].data, v, strlen(v));
+	rmsg_finish(&r);
+}
+
+static void assert_same_nodes(const struct crun_rdzv_assignment *a,
+			      const struct crun_rdzv_assignment *b)
+{
+	assert_int_equal(a->round, b->round);
+	assert_int_equal(a->restart_count, b->restart_count);
+	assert_int_equal(a->nnodes, b->nnodes);
+	assert_int_equal(a->world_size, b->world_size);
+	for (int i = 0; i < a->nnodes; i++) {
+		assert_string_equal(a->nodes[i].node_id, b->nodes[i].node_id);
+		assert_string_equal(a->nodes[i].host, b->nodes[i].host);
+		assert_string_equal(a->nodes[i].addr, b->nodes[i].addr);
+		assert_int_equal(a->nodes[i].nproc, b->nodes[i].nproc);
+	}
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+/* Two nodes of different sizes: the round closes as soon as max nodes are
+ * in, both get the same member list, ranks in join order, the world size
+ * is the sum, an empty addr becomes the peer's address. Keys still work. */
+static void test_two_nodes(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 10000, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb;
+	uint64_t t0;
+
+	(void)state;
+	node_init(&na, t->port, "job", "host-a:1:aa", "host-a", 8, &c);
+	node_init(&nb, t->port, "job", "host-b:2:bb", "host-b", 4, &c);
+	na.self.addr = (char *)"10.1.2.3";
+	join_sync(&na);
+	t0 = crun_now_ms();
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	/* max reached: no last call (10 s) */
+	assert_true(crun_now_ms() - t0 < 2000);
+	assert_same_nodes(&a, &b);
+	assert_int_equal(a.round, 1);
+	assert_int_equal(a.restart_count, 0);
+	assert_int_equal(a.nnodes, 2);
+	assert_int_equal(a.group_rank, 0);
+	assert_int_equal(b.group_rank, 1);
+	assert_int_equal(a.world_size, 12);
+	assert_int_equal(a.rank_offset, 0);
+	assert_int_equal(b.rank_offset, 8);
+	assert_string_equal(a.nodes[0].node_id, "host-a:1:aa");
+	assert_string_equal(a.nodes[0].addr, "10.1.2.3");
+	assert_string_equal(a.nodes[1].host, "host-b");
+	assert_string_equal(a.nodes[1].addr, "127.0.0.1");
+	assert_int_equal(a.nodes[1].nproc, 4);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	/* The run's keys are shared with its rounds' members. */
+	key_roundtrip(&na, "rdzv/1/master", "10.1.2.3:29500");
+	key_roundtrip(&nb, "rdzv/1/master", "10.1.2.3:29501");
+	node_close(&na);
+	node_close(&nb);
+	stop_server(t);
+}
+
+/* Between min and max: the round closes last_call after min nodes. */
+static void test_last_call(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 3, 200, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb;
+	uint64_t t0, dt;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 2, &c);
+	join_sync(&nb);
+	t0 = crun_now_ms();
+	join(&na);
+	assert_true(quiet(na.fd, 100));
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	dt = crun_now_ms() - t0;
+	if (dt < 180 || dt > 2000)
+		fail_msg("round closed after %llu ms, expected about 200", (unsigned long long)dt);
+	assert_int_equal(a.nnodes, 2);
+	assert_int_equal(b.group_rank, 0); /* first to join */
+	assert_int_equal(a.group_rank, 1);
+	assert_int_equal(a.rank_offset, 2);
+	assert_int_equal(a.world_size, 3);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	node_close(&na);
+	node_close(&nb);
+	stop_server(t);
+}
+
+/* A member's connection drops: the other gets "left" (counted); alone
+ * below min it then times out naming the node that did not come back.
+ * Before any round the message says how many came. */
+static void test_left_and_join_timeout(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb, nc;
+
+	(void)state;
+	node_init(&nc, t->port, "other", "c", "host-c", 1, &c);
+	nc.conf.join_timeout_ms = 150;
+	join(&nc);
+	want_error(&nc, nc.join_id, ETIMEDOUT, "only 1 of at least 2 nodes joined within 150ms");
+	node_close(&nc);
+
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	join_sync(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	node_close(&nb);
+	assert_int_equal(want_event(&na, 1, "left", "node 1 (host-b) left: connection closed"), 1);
+	na.conf.join_timeout_ms = 150;
+	join(&na);
+	want_error(&na, na.join_id, ETIMEDOUT,
+		   "only 1 of at least 2 nodes joined within 150ms; missing from round 1: "
+		   "node 1 (host-b)");
+	/* The connection stays usable. */
+	key_roundtrip(&na, "k", "v");
+	node_close(&na);
+	stop_server(t);
+}
+
+/* A member whose keep-alives stop is dropped after keepalive_ms; a member
+ * that keeps sending frames is not. */
+static void test_keepalive(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb;
+	bool got_event = false;
+	int pongs = 0, pings = 0;
+	uint64_t t0;
+
+	(void)state;
+	c.keepalive_ms = 200;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	join_sync(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	/* a pings every 50 ms; b says nothing. */
+	t0 = crun_now_ms();
+	while (crun_now_ms() - t0 < 600) {
+		struct rmsg r;
+
+		send_frame(na.fd, CRUN_WIRE_PING, next_id++, 0, NULL, 0);
+		pings++;
+		while (!quiet(na.fd, 50)) {
+			assert_int_equal(trecv(na.fd, &r), 0);
+			if (r.m.type == CRUN_WIRE_VALUE) {
+				pongs++;
+			} else {
+				char msg[256];
+
+				assert_int_equal(r.m.type, CRUN_WIRE_RDZV_EVENT);
+				assert_false(got_event);
+				got_event = true;
+				text(&r.m.items[1], msg, sizeof(msg));
+				assert_string_equal(msg, "node 1 (host-b) left: no keep-alive for "
+							 "200ms");
+				text(&r.m.items[0], msg, sizeof(msg));
+				assert_string_equal(msg, "left");
+			}
+			rmsg_finish(&r);
+		}
+	}
+	assert_true(got_event);
+	assert_int_equal(pongs, pings);
+	assert_true(closed_by_server(nb.fd));
+	node_close(&na);
+	node_close(&nb);
+	stop_server(t);
+}
+
+/* FAIL ends the round for every member with "failure" (counted); a FAIL
+ * for an old round is a no-op; group ranks stay in first-join order
+ * whatever the order of the rejoins. */
+static void test_fail(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(3, 3, 0, 5000);
+	struct crun_rdzv_assignment as[3];
+	struct tnode n[3];
+	const char *why = "rank 5 (local 1) on host-b exited with status 1";
+	uint32_t id;
+
+	(void)state;
+	node_init(&n[0], t->port, "job", "a", "host-a", 2, &c);
+	node_init(&n[1], t->port, "job", "b", "host-b", 2, &c);
+	node_init(&n[2], t->port, "job", "c", "host-c", 2, &c);
+	join_sync(&n[0]);
+	join_sync(&n[1]);
+	join(&n[2]);
+	for (int i = 0; i < 3; i++) {
+		want_assignment(&n[i], &as[i]);
+		assert_int_equal(as[i].group_rank, i);
+		crun_rdzv_assignment_finish(&as[i]);
+	}
+	id = send_round_msg(&n[1], CRUN_WIRE_RDZV_FAIL, 1, why);
+	want_ok(&n[1], id);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(want_event(&n[i], 1, "failure", why), 1);
+	/* Rejoin in reverse order: same ranks, round 2, one restart. */
+	join_sync(&n[2]);
+	join_sync(&n[1]);
+	join(&n[0]);
+	for (int i = 0; i < 3; i++) {
+		want_assignment(&n[i], &as[i]);
+		assert_int_equal(as[i].round, 2);
+		assert_int_equal(as[i].restart_count, 1);
+		assert_int_equal(as[i].group_rank, i);
+		assert_int_equal(as[i].rank_offset, 2 * i);
+		crun_rdzv_assignment_finish(&as[i]);
+	}
+	/* A late FAIL for round 1 changes nothing. */
+	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_FAIL, 1, "stale");
+	want_ok(&n[0], id);
+	for (int i = 0; i < 3; i++)
+		assert_true(quiet(n[i].fd, 30));
+	for (int i = 0; i < 3; i++)
+		node_close(&n[i]);
+	stop_server(t);
+}
+
+/* A node that arrives while a round runs below max ends it with "join"
+ * (not counted); the next round includes it and closes as soon as the
+ * old members are back, without waiting for the last call. */
+static void test_late_joiner(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 4, 300, 5000);
+	struct crun_rdzv_assignment a, b, x;
+	struct tnode na, nb, nx;
+	uint64_t t0, dt;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&nx, t->port, "job", "x", "host-x", 4, &c);
+	join_sync(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	join(&nx);
+	assert_int_equal(want_event(&na, 1, "join", "node 'x' (host-x) is joining"), 0);
+	assert_int_equal(want_event(&nb, 1, "join", NULL), 0);
+	t0 = crun_now_ms();
+	join_sync(&nb);
+	join(&na);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	want_assignment(&nx, &x);
+	dt = crun_now_ms() - t0;
+	if (dt >= 250)
+		fail_msg("round 2 took %llu ms: it waited for the last call",
+			 (unsigned long long)dt);
+	assert_same_nodes(&a, &x);
+	assert_int_equal(a.round, 2);
+	assert_int_equal(a.restart_count, 0);
+	assert_int_equal(a.nnodes, 3);
+	assert_int_equal(a.group_rank, 0);
+	assert_int_equal(b.group_rank, 1);
+	assert_int_equal(x.group_rank, 2);
+	assert_int_equal(x.world_size, 6);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	crun_rdzv_assignment_finish(&x);
+	node_close(&na);
+	node_close(&nb);
+	node_close(&nx);
+	stop_server(t);
+}
+
+/* At max, a new node waits (standby) and is in the next round; a node
+ * that then finds the run at max again times out. */
+static void test_standby(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b, s;
+	struct tnode na, nb, ns;
+	uint32_t id;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&ns, t->port, "job", "s", "host-s", 1, &c);
+	join_sync(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	assert_int_equal(a.nnodes, 2);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	join_sync(&ns);
+	assert_true(quiet(ns.fd, 50));
+	assert_true(quiet(na.fd, 0));
+	assert_true(quiet(nb.fd, 0));
+	id = send_round_msg(&na, CRUN_WIRE_RDZV_FAIL, 1, "boom");
+	want_ok(&na, id);
+	assert_int_equal(want_event(&na, 1, "failure", "boom"), 1);
+	assert_int_equal(want_event(&nb, 1, "failure", "boom"), 1);
+	/* s is in round 2 already; a makes it full. */
+	join(&na);
+	want_assignment(&na, &a);
+	want_assignment(&ns, &s);
+	assert_same_nodes(&a, &s);
+	assert_int_equal(a.round, 2);
+	assert_int_equal(a.group_rank, 0);
+	assert_int_equal(s.group_rank, 1);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&s);
+	nb.conf.join_timeout_ms = 150;
+	join(&nb);
+	want_error(&nb, nb.join_id, ETIMEDOUT, "no round of run 'job' opened within 150ms");
+	node_close(&na);
+	node_close(&nb);
+	node_close(&ns);
+	stop_server(t);
+}
+
+/* Restarts above max_restarts: "exhausted", the run is closed as failed. */
+static void test_exhausted(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb, nc;
+	uint32_t id;
+
+	(void)state;
+	c.max_restarts = 1;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	for (int round = 1; round <= 2; round++) {
+		join(&na);
+		join(&nb);
+		want_assignment(&na, &a);
+		want_assignment(&nb, &b);
+		assert_int_equal(a.round, round);
+		assert_int_equal(a.restart_count, round - 1);
+		crun_rdzv_assignment_finish(&a);
+		crun_rdzv_assignment_finish(&b);
+		id = send_round_msg(&nb, CRUN_WIRE_RDZV_FAIL, round, "worker died");
+		want_ok(&nb, id);
+		if (round == 1) {
+			assert_int_equal(want_event(&na, 1, "failure", "worker died"), 1);
+			assert_int_equal(want_event(&nb, 1, "failure", "worker died"), 1);
+		}
+	}
+	assert_int_equal(want_event(&na, 2, "exhausted", "--max-restarts 1"), 2);
+	assert_int_equal(want_event(&nb, 2, "exhausted", "worker died"), 2);
+	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	join(&nc);
+	want_error(&nc, nc.join_id, ESHUTDOWN, "run 'job' is closed: the job failed");
+	join(&na);
+	want_error(&na, na.join_id, ESHUTDOWN, "the job failed");
+	node_close(&na);
+	node_close(&nb);
+	node_close(&nc);
+	stop_server(t);
+}
+
+/* DONE is a barrier: OK once every member sent it, then the run is
+ * closed. A round that ends first cancels the DONE. */
+static void test_done(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb, nc;
+	uint32_t ida, idb;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	join(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	/* a is done first, then b fails: a's DONE is cancelled. */
+	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(na.fd, 50));
+	idb = send_round_msg(&nb, CRUN_WIRE_RDZV_FAIL, 1, "rank 1 exited with status 3");
+	want_ok(&nb, idb);
+	assert_int_equal(want_event(&na, 1, "failure", NULL), 1);
+	want_error(&na, ida, ECANCELED, "round 1 ended: failure: rank 1 exited with status 3");
+	assert_int_equal(want_event(&nb, 1, "failure", NULL), 1);
+	/* Round 2 finishes. */
+	join(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	assert_int_equal(a.round, 2);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_error(&na, ida, ECANCELED, "round 1 ended");
+	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 2, NULL);
+	assert_true(quiet(na.fd, 50));
+	idb = send_round_msg(&nb, CRUN_WIRE_RDZV_DONE, 2, NULL);
+	want_ok(&na, ida);
+	want_ok(&nb, idb);
+	/* The run is closed for everyone, but its keys still work. */
+	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	join(&nc);
+	want_error(&nc, nc.join_id, ESHUTDOWN, "run 'job' is closed: the job has finished");
+	key_roundtrip(&nc, "after", "close");
+	/* Once no connection and no key is left, the run is forgotten. */
+	node_close(&na);
+	node_close(&nb);
+	{
+		struct crun_wire_item k = its("after");
+		uint32_t id = next_id++;
+		struct rmsg r;
+
+		send_frame(nc.fd, CRUN_WIRE_DELETE, id, 0, &k, 1);
+		assert_int_equal(trecv(nc.fd, &r), 0);
+		assert_int_equal(r.m.type, CRUN_WIRE_INT);
+		rmsg_finish(&r);
+	}
+	node_close(&nc);
+	sleep_ms(50);
+	c = conf_of(1, 1, 0, 5000);
+	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	join(&nc);
+	want_assignment(&nc, &a);
+	assert_int_equal(a.round, 1);
+	crun_rdzv_assignment_finish(&a);
+	node_close(&nc);
+	stop_server(t);
+}
+
+/* A node that sent DONE and then went is no failure: the barrier goes on
+ * without it. DONE twice, or from a non-member, is refused. */
+static void test_done_then_gone(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb, nd;
+	uint32_t id;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&nd, t->port, "job", "d", "host-d", 1, &c);
+	join(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	id = send_round_msg(&nd, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_error(&nd, id, EINVAL, "not a member of round 1");
+	id = send_round_msg(&nd, CRUN_WIRE_RDZV_FAIL, 1, "not mine");
+	want_error(&nd, id, EINVAL, "not a member of round 1");
+	send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	id = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_error(&na, id, EALREADY, "already sent DONE");
+	node_close(&na);
+	assert_true(quiet(nb.fd, 50));
+	id = send_round_msg(&nb, CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_ok(&nb, id);
+	join(&nd);
+	want_error(&nd, nd.join_id, ESHUTDOWN, "the job has finished");
+	node_close(&nb);
+	node_close(&nd);
+	stop_server(t);
+}
+
+/* Static ranks: group rank = node_rank whatever the join order; a rank
+ * taken twice, a rank >= max and a dynamic node are refused. */
+static void test_static_ranks(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb, nd, ne;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 3, &c);
+	node_init(&nd, t->port, "job", "d", "host-d", 1, &c);
+	node_init(&ne, t->port, "job", "e", "host-e", 1, &c);
+	na.self.node_rank = 0;
+	nb.self.node_rank = 1;
+	nd.self.node_rank = 1;
+	join(&nb);
+	/* Rank 1 is b's. */
+	join(&nd);
+	want_error(&nd, nd.join_id, EINVAL, "node rank 1 is already taken by node 'b' (host-b)");
+	/* Out of range: refused by the parser. */
+	nd.self.node_rank = 2;
+	join(&nd);
+	want_error(&nd, nd.join_id, EINVAL, "node_rank 2 is out of range");
+	/* A dynamic node in a static run. */
+	join(&ne);
+	want_error(&ne, ne.join_id, EINVAL, "no --node-rank given");
+	join(&na);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	assert_int_equal(a.group_rank, 0);
+	assert_int_equal(b.group_rank, 1);
+	assert_int_equal(a.world_size, 4);
+	assert_int_equal(b.rank_offset, 1);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	node_close(&na);
+	node_close(&nb);
+	node_close(&nd);
+	node_close(&ne);
+	stop_server(t);
+}
+
+/* The first JOIN fixes the run's configuration; a JOIN that differs, a
+ * malformed JOIN, a second JOIN on one connection and a duplicate node id
+ * are refused, and the connection stays usable. */
+static void test_config_errors(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 4, 1000, 5000);
+	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun_wire_msg m;
+	struct tnode na, nb;
+	char scratch[160];
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	join_sync(&na);
+	nb.conf.max_nodes = 2;
+	join(&nb);
+	want_error(&nb, nb.join_id, EINVAL, "--nnodes 2 differs from the run's 2:4");
+	nb.conf = c;
+	nb.conf.max_restarts = 0;
+	join(&nb);
+	want_error(&nb, nb.join_id, EINVAL, "--max-restarts 0 differs from the run's 3");
+	nb.conf = c;
+	nb.conf.last_call_ms = 1500;
+	join(&nb);
+	want_error(&nb, nb.join_id, EINVAL, "last_call_timeout 1500ms differs from the run's 1s");
+	nb.conf = c;
+	nb.self.node_id = (char *)"a";
+	join(&nb);
+	want_error(&nb, nb.join_id, EINVAL, "node id 'a' is already in use");
+	nb.self.node_id = (char *)"b";
+	/* nproc "x" */
+	crun_rdzv_join_msg(&nb.self, &nb.conf, &m, items, scratch);
+	items[3] = its("x");
+	m.id = next_id++;
+	send_msg(nb.fd, &m);
+	want_error(&nb, m.id, EINVAL, "bad RDZV_JOIN: nproc is not a decimal integer");
+	join(&na);
+	want_error(&na, na.join_id, EALREADY, "already joined round 1");
+	key_roundtrip(&nb, "still", "here");
+	node_close(&na);
+	node_close(&nb);
+	stop_server(t);
+}
+
+/* Two runs on one server never see each other's rounds. */
+static void test_two_runs(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c2 = conf_of(2, 2, 0, 5000), c1 = conf_of(1, 1, 0, 5000);
+	struct crun_rdzv_assignment a, b, x;
+	struct tnode na, nb, nx;
+	uint32_t id;
+
+	(void)state;
+	node_init(&na, t->port, "job-1", "a", "host-a", 1, &c2);
+	node_init(&nx, t->port, "job-2", "a", "host-a", 1, &c1); /* same id, other run */
+	join(&na);
+	join(&nx);
+	want_assignment(&nx, &x);
+	assert_int_equal(x.nnodes, 1);
+	crun_rdzv_assignment_finish(&x);
+	assert_true(quiet(na.fd, 30));
+	node_init(&nb, t->port, "job-1", "b", "host-b", 1, &c2);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	assert_int_equal(a.nnodes, 2);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	id = send_round_msg(&nx, CRUN_WIRE_RDZV_FAIL, 1, "job-2 only");
+	want_ok(&nx, id);
+	want_event(&nx, 1, "failure", "job-2 only");
+	assert_true(quiet(na.fd, 30));
+	assert_true(quiet(nb.fd, 0));
+	node_close(&na);
+	node_close(&nb);
+	node_close(&nx);
+	stop_server(t);
+}
+
+/* Destroying the server with joiners waiting and timers armed frees
+ * everything and closes every handle. */
+static void test_destroy_busy(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 3, 5000, 5000);
+	struct tnode na;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	join(&na);
+	assert_true(quiet(na.fd, 30));
+	stop_server(t);
+	node_close(&na);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_two_nodes),
+		cmocka_unit_test(test_last_call),
+		cmocka_unit_test(test_left_and_join_timeout),
+		cmocka_unit_test(test_keepalive),
+		cmocka_unit_test(test_fail),
+		cmocka_unit_test(test_late_joiner),
+		cmocka_unit_test(test_standby),
+		cmocka_unit_test(test_exhausted),
+		cmocka_unit_test(test_done),
+		cmocka_unit_test(test_done_then_gone),
+		cmocka_unit_test(test_static_ranks),
+		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_two_runs),
+		cmocka_unit_test(test_destroy_busy),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	crun_log_init("test_round", getenv("TEST_VERBOSE") ? CRUN_LOG_DEBUG : CRUN_LOG_WARN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
