@@ -16,6 +16,17 @@ static const struct crun_env_param params[] = {
 	{ "CRUN_CONNECT_TIMEOUT", "30s", "how long libcrun retries connecting to the store" },
 	{ "CRUN_TIMEOUT", "300s", "default timeout of one libcrun store operation" },
 	{ "CRUN_LOG_LEVEL", "info", "error, warn, info or debug" },
+	{ "CRUN_COMM_BACKEND", "cpu", "crun-train's collective backend" },
+	{ "CRUN_COMM_TIMEOUT", "300s",
+	  "longest wait for a peer in one collective (and in connecting) before it fails" },
+	{ "CRUN_COMM_ADDR", NULL,
+	  "address a worker listens on for its peers; unset: the one that reaches the store" },
+	{ "CRUN_COMM_CHUNK", "1M", "pipelining chunk of the cpu backend's ring steps" },
+	{ "CRUN_COMM_SOCKBUF", "4M", "socket send and receive buffers of the cpu backend" },
+	{ "CRUN_COMM_SHM", "1",
+	  "1: ranks on one host exchange data through shared memory; 0: always TCP" },
+	{ "CRUN_COMM_SEND_THREAD", "0",
+	  "1: a second thread per worker sends while the first receives and reduces" },
 };
 
 const struct crun_env_param *crun_env_params(size_t *count)

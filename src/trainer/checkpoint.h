@@ -1,0 +1,80 @@
+/* Sharded checkpoints of crun-train.
+ *
+ * A checkpoint is a directory DIR/step-NNNNNNNNNN holding one file per
+ * rank, shard-RRRRR-of-WWWWW.bin, and a MANIFEST that marks it complete:
+ *
+ *   1. every rank writes its shard to a temporary file, fsyncs it, renames
+ *      it into place and fsyncs the directory;
+ *   2. the ranks agree (a collective) that every shard was written;
+ *   3. rank 0 writes MANIFEST the same way (temporary file, fsync, rename,
+ *      fsync of the directory). It lists each shard's size and FNV-1a
+ *      checksum. Only a directory with a MANIFEST is ever loaded, so a
+ *      crash at any point leaves either the previous checkpoint or a
+ *      complete new one.
+ *
+ * A shard holds ranges of the flat parameter index space (the chunks the
+ * rank owns, see parallel.h) with the parameters and both AdamW moments of
+ * each, so a checkpoint written by W ranks loads at any world size and
+ * with any strategy: each reader fetches exactly the ranges it holds.
+ *
+ * Shard file, little-endian: "CRUNSHRD", u32 version (1), u32 rank,
+ * u32 world_size, u32 n_ranges, u64 step, u64 n_params; n_ranges times
+ * (u64 flat, u64 len); then per range float32 p[len], m[len], v[len].
+ *
+ * Consolidated file (export): "CRUNMODL", u32 version (1), u32 n_tensors,
+ * u64 n_params, u64 step, i32 context, embed_dim, width, layers, ffn_mult,
+ * u32 0; n_tensors times (char name[24], u64 offset, u32 rows, u32 cols);
+ * then float32 params[n_params]. */
+#ifndef CRUN_TRAINER_CHECKPOINT_H
+#define CRUN_TRAINER_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/comm.h"
+#include "trainer/model.h"
+#include "trainer/parallel.h"
+
+struct crun_ckpt_meta {
+	int64_t step;
+	int world_size;
+	char strategy[16];
+	struct crun_model_config model;
+	size_t n_params;
+};
+
+/* Writes the checkpoint of step (collective over comm) and then keeps only
+ * the newest `keep` complete checkpoints in dir. 0 on every rank when the
+ * checkpoint is complete, else a negative errno with the reason in err
+ * (the same result on every rank unless the comm layer failed). */
+int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char *dir,
+		   const struct crun_ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
+
+/* Step of the newest complete checkpoint in dir: 0 and *step, or -ENOENT
+ * when there is none (also when dir does not exist). */
+int crun_ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen);
+
+/* Path of the checkpoint of step in dir. */
+void crun_ckpt_path(const char *dir, int64_t step, char *out, size_t outlen);
+
+/* Reads a checkpoint's MANIFEST. 0 or a negative errno with err. */
+int crun_ckpt_read_meta(const char *ckpt, struct crun_ckpt_meta *meta, char *err, size_t errlen);
+
+/* Fills what par holds (parameters and optimizer state) from the
+ * checkpoint directory ckpt, after checking every shard's size and
+ * checksum and that the shards cover the model exactly. The model must
+ * match the checkpoint's (-EINVAL otherwise). */
+int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, const char *ckpt,
+		   char *err, size_t errlen);
+
+/* Writes the parameters of a checkpoint as one consolidated file. path is
+ * a checkpoint (step-N) or a checkpoint.dir (its newest complete one). */
+int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen);
+
+/* Reads a consolidated file: the parameters (malloc'd, caller frees) and
+ * the model configuration. */
+int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
+				struct crun_model_config *cfg, int64_t *step, char *err,
+				size_t errlen);
+
+#endif

@@ -1,0 +1,303 @@
+/* The comm interface: options from the environment, backend selection
+ * through an ops table, argument checks and the sticky failure state that
+ * every backend shares. */
+#include "trainer/comm.h"
+#include "trainer/comm_backend.h"
+
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct crun_comm_ops *const backends[] = {
+	&crun_comm_cpu_ops,
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+void crun_comm_set_error(struct crun_comm *comm, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (comm->errmsg[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
+	va_end(ap);
+}
+
+static int env_int(const char *name, int64_t min, int64_t max, int64_t *out, bool *present,
+		   char *err, size_t errlen)
+{
+	const char *v = getenv(name);
+	char why[160];
+
+	*present = v && *v;
+	if (!*present)
+		return 0;
+	if (crun_parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
+		seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int env_size(const char *name, uint64_t max, size_t *out, char *err, size_t errlen)
+{
+	const char *v = crun_env_get(name);
+	char why[160];
+	uint64_t n;
+
+	if (!v)
+		return 0;
+	if (crun_parse_size(v, &n, why, sizeof(why)) < 0) {
+		seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+		return -EINVAL;
+	}
+	if (n == 0 || n > max) {
+		seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
+		       (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = (size_t)n;
+	return 0;
+}
+
+int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errlen)
+{
+	int64_t rank = 0, world = 1, local = 0, round = 0, timeout;
+	bool has_rank, has_world, has_local, has_round;
+	const char *v;
+	char why[160];
+	int rc;
+
+	memset(opts, 0, sizeof(*opts));
+	if ((rc = env_int("WORLD_SIZE", 1, 1 << 20, &world, &has_world, err, errlen)) < 0)
+		return rc;
+	if ((rc = env_int("RANK", 0, (1 << 20) - 1, &rank, &has_rank, err, errlen)) < 0)
+		return rc;
+	if ((rc = env_int("LOCAL_RANK", 0, (1 << 20) - 1, &local, &has_local, err, errlen)) < 0)
+		return rc;
+	if ((rc = env_int("CRUN_ROUND", 0, INT64_MAX, &round, &has_round, err, errlen)) < 0)
+		return rc;
+	if (has_rank != has_world) {
+		seterr(err, errlen, "%s is set but %s is not: set both or neither",
+		       has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
+		return -EINVAL;
+	}
+	if (rank >= world) {
+		seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
+		       (long long)rank, (long long)world);
+		return -EINVAL;
+	}
+	opts->rank = (int)rank;
+	opts->world_size = (int)world;
+	opts->local_rank = has_local ? (int)local : (int)rank;
+	opts->round = round;
+
+	opts->backend = crun_env_get("CRUN_COMM_BACKEND");
+	v = crun_env_get("CRUN_COMM_TIMEOUT");
+	if (v) {
+		if (crun_parse_duration_ms(v, &timeout, why, sizeof(why)) < 0) {
+			seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': %s", v, why);
+			return -EINVAL;
+		}
+		if (timeout <= 0) {
+			seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
+			return -EINVAL;
+		}
+		opts->timeout_ms = timeout;
+	}
+	if ((rc = env_size("CRUN_COMM_CHUNK", 1ull << 30, &opts->chunk_bytes, err, errlen)) < 0)
+		return rc;
+	if ((rc = env_size("CRUN_COMM_SOCKBUF", 1ull << 30, &opts->sockbuf_bytes, err, errlen)) < 0)
+		return rc;
+	opts->addr = crun_env_get("CRUN_COMM_ADDR");
+	v = crun_env_get("CRUN_COMM_SHM");
+	if (v && strcmp(v, "0") && strcmp(v, "1")) {
+		seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);
+		return -EINVAL;
+	}
+	opts->no_shm = v && !strcmp(v, "0");
+	v = crun_env_get("CRUN_COMM_SEND_THREAD");
+	if (v && strcmp(v, "0") && strcmp(v, "1")) {
+		seterr(err, errlen, "invalid CRUN_COMM_SEND_THREAD '%s': expected 0 or 1", v);
+		return -EINVAL;
+	}
+	opts->send_thread = v && !strcmp(v, "1");
+	return 0;
+}
+
+static const struct crun_comm_ops *find_backend(const char *name)
+{
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(backends); i++)
+		if (!strcmp(backends[i]->name, name))
+			return backends[i];
+	return NULL;
+}
+
+struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err, size_t errlen)
+{
+	const char *name = opts->backend && *opts->backend ? opts->backend : "cpu";
+	const struct crun_comm_ops *ops = find_backend(name);
+	struct crun_comm *comm;
+
+	if (!ops) {
+		seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
+		return NULL;
+	}
+	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {
+		seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
+		       opts->world_size);
+		return NULL;
+	}
+	if (opts->timeout_ms < 0) {
+		seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
+		return NULL;
+	}
+	comm = calloc(1, sizeof(*comm));
+	if (!comm) {
+		seterr(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		return NULL;
+	}
+	comm->ops = ops;
+	comm->rank = opts->rank;
+	comm->size = opts->world_size;
+	if (ops->init(comm, opts) < 0) {
+		seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
+		free(comm);
+		return NULL;
+	}
+	return comm;
+}
+
+void crun_comm_destroy(struct crun_comm *comm)
+{
+	if (!comm)
+		return;
+	comm->ops->finish(comm);
+	free(comm);
+}
+
+int crun_comm_rank(const struct crun_comm *comm)
+{
+	return comm->rank;
+}
+
+int crun_comm_size(const struct crun_comm *comm)
+{
+	return comm->size;
+}
+
+const char *crun_comm_errmsg(const struct crun_comm *comm)
+{
+	return comm->errmsg;
+}
+
+const char *crun_comm_backend(const struct crun_comm *comm)
+{
+	return comm->ops->name;
+}
+
+/* Stands in for NULL buffers of empty collectives, so that backends
+ * never do arithmetic on a null pointer. */
+static double empty[1];
+
+/* Common entry of every collective: refuses calls on a failed
+ * communicator and bad arguments (which are the caller's bug, and do not
+ * poison the communicator since no byte has moved). */
+static int enter(struct crun_comm *comm, const char *what, bool bad_args)
+{
+	if (comm->failed)
+		return -ENOTCONN;
+	if (bad_args) {
+		/* Not sticky: the group is still in step. */
+		snprintf(comm->errmsg, sizeof(comm->errmsg), "invalid arguments to %s", what);
+		return -EINVAL;
+	}
+	comm->errmsg[0] = '\0';
+	return 0;
+}
+
+static int leave(struct crun_comm *comm, int rc)
+{
+	if (rc < 0) {
+		comm->failed = true;
+		if (!comm->errmsg[0])
+			crun_comm_set_error(comm, "collective failed: %s", strerror(-rc));
+	}
+	return rc;
+}
+
+int crun_comm_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
+{
+	int rc = enter(comm, "all-reduce", count && (!buf || count > SIZE_MAX / sizeof(float)));
+
+	if (rc < 0)
+		return rc;
+	return leave(comm, comm->ops->allreduce_f32(comm, buf ? buf : (float *)empty, count));
+}
+
+int crun_comm_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count)
+{
+	int rc = enter(comm, "reduce-scatter",
+		       count && (!in || !out || count > SIZE_MAX / sizeof(float) / comm->size));
+
+	if (rc < 0)
+		return rc;
+	return leave(comm, comm->ops->reduce_scatter_f32(comm, in ? in : (float *)empty,
+							 out ? out : (float *)empty, count));
+}
+
+int crun_comm_allgather_f32(struct crun_comm *comm, const float *in, float *out, size_t count)
+{
+	int rc = enter(comm, "all-gather",
+		       count && (!in || !out || count > SIZE_MAX / sizeof(float) / comm->size));
+
+	if (rc < 0)
+		return rc;
+	return leave(comm, comm->ops->allgather_f32(comm, in ? in : (float *)empty,
+						    out ? out : (float *)empty, count));
+}
+
+int crun_comm_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root)
+{
+	int rc = enter(comm, "broadcast", (bytes && !buf) || root < 0 || root >= comm->size);
+
+	if (rc < 0)
+		return rc;
+	return leave(comm, comm->ops->broadcast(comm, buf ? buf : (void *)empty, bytes, root));
+}
+
+int crun_comm_barrier(struct crun_comm *comm)
+{
+	int rc = enter(comm, "barrier", false);
+
+	return rc < 0 ? rc : leave(comm, comm->ops->barrier(comm));
+}
+
+int crun_comm_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
+{
+	int rc = enter(comm, "all-reduce (f64)",
+		       count && (!buf || count > SIZE_MAX / sizeof(double) / comm->size));
+
+	if (rc < 0)
+		return rc;
+	return leave(comm, comm->ops->allreduce_f64(comm, buf ? buf : empty, count));
+}

@@ -1,0 +1,118 @@
+/* Collective communication for crun-train, behind one interface with
+ * several backends: "cpu" (ring collectives between the workers over TCP,
+ * or shared memory between workers of one host, peers found through the
+ * job's store) now, "nccl" later (issue 6). Buffers are host memory for
+ * the cpu backend. A communicator is used by one thread at a time.
+ *
+ * Every rank of the group calls the same collectives in the same order
+ * with the same sizes (as with NCCL and MPI). Every call returns 0 or a
+ * negative errno; on failure crun_comm_errmsg() says what went wrong in one
+ * line ("rank 2 (10.0.0.3:41234) closed the connection during
+ * all-reduce"), and the communicator is unusable afterwards: the trainer
+ * exits non-zero so that crun restarts the group. A peer that dies or
+ * stalls mid-collective makes every other rank fail within the timeout —
+ * never a hang. */
+#ifndef CRUN_TRAINER_COMM_H
+#define CRUN_TRAINER_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct crun_comm;
+
+struct crun_comm_opts {
+	const char *backend; /* "cpu" (default) */
+	int rank;            /* RANK */
+	int world_size;      /* WORLD_SIZE */
+	int local_rank;      /* LOCAL_RANK */
+	/* Store for finding peers: libcrun's environment (CRUN_STORE,
+	 * CRUN_RUN_ID, CRUN_TOKEN); keys are scoped by round (CRUN_ROUND)
+	 * so a restarted attempt never reads an earlier attempt's keys. */
+	int64_t timeout_ms;  /* longest wait for a peer, in connecting and in
+	                      * each collective: a call fails when no byte
+	                      * moved for this long; 0: 300000 */
+	size_t chunk_bytes;  /* pipelining chunk for ring steps; 0: 1 MiB */
+	/* Fields added after the first version; zero means "default". */
+	int64_t round;       /* CRUN_ROUND: scopes the store keys */
+	const char *addr;    /* CRUN_COMM_ADDR: address this rank listens on
+	                      * and publishes; NULL: listen on every address
+	                      * and publish the one that reaches the store */
+	size_t sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
+	bool no_shm;         /* CRUN_COMM_SHM=0: TCP even between ranks of
+	                      * one host (default: shared memory there) */
+	bool send_thread;    /* CRUN_COMM_SEND_THREAD=1: a second thread
+	                      * sends while the caller receives and reduces */
+};
+
+/* Fills opts from the environment: RANK, WORLD_SIZE, LOCAL_RANK (all
+ * absent: a group of one), CRUN_ROUND, CRUN_COMM_BACKEND,
+ * CRUN_COMM_TIMEOUT (a duration: "300", "2s", "500ms"), CRUN_COMM_CHUNK,
+ * CRUN_COMM_SOCKBUF (sizes: "256K", "4M"), CRUN_COMM_ADDR, CRUN_COMM_SHM
+ * and CRUN_COMM_SEND_THREAD (0 or 1); defaults and meanings in
+ * common/env.c's table. Strings point into the environment. 0, or
+ * -EINVAL with the variable and the reason in err. */
+int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errlen);
+
+/* Connects to every peer it needs (for the ring: both neighbours).
+ * world_size 1 needs no store and no sockets. NULL on failure, with the
+ * reason in err.
+ *
+ * cpu backend: each rank listens on an ephemeral TCP port, publishes
+ * "host:port" in the store under comm/<round>/<k>/addr/<rank> (k counts
+ * the communicators this process created before, so every rank must
+ * create them in the same order; the key is ephemeral and disappears when
+ * create returns), connects to rank+1 and accepts rank-1. Both ends of a
+ * connection check a hello (magic, version, rank, world size, round, k),
+ * so a peer of another round or group is refused. Then each link tries
+ * shared memory: the receiving rank creates a 2 MiB ring in /dev/shm, the
+ * sending rank maps it if it can (same host), and the name is unlinked at
+ * once; links that cannot keep TCP. Floats travel in the host's byte
+ * order: every node of a job must share it. */
+struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err,
+				   size_t errlen);
+void crun_comm_destroy(struct crun_comm *comm);
+
+int crun_comm_rank(const struct crun_comm *comm);
+int crun_comm_size(const struct crun_comm *comm);
+/* The first failure, in one line ("" when none). After a failure every
+ * later collective returns -ENOTCONN at once and the message stays. */
+const char *crun_comm_errmsg(const struct crun_comm *comm);
+/* Name of the backend in use ("cpu"). */
+const char *crun_comm_backend(const struct crun_comm *comm);
+
+/* Collectives. The cpu backend runs rings: all-reduce is a
+ * reduce-scatter then an all-gather (2(n-1) steps), each step pipelined
+ * in chunks. Results are bitwise the same on every rank and in every run
+ * with the same world size (the order of additions is fixed by the
+ * ring); they may differ in the last bits between world sizes. Each call
+ * starts with a small header on every link, so two ranks that call
+ * different collectives (or sizes) fail with -EPROTO and a message
+ * instead of exchanging garbage. */
+
+/* Sum of buf over ranks, in place, on every rank. */
+int crun_comm_allreduce_f32(struct crun_comm *comm, float *buf, size_t count);
+
+/* in holds size*count floats; out (count floats) receives this rank's
+ * slice [rank*count, (rank+1)*count) of the sum over ranks. in may be
+ * modified (used as scratch). */
+int crun_comm_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count);
+
+/* in holds count floats; out (size*count floats) receives every rank's in,
+ * rank order. in may alias out + rank*count. */
+int crun_comm_allgather_f32(struct crun_comm *comm, const float *in, float *out,
+			    size_t count);
+
+/* Copies bytes from root's buf to every rank's buf (a pipelined chain
+ * root, root+1, ... on the ring). */
+int crun_comm_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root);
+
+/* Returns once every rank has entered the barrier. */
+int crun_comm_barrier(struct crun_comm *comm);
+
+/* Sum of count doubles over ranks (losses, norms), in place: gathers
+ * every rank's values and adds them in rank order, so it is the same on
+ * every rank; meant for small counts (it holds world_size*count doubles). */
+int crun_comm_allreduce_f64(struct crun_comm *comm, double *buf, size_t count);
+
+#endif

@@ -1,0 +1,572 @@
+/* crun-train's configuration: the table of keys, YAML loading with
+ * libyaml's document API (which keeps line numbers for messages), and
+ * --set overrides. */
+#include "trainer/config.h"
+
+#include "common/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#define F(field) offsetof(struct crun_train_config, field)
+#define I64 9.2e18
+
+/* The one table of keys and defaults. man/crun-train.yaml.5.scd documents
+ * the same rows; tests/integration/train-config.sh checks that every key
+ * and default is there. */
+static const struct crun_config_key keys[] = {
+	{"model", "context", CRUN_CONFIG_INT, F(model.context), "32", 1, 4096, false, NULL,
+	 "bytes of context the model sees; it predicts the byte that follows them"},
+	{"model", "embed_dim", CRUN_CONFIG_INT, F(model.embed_dim), "16", 1, 4096, false, NULL,
+	 "size of each byte embedding and position embedding"},
+	{"model", "width", CRUN_CONFIG_INT, F(model.width), "128", 1, 65536, false, NULL,
+	 "width of the residual stream"},
+	{"model", "layers", CRUN_CONFIG_INT, F(model.layers), "2", 0, 1024, false, NULL,
+	 "number of residual MLP blocks"},
+	{"model", "ffn_mult", CRUN_CONFIG_INT, F(model.ffn_mult), "4", 1, 64, false, NULL,
+	 "hidden width of a block's MLP, as a multiple of width"},
+	{"model", "init_std", CRUN_CONFIG_FLOAT, F(model.init_std), "0.02", 0, 10, true, NULL,
+	 "standard deviation of the initial embeddings and head weights"},
+	{"model", "seed", CRUN_CONFIG_INT, F(model.seed), "1234", 0, I64, false, NULL,
+	 "seed of the initial parameters"},
+
+	{"data", "path", CRUN_CONFIG_STRING, F(data.path), "", 0, 0, false, NULL,
+	 "file to train on, read as bytes; empty: a generated English-like corpus"},
+	{"data", "generate_bytes", CRUN_CONFIG_INT, F(data.generate_bytes), "2000000", 1024,
+	 1 << 30, false, NULL, "size of the generated corpus when path is empty"},
+	{"data", "seed", CRUN_CONFIG_INT, F(data.seed), "1", 0, I64, false, NULL,
+	 "seed of the generated corpus"},
+	{"data", "val_fraction", CRUN_CONFIG_FLOAT, F(data.val_fraction), "0.05", 0, 0.5, true,
+	 NULL, "fraction of the data, taken from its end, held out for validation"},
+
+	{"optim", "lr", CRUN_CONFIG_FLOAT, F(optim.lr), "0.003", 0, 10, true, NULL,
+	 "peak learning rate of AdamW"},
+	{"optim", "schedule", CRUN_CONFIG_ENUM, F(optim.schedule), "cosine", 0, 0, false,
+	 "cosine|linear|constant", "decay of the learning rate after the warm-up"},
+	{"optim", "warmup_steps", CRUN_CONFIG_INT, F(optim.warmup_steps), "20", 0, I64, false, NULL,
+	 "steps of linear warm-up from 0 to lr"},
+	{"optim", "min_lr_ratio", CRUN_CONFIG_FLOAT, F(optim.min_lr_ratio), "0.1", 0, 1, false,
+	 NULL, "learning rate at the last step, as a fraction of lr"},
+	{"optim", "beta1", CRUN_CONFIG_FLOAT, F(optim.beta1), "0.9", 0, 0.999999, false, NULL,
+	 "AdamW decay rate of the first moment"},
+	{"optim", "beta2", CRUN_CONFIG_FLOAT, F(optim.beta2), "0.95", 0, 0.999999, false, NULL,
+	 "AdamW decay rate of the second moment"},
+	{"optim", "eps", CRUN_CONFIG_FLOAT, F(optim.eps), "1e-08", 0, 1, true, NULL,
+	 "AdamW epsilon"},
+	{"optim", "weight_decay", CRUN_CONFIG_FLOAT, F(optim.weight_decay), "0.1", 0, 10, false,
+	 NULL, "decoupled weight decay, applied to matrices only"},
+	{"optim", "grad_clip", CRUN_CONFIG_FLOAT, F(optim.grad_clip), "1", 0, 1e30, false, NULL,
+	 "largest global gradient norm; 0: no clipping"},
+
+	{"train", "steps", CRUN_CONFIG_INT, F(train.steps), "200", 1, 1e12, false, NULL,
+	 "optimizer steps of the whole run"},
+	{"train", "batch_size", CRUN_CONFIG_INT, F(train.batch_size), "64", 1, 1 << 24, false, NULL,
+	 "global batch: samples per step over all ranks and micro-steps"},
+	{"train", "seed", CRUN_CONFIG_INT, F(train.seed), "1", 0, I64, false, NULL,
+	 "seed of the per-epoch shuffle of the training samples"},
+	{"train", "eval_every", CRUN_CONFIG_INT, F(train.eval_every), "0", 0, 1e12, false, NULL,
+	 "steps between validation passes; 0: only after the last step"},
+	{"train", "eval_samples", CRUN_CONFIG_INT, F(train.eval_samples), "2048", 1, 1 << 30, false,
+	 NULL, "validation samples per pass, spread evenly over the held-out data"},
+	{"train", "threads", CRUN_CONFIG_INT, F(train.threads), "0", 0, 1024, false, NULL,
+	 "OpenBLAS threads per rank; 0: OpenBLAS's default (OPENBLAS_NUM_THREADS, "
+	 "OMP_NUM_THREADS)"},
+	{"train", "stop_at", CRUN_CONFIG_INT, F(train.stop_at), "0", 0, 1e12, false, NULL,
+	 "stop after this step as if interrupted (after its checkpoint, if any); 0: never"},
+
+	{"parallel", "strategy", CRUN_CONFIG_ENUM, F(parallel.strategy), "ddp", 0, 0, false,
+	 "ddp|zero1|zero2|zero3|fsdp",
+	 "how gradients, optimizer state and parameters are "
+	 "shared out over the ranks"},
+	{"parallel", "grad_accum", CRUN_CONFIG_INT, F(parallel.grad_accum), "1", 1, 65536, false,
+	 NULL, "micro-steps per step; ranks communicate only on the last"},
+	{"parallel", "bucket_mb", CRUN_CONFIG_FLOAT, F(parallel.bucket_mb), "25", 0, 1e6, true,
+	 NULL, "MiB of gradients reduced together (ddp, zero1, zero2)"},
+	{"parallel", "backend", CRUN_CONFIG_ENUM, F(parallel.backend), "cpu", 0, 0, false, "cpu",
+	 "collective backend"},
+	{"parallel", "timeout", CRUN_CONFIG_DURATION, F(parallel.timeout_ms), "0s", 0, 0, false,
+	 NULL,
+	 "longest wait for a peer in a collective before the rank gives up; "
+	 "0: CRUN_COMM_TIMEOUT, else 300s"},
+
+	{"checkpoint", "dir", CRUN_CONFIG_STRING, F(checkpoint.dir), "", 0, 0, false, NULL,
+	 "directory of checkpoints, shared by all ranks; empty: no checkpoints"},
+	{"checkpoint", "every", CRUN_CONFIG_INT, F(checkpoint.every), "0", 0, 1e12, false, NULL,
+	 "steps between checkpoints; 0: only after the last step"},
+	{"checkpoint", "keep", CRUN_CONFIG_INT, F(checkpoint.keep), "2", 1, 1e6, false, NULL,
+	 "complete checkpoints kept; older ones are deleted"},
+	{"checkpoint", "resume", CRUN_CONFIG_BOOL, F(checkpoint.resume), "true", 0, 0, false, NULL,
+	 "start from the latest complete checkpoint in dir, when there is one"},
+
+	{"log", "every", CRUN_CONFIG_INT, F(log.every), "10", 1, 1e12, false, NULL,
+	 "steps between progress lines"},
+	{"log", "csv", CRUN_CONFIG_STRING, F(log.csv), "", 0, 0, false, NULL,
+	 "file that receives one line of metrics per step; empty: none"},
+};
+
+static const char *const sections[] = {
+	"model", "data", "optim", "train", "parallel", "checkpoint", "log",
+};
+
+const struct crun_config_key *crun_train_config_keys(size_t *count)
+{
+	*count = CRUN_ARRAY_SIZE(keys);
+	return keys;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static void *field(struct crun_train_config *cfg, const struct crun_config_key *k)
+{
+	return (char *)cfg + k->offset;
+}
+
+static const void *cfield(const struct crun_train_config *cfg, const struct crun_config_key *k)
+{
+	return (const char *)cfg + k->offset;
+}
+
+static bool choice_ok(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	const char *p = choices;
+
+	while (p && *p) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+
+		if (len == n && !strncmp(p, v, n))
+			return true;
+		p = bar ? bar + 1 : NULL;
+	}
+	return false;
+}
+
+static const char *type_name(const struct crun_config_key *k, char *buf, size_t len)
+{
+	switch (k->type) {
+	case CRUN_CONFIG_INT:
+		snprintf(buf, len, "an integer from %.0f to %.0f", k->min, k->max);
+		break;
+	case CRUN_CONFIG_FLOAT:
+		snprintf(buf, len, "a number %s %g and at most %g", k->min_open ? "above" : "from",
+			 k->min, k->max);
+		break;
+	case CRUN_CONFIG_STRING:
+		snprintf(buf, len, "a string");
+		break;
+	case CRUN_CONFIG_ENUM:
+		snprintf(buf, len, "one of %s", k->choices);
+		break;
+	case CRUN_CONFIG_BOOL:
+		snprintf(buf, len, "true or false");
+		break;
+	case CRUN_CONFIG_DURATION:
+		snprintf(buf, len, "a duration like 30s, 500ms or 5m");
+		break;
+	}
+	return buf;
+}
+
+/* Parses v for key k and stores it. -EINVAL when v does not fit the key. */
+static int assign(struct crun_train_config *cfg, const struct crun_config_key *k, const char *v)
+{
+	void *dst = field(cfg, k);
+
+	switch (k->type) {
+	case CRUN_CONFIG_INT: {
+		char why[128];
+		int64_t n;
+
+		if (crun_parse_int64(v, (int64_t)k->min, (int64_t)k->max, &n, why, sizeof(why)))
+			return -EINVAL;
+		*(int64_t *)dst = n;
+		return 0;
+	}
+	case CRUN_CONFIG_FLOAT: {
+		char *end;
+		double d;
+
+		errno = 0;
+		d = strtod(v, &end);
+		if (!*v || *end || errno || !isfinite(d) || d < k->min || d > k->max ||
+		    (k->min_open && d == k->min))
+			return -EINVAL;
+		*(double *)dst = d;
+		return 0;
+	}
+	case CRUN_CONFIG_BOOL:
+		if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on") ||
+		    !strcmp(v, "1"))
+			*(bool *)dst = true;
+		else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") ||
+			 !strcmp(v, "0"))
+			*(bool *)dst = false;
+		else
+			return -EINVAL;
+		return 0;
+	case CRUN_CONFIG_DURATION: {
+		char why[128];
+		int64_t ms;
+
+		if (crun_parse_duration_ms(v, &ms, why, sizeof(why)))
+			return -EINVAL;
+		*(int64_t *)dst = ms;
+		return 0;
+	}
+	case CRUN_CONFIG_ENUM:
+		if (!choice_ok(k->choices, v))
+			return -EINVAL;
+		/* fall through */
+	case CRUN_CONFIG_STRING: {
+		char *copy = strdup(v);
+
+		if (!copy)
+			return -ENOMEM;
+		free(*(char **)dst);
+		*(char **)dst = copy;
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+static const struct crun_config_key *find_key(const char *section, size_t seclen, const char *name)
+{
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++)
+		if (strlen(keys[i].section) == seclen &&
+		    !strncmp(keys[i].section, section, seclen) && !strcmp(keys[i].name, name))
+			return &keys[i];
+	return NULL;
+}
+
+static bool is_section(const char *s)
+{
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(sections); i++)
+		if (!strcmp(sections[i], s))
+			return true;
+	return false;
+}
+
+int crun_train_config_init(struct crun_train_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
+		int rc = assign(cfg, &keys[i], keys[i].def);
+
+		if (rc) {
+			crun_train_config_finish(cfg);
+			return rc == -ENOMEM ? -ENOMEM : -EINVAL;
+		}
+	}
+	return 0;
+}
+
+void crun_train_config_finish(struct crun_train_config *cfg)
+{
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
+		if (keys[i].type == CRUN_CONFIG_STRING || keys[i].type == CRUN_CONFIG_ENUM) {
+			char **p = field(cfg, &keys[i]);
+
+			free(*p);
+			*p = NULL;
+		}
+	}
+}
+
+/* Text of a scalar node; a plain "~" or "null" means empty. */
+static const char *scalar_text(yaml_node_t *n)
+{
+	const char *v = (const char *)n->data.scalar.value;
+
+	if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+	    (!strcmp(v, "~") || !strcmp(v, "null")))
+		return "";
+	return v;
+}
+
+static const char *node_kind(yaml_node_t *n)
+{
+	return n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+}
+
+static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, const char *path,
+			const char *section, yaml_node_t *map, char *err, size_t errlen)
+{
+	unsigned char seen[CRUN_ARRAY_SIZE(keys)] = {0};
+	char tn[96];
+
+	if (map->type == YAML_SCALAR_NODE && !*scalar_text(map))
+		return 0; /* "model:" with nothing under it */
+	if (map->type != YAML_MAPPING_NODE) {
+		seterr(err, errlen, "config '%s' line %zu: section '%s' must be a mapping of keys",
+		       path, map->start_mark.line + 1, section);
+		return -EINVAL;
+	}
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+	     p++) {
+		yaml_node_t *kn = yaml_document_get_node(doc, p->key);
+		yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+		const struct crun_config_key *k;
+		const char *name;
+		int rc;
+
+		if (kn->type != YAML_SCALAR_NODE) {
+			seterr(err, errlen,
+			       "config '%s' line %zu: keys of section '%s' must be names", path,
+			       kn->start_mark.line + 1, section);
+			return -EINVAL;
+		}
+		name = (const char *)kn->data.scalar.value;
+		k = find_key(section, strlen(section), name);
+		if (!k) {
+			seterr(err, errlen, "config '%s' line %zu: unknown key '%s.%s'", path,
+			       kn->start_mark.line + 1, section, name);
+			return -EINVAL;
+		}
+		if (seen[k - keys]++) {
+			seterr(err, errlen, "config '%s' line %zu: duplicate key '%s.%s'", path,
+			       kn->start_mark.line + 1, section, name);
+			return -EINVAL;
+		}
+		if (vn->type != YAML_SCALAR_NODE) {
+			seterr(err, errlen, "config '%s' line %zu: key '%s.%s' expects %s, got %s",
+			       path, vn->start_mark.line + 1, section, name,
+			       type_name(k, tn, sizeof(tn)), node_kind(vn));
+			return -EINVAL;
+		}
+		rc = assign(cfg, k, scalar_text(vn));
+		if (rc == -ENOMEM) {
+			seterr(err, errlen, "config '%s': out of memory", path);
+			return rc;
+		}
+		if (rc) {
+			seterr(err, errlen,
+			       "config '%s' line %zu: key '%s.%s' expects %s, got '%s'", path,
+			       vn->start_mark.line + 1, section, name, type_name(k, tn, sizeof(tn)),
+			       scalar_text(vn));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int crun_train_config_load(struct crun_train_config *cfg, const char *path, char *err,
+			   size_t errlen)
+{
+	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	yaml_node_t *root;
+	FILE *f;
+	int rc = 0;
+
+	f = fopen(path, "rb");
+	if (!f) {
+		rc = -errno;
+		seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+		return rc;
+	}
+	if (!yaml_parser_initialize(&parser)) {
+		seterr(err, errlen, "config '%s': out of memory", path);
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	yaml_parser_set_input_file(&parser, f);
+	if (!yaml_parser_load(&parser, &doc)) {
+		seterr(err, errlen, "config '%s' line %zu: %s%s%s", path,
+		       parser.problem_mark.line + 1, parser.problem ? parser.problem : "bad YAML",
+		       parser.context ? " " : "", parser.context ? parser.context : "");
+		rc = -EINVAL;
+		goto out_parser;
+	}
+	root = yaml_document_get_root_node(&doc);
+	if (!root || (root->type == YAML_SCALAR_NODE && !*scalar_text(root)))
+		goto out_doc; /* an empty file: every default */
+	if (root->type != YAML_MAPPING_NODE) {
+		seterr(err, errlen,
+		       "config '%s' line %zu: expected a mapping of sections (model, data, optim, "
+		       "train, parallel, checkpoint, log)",
+		       path, root->start_mark.line + 1);
+		rc = -EINVAL;
+		goto out_doc;
+	}
+	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+	     p++) {
+		yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
+		yaml_node_t *vn = yaml_document_get_node(&doc, p->value);
+		const char *name;
+		size_t idx = 0;
+
+		if (kn->type != YAML_SCALAR_NODE) {
+			seterr(err, errlen, "config '%s' line %zu: section names must be names",
+			       path, kn->start_mark.line + 1);
+			rc = -EINVAL;
+			goto out_doc;
+		}
+		name = (const char *)kn->data.scalar.value;
+		if (!is_section(name)) {
+			seterr(err, errlen, "config '%s' line %zu: unknown key '%s'", path,
+			       kn->start_mark.line + 1, name);
+			rc = -EINVAL;
+			goto out_doc;
+		}
+		while (strcmp(sections[idx], name))
+			idx++;
+		if (seen[idx]++) {
+			seterr(err, errlen, "config '%s' line %zu: duplicate key '%s'", path,
+			       kn->start_mark.line + 1, name);
+			rc = -EINVAL;
+			goto out_doc;
+		}
+		rc = load_section(cfg, &doc, path, name, vn, err, errlen);
+		if (rc)
+			goto out_doc;
+	}
+out_doc:
+	yaml_document_delete(&doc);
+out_parser:
+	yaml_parser_delete(&parser);
+out_close:
+	fclose(f);
+	return rc;
+}
+
+int crun_train_config_set(struct crun_train_config *cfg, const char *assignment, char *err,
+			  size_t errlen)
+{
+	const char *eq = strchr(assignment, '=');
+	const char *dot = strchr(assignment, '.');
+	const struct crun_config_key *k = NULL;
+	char name[64], tn[96];
+	size_t namelen;
+	int rc;
+
+	if (!eq || !dot || dot > eq) {
+		seterr(err, errlen, "--set '%s': expected section.key=value", assignment);
+		return -EINVAL;
+	}
+	namelen = (size_t)(eq - dot - 1);
+	if (namelen < sizeof(name)) {
+		memcpy(name, dot + 1, namelen);
+		name[namelen] = '\0';
+		k = find_key(assignment, (size_t)(dot - assignment), name);
+	}
+	if (!k) {
+		seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
+		       (int)(eq - assignment), assignment);
+		return -EINVAL;
+	}
+	rc = assign(cfg, k, eq + 1);
+	if (rc == -ENOMEM) {
+		seterr(err, errlen, "--set '%s': out of memory", assignment);
+		return rc;
+	}
+	if (rc) {
+		seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
+		       k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
+		return rc;
+	}
+	return 0;
+}
+
+int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
+			    size_t errlen)
+{
+	int64_t per = (int64_t)world_size * cfg->parallel.grad_accum;
+
+	if (cfg->train.batch_size % per) {
+		seterr(err, errlen,
+		       "train.batch_size %lld does not split evenly over %d ranks x %lld "
+		       "micro-steps (parallel.grad_accum)",
+		       (long long)cfg->train.batch_size, world_size,
+		       (long long)cfg->parallel.grad_accum);
+		return -EINVAL;
+	}
+	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {
+		seterr(err, errlen, "data.generate_bytes %lld is too small for model.context %lld",
+		       (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Quotes strings that YAML would read as something else. */
+static void print_string(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', out);
+		fputc(*s, out);
+	}
+	fputc('"', out);
+}
+
+void crun_train_config_print(const struct crun_train_config *cfg, FILE *out)
+{
+	const char *section = "";
+
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
+		const struct crun_config_key *k = &keys[i];
+		const void *v = cfield(cfg, k);
+
+		if (strcmp(section, k->section)) {
+			section = k->section;
+			fprintf(out, "%s:\n", section);
+		}
+		fprintf(out, "  %s: ", k->name);
+		switch (k->type) {
+		case CRUN_CONFIG_INT:
+			fprintf(out, "%lld", (long long)*(const int64_t *)v);
+			break;
+		case CRUN_CONFIG_FLOAT: {
+			double d = *(const double *)v;
+			char buf[40];
+
+			/* the shortest text that reads back as the same double */
+			for (int prec = 1; prec <= 17; prec++) {
+				snprintf(buf, sizeof(buf), "%.*g", prec, d);
+				if (strtod(buf, NULL) == d)
+					break;
+			}
+			fprintf(out, "%s", buf);
+			break;
+		}
+		case CRUN_CONFIG_BOOL:
+			fprintf(out, "%s", *(const bool *)v ? "true" : "false");
+			break;
+		case CRUN_CONFIG_DURATION: {
+			long long ms = (long long)*(const int64_t *)v;
+
+			if (ms % 1000)
+				fprintf(out, "%lldms", ms);
+			else
+				fprintf(out, "%llds", ms / 1000);
+			break;
+		}
+		case CRUN_CONFIG_ENUM:
+			fprintf(out, "%s", *(char *const *)v);
+			break;
+		case CRUN_CONFIG_STRING:
+			print_string(out, *(char *const *)v);
+			break;
+		}
+		fputc('\n', out);
+	}
+}

@@ -1,0 +1,121 @@
+/* crun-train's configuration: one table of keys (section, name, type,
+ * default, limits, meaning) in config.c is the single source of the
+ * defaults; man/crun-train.yaml.5.scd lists the same table and a unit test
+ * checks that the two agree.
+ *
+ * A config is a YAML mapping of sections (model, data, optim, train,
+ * parallel, checkpoint, log), each a mapping of scalar keys. Loading and
+ * --set overrides check every key and value; errors name the key and, for
+ * files, the line:
+ *   "config 'x.yaml' line 4: unknown key 'model.widht'" */
+#ifndef CRUN_TRAINER_CONFIG_H
+#define CRUN_TRAINER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct crun_train_config {
+	struct {
+		int64_t context;
+		int64_t embed_dim;
+		int64_t width;
+		int64_t layers;
+		int64_t ffn_mult;
+		double init_std;
+		int64_t seed;
+	} model;
+	struct {
+		char *path;
+		int64_t generate_bytes;
+		int64_t seed;
+		double val_fraction;
+	} data;
+	struct {
+		double lr;
+		char *schedule; /* cosine, linear, constant */
+		int64_t warmup_steps;
+		double min_lr_ratio;
+		double beta1;
+		double beta2;
+		double eps;
+		double weight_decay;
+		double grad_clip;
+	} optim;
+	struct {
+		int64_t steps;
+		int64_t batch_size;
+		int64_t seed;
+		int64_t eval_every;
+		int64_t eval_samples;
+		int64_t threads;
+		int64_t stop_at;
+	} train;
+	struct {
+		char *strategy; /* ddp, zero1, zero2, zero3, fsdp */
+		int64_t grad_accum;
+		double bucket_mb;
+		char *backend;
+		int64_t timeout_ms;
+	} parallel;
+	struct {
+		char *dir;
+		int64_t every;
+		int64_t keep;
+		bool resume;
+	} checkpoint;
+	struct {
+		int64_t every;
+		char *csv;
+	} log;
+};
+
+enum crun_config_type {
+	CRUN_CONFIG_INT,
+	CRUN_CONFIG_FLOAT,
+	CRUN_CONFIG_STRING,
+	CRUN_CONFIG_ENUM,
+	CRUN_CONFIG_BOOL,
+	CRUN_CONFIG_DURATION,
+};
+
+/* One row of the table of keys. */
+struct crun_config_key {
+	const char *section;
+	const char *name;
+	enum crun_config_type type;
+	size_t offset;	     /* of the field in struct crun_train_config */
+	const char *def;     /* default, as written in a config file */
+	double min, max;     /* INT and FLOAT: allowed range */
+	bool min_open;	     /* FLOAT: min itself is not allowed */
+	const char *choices; /* ENUM: "a|b|c" */
+	const char *meaning;
+};
+
+/* The table, in documentation order. */
+const struct crun_config_key *crun_train_config_keys(size_t *count);
+
+/* Fills cfg with the defaults. Returns 0 or -ENOMEM. Pair with finish. */
+int crun_train_config_init(struct crun_train_config *cfg);
+void crun_train_config_finish(struct crun_train_config *cfg);
+
+/* Applies the keys of a YAML file on top of what cfg holds. 0, or a
+ * negative errno with the reason in err ("config 'x.yaml' line 4: ..."). */
+int crun_train_config_load(struct crun_train_config *cfg, const char *path, char *err,
+			   size_t errlen);
+
+/* Applies one "section.key=value" override. 0 or -EINVAL with err. */
+int crun_train_config_set(struct crun_train_config *cfg, const char *assignment, char *err,
+			  size_t errlen);
+
+/* Checks what single keys cannot: relations between keys. world_size is
+ * the number of ranks (batch_size must split evenly over ranks and
+ * micro-steps). 0 or -EINVAL with err. */
+int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
+			    size_t errlen);
+
+/* Writes the effective configuration as YAML that load() reads back. */
+void crun_train_config_print(const struct crun_train_config *cfg, FILE *out);
+
+#endif

@@ -1,0 +1,773 @@
+/* crun-train: the command line, the training loop and its output.
+ *
+ * Exit codes: 0 success, 1 training failed (a collective, a checkpoint, an
+ * I/O error), 2 usage or configuration error. */
+#include "common/log.h"
+#include "common/util.h"
+#include "crun-config.h"
+#include "trainer/checkpoint.h"
+#include "trainer/comm.h"
+#include "trainer/config.h"
+#include "trainer/data.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+#include "trainer/parallel.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: crun-train [--set SECTION.KEY=VALUE]... [CONFIG.yaml]\n"
+		     "       crun-train export CHECKPOINT OUT\n"
+		     "       crun-train compare [--tolerance X] A B\n"
+		     "\n"
+		     "Trains a byte-level language model with data parallelism over the ranks\n"
+		     "that crun starts (RANK, WORLD_SIZE, CRUN_STORE, ...); alone it runs as\n"
+		     "one rank. The config's keys are listed in crun-train.yaml(5).\n"
+		     "\n"
+		     "options:\n"
+		     "  -s, --set SECTION.KEY=VALUE  override a config key (repeatable; applied\n"
+		     "                               after the file, in order)\n"
+		     "  -p, --print-config           print the effective config as YAML and exit\n"
+		     "  -h, --help                   show this help and exit\n"
+		     "  -V, --version                show the version and exit\n"
+		     "\n"
+		     "export writes the parameters of a checkpoint (a step-N directory, or a\n"
+		     "checkpoint.dir for its newest complete one) as one consolidated file.\n"
+		     "compare reads two such files and exits 0 when their relative L2\n"
+		     "difference is at most the tolerance (default 0: bitwise equal), 1 if\n"
+		     "not.\n"
+		     "\n"
+		     "exit status: 0 success, 1 training failed, 2 usage or config error\n");
+}
+
+struct run {
+	const struct crun_train_config *cfg;
+	struct crun_comm *comm;
+	int rank, world;
+	struct crun_data data;
+	struct crun_sampler sampler;
+	struct crun_model *model;
+	struct crun_parallel *par;
+	struct crun_optim optim;
+	enum crun_strategy strategy;
+	int accum, micro;
+	int64_t global_batch;
+	int64_t steps_per_epoch;
+	uint8_t *tokens;
+	FILE *csv;
+	double unigram_bits;
+	int64_t resumed_from;
+	int64_t step; /* steps completed */
+	double last_loss;
+	double val_loss;
+	char err[512];
+};
+
+static void out_line(const struct run *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Rank 0's progress and summary go to stdout, one whole line at a time. */
+static void out_line(const struct run *r, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	if (r->rank != 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	fflush(stdout);
+	crun_write_all(1, line, (size_t)n);
+}
+
+static int comm_failed(struct run *r, const char *what)
+{
+	crun_error("%s failed: %s", what, crun_comm_errmsg(r->comm));
+	return EXIT_FAILED;
+}
+
+/* Rows of step (0-based) for this rank: grad_accum micro-steps of micro
+ * rows, from rank's positions of the epoch's shuffled order. */
+static void fill_batch(struct run *r, int64_t step)
+{
+	int64_t epoch = step / r->steps_per_epoch;
+	size_t j = (size_t)(step % r->steps_per_epoch);
+	size_t per_rank = (size_t)(r->global_batch / r->world);
+	size_t row = (size_t)r->data.context + 1;
+
+	for (size_t i = 0; i < per_rank; i++) {
+		size_t idx = crun_sampler_rank_at(&r->sampler, epoch, r->rank, r->world,
+						  j * per_rank + i);
+
+		crun_data_sample(&r->data, 0, idx, r->tokens + i * row);
+	}
+}
+
+/* Mean validation loss (nats) over eval_samples evenly spaced samples of
+ * the held-out split, spread over the ranks. */
+static int evaluate(struct run *r, double *out)
+{
+	size_t E = (size_t)r->cfg->train.eval_samples, row = (size_t)r->data.context + 1;
+	size_t W = (size_t)r->world, per_rank, chunks, k = 0;
+	double sum = 0;
+	int rc;
+
+	if (E > r->data.n_val)
+		E = r->data.n_val;
+	per_rank = (E + W - 1) / W;
+	chunks = (per_rank + (size_t)r->micro - 1) / (size_t)r->micro;
+	for (size_t c = 0; c < chunks; c++) {
+		int rows = 0;
+
+		for (; rows < r->micro; rows++, k++) {
+			size_t q = (size_t)r->rank + k * W;
+
+			if (q >= E)
+				break;
+			crun_data_sample(&r->data, 1,
+					 (size_t)((double)q * (double)r->data.n_val / (double)E),
+					 r->tokens + (size_t)rows * row);
+		}
+		rc = crun_parallel_forward(r->par, r->tokens, rows, &sum);
+		if (rc)
+			return rc;
+	}
+	rc = crun_comm_allreduce_f64(r->comm, &sum, 1);
+	if (rc)
+		return rc;
+	*out = sum / (double)E;
+	return 0;
+}
+
+static void fmt_bytes(size_t b, char *buf, size_t len)
+{
+	if (b >= (1u << 20))
+		snprintf(buf, len, "%.2f MiB", (double)b / (1 << 20));
+	else
+		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+}
+
+static double peak_rss_mib(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0)
+		return 0;
+	return (double)ru.ru_maxrss / 1024.0;
+}
+
+static void model_config(const struct crun_train_config *cfg, struct crun_model_config *mc)
+{
+	mc->context = (int)cfg->model.context;
+	mc->embed_dim = (int)cfg->model.embed_dim;
+	mc->width = (int)cfg->model.width;
+	mc->layers = (int)cfg->model.layers;
+	mc->ffn_mult = (int)cfg->model.ffn_mult;
+	mc->init_std = (float)cfg->model.init_std;
+}
+
+/* Resumes from the newest complete checkpoint that rank 0 finds. Returns
+ * an exit status or 0 to go on. */
+static int resume(struct run *r)
+{
+	const char *dir = r->cfg->checkpoint.dir;
+	const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
+	struct crun_ckpt_meta meta;
+	char path[PATH_MAX];
+	int64_t step = -1;
+	double flag[2] = {0, 0}; /* ranks that failed to load; that found another model */
+	int rc;
+
+	if (r->rank == 0) {
+		rc = crun_ckpt_latest(dir, &step, r->err, sizeof(r->err));
+		if (rc && rc != -ENOENT)
+			crun_warn("%s; starting from scratch", r->err);
+		if (rc)
+			step = -1;
+	}
+	rc = crun_comm_broadcast(r->comm, &step, sizeof(step), 0);
+	if (rc)
+		return comm_failed(r, "broadcast of the checkpoint step");
+	if (step < 0)
+		return 0;
+	crun_ckpt_path(dir, step, path, sizeof(path));
+	rc = crun_ckpt_read_meta(path, &meta, r->err, sizeof(r->err));
+	if (!rc &&
+	    (meta.model.context != r->model->cfg.context ||
+	     meta.model.embed_dim != r->model->cfg.embed_dim ||
+	     meta.model.width != r->model->cfg.width || meta.model.layers != r->model->cfg.layers ||
+	     meta.model.ffn_mult != r->model->cfg.ffn_mult)) {
+		crun_error("checkpoint '%s' is of another model (context %d, embed_dim %d, "
+			   "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
+			   path, meta.model.context, meta.model.embed_dim, meta.model.width,
+			   meta.model.layers, meta.model.ffn_mult);
+		flag[1] = 1;
+	} else {
+		if (!rc)
+			rc = crun_ckpt_load(r->par, r->model, path, r->err, sizeof(r->err));
+		if (rc)
+			crun_error("%s", r->err);
+		flag[0] = rc ? 1 : 0;
+	}
+	/* every rank learns whether any failed, so none waits for the others */
+	rc = crun_comm_allreduce_f64(r->comm, flag, 2);
+	if (rc)
+		return comm_failed(r, "agreement on the checkpoint");
+	if (flag[1] > 0)
+		return EXIT_USAGE;
+	if (flag[0] > 0)
+		return EXIT_FAILED;
+	r->step = step;
+	r->resumed_from = step;
+	out_line(r,
+		 "resuming from checkpoint '%s': step %lld of %lld, saved by %d rank%s as %s%s%s",
+		 path, (long long)step, (long long)r->cfg->train.steps, meta.world_size,
+		 meta.world_size == 1 ? "" : "s", meta.strategy,
+		 restarts && strcmp(restarts, "0") ? ", restart " : "",
+		 restarts && strcmp(restarts, "0") ? restarts : "");
+	return 0;
+}
+
+static int save(struct run *r)
+{
+	struct crun_ckpt_meta meta;
+	int rc;
+
+	memset(&meta, 0, sizeof(meta));
+	meta.step = r->step;
+	meta.world_size = r->world;
+	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun_strategy_name(r->strategy));
+	meta.model = r->model->cfg;
+	meta.n_params = r->model->n_params;
+	rc = crun_ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
+			    r->err, sizeof(r->err));
+	if (rc) {
+		crun_error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
+		return EXIT_FAILED;
+	}
+	if (crun_log_enabled(CRUN_LOG_DEBUG))
+		crun_debug("checkpoint of step %lld written", (long long)r->step);
+	return 0;
+}
+
+static int open_csv(struct run *r)
+{
+	const char *path = r->cfg->log.csv;
+	struct stat st;
+	bool append = r->resumed_from > 0 && stat(path, &st) == 0 && st.st_size > 0;
+
+	r->csv = fopen(path, append ? "a" : "w");
+	if (!r->csv) {
+		crun_error("cannot write metrics '%s': %s", path, strerror(errno));
+		return EXIT_FAILED;
+	}
+	if (!append)
+		fprintf(r->csv, "step,loss,lr,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb\n");
+	fflush(r->csv);
+	return 0;
+}
+
+/* Every rank's value of x, then the largest. */
+static int max_over_ranks(struct run *r, double x, double *out)
+{
+	double *v = calloc((size_t)r->world, sizeof(*v));
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	v[r->rank] = x;
+	rc = crun_comm_allreduce_f64(r->comm, v, (size_t)r->world);
+	*out = v[0];
+	for (int i = 1; i < r->world; i++)
+		*out = v[i] > *out ? v[i] : *out;
+	free(v);
+	return rc;
+}
+
+static int train_loop(struct run *r)
+{
+	const struct crun_train_config *cfg = r->cfg;
+	int64_t steps = cfg->train.steps, first = r->step;
+	uint64_t t0 = crun_now_ns(), t_log = t0;
+	int64_t step_log = r->step;
+	int rc;
+
+	while (r->step < steps) {
+		int64_t s = r->step;
+		double lr = crun_optim_lr(&r->optim, s, steps), loss, gnorm;
+		bool logged = false;
+		double val = NAN;
+
+		fill_batch(r, s);
+		rc = crun_parallel_step(r->par, &r->optim, r->tokens, r->global_batch, s + 1, lr,
+					&loss, &gnorm);
+		if (rc)
+			return comm_failed(r, "training step");
+		if (!isfinite(loss)) {
+			crun_error("loss is %f at step %lld: training diverged (lower optim.lr?)",
+				   loss, (long long)s + 1);
+			return EXIT_FAILED;
+		}
+		r->step = s + 1;
+		r->last_loss = loss;
+		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
+		    r->step < steps) {
+			rc = evaluate(r, &val);
+			if (rc)
+				return comm_failed(r, "validation");
+		}
+		if (r->step % cfg->log.every == 0 || r->step == steps || !isnan(val)) {
+			uint64_t now = crun_now_ns();
+			double dt = (double)(now - t_log) * 1e-9;
+			double tps =
+				dt > 0 ? (double)(r->step - step_log) * (double)r->global_batch / dt
+				       : 0;
+			double per_step = (double)(now - t0) * 1e-9 / (double)(r->step - first);
+
+			if (isnan(val))
+				out_line(r,
+					 "step %lld/%lld loss=%.4f lr=%.1e tokens/s=%.0f eta=%.0fs",
+					 (long long)r->step, (long long)steps, loss, lr, tps,
+					 per_step * (double)(steps - r->step));
+			else
+				out_line(r,
+					 "step %lld/%lld loss=%.4f lr=%.1e tokens/s=%.0f eta=%.0fs "
+					 "val_loss=%.4f val_bpb=%.4f",
+					 (long long)r->step, (long long)steps, loss, lr, tps,
+					 per_step * (double)(steps - r->step), val, val / M_LN2);
+			t_log = now;
+			step_log = r->step;
+			logged = true;
+		}
+		if (r->csv) {
+			double el = (double)(crun_now_ns() - t0) * 1e-9;
+
+			fprintf(r->csv, "%lld,%.6f,%.6e,%.6f,%.1f,%.3f,", (long long)r->step, loss,
+				lr, gnorm,
+				el > 0 ? (double)(r->step - first) * (double)r->global_batch / el
+				       : 0.0,
+				el);
+			if (isnan(val))
+				fprintf(r->csv, ",\n");
+			else
+				fprintf(r->csv, "%.6f,%.6f\n", val, val / M_LN2);
+			if (logged)
+				fflush(r->csv);
+		}
+		if (cfg->checkpoint.dir[0] &&
+		    ((cfg->checkpoint.every && r->step % cfg->checkpoint.every == 0) ||
+		     r->step == steps || r->step == cfg->train.stop_at)) {
+			rc = save(r);
+			if (rc)
+				return rc;
+		}
+		if (r->step == cfg->train.stop_at && r->step < steps) {
+			out_line(r, "stopping after step %lld (train.stop_at)", (long long)r->step);
+			break;
+		}
+	}
+	return 0;
+}
+
+static int summarize(struct run *r, double elapsed, int64_t trained)
+{
+	struct crun_parallel_memory mem;
+	double l2, rss, pbytes, gbytes, obytes;
+	int rc;
+
+	rc = crun_parallel_param_l2(r->par, &l2);
+	crun_parallel_memory(r->par, &mem);
+	if (!rc)
+		rc = max_over_ranks(r, peak_rss_mib(), &rss);
+	if (!rc)
+		rc = max_over_ranks(r, (double)mem.param_bytes, &pbytes);
+	if (!rc)
+		rc = max_over_ranks(r, (double)mem.grad_bytes, &gbytes);
+	if (!rc)
+		rc = max_over_ranks(r, (double)mem.optim_bytes, &obytes);
+	if (rc)
+		return comm_failed(r, "summary");
+	out_line(r,
+		 "summary: steps=%lld train_loss=%.6f val_loss=%.6f val_bpb=%.6f unigram_bpb=%.6f "
+		 "param_l2=%.10g tokens_per_s=%.0f elapsed_s=%.2f peak_rss_mib=%.1f strategy=%s "
+		 "world_size=%d grad_accum=%d param_bytes_per_rank=%.0f param_bytes_total=%zu "
+		 "grad_bytes_per_rank=%.0f optim_bytes_per_rank=%.0f resumed_from=%lld",
+		 (long long)r->step, r->last_loss, r->val_loss, r->val_loss / M_LN2,
+		 r->unigram_bits, l2,
+		 elapsed > 0 ? (double)trained * (double)r->global_batch / elapsed : 0.0, elapsed,
+		 rss, crun_strategy_name(r->strategy), r->world, r->accum, pbytes,
+		 mem.total_param_bytes, gbytes, obytes, (long long)r->resumed_from);
+	return 0;
+}
+
+static int setup(struct run *r)
+{
+	const struct crun_train_config *cfg = r->cfg;
+	struct crun_parallel_opts po;
+	struct crun_parallel_memory mem;
+	struct crun_model_config mc;
+	char pb[32], gb[32], ob[32], xb[32];
+	int rc;
+
+	rc = crun_data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
+			    (uint64_t)cfg->data.seed, cfg->data.val_fraction,
+			    (int)cfg->model.context, r->err, sizeof(r->err));
+	if (rc) {
+		crun_error("%s", r->err);
+		return rc == -EINVAL || rc == -ENOENT ? EXIT_USAGE : EXIT_FAILED;
+	}
+	if ((int64_t)r->data.n_train < r->global_batch) {
+		crun_error("data '%s' has %zu training samples, fewer than train.batch_size %lld",
+			   cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.n_train,
+			   (long long)r->global_batch);
+		return EXIT_USAGE;
+	}
+	r->steps_per_epoch = (int64_t)r->data.n_train / r->global_batch;
+	r->unigram_bits = crun_data_unigram_bits(r->data.bytes, r->data.train_len);
+	if (crun_sampler_init(&r->sampler, r->data.n_train, (uint64_t)cfg->train.seed)) {
+		crun_error("data '%s': too many samples for the sampler", cfg->data.path);
+		return EXIT_USAGE;
+	}
+	out_line(r,
+		 "data '%s': %zu bytes, %zu for training (%zu samples, %lld steps per epoch), "
+		 "%zu held out; unigram entropy %.4f bits/byte",
+		 cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.len, r->data.train_len,
+		 r->data.n_train, (long long)r->steps_per_epoch, r->data.len - r->data.train_len,
+		 r->unigram_bits);
+
+	model_config(cfg, &mc);
+	r->model = crun_model_create(&mc, r->err, sizeof(r->err));
+	if (!r->model) {
+		crun_error("%s", r->err);
+		return EXIT_USAGE;
+	}
+	po.strategy = r->strategy;
+	po.grad_accum = r->accum;
+	po.micro_batch = r->micro;
+	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
+	r->par = crun_parallel_create(r->model, r->comm, &po);
+	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
+	if (!r->par || !r->tokens) {
+		crun_error("out of memory for the model and its buffers");
+		return EXIT_FAILED;
+	}
+	crun_parallel_init_params(r->par, (uint64_t)cfg->model.seed);
+	crun_parallel_memory(r->par, &mem);
+	out_line(r,
+		 "model: context %d, embed_dim %d, width %d, layers %d, ffn_mult %d: "
+		 "%zu parameters in %d units",
+		 mc.context, mc.embed_dim, mc.width, mc.layers, mc.ffn_mult, r->model->n_params,
+		 r->model->n_units);
+	fmt_bytes(mem.param_bytes, pb, sizeof(pb));
+	fmt_bytes(mem.grad_bytes, gb, sizeof(gb));
+	fmt_bytes(mem.optim_bytes, ob, sizeof(ob));
+	fmt_bytes(mem.param_gather_bytes, xb, sizeof(xb));
+	out_line(r,
+		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
+		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",
+		 crun_strategy_name(r->strategy), r->world, r->world == 1 ? "" : "s",
+		 crun_parallel_n_segments(r->par), crun_parallel_n_segments(r->par) == 1 ? "" : "s",
+		 (long long)r->global_batch, r->world, r->accum, r->micro, pb,
+		 mem.param_gather_bytes ? " (+ " : "", mem.param_gather_bytes ? xb : "",
+		 mem.param_gather_bytes ? " for the gathered unit)" : "", gb, ob);
+
+	r->optim.lr = cfg->optim.lr;
+	r->optim.schedule = (enum crun_lr_schedule)crun_lr_schedule_parse(cfg->optim.schedule);
+	r->optim.warmup_steps = cfg->optim.warmup_steps;
+	r->optim.min_lr_ratio = cfg->optim.min_lr_ratio;
+	r->optim.beta1 = cfg->optim.beta1;
+	r->optim.beta2 = cfg->optim.beta2;
+	r->optim.eps = cfg->optim.eps;
+	r->optim.weight_decay = cfg->optim.weight_decay;
+	r->optim.grad_clip = cfg->optim.grad_clip;
+	return 0;
+}
+
+static int train(const struct crun_train_config *cfg, const struct crun_comm_opts *copts)
+{
+	struct run r;
+	uint64_t t0;
+	int64_t trained;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	r.cfg = cfg;
+	r.resumed_from = 0;
+	r.last_loss = NAN;
+	r.val_loss = NAN;
+	r.strategy = (enum crun_strategy)crun_strategy_parse(cfg->parallel.strategy);
+	r.accum = (int)cfg->parallel.grad_accum;
+	r.global_batch = cfg->train.batch_size;
+	r.world = copts->world_size;
+	r.rank = copts->rank;
+	r.micro = (int)(r.global_batch / r.world / r.accum);
+	if (cfg->train.threads > 0)
+		openblas_set_num_threads((int)cfg->train.threads);
+
+	r.comm = crun_comm_create(copts, r.err, sizeof(r.err));
+	if (!r.comm) {
+		crun_error("cannot join the collective group: %s", r.err);
+		return EXIT_FAILED;
+	}
+	rc = setup(&r);
+	if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.resume)
+		rc = resume(&r);
+	if (!rc && r.rank == 0 && cfg->log.csv[0])
+		rc = open_csv(&r);
+	if (rc)
+		goto out;
+
+	t0 = crun_now_ns();
+	rc = train_loop(&r);
+	if (rc)
+		goto out;
+	trained = r.step - r.resumed_from;
+	if (evaluate(&r, &r.val_loss)) {
+		rc = comm_failed(&r, "validation");
+		goto out;
+	}
+	if (r.csv && r.step == cfg->train.steps)
+		fprintf(r.csv, "%lld,,,,,,%.6f,%.6f\n", (long long)r.step, r.val_loss,
+			r.val_loss / M_LN2);
+	rc = summarize(&r, (double)(crun_now_ns() - t0) * 1e-9, trained);
+out:
+	if (r.csv && fclose(r.csv) != 0 && !rc) {
+		crun_error("cannot write metrics '%s': %s", cfg->log.csv, strerror(errno));
+		rc = EXIT_FAILED;
+	}
+	free(r.tokens);
+	crun_parallel_destroy(r.par);
+	crun_model_destroy(r.model);
+	crun_sampler_finish(&r.sampler);
+	crun_data_finish(&r.data);
+	crun_comm_destroy(r.comm);
+	return rc;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	char err[512];
+	int64_t step;
+	struct crun_model_config mc;
+	float *p;
+	size_t n;
+
+	if (argc != 3) {
+		crun_error("usage: crun-train export CHECKPOINT OUT");
+		return EXIT_USAGE;
+	}
+	if (crun_ckpt_export(argv[1], argv[2], err, sizeof(err))) {
+		crun_error("%s", err);
+		return EXIT_FAILED;
+	}
+	if (crun_ckpt_read_consolidated(argv[2], &p, &n, &mc, &step, err, sizeof(err))) {
+		crun_error("%s", err);
+		return EXIT_FAILED;
+	}
+	free(p);
+	printf("exported step %lld (%zu parameters) to '%s'\n", (long long)step, n, argv[2]);
+	return 0;
+}
+
+static int cmd_compare(int argc, char **argv)
+{
+	double tol = 0, num = 0, den = 0, maxabs = 0, rel;
+	const char *a = NULL, *b = NULL;
+	struct crun_model_config ca, cb;
+	int64_t sa, sb;
+	float *pa, *pb;
+	size_t na, nb;
+	char err[512];
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--tolerance") && i + 1 < argc) {
+			char *end;
+
+			tol = strtod(argv[++i], &end);
+			if (*end || !(tol >= 0)) {
+				crun_error("invalid tolerance '%s': expected a number >= 0",
+					   argv[i]);
+				return EXIT_USAGE;
+			}
+		} else if (!a) {
+			a = argv[i];
+		} else if (!b) {
+			b = argv[i];
+		} else {
+			a = NULL;
+			break;
+		}
+	}
+	if (!a || !b) {
+		crun_error("usage: crun-train compare [--tolerance X] A B");
+		return EXIT_USAGE;
+	}
+	if (crun_ckpt_read_consolidated(a, &pa, &na, &ca, &sa, err, sizeof(err))) {
+		crun_error("%s", err);
+		return EXIT_USAGE;
+	}
+	if (crun_ckpt_read_consolidated(b, &pb, &nb, &cb, &sb, err, sizeof(err))) {
+		crun_error("%s", err);
+		free(pa);
+		return EXIT_USAGE;
+	}
+	if (na != nb) {
+		crun_error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b, na,
+			   nb);
+		rc = EXIT_USAGE;
+		goto out;
+	}
+	for (size_t i = 0; i < na; i++) {
+		double d = (double)pa[i] - (double)pb[i];
+
+		num += d * d;
+		den += (double)pa[i] * pa[i];
+		if (fabs(d) > maxabs)
+			maxabs = fabs(d);
+	}
+	rel = den > 0 ? sqrt(num / den) : sqrt(num);
+	printf("compare: parameters=%zu steps=%lld,%lld max_abs_diff=%.3e rel_l2_diff=%.3e "
+	       "bitwise_equal=%s\n",
+	       na, (long long)sa, (long long)sb, maxabs, rel,
+	       memcmp(pa, pb, na * sizeof(float)) ? "no" : "yes");
+	if (tol == 0)
+		rc = memcmp(pa, pb, na * sizeof(float)) ? EXIT_FAILED : 0;
+	else
+		rc = rel <= tol ? 0 : EXIT_FAILED;
+out:
+	free(pa);
+	free(pb);
+	return rc;
+}
+
+static enum crun_log_level log_level_from_env(void)
+{
+	const char *v = crun_env_get("CRUN_LOG_LEVEL");
+
+	if (v && !strcmp(v, "error"))
+		return CRUN_LOG_ERROR;
+	if (v && !strcmp(v, "warn"))
+		return CRUN_LOG_WARN;
+	if (v && !strcmp(v, "debug"))
+		return CRUN_LOG_DEBUG;
+	return CRUN_LOG_INFO;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"set", required_argument, NULL, 's'},
+		{"print-config", no_argument, NULL, 'p'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	struct crun_train_config cfg;
+	struct crun_comm_opts copts;
+	const char *path = NULL;
+	bool print = false;
+	char err[512];
+	char **sets;
+	int n_sets = 0, c, rc = EXIT_USAGE;
+
+	crun_log_init("crun-train", log_level_from_env());
+	if (argc > 1 && !strcmp(argv[1], "export"))
+		return cmd_export(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "compare"))
+		return cmd_compare(argc - 1, argv + 1);
+
+	sets = calloc((size_t)argc, sizeof(*sets));
+	if (!sets) {
+		crun_error("out of memory");
+		return EXIT_FAILED;
+	}
+	while ((c = getopt_long(argc, argv, "s:phV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			sets[n_sets++] = optarg;
+			break;
+		case 'p':
+			print = true;
+			break;
+		case 'h':
+			usage(stdout);
+			free(sets);
+			return 0;
+		case 'V':
+			printf("crun-train %s\n", CRUN_VERSION);
+			free(sets);
+			return 0;
+		default:
+			usage(stderr);
+			free(sets);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		path = argv[optind++];
+	if (optind < argc) {
+		crun_error("unexpected argument '%s' (one config file at most)", argv[optind]);
+		free(sets);
+		return EXIT_USAGE;
+	}
+	if (crun_train_config_init(&cfg)) {
+		crun_error("out of memory");
+		free(sets);
+		return EXIT_FAILED;
+	}
+	if (path && crun_train_config_load(&cfg, path, err, sizeof(err))) {
+		crun_error("%s", err);
+		goto out;
+	}
+	for (int i = 0; i < n_sets; i++) {
+		if (crun_train_config_set(&cfg, sets[i], err, sizeof(err))) {
+			crun_error("%s", err);
+			goto out;
+		}
+	}
+	if (print) {
+		crun_train_config_print(&cfg, stdout);
+		rc = 0;
+		goto out;
+	}
+	if (crun_comm_opts_from_env(&copts, err, sizeof(err))) {
+		crun_error("%s", err);
+		goto out;
+	}
+	copts.backend = cfg.parallel.backend;
+	if (cfg.parallel.timeout_ms > 0)
+		copts.timeout_ms = cfg.parallel.timeout_ms;
+	if (crun_train_config_check(&cfg, copts.world_size, err, sizeof(err))) {
+		crun_error("config%s%s%s: %s", path ? " '" : "", path ? path : "", path ? "'" : "",
+			   err);
+		goto out;
+	}
+	rc = train(&cfg, &copts);
+out:
+	crun_train_config_finish(&cfg);
+	free(sets);
+	return rc;
+}

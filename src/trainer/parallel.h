@@ -1,0 +1,118 @@
+/* Data-parallel strategies of crun-train over the comm interface.
+ *
+ * The flat parameter array is cut into segments of whole units: for
+ * zero3 each unit is a segment (FSDP's one flat parameter per wrapped
+ * block); otherwise units are merged, from the last one backwards as the
+ * backward pass produces their gradients, into buckets of about
+ * parallel.bucket_mb (a unit larger than that is a bucket alone, as in
+ * DDP). Each segment is padded with zeros to a multiple of the world size
+ * W and split into W equal chunks; rank r owns chunk r of every segment.
+ * Full-size buffers use the padded layout, so a segment is reduced,
+ * scattered or gathered in place with a single collective.
+ *
+ *   strategy  parameters      gradients                optimizer state
+ *   ddp       full            full, all-reduced         full
+ *   zero1     full            full, reduce-scattered    own chunks
+ *   zero2     full            one bucket + own chunks   own chunks
+ *   zero3     own chunks      one unit + own chunks     own chunks
+ *
+ * zero2 and zero3 hold full gradients only while accumulating micro-steps
+ * before the last one (like FSDP's no_sync), since communication happens
+ * on the last micro-step only. zero3 gathers each unit's parameters into a
+ * buffer the size of the largest unit before that unit's forward, and
+ * again before its backward.
+ *
+ * Every rank must call the functions below in the same order with the
+ * same arguments apart from the token rows (collectives inside). They
+ * return 0 or a negative errno from the comm layer (see
+ * crun_comm_errmsg()). */
+#ifndef CRUN_TRAINER_PARALLEL_H
+#define CRUN_TRAINER_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/comm.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+
+enum crun_strategy {
+	CRUN_STRATEGY_DDP,
+	CRUN_STRATEGY_ZERO1,
+	CRUN_STRATEGY_ZERO2,
+	CRUN_STRATEGY_ZERO3,
+};
+
+/* Accepts ddp, zero1, zero2, zero3 and fsdp (zero3); -1 otherwise. */
+int crun_strategy_parse(const char *name);
+const char *crun_strategy_name(enum crun_strategy s);
+
+struct crun_parallel_opts {
+	enum crun_strategy strategy;
+	int grad_accum;	 /* micro-steps per step */
+	int micro_batch; /* samples per micro-step on this rank */
+	size_t bucket_bytes;
+};
+
+struct crun_parallel;
+
+/* Uses (does not own) model and comm, which must outlive it. Parameters
+ * start at zero: call init_params or load them. NULL on allocation
+ * failure. */
+struct crun_parallel *crun_parallel_create(const struct crun_model *model, struct crun_comm *comm,
+					   const struct crun_parallel_opts *opts);
+void crun_parallel_destroy(struct crun_parallel *par);
+
+/* Initial parameters from seed (no communication); optimizer state zero. */
+void crun_parallel_init_params(struct crun_parallel *par, uint64_t seed);
+
+/* One optimizer step (t, 1-based) at learning rate lr. tokens holds
+ * grad_accum * micro_batch rows of context+1 bytes: the micro-steps'
+ * rows in order. global_batch is the number of samples over all ranks and
+ * micro-steps; the loss is their mean. On success *loss is that mean
+ * (nats) and *grad_norm the global gradient norm before clipping, the same
+ * on every rank. */
+int crun_parallel_step(struct crun_parallel *par, const struct crun_optim *o, const uint8_t *tokens,
+		       int64_t global_batch, int64_t t, double lr, double *loss, double *grad_norm);
+
+/* Forward only on rows (0 .. micro_batch) samples; adds their summed loss
+ * to *loss_sum. A rank with no rows left still calls it with rows 0 while
+ * others have some (zero3 gathers inside). */
+int crun_parallel_forward(struct crun_parallel *par, const uint8_t *tokens, int rows,
+			  double *loss_sum);
+
+/* L2 norm of all parameters, the same on every rank. */
+int crun_parallel_param_l2(struct crun_parallel *par, double *out);
+
+/* A contiguous range of the flat arrays and where this rank keeps it. */
+struct crun_view {
+	size_t flat;
+	size_t n;
+	float *p, *m, *v;
+};
+
+int crun_parallel_n_segments(const struct crun_parallel *par);
+
+/* The chunk of segment s that this rank owns: what it saves in a
+ * checkpoint (n may be 0 at the padded end of a small segment). */
+void crun_parallel_owned(struct crun_parallel *par, int s, struct crun_view *out);
+
+/* What this rank holds of segment s, to be filled when loading: the
+ * parameters in params (the whole segment unless zero3; m and v NULL)
+ * and the optimizer state in optim (the whole segment for ddp, else the
+ * owned chunk; p NULL). */
+void crun_parallel_held(struct crun_parallel *par, int s, struct crun_view *params,
+			struct crun_view *optim);
+
+/* Bytes each rank keeps for the run (persistent buffers), and the largest
+ * transient buffer of gathered parameters (zero3). */
+struct crun_parallel_memory {
+	size_t param_bytes;
+	size_t param_gather_bytes;
+	size_t grad_bytes;
+	size_t optim_bytes;
+	size_t total_param_bytes; /* n_params * 4, unpadded */
+};
+void crun_parallel_memory(const struct crun_parallel *par, struct crun_parallel_memory *out);
+
+#endif

@@ -1,0 +1,63 @@
+#!/bin/sh
+# Config errors are one line naming the key (and the file's line) with exit
+# status 2, before any rank connects anywhere; and man/crun-train.yaml.5.scd
+# documents every key with its default (the table in config.c, as printed
+# by --print-config).
+. "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
+
+# expect STATUS MESSAGE ARGS...: crun-train ARGS exits STATUS and prints
+# exactly MESSAGE on stderr.
+expect() {
+	want_rc=$1
+	want=$2
+	shift 2
+	timeout 20 "$TRAIN" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	[ $rc -eq "$want_rc" ] || fail "crun-train $*: exit $rc, want $want_rc"
+	[ "$(cat "$tmp/err")" = "$want" ] || fail "crun-train $*: got '$(cat "$tmp/err")', want '$want'"
+}
+
+f="$tmp/bad.yaml"
+printf 'model:\n  context: 8\n  # typo below\n  widht: 3\n' >"$f"
+expect 2 "crun-train: config '$f' line 4: unknown key 'model.widht'" "$f"
+printf 'train:\n  steps: many\n' >"$f"
+expect 2 "crun-train: config '$f' line 2: key 'train.steps' expects an integer from 1 to 1000000000000, got 'many'" "$f"
+printf 'parallel:\n  strategy: zero9\n' >"$f"
+expect 2 "crun-train: config '$f' line 2: key 'parallel.strategy' expects one of ddp|zero1|zero2|zero3|fsdp, got 'zero9'" "$f"
+printf 'optimizer:\n  lr: 1\n' >"$f"
+expect 2 "crun-train: config '$f' line 1: unknown key 'optimizer'" "$f"
+expect 2 "crun-train: --set 'model.widht=3': unknown key 'model.widht'" --set model.widht=3
+expect 2 "crun-train: --set 'optim.lr=fast': key 'optim.lr' expects a number above 0 and at most 10, got 'fast'" \
+	--set optim.lr=fast
+expect 2 "crun-train: cannot read config '$tmp/none.yaml': No such file or directory" "$tmp/none.yaml"
+RANK=0 WORLD_SIZE=3 expect 2 "crun-train: config: train.batch_size 64 does not split evenly over 3 ranks x 1 micro-steps (parallel.grad_accum)"
+expect 2 "crun-train: cannot read data '$tmp/none.txt': No such file or directory" \
+	--set data.path="$tmp/none.txt"
+
+# the man page lists every key with its default
+man="$CRUN_SOURCE_DIR/man/crun-train.yaml.5.scd"
+[ -f "$man" ] || fail "no $man"
+"$TRAIN" --print-config >"$tmp/defaults.yaml" || fail "--print-config failed"
+n=0
+section=""
+while IFS= read -r line; do
+	case "$line" in
+	"  "*)
+		key=${line#  }
+		name=${key%%:*}
+		def=${key#*: }
+		[ "$def" = '""' ] && def='""'
+		grep -Fq "*$section.$name* (" "$man" || fail "man page does not document $section.$name"
+		grep -F "*$section.$name* (" "$man" | grep -Fq "default: $def)" ||
+			fail "man page: $section.$name's default is not $def"
+		n=$((n + 1))
+		;;
+	*:) section=${line%:} ;;
+	esac
+done <"$tmp/defaults.yaml"
+[ $n -gt 30 ] || fail "only $n keys in --print-config"
+# --print-config output reads back unchanged
+"$TRAIN" --print-config "$tmp/defaults.yaml" >"$tmp/again.yaml" || fail "reading back failed"
+cmp -s "$tmp/defaults.yaml" "$tmp/again.yaml" || fail "--print-config does not read back"
+echo "ok config errors; $n keys documented with their defaults"
+exit 0
