@@ -34,6 +34,15 @@ void crun_agent_spec_init(struct crun_agent_spec *spec)
 	spec->signals[2] = SIGHUP;
 	spec->signals[3] = SIGQUIT;
 	spec->nsignals = 4;
+	spec->rdzv.is_host = -1;
+	spec->rdzv.min_nodes = 1;
+	spec->rdzv.max_nodes = 1;
+	spec->rdzv.join_timeout_ms = 600000;
+	spec->rdzv.last_call_timeout_ms = 30000;
+	spec->rdzv.close_timeout_ms = 30000;
+	spec->rdzv.keep_alive_interval_ms = 5000;
+	spec->rdzv.keep_alive_max_attempt = 3;
+	spec->rdzv.read_timeout_ms = 60000;
 }
 
 bool agent_stream_to_file(const struct agent *a, int lr, int stream)
@@ -70,19 +79,54 @@ static bool any_file_stream(const struct crun_agent_spec *spec)
 	return false;
 }
 
+static int check_rdzv(const struct crun_agent_spec *spec)
+{
+	const struct crun_agent_rdzv *r = &spec->rdzv;
+
+	if (!r->host || !r->host[0] || r->port < 1 || r->port > 65535) {
+		crun_error("invalid rendezvous endpoint");
+		return -EINVAL;
+	}
+	if (r->min_nodes < 1 || r->min_nodes > r->max_nodes || r->max_nodes > CRUN_RDZV_MAX_NODES ||
+	    spec->nproc_per_node > CRUN_RDZV_MAX_NPROC || spec->node_rank < -1 ||
+	    spec->node_rank >= r->max_nodes) {
+		crun_error("invalid node counts: nnodes %d:%d, node rank %d, nproc-per-node %d",
+			   r->min_nodes, r->max_nodes, spec->node_rank, spec->nproc_per_node);
+		return -EINVAL;
+	}
+	if (r->join_timeout_ms <= 0 || r->last_call_timeout_ms < 0 || r->close_timeout_ms < 0 ||
+	    r->keep_alive_interval_ms <= 0 || r->keep_alive_max_attempt < 1 ||
+	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1) {
+		crun_error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
+		return -EINVAL;
+	}
+	if (strlen(spec->run_id) > CRUN_RDZV_MAX_STR) {
+		crun_error("run id is too long");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int check_spec(const struct crun_agent_spec *spec)
 {
 	if (!spec->argv || spec->argc < 1 || !spec->argv[0] || !spec->argv[0][0]) {
 		crun_error("no command to run");
 		return -EINVAL;
 	}
-	if (spec->nproc_per_node < 1 || spec->nnodes < 1 || spec->node_rank < 0 ||
-	    spec->node_rank >= spec->nnodes) {
+	if (spec->rdzv.enabled) {
+		if (spec->nproc_per_node < 1 || !spec->run_id || !spec->run_id[0] ||
+		    check_rdzv(spec) < 0) {
+			if (spec->nproc_per_node < 1 || !spec->run_id || !spec->run_id[0])
+				crun_error("invalid worker count or run id");
+			return -EINVAL;
+		}
+	} else if (spec->nproc_per_node < 1 || spec->nnodes < 1 || spec->node_rank < 0 ||
+		   spec->node_rank >= spec->nnodes) {
 		crun_error("invalid worker counts: nproc-per-node %d, nnodes %d, node rank %d",
 			   spec->nproc_per_node, spec->nnodes, spec->node_rank);
 		return -EINVAL;
 	}
-	if ((int64_t)spec->nnodes * spec->nproc_per_node > 1 << 24) {
+	if (!spec->rdzv.enabled && (int64_t)spec->nnodes * spec->nproc_per_node > 1 << 24) {
 		crun_error("world size %lld is too large",
 			   (long long)spec->nnodes * spec->nproc_per_node);
 		return -EINVAL;
@@ -106,25 +150,6 @@ static int check_spec(const struct crun_agent_spec *spec)
 	return 0;
 }
 
-/* A TCP port nobody listens on now, as torchrun picks MASTER_PORT. */
-static int free_port(void)
-{
-	struct sockaddr_in sin = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sin);
-	int fd, port = -1;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
-		port = ntohs(sin.sin_port);
-	else
-		port = -errno;
-	close(fd);
-	return port;
-}
-
 /* The name of the job when the launcher gives none: for an interpreter
  * ("python3 -u train.py", "python3 -m pkg.main") the script or module,
  * else the program. */
@@ -144,9 +169,17 @@ static const char *default_name(const struct crun_agent_spec *spec)
 	return spec->argv[0];
 }
 
+static void close_handles(struct agent *a);
+
 static void on_signal(uv_signal_t *h, int sig)
 {
-	agent_group_event(h->data, EV_SIGNAL, NULL, sig);
+	struct agent *a = h->data;
+
+	if (a->lingering) {
+		close_handles(a); /* stop serving the store at once */
+		return;
+	}
+	agent_group_event(a, EV_SIGNAL, NULL, sig);
 }
 
 static void remove_tree_flat(const char *dir)
@@ -241,6 +274,8 @@ static int setup_store(struct agent *a)
 	crun_server_limits_default(&opts.limits);
 	opts.token = tok;
 	opts.token_len = toklen;
+	opts.quiet = true;
+	opts.token_hint = "--rdzv-conf token_file=FILE";
 	a->server = crun_server_create(&a->loop, &opts);
 	if (!a->server) {
 		crun_error("cannot create the store server");
@@ -290,11 +325,12 @@ static void server_gone(void *arg)
 	(void)arg;
 }
 
-void agent_shutdown(struct agent *a)
+static void close_handles(struct agent *a)
 {
-	if (a->shut)
+	if (a->handles_closed)
 		return;
-	a->shut = true;
+	a->handles_closed = true;
+	a->lingering = false;
 	uv_close((uv_handle_t *)&a->timer, NULL);
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
@@ -302,6 +338,46 @@ void agent_shutdown(struct agent *a)
 		crun_server_destroy(a->server, server_gone, NULL);
 		a->server = NULL;
 	}
+}
+
+static void linger_over(uv_timer_t *t)
+{
+	close_handles(t->data);
+}
+
+/* The hosting agent after the job: each node left closes its connection;
+ * when none is left (the server's hook may not destroy the server, so the
+ * timer does it on the next turn of the loop). */
+static void node_left(struct crun_server *srv, const char *run_id, const char *peer, void *arg)
+{
+	struct agent *a = arg;
+
+	(void)run_id;
+	(void)peer;
+	if (a->lingering && crun_server_connections(srv) == 0)
+		uv_timer_start(&a->timer, linger_over, 0, 0);
+}
+
+void agent_shutdown(struct agent *a)
+{
+	if (a->shut)
+		return;
+	a->shut = true;
+	agent_rdzv_finish(a);
+	/* The others may still wait for their exit barrier's reply, or must
+	 * hear that the run failed: serve them until they have left, for
+	 * close_timeout at most. Not after a signal: then crun goes now. */
+	if (a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
+	    (a->state == GROUP_SUCCEEDED || a->state == GROUP_FAILED) &&
+	    crun_server_connections(a->server) > 0) {
+		a->lingering = true;
+		crun_server_set_disconnect_cb(a->server, node_left, a);
+		crun_debug("serving the store until the other nodes have left (%lld ms at most)",
+			   (long long)a->spec->rdzv.close_timeout_ms);
+		uv_timer_start(&a->timer, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms, 0);
+		return;
+	}
+	close_handles(a);
 }
 
 static void free_token_env(struct agent *a)
@@ -330,6 +406,11 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	signal(SIGPIPE, SIG_IGN);
 	a->spec = spec;
 	a->name = spec->name ? spec->name : default_name(spec);
+	/* Without rendezvous the attempt's place is fixed; with it each round
+	 * sets it. */
+	a->group_rank = spec->node_rank;
+	a->nnodes = spec->nnodes;
+	a->rank_offset = spec->node_rank * spec->nproc_per_node;
 	a->world_size = spec->nnodes * spec->nproc_per_node;
 	a->reaper.fd = -1;
 	if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
@@ -339,8 +420,10 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 		a->own_error_file = NULL;
 	a->master_addr = spec->master_addr ? spec->master_addr : "127.0.0.1";
 	a->master_port = spec->master_port;
-	if (!a->master_port) {
-		a->master_port = free_port();
+	if (spec->rdzv.enabled) {
+		a->master_addr = a->rdzv.master_addr;
+	} else if (!a->master_port) {
+		a->master_port = agent_free_port();
 		if (a->master_port < 0) {
 			crun_error("cannot find a free port for MASTER_PORT: %s",
 				   strerror(-a->master_port));
@@ -371,8 +454,12 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	a->timer.data = a;
 	if (setup_signals(a) < 0)
 		goto out_loop;
-	if (spec->host_store && setup_store(a) < 0)
+	if (spec->rdzv.enabled) {
+		if (agent_rdzv_setup(a) < 0)
+			goto out_loop;
+	} else if (spec->host_store && setup_store(a) < 0) {
 		goto out_loop;
+	}
 	if (agent_env_init(a) < 0) {
 		crun_error("out of memory");
 		goto out_loop;

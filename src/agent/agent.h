@@ -12,11 +12,16 @@
  *            safety net)
  *   126/127  the command could not be executed / was not found (no restart)
  *   128+N    crun was stopped by handled signal N
+ * With rendezvous (spec->rdzv.enabled, several nodes) 1 also means: the
+ * rendezvous failed (join timeout, run closed, wrong token, configuration
+ * differing from the run's), or the store was lost.
  *
  * The worker group is an explicit state machine (see group.c):
  *   INIT -> STARTING -> RUNNING -> STOPPING -> RESTARTING -> STARTING ...
  *                                          \-> SUCCEEDED | FAILED | STOPPED
  *                                              | EXEC_FAILED
+ * and, with rendezvous, RENDEZVOUS (joining a round) before STARTING and
+ * FINISHING (the exit barrier) before SUCCEEDED,
  * with one function applying events (worker exit, pipe closed, signal,
  * timer) to it.
  *
@@ -32,6 +37,7 @@
 #define CRUN_AGENT_AGENT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define CRUN_AGENT_MAX_SIGNALS 16
@@ -57,8 +63,11 @@ struct crun_agent_spec {
 	const char *name;
 
 	int nproc_per_node;	     /* >= 1 */
-	int nnodes;		     /* 1 on this single-node path */
-	int node_rank;		     /* group rank of this node */
+	int nnodes;		     /* 1 without rendezvous (rdzv.min/max_nodes
+				      * with it) */
+	int node_rank;		     /* group rank of this node; with rendezvous
+				      * its fixed rank, or -1: the rendezvous
+				      * assigns one */
 	const char *role;	     /* ROLE_NAME; "default" */
 	int max_restarts;	     /* default 3 */
 	int64_t shutdown_timeout_ms; /* SIGTERM -> SIGKILL grace; default 30000 */
@@ -68,13 +77,18 @@ struct crun_agent_spec {
 	 * Default 5000. */
 	int64_t kill_timeout_ms;
 
-	const char *run_id;	 /* TORCHELASTIC_RUN_ID; "none" for standalone
-				  * without --rdzv-id, as torchrun */
-	const char *master_addr; /* MASTER_ADDR for workers; NULL: "127.0.0.1" */
+	const char *run_id;	 /* TORCHELASTIC_RUN_ID and the store's run:
+				  * --rdzv-id, "none" without, a fresh uuid
+				  * with --standalone (as torchrun) */
+	const char *master_addr; /* MASTER_ADDR for workers; NULL: "127.0.0.1";
+				  * unused with rendezvous */
 	int master_port;	 /* MASTER_PORT for workers; 0: the agent picks
-				  * a free port once per job */
-	const char *local_addr;	 /* this node's address as others see it;
-				  * NULL: host name */
+				  * a free port once per job; unused with
+				  * rendezvous */
+	const char *local_addr;	 /* this node's address as others see it
+				  * (rendezvous: its MASTER_ADDR when it holds
+				  * rank 0); NULL: the address the store sees
+				  * its connection come from */
 
 	/* Log files. With a log dir, each attempt n (the restart count) gets
 	 * <log_dir>/<run_id>/attempt_<n>/<local_rank>/, created as needed,
@@ -124,6 +138,41 @@ struct crun_agent_spec {
 	const void *token;
 	size_t token_len;
 
+	/* Multi-node rendezvous. With enabled, the agent forms the job with
+	 * the agents of the other nodes through the store at host:port (its
+	 * rounds are rendezvous/rdzv.h's): each round it joins, gets its group
+	 * rank, the world size and its first global rank, learns
+	 * MASTER_ADDR/MASTER_PORT (group rank 0 picks a free port on its
+	 * address and publishes it), and starts its workers; a worker failure
+	 * anywhere, a node that leaves or joins ends the round on every node
+	 * and the agents join the next one. The restart count and the
+	 * decision that restarts are exhausted come from the store. host_store
+	 * and store_host/port are then unused: the agent hosts the store
+	 * itself when is_host says so (binding host:port; when the port is
+	 * taken on this machine, by another agent or crun-rdzvd, it joins as
+	 * a client), with token (NULL: no authentication); workers get
+	 * CRUN_STORE=host:port, CRUN_RUN_ID, CRUN_ROUND=the round and
+	 * CRUN_TOKEN when there is a token. */
+	struct crun_agent_rdzv {
+		bool enabled;
+		const char *host; /* endpoint: name or address, no brackets */
+		int port;
+		/* 1: host the store; 0: never; -1: when host is this machine
+		 * (one of its interface addresses, its host name, localhost,
+		 * a loopback address) */
+		int is_host;
+		int min_nodes, max_nodes;	/* --nnodes MIN:MAX */
+		int64_t join_timeout_ms;	/* connecting and each join */
+		int64_t last_call_timeout_ms;	/* wait for more after MIN */
+		int64_t close_timeout_ms;	/* the host serves this long at
+						 * most after the job ended, until
+						 * the others have left */
+		int64_t keep_alive_interval_ms; /* PING period */
+		int keep_alive_max_attempt;	/* silent periods before the
+						 * store (or a node) is lost */
+		int64_t read_timeout_ms;	/* store requests (MASTER_ADDR) */
+	} rdzv;
+
 	/* Extra KEY=VALUE pairs for every worker's environment, applied after
 	 * the inherited environment and before the torchrun variables.
 	 * NULL-terminated; may be NULL. */
@@ -131,7 +180,11 @@ struct crun_agent_spec {
 };
 
 /* The environment of worker local rank L, global rank R = node_rank *
- * nproc_per_node + L (later entries win):
+ * nproc_per_node + L (with rendezvous: the round's first global rank of
+ * this node + L; WORLD_SIZE the sum of every node's workers, GROUP_RANK
+ * the group rank, GROUP_WORLD_SIZE the nodes of the round,
+ * TORCHELASTIC_RESTART_COUNT the run's restart count) (later entries
+ * win):
  *   1. crun's environment, then extra_env;
  *   2. LOCAL_RANK=L (0 with virtual_local_rank), RANK=R, ROLE_RANK=R,
  *      GROUP_RANK=node_rank, ROLE_NAME=role, LOCAL_WORLD_SIZE=nproc,
@@ -144,7 +197,8 @@ struct crun_agent_spec {
  *      unless set when nproc > 1 (with one notice line);
  *   4. with virtual_local_rank, CUDA_VISIBLE_DEVICES=the L-th entry of
  *      the inherited list, else L;
- *   5. with host_store, CRUN_STORE, CRUN_RUN_ID, CRUN_ROUND, CRUN_TOKEN.
+ *   5. with host_store or rendezvous, CRUN_STORE, CRUN_RUN_ID, CRUN_ROUND,
+ *      CRUN_TOKEN.
  * crun's own TORCHELASTIC_ERROR_FILE, if set, receives the root cause of a
  * failed job in the JSON format of PyTorch's @record. */
 

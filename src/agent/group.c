@@ -33,7 +33,30 @@
  * failure with restarts left (and no worker abandoned) -> RESTARTING; a
  * failure without -> failure summary, FAILED (1); a signal -> STOPPED
  * (128+N); a command that cannot be executed -> EXEC_FAILED (127/126); an
- * agent error -> FAILED (1). */
+ * agent error -> FAILED (1).
+ *
+ * With rendezvous (several nodes) the store decides about restarts, and
+ * these rows replace or join the ones above:
+ *
+ *   state      event                  action                      next
+ *   INIT       START                  join a round                RENDEZVOUS
+ *   RENDEZVOUS ready (rank, master)   spawn every worker          RUNNING
+ *   RUNNING    worker exit !0/signal  record; tell the store      STOPPING
+ *                                     (RDZV_FAIL); SIGTERM rest
+ *   RUNNING    round ended (event)    print why; SIGTERM all      STOPPING
+ *   RUNNING    store lost             print it; SIGTERM all       STOPPING
+ *   (attempt over) all exited 0       exit barrier (RDZV_DONE)    FINISHING
+ *   (attempt over) failure            wait for the round's end    RESTARTING
+ *   (attempt over) round ended        join the next round         RENDEZVOUS
+ *   RESTARTING round ended            join the next round         RENDEZVOUS
+ *   FINISHING  barrier passed         nothing                     SUCCEEDED
+ *   FINISHING  round ended            join the next round         RENDEZVOUS
+ *   any of RENDEZVOUS, RESTARTING, FINISHING (no worker runs):
+ *              round ended exhausted  failure summary             FAILED
+ *              store lost, error      print it                    FAILED
+ *              signal N               nothing to stop             STOPPED
+ * A round that ends "exhausted" ends the job (the summary, exit 1) once
+ * the workers are stopped. */
 #include "agent/internal.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -57,6 +80,8 @@ const char *agent_group_state_name(enum group_state s)
 		[GROUP_FAILED] = "failed",
 		[GROUP_STOPPED] = "stopped",
 		[GROUP_EXEC_FAILED] = "exec-failed",
+		[GROUP_RENDEZVOUS] = "rendezvous",
+		[GROUP_FINISHING] = "finishing",
 	};
 
 	return (unsigned)s < CRUN_ARRAY_SIZE(names) ? names[s] : "?";
@@ -124,6 +149,49 @@ static void finalize(struct agent *a, enum group_state state, int status)
 static void start_attempt(struct agent *a);
 static void check_done(struct agent *a);
 
+static bool rdzv(const struct agent *a)
+{
+	return a->spec->rdzv.enabled;
+}
+
+static bool exhausted(const struct agent *a)
+{
+	return a->rdzv.ended && !strcmp(a->rdzv.end_reason, "exhausted");
+}
+
+/* Joins the next round (rendezvous). */
+static void join_round(struct agent *a)
+{
+	a->state = GROUP_RENDEZVOUS;
+	agent_failures_clear(a);
+	if (agent_rdzv_join(a) < 0) {
+		crun_error("%s", a->rdzv.error_msg);
+		finalize(a, GROUP_FAILED, 1);
+	}
+}
+
+/* The attempt is over and the store ended its round: the next round, or
+ * the end of the job when the restarts are exhausted. */
+static void round_over(struct agent *a)
+{
+	if (exhausted(a) || a->gave_up) {
+		agent_summary_report(a);
+		finalize(a, GROUP_FAILED, 1);
+		return;
+	}
+	join_round(a);
+}
+
+/* The exit barrier (rendezvous): every local worker exited 0. */
+static void finishing(struct agent *a)
+{
+	a->state = GROUP_FINISHING;
+	if (agent_rdzv_done(a) < 0) {
+		crun_error("%s", a->rdzv.error_msg);
+		finalize(a, GROUP_FAILED, 1);
+	}
+}
+
 static void begin_stop(struct agent *a, enum stop_reason reason, int sig)
 {
 	a->state = GROUP_STOPPING;
@@ -148,6 +216,7 @@ static void restart(struct agent *a)
 		  a->spec->max_restarts);
 	a->state = GROUP_RESTARTING;
 	a->restart_count++;
+	a->round = a->restart_count;
 	agent_failures_clear(a);
 	start_attempt(a);
 }
@@ -163,9 +232,29 @@ static void attempt_over(struct agent *a)
 
 	switch (a->reason) {
 	case STOP_DONE:
-		finalize(a, GROUP_SUCCEEDED, 0);
+		if (!rdzv(a))
+			finalize(a, GROUP_SUCCEEDED, 0);
+		else if (a->rdzv.ended)
+			round_over(a);
+		else
+			finishing(a);
+		return;
+	case STOP_ROUND:
+		round_over(a);
+		return;
+	case STOP_LOST:
+		finalize(a, GROUP_FAILED, 1);
 		return;
 	case STOP_FAILURE:
+		if (rdzv(a)) {
+			if (a->rdzv.ended || a->gave_up) {
+				round_over(a);
+				return;
+			}
+			/* The store ends the round for every node; wait. */
+			a->state = GROUP_RESTARTING;
+			return;
+		}
 		if (a->nfailures && !a->gave_up && a->restart_count < a->spec->max_restarts) {
 			restart(a);
 			return;
@@ -294,6 +383,15 @@ static void worker_exited(struct agent *a, struct worker *w)
 		}
 		if (agent_failure_add(a, w) < 0)
 			crun_error("out of memory recording the failure of rank %d", w->rank);
+		if (rdzv(a)) {
+			char what[64], msg[512];
+
+			/* Every node's agent hears this as the round's end. */
+			agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
+			snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank,
+				 w->local_rank, a->hostname, what);
+			agent_rdzv_fail(a, msg);
+		}
 		begin_stop(a, STOP_FAILURE, 0);
 		return;
 	case GROUP_STOPPING:
@@ -315,6 +413,14 @@ static void got_signal(struct agent *a, int sig)
 	char name[32];
 
 	switch (a->state) {
+	case GROUP_RENDEZVOUS:
+	case GROUP_RESTARTING:
+	case GROUP_FINISHING:
+		/* No worker runs (RESTARTING is a rest state only with
+		 * rendezvous). */
+		crun_info("got %s; stopping", sig_name(sig, name, sizeof(name)));
+		finalize(a, GROUP_STOPPED, 128 + sig);
+		return;
 	case GROUP_RUNNING:
 		crun_info("got %s; stopping the workers", sig_name(sig, name, sizeof(name)));
 		begin_stop(a, STOP_SIGNAL, sig);
@@ -388,6 +494,73 @@ static void timer_fired(struct agent *a)
 	}
 }
 
+/* No worker runs and none will: the rendezvous states between attempts. */
+static bool between_attempts(const struct agent *a)
+{
+	return a->state == GROUP_RENDEZVOUS || a->state == GROUP_RESTARTING ||
+	       a->state == GROUP_FINISHING;
+}
+
+/* Whether the attempt being stopped still leads to another round. */
+static bool stop_goes_on(const struct agent *a)
+{
+	return a->reason == STOP_FAILURE || a->reason == STOP_DONE || a->reason == STOP_ROUND;
+}
+
+/* The store ended the assigned round (a->rdzv.end_*): one line says why,
+ * on every node alike. */
+static void round_ended(struct agent *a)
+{
+	const char *why = a->rdzv.end_msg ? a->rdzv.end_msg : "?";
+	long long round = (long long)a->rdzv.asg.round;
+
+	if (a->state == GROUP_STOPPING && !stop_goes_on(a))
+		return; /* ending anyway */
+	if (exhausted(a))
+		crun_error("round %lld ended: %s", round, why);
+	else if (!strcmp(a->rdzv.end_reason, "join"))
+		crun_warn("round %lld ended: %s; restarting (a joining node is not counted as "
+			  "a restart)",
+			  round, why);
+	else
+		crun_warn("round %lld ended: %s; restarting (restart %lld of %d)", round, why,
+			  (long long)a->rdzv.end_count, a->spec->max_restarts);
+	switch (a->state) {
+	case GROUP_RUNNING:
+		begin_stop(a, STOP_ROUND, 0);
+		return;
+	case GROUP_RENDEZVOUS:
+	case GROUP_RESTARTING:
+	case GROUP_FINISHING:
+		round_over(a);
+		return;
+	default:
+		/* STOPPING: attempt_over sees a->rdzv.ended. */
+		return;
+	}
+}
+
+/* The rendezvous failed or the store is lost: the job cannot go on. */
+static void rdzv_failed(struct agent *a, bool lost)
+{
+	if (a->state == GROUP_STOPPING && (!stop_goes_on(a) || exhausted(a)))
+		return; /* the job ends anyway, for its own reason */
+	if (a->rdzv.error_msg)
+		crun_error("%s", a->rdzv.error_msg);
+	switch (a->state) {
+	case GROUP_RUNNING:
+		begin_stop(a, lost ? STOP_LOST : STOP_AGENT, 0);
+		return;
+	case GROUP_STOPPING:
+		a->reason = lost ? STOP_LOST : STOP_AGENT;
+		return;
+	default:
+		if (between_attempts(a))
+			finalize(a, GROUP_FAILED, 1);
+		return;
+	}
+}
+
 void agent_group_event(struct agent *a, enum group_event ev, struct worker *w, int arg)
 {
 	if (crun_log_enabled(CRUN_LOG_DEBUG))
@@ -395,8 +568,12 @@ void agent_group_event(struct agent *a, enum group_event ev, struct worker *w, i
 			   (int)ev, w ? w->rank : -1, arg);
 	switch (ev) {
 	case EV_START:
-		if (a->state == GROUP_INIT)
-			start_attempt(a);
+		if (a->state == GROUP_INIT) {
+			if (rdzv(a))
+				join_round(a);
+			else
+				start_attempt(a);
+		}
 		return;
 	case EV_WORKER_EXITED:
 		worker_exited(a, w);
@@ -414,6 +591,23 @@ void agent_group_event(struct agent *a, enum group_event ev, struct worker *w, i
 	case EV_TIMER:
 		if (a->state == GROUP_STOPPING)
 			timer_fired(a);
+		return;
+	case EV_RDZV_READY:
+		if (a->state == GROUP_RENDEZVOUS)
+			start_attempt(a);
+		return;
+	case EV_RDZV_ENDED:
+		round_ended(a);
+		return;
+	case EV_RDZV_DONE:
+		if (a->state == GROUP_FINISHING)
+			finalize(a, GROUP_SUCCEEDED, 0);
+		return;
+	case EV_RDZV_ERROR:
+		rdzv_failed(a, false);
+		return;
+	case EV_STORE_LOST:
+		rdzv_failed(a, true);
 		return;
 	}
 }

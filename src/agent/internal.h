@@ -8,6 +8,8 @@
  *   summary.c  failure records, the failure summary, crun's error file
  *   json.c     a small JSON reader and writer for TORCHELASTIC_ERROR_FILE
  *   reaper.c   the guard process that kills worker groups if crun dies
+ *   rendezvous.c  multi-node: hosting the store, the agent's store client,
+ *              joining rounds, MASTER_ADDR/PORT, failures, exit barrier
  *
  * Memory of a worker: the group creates one struct worker per local rank
  * and attempt. It owns up to three libuv handles (process, stdout pipe,
@@ -23,6 +25,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "rendezvous/rdzv.h"
 
 /* Lines up to this length reach the console whole, with one write(2). A
  * longer line is written as it comes, its prefix once, while the console
@@ -210,7 +213,10 @@ void agent_failures_clear(struct agent *a);
 /* "exited with code 3" / "was killed by SIGSEGV" */
 void agent_describe_exit(char *buf, size_t len, int exit_code, int term_signal);
 /* Prints the failure summary of the last attempt to stderr and, when crun
- * was given TORCHELASTIC_ERROR_FILE, writes the root cause there. */
+ * was given TORCHELASTIC_ERROR_FILE, writes the root cause there. With
+ * rendezvous, when no local rank failed in the last round, the root cause
+ * is the round's end as the store reported it (a->rdzv.end_msg: which
+ * rank on which host failed, or which node left). */
 void agent_summary_report(struct agent *a);
 /* Writes root-cause JSON: the worker's error file (parsed from err_text,
  * errorCode set to code) if it parses, else a document made of message
@@ -234,6 +240,10 @@ enum group_state {
 	GROUP_FAILED,	   /* final: exit 1 */
 	GROUP_STOPPED,	   /* final: a handled signal; exit 128+N */
 	GROUP_EXEC_FAILED, /* final: the command cannot run; exit 126/127 */
+	GROUP_RENDEZVOUS,  /* rendezvous: joining a round, then learning
+			    * MASTER_ADDR/PORT; no worker runs */
+	GROUP_FINISHING,   /* rendezvous: every local worker exited 0; in the
+			    * exit barrier (DONE) until every node is done */
 };
 
 enum group_event {
@@ -242,6 +252,12 @@ enum group_event {
 	EV_PIPE_CLOSED,	  /* one of w's pipes closed (after EOF) */
 	EV_SIGNAL,	  /* arg: a handled signal arrived */
 	EV_TIMER,	  /* the group's timer fired */
+	/* Rendezvous (rendezvous.c); details in a->rdzv. */
+	EV_RDZV_READY, /* the round is assigned and MASTER_ADDR/PORT known */
+	EV_RDZV_ENDED, /* the store ended the round (end_reason, end_msg) */
+	EV_RDZV_DONE,  /* the exit barrier passed: the job succeeded */
+	EV_RDZV_ERROR, /* connect, join or barrier failed (error_msg) */
+	EV_STORE_LOST, /* the connection to the store is lost (error_msg) */
 };
 
 /* Why the current attempt is being stopped. */
@@ -252,6 +268,8 @@ enum stop_reason {
 	STOP_SIGNAL,  /* crun got a handled signal */
 	STOP_EXEC,    /* the command cannot be executed */
 	STOP_AGENT,   /* the agent failed (files, memory) */
+	STOP_ROUND,   /* rendezvous: the store ended the round */
+	STOP_LOST,    /* rendezvous: the store is lost */
 };
 
 enum timer_phase {
@@ -263,6 +281,61 @@ enum timer_phase {
 
 void agent_group_event(struct agent *a, enum group_event ev, struct worker *w, int arg);
 const char *agent_group_state_name(enum group_state s);
+
+/* ---- rendezvous.c ---- */
+
+/* Outstanding request to the store (freed by its reply, or with the
+ * client). */
+struct rdzv_req;
+
+struct agent_rdzv {
+	struct crun_aclient *client;
+	bool connected;
+	bool join_wanted;   /* join as soon as connected */
+	bool hosting;	    /* this agent's server serves the endpoint */
+	char endpoint[300]; /* "host:port" ("[v6]:port"), as given */
+	char node_id[330];
+	char self_addr[300]; /* JOIN's addr: --local-addr, the endpoint when
+			      * hosting it on a non-loopback address, else
+			      * empty (the store uses the peer address) */
+	uint64_t gen;	     /* bumped by every join: older replies are stale */
+	uint32_t join_id;    /* RDZV_EVENTs carry it */
+	bool assigned;
+	struct crun_rdzv_assignment asg;
+	char master_addr[300];
+	/* The end of the assigned round, from its RDZV_EVENT. */
+	bool ended;
+	char end_reason[16]; /* failure, left, join, exhausted */
+	char *end_msg;
+	int64_t end_count; /* restart count after it */
+	/* Why the rendezvous failed or the store was lost (a whole line). */
+	char *error_msg;
+	struct rdzv_req *reqs; /* outstanding requests */
+};
+
+/* Decides whether this agent hosts the store (and binds it), creates the
+ * store client and starts connecting (retrying until the join timeout).
+ * Sets the CRUN_STORE and CRUN_TOKEN strings. Prints what failed. 0 or a
+ * negative errno. */
+int agent_rdzv_setup(struct agent *a);
+/* Joins the next round (once connected): a new generation; EV_RDZV_READY,
+ * EV_RDZV_ERROR or EV_STORE_LOST follow, or EV_RDZV_ENDED when the round
+ * ends before MASTER_ADDR is known. 0, or a negative errno when the
+ * request cannot be sent (error_msg says why; no event follows). */
+int agent_rdzv_join(struct agent *a);
+/* Tells the store that a local worker failed in the assigned round
+ * (message: "rank 5 (local rank 1) on host-b exited with code 1"); the
+ * round's EV_RDZV_ENDED follows. */
+void agent_rdzv_fail(struct agent *a, const char *message);
+/* Enters the exit barrier: EV_RDZV_DONE, or EV_RDZV_ENDED when the round
+ * ends first. 0, or a negative errno as agent_rdzv_join. */
+int agent_rdzv_done(struct agent *a);
+/* Closes the store client (no more events) and frees what rendezvous.c
+ * holds. Safe to call more than once. */
+void agent_rdzv_finish(struct agent *a);
+/* A free TCP port on every local address (dual-stack wildcard, else
+ * IPv4), or a negative errno. */
+int agent_free_port(void);
 
 /* ---- agent.c ---- */
 
@@ -282,6 +355,8 @@ struct agent {
 	bool leftovers_killed; /* attempt: every group got SIGKILL */
 	bool gave_up;	       /* attempt: a worker would not die */
 	bool shut;	       /* agent_shutdown() was called */
+	bool lingering;	       /* hosting: serving the store after the end */
+	bool handles_closed;   /* timer, signals and server closed */
 
 	struct worker **workers; /* of the current attempt, nproc entries */
 	int nworkers;		 /* created in this attempt */
@@ -303,8 +378,15 @@ struct agent {
 	char *tmp_dir;		    /* private dir for error files, or NULL */
 	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE */
 
+	/* The current attempt's place in the job: fixed without rendezvous,
+	 * from each round's assignment with it. */
+	int group_rank;
+	int nnodes;
+	int rank_offset; /* global rank of local rank 0 */
+	int64_t round;	 /* CRUN_ROUND */
 	const char *master_addr;
 	int master_port;
+	struct agent_rdzv rdzv;
 	char **env; /* shared part of every worker's env */
 	size_t nenv;
 	char *env_own[24]; /* the agent's own strings in env */

@@ -41,7 +41,7 @@ static const char *const agent_keys[] = {
 	"TORCHELASTIC_USE_AGENT_STORE",
 	"TORCHELASTIC_ERROR_FILE",
 };
-/* Set when the agent hosts the store. */
+/* Set when the agent hosts the store or joins a rendezvous. */
 static const char *const store_keys[] = {
 	"CRUN_STORE", "CRUN_RUN_ID", "CRUN_ROUND", "CRUN_TOKEN", "CRUN_TOKEN_FILE",
 };
@@ -73,7 +73,7 @@ static bool reserved(const struct agent *a, const char *entry)
 {
 	if (in_keys(entry, agent_keys, CRUN_ARRAY_SIZE(agent_keys)))
 		return true;
-	if (a->spec->host_store && in_keys(entry, store_keys, CRUN_ARRAY_SIZE(store_keys)))
+	if (a->store_env && in_keys(entry, store_keys, CRUN_ARRAY_SIZE(store_keys)))
 		return true;
 	if (a->spec->virtual_local_rank && same_key(entry, "CUDA_VISIBLE_DEVICES", 20))
 		return true;
@@ -165,21 +165,18 @@ int agent_env_init(struct agent *a)
 		crun_info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
 			  "system; tune it for your application as needed");
 	}
-	err = err ? err : add_own(a, "GROUP_RANK=%d", spec->node_rank);
-	err = err ? err : add_own(a, "GROUP_WORLD_SIZE=%d", spec->nnodes);
+	/* GROUP_RANK, the world sizes and MASTER_* belong to the attempt
+	 * (with rendezvous each round sets them): worker_env adds them. */
 	err = err ? err : add_own(a, "ROLE_NAME=%s", spec->role);
 	err = err ? err : add_own(a, "LOCAL_WORLD_SIZE=%d", spec->nproc_per_node);
-	err = err ? err : add_own(a, "WORLD_SIZE=%d", a->world_size);
-	err = err ? err : add_own(a, "ROLE_WORLD_SIZE=%d", a->world_size);
-	err = err ? err : add_own(a, "MASTER_ADDR=%s", a->master_addr);
-	err = err ? err : add_own(a, "MASTER_PORT=%d", a->master_port);
 	err = err ? err : add_own(a, "TORCHELASTIC_MAX_RESTARTS=%d", spec->max_restarts);
 	err = err ? err : add_own(a, "TORCHELASTIC_RUN_ID=%s", spec->run_id);
 	err = err ? err : add_own(a, "TORCHELASTIC_USE_AGENT_STORE=False");
-	if (spec->host_store) {
+	if (a->store_env) {
 		err = err ? err : add_own(a, "%s", a->store_env);
 		err = err ? err : add_own(a, "CRUN_RUN_ID=%s", spec->run_id);
-		err = err ? err : add_own(a, "%s", a->token_env);
+		if (a->token_env)
+			err = err ? err : add_own(a, "%s", a->token_env);
 	}
 	return err;
 }
@@ -409,8 +406,9 @@ out_free:
 static char **worker_env(struct agent *a, struct worker *w, char **block)
 {
 	const struct crun_agent_spec *spec = a->spec;
-	size_t size = 512 + strlen(w->error_file) + (a->cuda_visible ? strlen(a->cuda_visible) : 0);
-	char **env = calloc(a->nenv + 8, sizeof(char *));
+	size_t size = 1024 + strlen(w->error_file) + strlen(a->master_addr) +
+		      (a->cuda_visible ? strlen(a->cuda_visible) : 0);
+	char **env = calloc(a->nenv + 16, sizeof(char *));
 	char *b = malloc(size), *p;
 	size_t n = a->nenv;
 	int lr = spec->virtual_local_rank ? 0 : w->local_rank;
@@ -430,10 +428,16 @@ static char **worker_env(struct agent *a, struct worker *w, char **block)
 	ADD("LOCAL_RANK=%d", lr);
 	ADD("RANK=%d", w->rank);
 	ADD("ROLE_RANK=%d", w->rank);
+	ADD("GROUP_RANK=%d", a->group_rank);
+	ADD("GROUP_WORLD_SIZE=%d", a->nnodes);
+	ADD("WORLD_SIZE=%d", a->world_size);
+	ADD("ROLE_WORLD_SIZE=%d", a->world_size);
+	ADD("MASTER_ADDR=%s", a->master_addr);
+	ADD("MASTER_PORT=%d", a->master_port);
 	ADD("TORCHELASTIC_RESTART_COUNT=%d", w->attempt);
 	ADD("TORCHELASTIC_ERROR_FILE=%s", w->error_file);
-	if (spec->host_store)
-		ADD("CRUN_ROUND=%d", w->attempt);
+	if (a->store_env)
+		ADD("CRUN_ROUND=%lld", (long long)a->round);
 	if (spec->virtual_local_rank) {
 		char dev[128];
 		if (cuda_device(a->cuda_visible, w->local_rank, dev, sizeof(dev)) < 0)
@@ -461,7 +465,7 @@ struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
 		return NULL;
 	w->agent = a;
 	w->local_rank = local_rank;
-	w->rank = spec->node_rank * spec->nproc_per_node + local_rank;
+	w->rank = a->rank_offset + local_rank;
 	w->attempt = a->restart_count;
 	if (!strcmp(spec->role, "default"))
 		snprintf(w->prefix, sizeof(w->prefix), "[%d]:", w->rank);

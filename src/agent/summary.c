@@ -400,13 +400,54 @@ static void add_failure(struct text *t, const struct agent *a, const struct fail
 static const char rule_heavy[] = "============================================================\n";
 static const char rule_light[] = "------------------------------------------------------------\n";
 
+/* With rendezvous, when no local rank failed in the last round: the root
+ * cause as the store reported the round's end (the node that saw the
+ * failure prints the full record). */
+static void remote_report(struct agent *a)
+{
+	struct text t = {0};
+	const char *why = a->rdzv.end_msg;
+
+	tadd(&t, "%s", rule_heavy);
+	tadd(&t, "%s FAILED", a->name);
+	if (a->restart_count)
+		tadd(&t, " (after %d restart%s)", a->restart_count,
+		     a->restart_count == 1 ? "" : "s");
+	tadd(&t, "\n%s", rule_light);
+	tadd(&t, "Root Cause (as the rendezvous store reported it):\n");
+	tadd(&t, "  %-10s: %lld\n", "round", (long long)a->rdzv.asg.round);
+	tadd_block(&t, "message", why);
+	tadd(&t, "  %-10s: %s\n", "this node", a->hostname);
+	tadd(&t, "  (no rank on this node failed; the failing node prints its ranks)\n");
+	tadd(&t, "%s", rule_heavy);
+	if (!t.oom)
+		crun_write_all(STDERR_FILENO, t.p, t.len);
+	if (a->own_error_file) {
+		char *message = NULL;
+		int err;
+
+		if (asprintf(&message, "%s FAILED: %s", a->name, why) < 0)
+			message = NULL;
+		err = agent_error_file_write(a->own_error_file, NULL, 0,
+					     message ? message : "job failed", t.oom ? "" : t.p, 1);
+		if (err < 0)
+			crun_warn("cannot write error file '%s': %s", a->own_error_file,
+				  strerror(-err));
+		free(message);
+	}
+	free(t.p);
+}
+
 void agent_summary_report(struct agent *a)
 {
 	struct text t = {0};
 	const struct failure *root;
 
-	if (!a->nfailures)
+	if (!a->nfailures) {
+		if (a->spec->rdzv.enabled && a->rdzv.ended && a->rdzv.end_msg)
+			remote_report(a);
 		return;
+	}
 	root = &a->failures[0];
 	tadd(&t, "%s", rule_heavy);
 	tadd(&t, "%s FAILED", a->name);

@@ -62,16 +62,20 @@ static const struct crun_launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "the command in a new process", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
-	  "number of nodes, or MIN:MAX for an elastic job; this version of crun "
-	  "runs single-node jobs only", G_NODES },
+	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "
+	  "MAX nodes; more than one node needs --rdzv-endpoint (c10d) or "
+	  "--rdzv-backend=static", G_NODES },
 	{ CRUN_OPT_NODE_RANK, "node-rank", 0, true, true, true, "N", "0",
-	  "rank of this node, below --nnodes", G_NODES },
+	  "rank of this node, below --nnodes: its fixed group rank with static; "
+	  "with c10d only when given (else the rendezvous orders the nodes)", G_NODES },
 	{ CRUN_OPT_RDZV_BACKEND, "rdzv-backend", 0, true, true, true, "c10d|static", "c10d",
-	  "rendezvous backend: c10d (crun's own store and rounds) or static "
-	  "(fixed node ranks, store on --master-addr:--master-port)", G_NODES },
+	  "rendezvous backend: c10d (crun's own store and rounds, on "
+	  "--rdzv-endpoint) or static (fixed node ranks, store on "
+	  "--master-addr:--master-port hosted by node rank 0)", G_NODES },
 	{ CRUN_OPT_RDZV_ENDPOINT, "rdzv-endpoint", 0, true, true, true,
 	  "HOST[:PORT]", "none, port 29400",
-	  "endpoint of the rendezvous store; IPv6 as [ADDR]:PORT", G_NODES },
+	  "the rendezvous store, the same on every node: the agent on that host "
+	  "serves it (or a crun-rdzvd there); IPv6 as [ADDR]:PORT", G_NODES },
 	{ CRUN_OPT_RDZV_ID, "rdzv-id", 0, true, true, true, "ID", "none",
 	  "job id shared by every node (TORCHELASTIC_RUN_ID); letters, digits "
 	  "and . _ - : @ +", G_NODES },
@@ -79,19 +83,23 @@ static const struct crun_launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "rendezvous settings: join_timeout (600s), last_call_timeout (30s), "
 	  "close_timeout (30s), keep_alive_interval (5s), keep_alive_max_attempt "
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
-	  "(60s)", G_NODES },
+	  "(60s); see crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
 	  "--rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored (as in "
 	  "torchrun)", G_NODES },
 	{ CRUN_OPT_MASTER_ADDR, "master-addr", 0, true, true, true, "ADDR",
 	  "--local-addr, else 127.0.0.1",
-	  "MASTER_ADDR for the workers (the address of global rank 0)", G_NODES },
+	  "one node: MASTER_ADDR for the workers; static: the store's address",
+	  G_NODES },
 	{ CRUN_OPT_MASTER_PORT, "master-port", 0, true, true, true, "PORT",
-	  "a free port",
-	  "MASTER_PORT for the workers, 1-65535", G_NODES },
-	{ CRUN_OPT_LOCAL_ADDR, "local-addr", 0, true, true, true, "ADDR", "none",
-	  "address of this node as the other nodes reach it", G_NODES },
+	  "a free port; static: 29500",
+	  "one node: MASTER_PORT for the workers, 1-65535; static: the store's "
+	  "port (on several nodes the node of rank 0 picks MASTER_PORT)", G_NODES },
+	{ CRUN_OPT_LOCAL_ADDR, "local-addr", 0, true, true, true, "ADDR",
+	  "the address the store sees",
+	  "address of this node as the other nodes reach it (their MASTER_ADDR "
+	  "when it holds rank 0)", G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
 	  "write the workers' redirected and teed streams to DIR/RUN_ID/"

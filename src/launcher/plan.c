@@ -279,6 +279,63 @@ static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_op
 	return 0;
 }
 
+/* Several nodes: where the store is, who hosts it, the node rank. */
+static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+			      char *err, size_t errlen)
+{
+	bool is_static = o->rdzv_backend == CRUN_RDZV_STATIC;
+	char v[32], reason[256];
+	const char *ep = o->rdzv_endpoint;
+	int rc;
+
+	if (o->nnodes_min == o->nnodes_max)
+		snprintf(v, sizeof(v), "%d", o->nnodes_max);
+	else
+		snprintf(v, sizeof(v), "%d:%d", o->nnodes_min, o->nnodes_max);
+	plan->node_rank = o->node_rank;
+	plan->is_host = o->rdzv_conf.is_host;
+	if (o->standalone || (o->nnodes_max == 1 && !ep))
+		return 0;
+	plan->rendezvous = true;
+	if (is_static && o->nnodes_min != o->nnodes_max) {
+		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+					 "--rdzv-backend=static needs a fixed number of nodes "
+					 "(expected N)",
+					 err, errlen);
+		return -EINVAL;
+	}
+	if (!ep && !is_static) {
+		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+					 "more than one node needs --rdzv-endpoint HOST[:PORT] "
+					 "(or --rdzv-backend=static with --master-addr)",
+					 err, errlen);
+		return -EINVAL;
+	}
+	if (ep) {
+		rc = crun_parse_endpoint(ep, 29400, plan->rdzv_host, sizeof(plan->rdzv_host),
+					 &plan->rdzv_port, reason, sizeof(reason));
+		if (rc || plan->rdzv_port < 1) {
+			crun_launch_opts_invalid(o, CRUN_OPT_RDZV_ENDPOINT, ep,
+						 rc ? reason
+						    : "a store of several nodes needs a port "
+						      "from 1 to 65535",
+						 err, errlen);
+			return -EINVAL;
+		}
+	} else {
+		snprintf(plan->rdzv_host, sizeof(plan->rdzv_host), "%s",
+			 o->master_addr ? o->master_addr : "127.0.0.1");
+		plan->rdzv_port = o->master_port ? o->master_port : 29500;
+	}
+	if (is_static) {
+		if (plan->is_host < 0)
+			plan->is_host = o->node_rank == 0;
+	} else if (o->source[CRUN_OPT_NODE_RANK] == CRUN_SRC_DEFAULT) {
+		plan->node_rank = -1;
+	}
+	return 0;
+}
+
 int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
 			  char **envp, const struct crun_launch_host *host, bool pick_port,
 			  char *err, size_t errlen)
@@ -287,19 +344,9 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 	int rc;
 
 	memset(plan, 0, sizeof(*plan));
-	if (o->nnodes_max > 1) {
-		char v[32];
-
-		if (o->nnodes_min == o->nnodes_max)
-			snprintf(v, sizeof(v), "%d", o->nnodes_max);
-		else
-			snprintf(v, sizeof(v), "%d:%d", o->nnodes_min, o->nnodes_max);
-		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
-					 "this version of crun runs single-node jobs only "
-					 "(expected 1)",
-					 err, errlen);
-		return -EINVAL;
-	}
+	rc = resolve_rendezvous(plan, o, err, errlen);
+	if (rc)
+		return rc;
 	rc = resolve_nproc(o, envp, host, &plan->nproc, err, errlen);
 	if (rc)
 		return rc;
@@ -360,7 +407,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 			    : o->local_addr ? o->local_addr
 					    : "127.0.0.1";
 	plan->master_port = o->master_port;
-	if (!plan->master_port && pick_port) {
+	if (!plan->master_port && pick_port && !plan->rendezvous) {
 		rc = crun_launch_free_port(&plan->master_port, err, errlen);
 		if (rc)
 			return rc;
@@ -405,13 +452,32 @@ void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct 
 		spec->signals[i] = o->signals[i];
 	spec->nsignals = o->nsignals;
 	spec->virtual_local_rank = o->virtual_local_rank;
+	spec->token = plan->token;
+	spec->token_len = plan->token_len;
+	if (plan->rendezvous) {
+		const struct crun_rdzv_conf *rc = &o->rdzv_conf;
+
+		spec->nnodes = o->nnodes_max;
+		spec->node_rank = plan->node_rank;
+		spec->rdzv.enabled = true;
+		spec->rdzv.host = plan->rdzv_host;
+		spec->rdzv.port = plan->rdzv_port;
+		spec->rdzv.is_host = plan->is_host;
+		spec->rdzv.min_nodes = o->nnodes_min;
+		spec->rdzv.max_nodes = o->nnodes_max;
+		spec->rdzv.join_timeout_ms = rc->join_timeout_ms;
+		spec->rdzv.last_call_timeout_ms = rc->last_call_timeout_ms;
+		spec->rdzv.close_timeout_ms = rc->close_timeout_ms;
+		spec->rdzv.keep_alive_interval_ms = rc->keep_alive_interval_ms;
+		spec->rdzv.keep_alive_max_attempt = rc->keep_alive_max_attempt;
+		spec->rdzv.read_timeout_ms = rc->read_timeout_ms;
+		return;
+	}
 	/* One node: the agent hosts the store for native workers on loopback,
 	 * on a port the kernel picks. */
 	spec->host_store = true;
 	spec->store_host = "127.0.0.1";
 	spec->store_port = 0;
-	spec->token = plan->token;
-	spec->token_len = plan->token_len;
 }
 
 /* Single-quotes a word for a shell when it needs it. */
@@ -460,6 +526,13 @@ void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
 	fprintf(f, "standalone=%d\n", o->standalone);
 	fprintf(f, "rdzv_backend=%s\n", backends[o->rdzv_backend]);
 	fprintf(f, "rdzv_endpoint=%s\n", o->rdzv_endpoint ? o->rdzv_endpoint : "");
+	if (plan->rendezvous)
+		fprintf(f,
+			strchr(plan->rdzv_host, ':') ? "rdzv_store=[%s]:%d\n"
+						     : "rdzv_store=%s:%d\n",
+			plan->rdzv_host, plan->rdzv_port);
+	else
+		fprintf(f, "rdzv_store=none\n");
 	fprintf(f, "run_id=%s\n", plan->run_id);
 	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)rc->join_timeout_ms);
 	fprintf(f, "rdzv_conf.last_call_timeout_ms=%lld\n", (long long)rc->last_call_timeout_ms);

@@ -32,8 +32,22 @@ struct crun_launch_plan {
 	enum crun_std *redirects; /* nproc entries, or NULL: none */
 	enum crun_std *tee;
 	bool *console_ranks; /* nproc entries, or NULL: all */
-	char *token;	     /* from rdzv_conf token_file; NULL: the agent's */
+	char *token;	     /* from rdzv_conf token_file; NULL: the agent's
+			      * (one node), none (rendezvous) */
 	size_t token_len;
+
+	/* Several nodes (--nnodes above 1, or an --rdzv-endpoint, without
+	 * --standalone): the agent joins rounds at the store rdzv_host:
+	 * rdzv_port (c10d: --rdzv-endpoint, default port 29400; static:
+	 * --rdzv-endpoint, else --master-addr:--master-port, default
+	 * 127.0.0.1:29500). */
+	bool rendezvous;
+	char rdzv_host[256];
+	int rdzv_port;
+	int node_rank; /* static: --node-rank; c10d: --node-rank when given,
+			* else -1 (the rendezvous orders the nodes) */
+	int is_host;   /* rdzv_conf is_host; unset: -1 (c10d: decided from
+			* the endpoint), static: node rank 0 hosts */
 };
 
 /* NVIDIA GPUs visible to a CUDA program, counted without CUDA: the entries
@@ -49,9 +63,10 @@ int crun_launch_free_port(int *port, char *err, size_t errlen);
 
 /* Resolves o on host (NULL: this machine) with envp (PYTHON_EXEC,
  * CUDA_VISIBLE_DEVICES). With pick_port, a missing --master-port becomes a
- * free port now; without, it stays 0. Refuses more than one node (this
- * version runs single-node jobs). Returns 0 or -EINVAL with one line in
- * err naming the flag (as options.h); plan must be finished either way. */
+ * free port now (one node only); without, it stays 0. More than one node
+ * needs --rdzv-endpoint with c10d, and a fixed --nnodes with static.
+ * Returns 0 or -EINVAL with one line in err naming the flag (as
+ * options.h); plan must be finished either way. */
 int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
 			  char **envp, const struct crun_launch_host *host, bool pick_port,
 			  char *err, size_t errlen);

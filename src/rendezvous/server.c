@@ -276,6 +276,8 @@ struct crun_server {
 	struct crun_server_limits limits;
 	uint8_t *token;
 	size_t token_len;
+	bool quiet;
+	const char *token_hint;
 	crun_server_disconnect_cb disconnect_cb;
 	void *disconnect_arg;
 	struct htable runs;
@@ -1605,7 +1607,7 @@ static void handle_hello(struct conn *c, const struct crun_wire_msg *m)
 	c->state = CONN_READY;
 	uv_timer_stop(&c->timer);
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
-	crun_info("%s: joined run '%s'%s", c->peer, r, srv->token ? " (authenticated)" : "");
+	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r, srv->token ? " (authenticated)" : "");
 }
 
 static void handle_frame(struct conn *c, const struct crun_wire_msg *m)
@@ -1922,11 +1924,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread < 0) {
 		if (c->state != CONN_CLOSING) {
 			if (nread == UV_EOF) {
-				crun_info("%s: connection closed", c->peer);
+				crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
+					 "%s: connection closed", c->peer);
 				begin_close(c, true);
 			} else {
-				crun_info("%s: connection closed: %s", c->peer,
-					  uv_strerror((int)nread));
+				crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
+					 "%s: connection closed: %s", c->peer,
+					 uv_strerror((int)nread));
 				begin_close(c, false);
 			}
 		}
@@ -2032,7 +2036,8 @@ static void on_connection(uv_stream_t *server, int status)
 	crun_wire_server_preamble(preamble, srv->token ? CRUN_WIRE_F_AUTH : 0,
 				  srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
-	crun_info("accepted connection from %s", c->peer);
+	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
+		 c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
 		begin_close(c, false);
@@ -2068,6 +2073,10 @@ struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server
 	srv->items_cap = ITEMS_MIN;
 	if (!srv->scratch || !srv->items)
 		goto out_free;
+	if (opts) {
+		srv->quiet = opts->quiet;
+		srv->token_hint = opts->token_hint;
+	}
 	if (opts && opts->token && opts->token_len) {
 		srv->token = malloc(opts->token_len);
 		if (!srv->token)
@@ -2189,8 +2198,8 @@ int crun_server_listen(struct crun_server *srv, const char *host, int port, char
 	if (!srv->token && !sockaddr_is_loopback((const struct sockaddr *)&ss)) {
 		snprintf(shown, sizeof(shown), fmt, host, srv->port);
 		crun_warn("listening on %s without a token: anyone who can reach this port can "
-			  "join and change the job's keys; set --token-file or CRUN_TOKEN",
-			  shown);
+			  "join and change the job's keys; set %s",
+			  shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
 	}
 	return 0;
 }

@@ -22,6 +22,7 @@
 #ifndef CRUN_RENDEZVOUS_SERVER_H
 #define CRUN_RENDEZVOUS_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -46,6 +47,15 @@ struct crun_server_opts {
 	struct crun_server_limits limits;
 	const void *token; /* NULL: no authentication; copied */
 	size_t token_len;
+	/* Embedded use (crun's agent): connection lifecycle lines (accepted,
+	 * joined, closed) at debug instead of info; refusals, authentication
+	 * failures and rounds stay at info. */
+	bool quiet;
+	/* How the user gives this server a token, for the warning about a
+	 * non-loopback store without one ("--rdzv-conf token_file=FILE").
+	 * NULL: crun-rdzvd's "--token-file or CRUN_TOKEN". Not copied: a
+	 * string that lives as long as the server. */
+	const char *token_hint;
 };
 
 /* Hook for embedders (the agent's rendezvous): called on the loop's

@@ -77,7 +77,11 @@ bad "invalid value 'gpu' for --nproc-per-node: no NVIDIA GPU" "CUDA_VISIBLE_DEVI
 	--nproc-per-node=gpu
 bad "invalid value '3:2' for --nnodes: expected N or MIN:MAX" "" --nnodes 3:2
 bad "invalid value '0' for --nnodes" "" --nnodes=0
-bad "invalid value '2' for --nnodes: this version of crun runs single-node" "" --nnodes 2
+bad "invalid value '2' for --nnodes: more than one node needs --rdzv-endpoint" "" --nnodes 2
+bad "invalid value '2:3' for --nnodes: --rdzv-backend=static needs a fixed number of nodes" "" \
+	--nnodes 2:3 --rdzv-backend static
+bad "invalid value 'node0:0' for --rdzv-endpoint: a store of several nodes needs a port" "" \
+	--nnodes 2 --rdzv-endpoint node0:0
 bad "invalid value '1' for --node-rank: expected a node rank below --nnodes (1)" "" \
 	--node-rank 1
 bad "invalid value '-1' for --max-restarts" "" --max-restarts=-1

@@ -687,15 +687,95 @@ static void test_plan(void **state)
 		expect_error(r, "for PET_NPROC_PER_NODE: no NVIDIA GPU");
 	}
 
-	/* Single node only, for now. */
+	/* Several nodes: c10d needs an endpoint, static a fixed count. */
 	r = parse("--nnodes=2", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
 	crun_launch_plan_finish(p);
-	expect_error(r, "invalid value '2' for --nnodes: this version of crun runs single-node");
+	expect_error(r, "invalid value '2' for --nnodes: more than one node needs --rdzv-endpoint");
 	r = parse("--nnodes=1:3", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
 	crun_launch_plan_finish(p);
 	expect_error(r, "invalid value '1:3' for --nnodes");
+	r = parse("--nnodes=2:3", "--rdzv-backend=static", "x");
+	p = plan_for(r, NULL, &nogpu, -EINVAL);
+	crun_launch_plan_finish(p);
+	expect_error(r, "--rdzv-backend=static needs a fixed number of nodes");
+	r = parse("--nnodes=2", "--rdzv-endpoint=[::1]:0", "x");
+	p = plan_for(r, NULL, &nogpu, -EINVAL);
+	crun_launch_plan_finish(p);
+	expect_error(r, "invalid value '[::1]:0' for --rdzv-endpoint: a store of several nodes");
+
+	/* c10d: the endpoint (default port 29400), dynamic ranks unless one
+	 * is given, is_host decided by the agent. */
+	r = parse("--nnodes=2:4", "--rdzv-endpoint=node0", "--rdzv-id=j", "--rdzv-conf",
+		  "last_call_timeout=2s,keep_alive_interval=1s", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_true(p->rendezvous);
+	assert_string_equal(p->rdzv_host, "node0");
+	assert_int_equal(p->rdzv_port, 29400);
+	assert_int_equal(p->node_rank, -1);
+	assert_int_equal(p->is_host, -1);
+	{
+		struct crun_agent_spec spec;
+
+		memset(&spec, 0, sizeof(spec));
+		crun_launch_plan_to_spec(p, &r->o, &spec);
+		assert_true(spec.rdzv.enabled);
+		assert_false(spec.host_store);
+		assert_string_equal(spec.rdzv.host, "node0");
+		assert_int_equal(spec.rdzv.min_nodes, 2);
+		assert_int_equal(spec.rdzv.max_nodes, 4);
+		assert_int_equal(spec.node_rank, -1);
+		assert_true(spec.rdzv.last_call_timeout_ms == 2000);
+		assert_true(spec.rdzv.keep_alive_interval_ms == 1000);
+		assert_true(spec.rdzv.join_timeout_ms == 600000);
+		assert_int_equal(spec.rdzv.keep_alive_max_attempt, 3);
+	}
+	crun_launch_plan_finish(p);
+	done(r);
+	r = parse("--nnodes=2", "--node-rank=1", "--rdzv-endpoint=[fd00::1]:7000", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_string_equal(p->rdzv_host, "fd00::1");
+	assert_int_equal(p->rdzv_port, 7000);
+	assert_int_equal(p->node_rank, 1);
+	crun_launch_plan_finish(p);
+	done(r);
+	/* One node with an endpoint joins a rendezvous too (as torchrun);
+	 * --standalone never does. */
+	r = parse("--rdzv-endpoint=h:1234", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_true(p->rendezvous);
+	crun_launch_plan_finish(p);
+	done(r);
+	r = parse("--standalone", "--nnodes=2", "--rdzv-endpoint=h:1234", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_false(p->rendezvous);
+	crun_launch_plan_finish(p);
+	done(r);
+
+	/* static: the store on master-addr:master-port (29500), node rank 0
+	 * hosts it unless is_host says otherwise. */
+	r = parse("--nnodes=3", "--rdzv-backend=static", "--node-rank=2", "--master-addr=n0", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_string_equal(p->rdzv_host, "n0");
+	assert_int_equal(p->rdzv_port, 29500);
+	assert_int_equal(p->node_rank, 2);
+	assert_int_equal(p->is_host, 0);
+	crun_launch_plan_finish(p);
+	done(r);
+	r = parse("--nnodes=3", "--rdzv-backend=static", "--master-port=4000", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_string_equal(p->rdzv_host, "127.0.0.1");
+	assert_int_equal(p->rdzv_port, 4000);
+	assert_int_equal(p->node_rank, 0);
+	assert_int_equal(p->is_host, 1);
+	crun_launch_plan_finish(p);
+	done(r);
+	r = parse("--nnodes=2", "--rdzv-backend=static", "--rdzv-conf=is_host=0", "x");
+	p = plan_for(r, NULL, &nogpu, 0);
+	assert_int_equal(p->is_host, 0);
+	crun_launch_plan_finish(p);
+	done(r);
 
 	/* Ranks beyond the workers. */
 	r = parse("--nproc-per-node=2", "-r", "0:1,2:3", "x");

@@ -1,0 +1,747 @@
+/* The agent's side of the multi-node rendezvous (rendezvous/rdzv.h).
+ *
+ * Why it is shaped this way:
+ * - One store client (aclient.h) on the agent's loop carries everything:
+ *   JOIN, the MASTER_ADDR key, FAIL, DONE, keep-alives and the pushed
+ *   RDZV_EVENTs. When this agent hosts the store, the server runs on the
+ *   same loop and the client connects to it over TCP like every other
+ *   agent, so that every node takes one code path.
+ * - Every request remembers the generation (one per join) it belongs to; a
+ *   reply of an earlier generation, such as the MASTER_ADDR of a round
+ *   that ended meanwhile, is dropped, so a stale answer never moves the
+ *   group.
+ * - A request that fails because the connection was lost is ignored here:
+ *   the client reports LOST right after failing its requests, and that one
+ *   event says what happened.
+ * - This file only talks to the store and turns what it hears into group
+ *   events; group.c decides what they mean for the workers. */
+#include "agent/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/aclient.h"
+#include "rendezvous/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum req_kind {
+	REQ_JOIN,
+	REQ_SET_MASTER,
+	REQ_GET_MASTER,
+	REQ_FAIL,
+	REQ_DONE,
+};
+
+struct rdzv_req {
+	struct rdzv_req *next, *prev;
+	struct agent *a;
+	enum req_kind kind;
+	uint64_t gen;
+	int64_t round;
+};
+
+static void set_error(struct agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void set_error(struct agent *a, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	free(a->rdzv.error_msg);
+	a->rdzv.error_msg = s ? s : strdup("rendezvous failed (out of memory)");
+}
+
+static void item_str(const struct crun_wire_item *it, char *buf, size_t len)
+{
+	size_t n = it->len < len - 1 ? it->len : len - 1;
+
+	for (size_t i = 0; i < n; i++) {
+		uint8_t b = it->data[i];
+		buf[i] = b >= 0x20 && b < 0x7f ? (char)b : '?';
+	}
+	buf[n] = '\0';
+}
+
+static struct crun_wire_item str_item(const char *s)
+{
+	struct crun_wire_item it = {(const uint8_t *)s, (uint32_t)strlen(s)};
+
+	return it;
+}
+
+/* ---- local addresses and hosting ---------------------------------------- */
+
+int agent_free_port(void)
+{
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
+	struct sockaddr_storage got;
+	socklen_t len = sizeof(got);
+	int fd, off = 0, port;
+
+	/* The wildcard of both families: a port free there is free on every
+	 * address the workers may bind. */
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		if (bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0) {
+			port = -errno;
+			close(fd);
+			return port;
+		}
+	}
+	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0)
+		port = -errno;
+	else
+		port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
+						 : ntohs(((struct sockaddr_in *)&got)->sin_port);
+	close(fd);
+	return port;
+}
+
+static bool is_literal(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+static bool sockaddr_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
+}
+
+static bool same_addr(const struct sockaddr *x, const struct sockaddr *y)
+{
+	if (x->sa_family != y->sa_family)
+		return false;
+	if (x->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)x)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)y)->sin_addr.s_addr;
+	if (x->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)x)->sin6_addr,
+			       &((const struct sockaddr_in6 *)y)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/* True when host names this machine: localhost or a loopback address, its
+ * host name, or a name or address that is one of its interfaces'. */
+static bool host_is_local(const char *host, const char *hostname)
+{
+	struct addrinfo hints, *res = NULL;
+	uv_interface_address_t *ifs = NULL;
+	size_t short_len = strcspn(hostname, ".");
+	int nifs = 0;
+	bool local = false;
+
+	if (crun_addr_is_loopback(host) || !strcasecmp(host, hostname))
+		return true;
+	/* "node0" (as scontrol show hostnames prints it) on "node0.cluster" */
+	if (!strncasecmp(host, hostname, short_len) && host[short_len] == '\0')
+		return true;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, NULL, &hints, &res) != 0)
+		return false;
+	if (uv_interface_addresses(&ifs, &nifs) < 0)
+		nifs = 0;
+	for (struct addrinfo *ai = res; ai && !local; ai = ai->ai_next) {
+		if (sockaddr_loopback(ai->ai_addr)) {
+			local = true;
+			break;
+		}
+		for (int i = 0; i < nifs && !local; i++)
+			local = same_addr(ai->ai_addr, (const struct sockaddr *)&ifs[i].address);
+	}
+	if (ifs)
+		uv_free_interface_addresses(ifs, nifs);
+	freeaddrinfo(res);
+	return local;
+}
+
+static void server_freed(void *arg)
+{
+	(void)arg;
+}
+
+/* Binds the endpoint: an address as given, localhost as 127.0.0.1, a name
+ * on the wildcard address (a host's name may resolve to another of its
+ * addresses, such as Debian's 127.0.1.1, than the one other nodes reach);
+ * with is_host=1 an address that is not this machine's (a floating
+ * address, NAT) on the wildcard too. Returns 0, -EADDRINUSE (someone
+ * serves it already) or another error (printed). */
+static int host_store(struct agent *a, bool forced)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	const char *host = spec->rdzv.host;
+	const char *cand[3];
+	struct crun_server_opts opts;
+	char err[256] = "";
+	int n = 0, rc = -EINVAL;
+
+	if (!strcasecmp(host, "localhost"))
+		cand[n++] = "127.0.0.1";
+	else if (is_literal(host))
+		cand[n++] = host;
+	if (!n || (forced && strcmp(cand[0], "127.0.0.1"))) {
+		cand[n++] = "::";
+		cand[n++] = "0.0.0.0";
+	}
+	memset(&opts, 0, sizeof(opts));
+	crun_server_limits_default(&opts.limits);
+	opts.token = spec->token;
+	opts.token_len = spec->token_len;
+	opts.quiet = true;
+	opts.token_hint = "--rdzv-conf token_file=FILE";
+	for (int i = 0; i < n; i++) {
+		a->server = crun_server_create(&a->loop, &opts);
+		if (!a->server) {
+			crun_error("cannot create the store server: %s", strerror(ENOMEM));
+			return -ENOMEM;
+		}
+		rc = crun_server_listen(a->server, cand[i], spec->rdzv.port, err, sizeof(err));
+		if (rc == 0) {
+			crun_info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
+				  a->rdzv.endpoint);
+			a->rdzv.hosting = true;
+			return 0;
+		}
+		crun_server_destroy(a->server, server_freed, NULL);
+		a->server = NULL;
+		if (rc == -EADDRINUSE)
+			return rc;
+		if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
+			break;
+	}
+	crun_error("cannot host the rendezvous store on '%s': %s", a->rdzv.endpoint,
+		   err[0] ? err : strerror(-rc));
+	return rc;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+static void on_reply(struct crun_aclient *c, int status, const char *message,
+		     const struct crun_wire_msg *reply, void *arg);
+
+static void req_unlink(struct agent *a, struct rdzv_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		a->rdzv.reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+}
+
+static int send_req(struct agent *a, enum req_kind kind, const struct crun_wire_msg *m,
+		    uint32_t *id)
+{
+	struct rdzv_req *r = calloc(1, sizeof(*r));
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	r->a = a;
+	r->kind = kind;
+	r->gen = a->rdzv.gen;
+	r->round = a->rdzv.assigned ? a->rdzv.asg.round : 0;
+	rc = crun_aclient_request(a->rdzv.client, m, 0, on_reply, r, id);
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
+	r->next = a->rdzv.reqs;
+	if (r->next)
+		r->next->prev = r;
+	a->rdzv.reqs = r;
+	return 0;
+}
+
+static int send_join(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	struct crun_rdzv_node self = {
+		.node_id = a->rdzv.node_id,
+		.host = a->hostname,
+		.addr = a->rdzv.self_addr,
+		.nproc = spec->nproc_per_node,
+		.node_rank = spec->node_rank,
+	};
+	struct crun_rdzv_conf conf = {
+		.min_nodes = spec->rdzv.min_nodes,
+		.max_nodes = spec->rdzv.max_nodes,
+		.join_timeout_ms = spec->rdzv.join_timeout_ms,
+		.last_call_ms = spec->rdzv.last_call_timeout_ms,
+		.keepalive_ms =
+			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt,
+		.max_restarts = spec->max_restarts,
+	};
+	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun_wire_msg m;
+	char scratch[160];
+	int rc;
+
+	a->rdzv.join_wanted = false;
+	crun_rdzv_join_msg(&self, &conf, &m, items, scratch);
+	rc = send_req(a, REQ_JOIN, &m, &a->rdzv.join_id);
+	if (rc == -ENOTCONN)
+		return 0; /* the store is lost: LOST says so */
+	if (rc < 0)
+		set_error(a, "cannot join run '%s' at '%s': %s", spec->run_id, a->rdzv.endpoint,
+			  strerror(-rc));
+	return rc;
+}
+
+int agent_rdzv_join(struct agent *a)
+{
+	a->rdzv.gen++;
+	if (a->rdzv.assigned) {
+		crun_rdzv_assignment_finish(&a->rdzv.asg);
+		a->rdzv.assigned = false;
+	}
+	a->rdzv.ended = false;
+	a->rdzv.end_reason[0] = '\0';
+	free(a->rdzv.end_msg);
+	a->rdzv.end_msg = NULL;
+	if (!a->rdzv.connected) {
+		a->rdzv.join_wanted = true;
+		return 0;
+	}
+	return send_join(a);
+}
+
+void agent_rdzv_fail(struct agent *a, const char *message)
+{
+	struct crun_wire_item it = str_item(message);
+	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = &it};
+	int rc;
+
+	if (!a->rdzv.assigned)
+		return;
+	m.num = a->rdzv.asg.round;
+	rc = send_req(a, REQ_FAIL, &m, NULL);
+	if (rc < 0)
+		crun_debug("cannot report the failure to the store: %s", strerror(-rc));
+}
+
+int agent_rdzv_done(struct agent *a)
+{
+	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_DONE};
+	int rc;
+
+	if (!a->rdzv.assigned)
+		return -EINVAL;
+	m.num = a->rdzv.asg.round;
+	rc = send_req(a, REQ_DONE, &m, NULL);
+	if (rc == -ENOTCONN)
+		return 0; /* LOST follows */
+	if (rc < 0)
+		set_error(a, "cannot enter the exit barrier of round %" PRId64 ": %s",
+			  a->rdzv.asg.round, strerror(-rc));
+	return rc;
+}
+
+/* Group rank 0 publishes MASTER_ADDR:MASTER_PORT for the round. */
+static int publish_master(struct agent *a)
+{
+	const struct crun_rdzv_assignment *asg = &a->rdzv.asg;
+	struct crun_wire_item items[2];
+	struct crun_wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
+	char key[64], value[320];
+	int port = agent_free_port();
+
+	if (port < 0) {
+		set_error(a, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
+		return port;
+	}
+	snprintf(a->rdzv.master_addr, sizeof(a->rdzv.master_addr), "%s", asg->nodes[0].addr);
+	a->master_port = port;
+	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", asg->round);
+	snprintf(value, sizeof(value), strchr(asg->nodes[0].addr, ':') ? "[%s]:%d" : "%s:%d",
+		 asg->nodes[0].addr, port);
+	items[0] = str_item(key);
+	items[1] = str_item(value);
+	return send_req(a, REQ_SET_MASTER, &m, NULL);
+}
+
+static int fetch_master(struct agent *a)
+{
+	struct crun_wire_item it;
+	struct crun_wire_msg m = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
+	char key[64];
+
+	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", a->rdzv.asg.round);
+	it = str_item(key);
+	/* The store waits for the key (and answers ETIMEDOUT). */
+	m.num = a->spec->rdzv.read_timeout_ms;
+	return send_req(a, REQ_GET_MASTER, &m, NULL);
+}
+
+/* The round is assigned and MASTER_ADDR/PORT known: the attempt's place. */
+static void ready(struct agent *a)
+{
+	const struct crun_rdzv_assignment *asg = &a->rdzv.asg;
+
+	a->group_rank = asg->group_rank;
+	a->nnodes = asg->nnodes;
+	a->world_size = asg->world_size;
+	a->rank_offset = asg->rank_offset;
+	a->round = asg->round;
+	a->restart_count = (int)asg->restart_count;
+	a->master_addr = a->rdzv.master_addr;
+	crun_debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
+		   "master %s:%d",
+		   asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
+		   asg->rank_offset + a->spec->nproc_per_node - 1, asg->world_size,
+		   a->restart_count, a->master_addr, a->master_port);
+	agent_group_event(a, EV_RDZV_READY, NULL, 0);
+}
+
+static void got_assignment(struct agent *a, const struct crun_wire_msg *reply)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	char err[256];
+	int rc;
+
+	if (reply->type != CRUN_WIRE_VALUES ||
+	    crun_rdzv_parse_assignment(reply, &a->rdzv.asg, err, sizeof(err)) < 0) {
+		if (reply->type != CRUN_WIRE_VALUES)
+			snprintf(err, sizeof(err), "a %s frame", crun_wire_type_name(reply->type));
+		set_error(a, "bad assignment from the store at '%s': %s", a->rdzv.endpoint, err);
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		return;
+	}
+	a->rdzv.assigned = true;
+	if (strcmp(a->rdzv.asg.nodes[a->rdzv.asg.group_rank].node_id, a->rdzv.node_id) ||
+	    a->rdzv.asg.nodes[a->rdzv.asg.group_rank].nproc != spec->nproc_per_node) {
+		set_error(a,
+			  "bad assignment from the store at '%s': group rank %d is not this node",
+			  a->rdzv.endpoint, a->rdzv.asg.group_rank);
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		return;
+	}
+	rc = a->rdzv.asg.group_rank == 0 ? publish_master(a) : fetch_master(a);
+	if (rc < 0 && rc != -ENOTCONN) {
+		if (!a->rdzv.error_msg)
+			set_error(a, "cannot share MASTER_ADDR through the store: %s",
+				  strerror(-rc));
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+	}
+}
+
+static void got_master(struct agent *a, const struct crun_wire_msg *reply)
+{
+	char value[320], host[300], err[128];
+	int port;
+
+	if (reply->type != CRUN_WIRE_VALUE || reply->count != 1) {
+		set_error(a, "bad MASTER_ADDR from the store: a %s frame",
+			  crun_wire_type_name(reply->type));
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		return;
+	}
+	item_str(&reply->items[0], value, sizeof(value));
+	if (crun_parse_endpoint(value, 0, host, sizeof(host), &port, err, sizeof(err)) < 0 ||
+	    port < 1) {
+		set_error(a, "bad MASTER_ADDR '%s' from the store: %s", value,
+			  port < 1 ? "no port" : err);
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		return;
+	}
+	snprintf(a->rdzv.master_addr, sizeof(a->rdzv.master_addr), "%s", host);
+	a->master_port = port;
+	ready(a);
+}
+
+static void on_reply(struct crun_aclient *c, int status, const char *message,
+		     const struct crun_wire_msg *reply, void *arg)
+{
+	struct rdzv_req *r = arg;
+	struct agent *a = r->a;
+	enum req_kind kind = r->kind;
+	bool stale = r->gen != a->rdzv.gen;
+	int64_t round = r->round;
+
+	(void)c;
+	req_unlink(a, r);
+	free(r);
+	if (status < 0 && !reply)
+		return; /* the connection is lost: LOST follows */
+	switch (kind) {
+	case REQ_JOIN:
+		if (stale)
+			return;
+		if (status < 0) {
+			set_error(a, "cannot join run '%s' at '%s': %s", a->spec->run_id,
+				  a->rdzv.endpoint, message ? message : strerror(-status));
+			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			return;
+		}
+		got_assignment(a, reply);
+		return;
+	case REQ_SET_MASTER:
+		if (stale)
+			return;
+		if (status < 0) {
+			set_error(a, "cannot publish MASTER_ADDR in the store: %s",
+				  message ? message : strerror(-status));
+			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			return;
+		}
+		ready(a);
+		return;
+	case REQ_GET_MASTER:
+		if (stale || a->rdzv.ended)
+			return;
+		if (status == -ETIMEDOUT) {
+			char msg[512], t[24];
+
+			/* Group rank 0 never published it: end the round, so
+			 * that every node joins the next one. */
+			snprintf(msg, sizeof(msg),
+				 "node %d (%s) got no MASTER_ADDR from group rank 0 (%s) within %s",
+				 a->rdzv.asg.group_rank, a->hostname, a->rdzv.asg.nodes[0].host,
+				 crun_rdzv_format_ms(a->spec->rdzv.read_timeout_ms, t, sizeof(t)));
+			crun_warn("%s", msg);
+			agent_rdzv_fail(a, msg);
+			return;
+		}
+		if (status < 0) {
+			set_error(a, "cannot read MASTER_ADDR from the store: %s",
+				  message ? message : strerror(-status));
+			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			return;
+		}
+		got_master(a, reply);
+		return;
+	case REQ_FAIL:
+		if (status < 0)
+			crun_debug("the store refused the failure report of round %" PRId64 ": %s",
+				   round, message ? message : strerror(-status));
+		return;
+	case REQ_DONE:
+		if (stale)
+			return;
+		if (status == 0) {
+			agent_group_event(a, EV_RDZV_DONE, NULL, 0);
+			return;
+		}
+		if (status == -ECANCELED) {
+			/* The round ended first; its RDZV_EVENT came before this
+			 * reply and moved the group already. */
+			crun_debug("exit barrier of round %" PRId64 ": %s", round,
+				   message ? message : "canceled");
+			return;
+		}
+		set_error(a, "the exit barrier of round %" PRId64 " failed: %s", round,
+			  message ? message : strerror(-status));
+		agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+		return;
+	}
+}
+
+/* ---- connection and pushed events ----------------------------------------- */
+
+static void on_connect(struct crun_aclient *c, int status, const char *message, void *arg)
+{
+	struct agent *a = arg;
+
+	(void)c;
+	if (status < 0) {
+		if (status == -EACCES)
+			set_error(a,
+				  "the rendezvous store at '%s' refused this node: %s (every node "
+				  "needs the store's job token: --rdzv-conf token_file)",
+				  a->rdzv.endpoint, message ? message : "authentication failed");
+		else if (status == -ETIMEDOUT || status == -ECONNREFUSED)
+			set_error(a, "%s", message ? message : strerror(-status));
+		else
+			set_error(a, "cannot join the rendezvous store at '%s': %s",
+				  a->rdzv.endpoint, message ? message : strerror(-status));
+		agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+		return;
+	}
+	a->rdzv.connected = true;
+	crun_debug("connected to the rendezvous store at '%s'", crun_aclient_peer(c));
+	if (a->rdzv.join_wanted && send_join(a) < 0)
+		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+}
+
+static void round_event(struct agent *a, const struct crun_wire_msg *msg)
+{
+	char reason[16], text[1100], count[24];
+	int64_t n;
+
+	if (!a->rdzv.assigned || a->rdzv.ended || msg->id != a->rdzv.join_id ||
+	    msg->num != a->rdzv.asg.round || msg->count != 3)
+		return; /* an earlier round's, or not ours */
+	item_str(&msg->items[0], reason, sizeof(reason));
+	item_str(&msg->items[1], text, sizeof(text));
+	item_str(&msg->items[2], count, sizeof(count));
+	if (crun_parse_int64(count, 0, INT32_MAX, &n, NULL, 0) < 0)
+		n = a->restart_count;
+	a->rdzv.ended = true;
+	snprintf(a->rdzv.end_reason, sizeof(a->rdzv.end_reason), "%s", reason);
+	free(a->rdzv.end_msg);
+	a->rdzv.end_msg = strdup(text);
+	a->rdzv.end_count = n;
+	agent_group_event(a, EV_RDZV_ENDED, NULL, 0);
+}
+
+static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, int err,
+		     const char *message, const struct crun_wire_msg *msg, void *arg)
+{
+	struct agent *a = arg;
+	char why[160], t[24];
+
+	(void)c;
+	switch (type) {
+	case CRUN_ACLIENT_EV_LOST:
+		switch (-err) {
+		case ECONNRESET:
+			snprintf(why, sizeof(why), "connection closed");
+			break;
+		case EPIPE:
+			snprintf(why, sizeof(why), "broken pipe");
+			break;
+		case ETIMEDOUT:
+			snprintf(why, sizeof(why), "no reply for %s",
+				 crun_rdzv_format_ms(a->spec->rdzv.keep_alive_interval_ms *
+							     a->spec->rdzv.keep_alive_max_attempt,
+						     t, sizeof(t)));
+			break;
+		default:
+			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
+			break;
+		}
+		set_error(a, "lost the rendezvous store at '%s' (%s); the job cannot continue",
+			  a->rdzv.endpoint, why);
+		a->rdzv.connected = false;
+		agent_group_event(a, EV_STORE_LOST, NULL, -err);
+		return;
+	case CRUN_ACLIENT_EV_RDZV:
+		round_event(a, msg);
+		return;
+	case CRUN_ACLIENT_EV_NOTIFY:
+		return;
+	}
+}
+
+/* ---- setup and teardown ------------------------------------------------------ */
+
+int agent_rdzv_setup(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	struct crun_aclient_opts o;
+	unsigned char rnd[4];
+	int host = spec->rdzv.is_host, rc;
+
+	snprintf(a->rdzv.endpoint, sizeof(a->rdzv.endpoint),
+		 strchr(spec->rdzv.host, ':') ? "[%s]:%d" : "%s:%d", spec->rdzv.host,
+		 spec->rdzv.port);
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		memset(rnd, 0, sizeof(rnd));
+	snprintf(a->rdzv.node_id, sizeof(a->rdzv.node_id), "%s:%d:%02x%02x%02x%02x", a->hostname,
+		 (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3]);
+
+	if (host < 0)
+		host = host_is_local(spec->rdzv.host, a->hostname);
+	if (host) {
+		rc = host_store(a, spec->rdzv.is_host == 1);
+		if (rc == -EADDRINUSE)
+			crun_debug("'%s' is served already (by another agent on this host or "
+				   "crun-rdzvd): joining it as a client",
+				   a->rdzv.endpoint);
+		else if (rc < 0)
+			return rc;
+	}
+	if (spec->local_addr)
+		snprintf(a->rdzv.self_addr, sizeof(a->rdzv.self_addr), "%s", spec->local_addr);
+	else if (a->rdzv.hosting && !crun_addr_is_loopback(spec->rdzv.host))
+		snprintf(a->rdzv.self_addr, sizeof(a->rdzv.self_addr), "%s", spec->rdzv.host);
+
+	if (asprintf(&a->store_env, "CRUN_STORE=%s", a->rdzv.endpoint) < 0) {
+		a->store_env = NULL;
+		return -ENOMEM;
+	}
+	if (spec->token && asprintf(&a->token_env, "CRUN_TOKEN=%.*s", (int)spec->token_len,
+				    (const char *)spec->token) < 0) {
+		a->token_env = NULL;
+		return -ENOMEM;
+	}
+
+	memset(&o, 0, sizeof(o));
+	o.host = spec->rdzv.host;
+	o.port = spec->rdzv.port;
+	o.run_id = spec->run_id;
+	o.token = spec->token;
+	o.token_len = spec->token_len;
+	o.connect_timeout_ms = spec->rdzv.join_timeout_ms;
+	o.keepalive_interval_ms = spec->rdzv.keep_alive_interval_ms;
+	o.keepalive_max_attempt = spec->rdzv.keep_alive_max_attempt;
+	a->rdzv.client = crun_aclient_create(&a->loop, &o, on_event, a);
+	if (!a->rdzv.client) {
+		crun_error("cannot create the store client for '%s'", a->rdzv.endpoint);
+		return -ENOMEM;
+	}
+	rc = crun_aclient_connect(a->rdzv.client, on_connect, a);
+	if (rc < 0) {
+		crun_error("cannot connect to the rendezvous store at '%s': %s", a->rdzv.endpoint,
+			   strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+void agent_rdzv_finish(struct agent *a)
+{
+	if (a->rdzv.client) {
+		crun_aclient_destroy(a->rdzv.client);
+		a->rdzv.client = NULL;
+	}
+	a->rdzv.connected = false;
+	while (a->rdzv.reqs) {
+		struct rdzv_req *r = a->rdzv.reqs;
+
+		a->rdzv.reqs = r->next;
+		free(r);
+	}
+	if (a->rdzv.assigned) {
+		crun_rdzv_assignment_finish(&a->rdzv.asg);
+		a->rdzv.assigned = false;
+	}
+	free(a->rdzv.end_msg);
+	a->rdzv.end_msg = NULL;
+	free(a->rdzv.error_msg);
+	a->rdzv.error_msg = NULL;
+}
