@@ -71,7 +71,9 @@ static const struct crun_launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	{ CRUN_OPT_RDZV_BACKEND, "rdzv-backend", 0, true, true, true, "c10d|static", "c10d",
 	  "rendezvous backend: c10d (crun's own store and rounds, on "
 	  "--rdzv-endpoint) or static (fixed node ranks, store on "
-	  "--master-addr:--master-port hosted by node rank 0)", G_NODES },
+	  "--master-addr:--master-port hosted by node rank 0); unset with "
+	  "--master-addr, a fixed --nnodes and no --rdzv-endpoint: static, as "
+	  "torchrun", G_NODES },
 	{ CRUN_OPT_RDZV_ENDPOINT, "rdzv-endpoint", 0, true, true, true,
 	  "HOST[:PORT]", "none, port 29400",
 	  "the rendezvous store, the same on every node: the agent on that host "

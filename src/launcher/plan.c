@@ -288,6 +288,16 @@ static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_l
 	const char *ep = o->rdzv_endpoint;
 	int rc;
 
+	/* torchrun's own default backend is static: the guides' two-node
+	 * command (--nnodes=2 --node-rank=R --master-addr=A --master-port=P,
+	 * no --rdzv-endpoint) must work unchanged, so a fixed node count with
+	 * --master-addr and no endpoint and no explicit backend means static. */
+	if (!is_static && !ep && o->source[CRUN_OPT_RDZV_BACKEND] == CRUN_SRC_DEFAULT &&
+	    o->source[CRUN_OPT_MASTER_ADDR] != CRUN_SRC_DEFAULT &&
+	    o->nnodes_min == o->nnodes_max && o->nnodes_max > 1 && !o->standalone)
+		is_static = true;
+	plan->rdzv_static = is_static;
+
 	if (o->nnodes_min == o->nnodes_max)
 		snprintf(v, sizeof(v), "%d", o->nnodes_max);
 	else
@@ -524,7 +534,7 @@ void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
 		fprintf(f, "nnodes=%d:%d\n", o->nnodes_min, o->nnodes_max);
 	fprintf(f, "node_rank=%d\n", o->node_rank);
 	fprintf(f, "standalone=%d\n", o->standalone);
-	fprintf(f, "rdzv_backend=%s\n", backends[o->rdzv_backend]);
+	fprintf(f, "rdzv_backend=%s\n", plan->rdzv_static ? "static" : backends[o->rdzv_backend]);
 	fprintf(f, "rdzv_endpoint=%s\n", o->rdzv_endpoint ? o->rdzv_endpoint : "");
 	if (plan->rendezvous)
 		fprintf(f,

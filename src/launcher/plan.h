@@ -42,6 +42,9 @@ struct crun_launch_plan {
 	 * --rdzv-endpoint, else --master-addr:--master-port, default
 	 * 127.0.0.1:29500). */
 	bool rendezvous;
+	/* The static backend: asked for, or implied as torchrun does when
+	 * several nodes give --master-addr and no --rdzv-endpoint. */
+	bool rdzv_static;
 	char rdzv_host[256];
 	int rdzv_port;
 	int node_rank; /* static: --node-rank; c10d: --node-rank when given,

@@ -63,6 +63,21 @@ grep -q "hosting the rendezvous store" "$tmp/s0.err" || fail "node rank 0 does n
 lacks "$tmp/s1.err" "hosting the rendezvous store"
 wait_none "$marker"
 
+# The guides' torchrun command, unchanged: no --rdzv-backend, no
+# --rdzv-endpoint, underscores. torchrun's default backend is static, so
+# crun takes --master_addr/--master_port as the static store.
+port=$(free_port)
+common=(--nproc_per_node=2 --nnodes=2 --master_addr=127.0.0.1 --master_port="$port"
+	--max_restarts=0)
+agent t1 "${common[@]}" --node_rank=1 sh -c "$worker" "$marker"
+agent t0 "${common[@]}" --node_rank=0 sh -c "$worker" "$marker"
+expect_rc t0 0
+expect_rc t1 0
+[ "$(field "$tmp/t1.out" rank | sort -n | head -n 1)" = 2 ] || fail "torchrun-style node 1: $(cat "$tmp/t1.out" "$tmp/t1.err")"
+check_node "$tmp/t0.out" 2
+check_node "$tmp/t1.out" 2
+wait_none "$marker"
+
 # c10d: both agents qualify to host 127.0.0.1:PORT; one binds, the other
 # joins it as a client. Both started together.
 port=$(free_port)
