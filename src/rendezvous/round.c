@@ -322,8 +322,8 @@ static void close_open(struct crun_round *r)
 		r->members.v[i]->done = false;
 		r->world_size += r->members.v[i]->nproc;
 	}
-	crun_info("round %" PRId64 " of run '%s' closed with %zu nodes (world size %d)", r->round,
-		  r->run_id, n, r->world_size);
+	crun_info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
+		  r->run_id, n, n == 1 ? "" : "s", r->world_size);
 	if (!items || !nprocs) {
 		for (size_t i = 0; i < n; i++)
 			send_err(r, r->members.v[i]->peer, r->members.v[i]->join_id, ENOMEM,
@@ -420,7 +420,10 @@ static void end_round(struct crun_round *r, const char *reason, const char *mess
 		reason = "exhausted";
 		message = why;
 	}
-	crun_info("round %" PRId64 " of run '%s' ended: %s: %s", r->round, r->run_id, reason,
+	/* The message already says what happened ("node 1 (b) left: ...");
+	 * the reason word is for machines and is repeated only when the
+	 * message does not begin with a node. */
+	crun_info("round %" PRId64 " of run '%s' ended (%s): %s", r->round, r->run_id, reason,
 		  message);
 	snprintf(count, sizeof(count), "%" PRId64, r->restart_count);
 	items[0] = item(reason);
@@ -621,8 +624,8 @@ static struct rnode *admit(struct crun_round *r, const struct crun_round_event *
 		r->static_ranks = nd->node_rank >= 0;
 	}
 	fmt_nnodes(c, sizeof(c), r->conf.min_nodes, r->conf.max_nodes);
-	crun_info("run '%s': node '%s' (%s, %d workers) joins round %" PRId64 " (%s nodes)",
-		  r->run_id, n->node_id, n->host, n->nproc, r->round, c);
+	crun_info("run '%s': node '%s' (%s, %d worker%s) joins round %" PRId64 " (nnodes %s)",
+		  r->run_id, n->node_id, n->host, n->nproc, n->nproc == 1 ? "" : "s", r->round, c);
 	return n;
 }
 
