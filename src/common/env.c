@@ -21,6 +21,9 @@ static const struct crun_env_param params[] = {
 	  "longest wait for a peer in one collective (and in connecting) before it fails" },
 	{ "CRUN_COMM_ADDR", NULL,
 	  "address a worker listens on for its peers; unset: the one that reaches the store" },
+	{ "CRUN_COMM_IFNAME", NULL,
+	  "interface(s) whose address a worker listens on (eth0,ib0), when CRUN_COMM_ADDR is unset;"
+	  " GLOO_SOCKET_IFNAME is read too" },
 	{ "CRUN_COMM_CHUNK", "1M", "pipelining chunk of the cpu backend's ring steps" },
 	{ "CRUN_COMM_SOCKBUF", "4M", "socket send and receive buffers of the cpu backend" },
 	{ "CRUN_COMM_SHM", "1",

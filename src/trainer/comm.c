@@ -6,7 +6,11 @@
 
 #include "common/util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +83,49 @@ static int env_size(const char *name, uint64_t max, size_t *out, char *err, size
 	return 0;
 }
 
+/* The first address (IPv4 preferred, then IPv6) of the first interface
+ * named in a comma-separated list ("eth0,ib0"), as gloo reads
+ * GLOO_SOCKET_IFNAME. 0 or -ENODEV. */
+static int addr_of_interfaces(const char *names, char *buf, size_t len)
+{
+	struct ifaddrs *ifa, *i;
+	char name[IF_NAMESIZE + 1];
+	int rc = -ENODEV;
+
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	while (*names && rc < 0) {
+		size_t n = strcspn(names, ",");
+
+		if (n && n <= IF_NAMESIZE) {
+			memcpy(name, names, n);
+			name[n] = '\0';
+			for (int fam = 0; fam < 2 && rc < 0; fam++) {
+				for (i = ifa; i && rc < 0; i = i->ifa_next) {
+					int want = fam ? AF_INET6 : AF_INET;
+					const void *a;
+
+					if (!i->ifa_addr || i->ifa_addr->sa_family != want ||
+					    strcmp(i->ifa_name, name))
+						continue;
+					a = want == AF_INET
+						    ? (const void *)&((struct sockaddr_in *)i->ifa_addr)
+							      ->sin_addr
+						    : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)
+							      ->sin6_addr;
+					if (inet_ntop(want, a, buf, (socklen_t)len))
+						rc = 0;
+				}
+			}
+		}
+		names += n;
+		if (*names == ',')
+			names++;
+	}
+	freeifaddrs(ifa);
+	return rc;
+}
+
 int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errlen)
 {
 	int64_t rank = 0, world = 1, local = 0, round = 0, timeout;
@@ -129,6 +176,26 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	if ((rc = env_size("CRUN_COMM_SOCKBUF", 1ull << 30, &opts->sockbuf_bytes, err, errlen)) < 0)
 		return rc;
 	opts->addr = crun_env_get("CRUN_COMM_ADDR");
+	if (!opts->addr) {
+		const char *var = "CRUN_COMM_IFNAME";
+
+		v = crun_env_get(var);
+		if (!v) {
+			var = "GLOO_SOCKET_IFNAME";
+			v = getenv(var);
+		}
+		if (v && *v) {
+			rc = addr_of_interfaces(v, opts->addr_storage, sizeof(opts->addr_storage));
+			if (rc < 0) {
+				seterr(err, errlen,
+				       "invalid %s '%s': no such interface with an IPv4 or IPv6 "
+				       "address",
+				       var, v);
+				return -EINVAL;
+			}
+			opts->addr = opts->addr_storage;
+		}
+	}
 	v = crun_env_get("CRUN_COMM_SHM");
 	if (v && strcmp(v, "0") && strcmp(v, "1")) {
 		seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);

@@ -43,6 +43,9 @@ struct crun_comm_opts {
 	                      * one host (default: shared memory there) */
 	bool send_thread;    /* CRUN_COMM_SEND_THREAD=1: a second thread
 	                      * sends while the caller receives and reduces */
+	/* Storage for addr when opts_from_env found it from an interface
+	 * name (CRUN_COMM_IFNAME, else GLOO_SOCKET_IFNAME, as gloo). */
+	char addr_storage[64];
 };
 
 /* Fills opts from the environment: RANK, WORLD_SIZE, LOCAL_RANK (all

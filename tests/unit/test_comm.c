@@ -891,6 +891,21 @@ static void test_opts_from_env(void **state)
 	setenv("CRUN_COMM_CHUNK", "0", 1);
 	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "CRUN_COMM_CHUNK"));
+	unsetenv("CRUN_COMM_CHUNK");
+	/* An interface name instead of an address, as gloo takes it. */
+	unsetenv("CRUN_COMM_ADDR");
+	setenv("GLOO_SOCKET_IFNAME", "no-such-if0,lo", 1);
+	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	assert_non_null(o.addr);
+	assert_string_equal(o.addr, "127.0.0.1");
+	setenv("CRUN_COMM_IFNAME", "no-such-if0", 1);
+	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "CRUN_COMM_IFNAME"));
+	setenv("CRUN_COMM_ADDR", "127.0.0.1", 1);
+	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	unsetenv("CRUN_COMM_ADDR");
+	unsetenv("CRUN_COMM_IFNAME");
+	unsetenv("GLOO_SOCKET_IFNAME");
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(vars); i++)
 		unsetenv(vars[i]);
 }
