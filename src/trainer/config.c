@@ -34,6 +34,10 @@ static const struct crun_config_key keys[] = {
 	 "standard deviation of the initial embeddings and head weights"},
 	{"model", "seed", CRUN_CONFIG_INT, F(model.seed), "1234", 0, I64, false, NULL,
 	 "seed of the initial parameters"},
+	{"model", "checkpoint_activations", CRUN_CONFIG_BOOL, F(model.checkpoint_activations),
+	 "false", 0, 0, false, NULL,
+	 "keep only each block's input and recompute the rest in the backward pass "
+	 "(train.device cuda)"},
 
 	{"data", "path", CRUN_CONFIG_STRING, F(data.path), "", 0, 0, false, NULL,
 	 "file to train on, read as bytes; empty: a generated English-like corpus"},
@@ -78,6 +82,12 @@ static const struct crun_config_key keys[] = {
 	 "OMP_NUM_THREADS)"},
 	{"train", "stop_at", CRUN_CONFIG_INT, F(train.stop_at), "0", 0, 1e12, false, NULL,
 	 "stop after this step as if interrupted (after its checkpoint, if any); 0: never"},
+	{"train", "device", CRUN_CONFIG_ENUM, F(train.device), "cpu", 0, 0, false, "cpu|cuda",
+	 "where the model computes: cpu (OpenBLAS) or cuda (the GPU that LOCAL_RANK picks)"},
+	{"train", "precision", CRUN_CONFIG_ENUM, F(train.precision), "fp32", 0, 0, false,
+	 "fp32|bf16",
+	 "number format of matrix products and activations; bf16 keeps fp32 master weights, "
+	 "gradients and optimizer state (train.device cuda)"},
 
 	{"parallel", "strategy", CRUN_CONFIG_ENUM, F(parallel.strategy), "ddp", 0, 0, false,
 	 "ddp|zero1|zero2|zero3|fsdp",
@@ -87,8 +97,12 @@ static const struct crun_config_key keys[] = {
 	 NULL, "micro-steps per step; ranks communicate only on the last"},
 	{"parallel", "bucket_mb", CRUN_CONFIG_FLOAT, F(parallel.bucket_mb), "25", 0, 1e6, true,
 	 NULL, "MiB of gradients reduced together (ddp, zero1, zero2)"},
-	{"parallel", "backend", CRUN_CONFIG_ENUM, F(parallel.backend), "cpu", 0, 0, false, "cpu",
-	 "collective backend"},
+	{"parallel", "backend", CRUN_CONFIG_ENUM, F(parallel.backend), "cpu", 0, 0, false,
+	 "cpu|nccl", "collective backend: cpu (TCP and shared memory) or nccl (train.device cuda)"},
+	{"parallel", "reduce_dtype", CRUN_CONFIG_ENUM, F(parallel.reduce_dtype), "compute", 0, 0,
+	 false, "compute|fp32",
+	 "number format gradients are reduced in: compute (train.precision) or fp32; the cpu "
+	 "backend always reduces in fp32"},
 	{"parallel", "timeout", CRUN_CONFIG_DURATION, F(parallel.timeout_ms), "0s", 0, 0, false,
 	 NULL,
 	 "longest wait for a peer in a collective before the rank gives up; "
@@ -485,10 +499,48 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 	return 0;
 }
 
+/* The keys that only the GPU path implements. */
+static int check_device(const struct crun_train_config *cfg, char *err, size_t errlen)
+{
+	bool cuda = !strcmp(cfg->train.device, "cuda");
+	bool nccl = !strcmp(cfg->parallel.backend, "nccl");
+
+#ifndef CRUN_HAVE_CUDA
+	if (cuda || nccl) {
+		seterr(err, errlen,
+		       "%s needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this "
+		       "one computes on the cpu only",
+		       cuda ? "train.device cuda" : "parallel.backend nccl");
+		return -EINVAL;
+	}
+#endif
+	if (cuda)
+		return 0;
+	if (nccl) {
+		seterr(err, errlen, "parallel.backend nccl needs train.device cuda");
+		return -EINVAL;
+	}
+	if (!strcmp(cfg->train.precision, "bf16")) {
+		seterr(err, errlen,
+		       "train.precision bf16 needs train.device cuda (the cpu path computes in "
+		       "fp32)");
+		return -EINVAL;
+	}
+	if (cfg->model.checkpoint_activations) {
+		seterr(err, errlen, "model.checkpoint_activations needs train.device cuda");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
 			    size_t errlen)
 {
 	int64_t per = (int64_t)world_size * cfg->parallel.grad_accum;
+	int rc = check_device(cfg, err, errlen);
+
+	if (rc)
+		return rc;
 
 	if (cfg->train.batch_size % per) {
 		seterr(err, errlen,

@@ -25,6 +25,7 @@ struct crun_train_config {
 		int64_t ffn_mult;
 		double init_std;
 		int64_t seed;
+		bool checkpoint_activations;
 	} model;
 	struct {
 		char *path;
@@ -51,12 +52,15 @@ struct crun_train_config {
 		int64_t eval_samples;
 		int64_t threads;
 		int64_t stop_at;
+		char *device;	 /* cpu, cuda */
+		char *precision; /* fp32, bf16 */
 	} train;
 	struct {
 		char *strategy; /* ddp, zero1, zero2, zero3, fsdp */
 		int64_t grad_accum;
 		double bucket_mb;
 		char *backend;
+		char *reduce_dtype; /* compute, fp32 */
 		int64_t timeout_ms;
 	} parallel;
 	struct {
@@ -111,7 +115,10 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 
 /* Checks what single keys cannot: relations between keys. world_size is
  * the number of ranks (batch_size must split evenly over ranks and
- * micro-steps). 0 or -EINVAL with err. */
+ * micro-steps). The GPU keys (train.device cuda, train.precision bf16,
+ * parallel.backend nccl, model.checkpoint_activations) need train.device
+ * cuda, which needs a build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with
+ * err. */
 int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
 			    size_t errlen);
 

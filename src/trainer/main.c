@@ -12,6 +12,11 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
+#ifdef CRUN_HAVE_CUDA
+#include "trainer/comm_nccl.h"
+#include "trainer/cuda/parallel.h"
+#include "trainer/cuda/runtime.h"
+#endif
 
 #include <cblas.h>
 #include <errno.h>
@@ -63,6 +68,11 @@ struct run {
 	struct crun_sampler sampler;
 	struct crun_model *model;
 	struct crun_parallel *par;
+	bool cuda; /* train.device cuda: par is the host copy of gpu's state */
+#ifdef CRUN_HAVE_CUDA
+	struct crun_cuda_ctx *gpu_ctx;
+	struct crun_cuda_parallel *gpu;
+#endif
 	struct crun_optim optim;
 	enum crun_strategy strategy;
 	int accum, micro;
@@ -108,6 +118,61 @@ static int comm_failed(struct run *r, const char *what)
 	return EXIT_FAILED;
 }
 
+/* The communicator of parallel.backend (nccl through its own
+ * constructor until comm.c's table lists it). */
+static struct crun_comm *comm_create(const struct crun_comm_opts *o, char *err, size_t len)
+{
+#ifdef CRUN_HAVE_CUDA
+	if (o->backend && !strcmp(o->backend, "nccl"))
+		return crun_comm_nccl_create(o, err, len);
+#endif
+	return crun_comm_create(o, err, len);
+}
+
+/* The step and the forward pass on the configured device. */
+static int par_step(struct run *r, int64_t t, double lr, double *loss, double *gnorm)
+{
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu)
+		return crun_cuda_parallel_step(r->gpu, &r->optim, r->tokens, r->global_batch, t,
+					       lr, loss, gnorm);
+#endif
+	return crun_parallel_step(r->par, &r->optim, r->tokens, r->global_batch, t, lr, loss,
+				  gnorm);
+}
+
+static int par_forward(struct run *r, int rows, double *loss_sum)
+{
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu)
+		return crun_cuda_parallel_forward(r->gpu, r->tokens, rows, loss_sum);
+#endif
+	return crun_parallel_forward(r->par, r->tokens, rows, loss_sum);
+}
+
+/* With train.device cuda, r->par holds the host copy that checkpoints and
+ * param_l2 read: these bring the two copies in line. */
+static void state_to_host(struct run *r, bool optim)
+{
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu)
+		crun_cuda_parallel_download(r->gpu, optim);
+#else
+	(void)r;
+	(void)optim;
+#endif
+}
+
+static void state_to_device(struct run *r)
+{
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu)
+		crun_cuda_parallel_upload(r->gpu);
+#else
+	(void)r;
+#endif
+}
+
 /* Rows of step (0-based) for this rank: grad_accum micro-steps of micro
  * rows, from rank's positions of the epoch's shuffled order. */
 static void fill_batch(struct run *r, int64_t step)
@@ -150,7 +215,7 @@ static int evaluate(struct run *r, double *out)
 					 (size_t)((double)q * (double)r->data.n_val / (double)E),
 					 r->tokens + (size_t)rows * row);
 		}
-		rc = crun_parallel_forward(r->par, r->tokens, rows, &sum);
+		rc = par_forward(r, rows, &sum);
 		if (rc)
 			return rc;
 	}
@@ -239,6 +304,7 @@ static int resume(struct run *r)
 		return EXIT_USAGE;
 	if (flag[0] > 0)
 		return EXIT_FAILED;
+	state_to_device(r);
 	r->step = step;
 	r->resumed_from = step;
 	out_line(r,
@@ -261,6 +327,7 @@ static int save(struct run *r)
 	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun_strategy_name(r->strategy));
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
+	state_to_host(r, true);
 	rc = crun_ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
 			    r->err, sizeof(r->err));
 	if (rc) {
@@ -321,8 +388,7 @@ static int train_loop(struct run *r)
 		double val = NAN;
 
 		fill_batch(r, s);
-		rc = crun_parallel_step(r->par, &r->optim, r->tokens, r->global_batch, s + 1, lr,
-					&loss, &gnorm);
+		rc = par_step(r, s + 1, lr, &loss, &gnorm);
 		if (rc)
 			return comm_failed(r, "training step");
 		if (!isfinite(loss)) {
@@ -391,12 +457,56 @@ static int train_loop(struct run *r)
 	return 0;
 }
 
+/* The device's fields of the summary (empty on the cpu): the bytes are
+ * device memory, the largest over the ranks. Collective. */
+static int gpu_summary(struct run *r, double *pbytes, double *gbytes, double *obytes, char *buf,
+		       size_t len)
+{
+	buf[0] = '\0';
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu) {
+		struct crun_cuda_memory gm;
+		double peak, used, act;
+		int rc;
+
+		crun_cuda_parallel_memory(r->gpu, &gm);
+		rc = max_over_ranks(r, (double)(gm.param_bytes + gm.gather_bytes), pbytes);
+		if (!rc)
+			rc = max_over_ranks(r, (double)gm.grad_bytes, gbytes);
+		if (!rc)
+			rc = max_over_ranks(r, (double)gm.optim_bytes, obytes);
+		if (!rc)
+			rc = max_over_ranks(r, (double)gm.act_bytes, &act);
+		if (!rc)
+			rc = max_over_ranks(r, (double)gm.peak_bytes, &peak);
+		if (!rc)
+			rc = max_over_ranks(r, (double)gm.used_bytes, &used);
+		if (rc)
+			return rc;
+		snprintf(buf, len,
+			 " device=cuda precision=%s reduce_dtype=%s backend=%s act_bytes_per_rank=%.0f "
+			 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f",
+			 r->cfg->train.precision, r->cfg->parallel.reduce_dtype,
+			 crun_comm_backend(r->comm), act, peak, used);
+	}
+#else
+	(void)r;
+	(void)pbytes;
+	(void)gbytes;
+	(void)obytes;
+	(void)len;
+#endif
+	return 0;
+}
+
 static int summarize(struct run *r, double elapsed, int64_t trained)
 {
 	struct crun_parallel_memory mem;
 	double l2, rss, pbytes, gbytes, obytes;
+	char gpu[384];
 	int rc;
 
+	state_to_host(r, false);
 	rc = crun_parallel_param_l2(r->par, &l2);
 	crun_parallel_memory(r->par, &mem);
 	if (!rc)
@@ -407,18 +517,57 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 		rc = max_over_ranks(r, (double)mem.grad_bytes, &gbytes);
 	if (!rc)
 		rc = max_over_ranks(r, (double)mem.optim_bytes, &obytes);
+	if (!rc)
+		rc = gpu_summary(r, &pbytes, &gbytes, &obytes, gpu, sizeof(gpu));
 	if (rc)
 		return comm_failed(r, "summary");
 	out_line(r,
 		 "summary: steps=%lld train_loss=%.6f val_loss=%.6f val_bpb=%.6f unigram_bpb=%.6f "
 		 "param_l2=%.10g tokens_per_s=%.0f elapsed_s=%.2f peak_rss_mib=%.1f strategy=%s "
 		 "world_size=%d grad_accum=%d param_bytes_per_rank=%.0f param_bytes_total=%zu "
-		 "grad_bytes_per_rank=%.0f optim_bytes_per_rank=%.0f resumed_from=%lld",
+		 "grad_bytes_per_rank=%.0f optim_bytes_per_rank=%.0f resumed_from=%lld%s",
 		 (long long)r->step, r->last_loss, r->val_loss, r->val_loss / M_LN2,
 		 r->unigram_bits, l2,
 		 elapsed > 0 ? (double)trained * (double)r->global_batch / elapsed : 0.0, elapsed,
 		 rss, crun_strategy_name(r->strategy), r->world, r->accum, pbytes,
-		 mem.total_param_bytes, gbytes, obytes, (long long)r->resumed_from);
+		 mem.total_param_bytes, gbytes, obytes, (long long)r->resumed_from, gpu);
+	return 0;
+}
+
+/* train.device cuda: the device's copy of the strategy's state. Returns
+ * an exit status or 0. */
+static int setup_gpu(struct run *r, const struct crun_parallel_opts *po)
+{
+#ifdef CRUN_HAVE_CUDA
+	const struct crun_train_config *cfg = r->cfg;
+	struct crun_cuda_parallel_opts co;
+	bool bf16 = !strcmp(cfg->train.precision, "bf16");
+	bool nccl = !strcmp(crun_comm_backend(r->comm), "nccl");
+
+	if (!r->cuda)
+		return 0;
+	co.compute = bf16 ? CRUN_DTYPE_BF16 : CRUN_DTYPE_F32;
+	co.reduce_fp32 = !strcmp(cfg->parallel.reduce_dtype, "fp32");
+	co.recompute = cfg->model.checkpoint_activations;
+	r->gpu = crun_cuda_parallel_create(r->gpu_ctx, r->model, r->par, r->comm, po, &co, r->err,
+					   sizeof(r->err));
+	if (!r->gpu) {
+		crun_error("%s", r->err);
+		return EXIT_USAGE;
+	}
+	crun_cuda_parallel_upload(r->gpu);
+	out_line(r,
+		 "device: cuda:%d %s (%.1f GiB); %s%s; gradients reduced in %s over %s%s",
+		 r->gpu_ctx->device, r->gpu_ctx->name,
+		 (double)r->gpu_ctx->total_bytes / (1u << 30),
+		 bf16 ? "bf16 compute with fp32 master weights" : "fp32 compute",
+		 cfg->model.checkpoint_activations ? ", activation checkpointing" : "",
+		 bf16 && nccl && !co.reduce_fp32 ? "bf16" : "fp32", crun_comm_backend(r->comm),
+		 nccl ? " (communication overlapped with backward)" : "");
+#else
+	(void)r;
+	(void)po;
+#endif
 	return 0;
 }
 
@@ -467,14 +616,29 @@ static int setup(struct run *r)
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
-	r->par = crun_parallel_create(r->model, r->comm, &po);
+	r->par = r->cuda ? crun_parallel_create_storage(r->model, r->comm, &po)
+			 : crun_parallel_create(r->model, r->comm, &po);
 	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
 	if (!r->par || !r->tokens) {
 		crun_error("out of memory for the model and its buffers");
 		return EXIT_FAILED;
 	}
 	crun_parallel_init_params(r->par, (uint64_t)cfg->model.seed);
+	rc = setup_gpu(r, &po);
+	if (rc)
+		return rc;
 	crun_parallel_memory(r->par, &mem);
+#ifdef CRUN_HAVE_CUDA
+	if (r->gpu) {
+		struct crun_cuda_memory gm;
+
+		crun_cuda_parallel_memory(r->gpu, &gm);
+		mem.param_bytes = gm.param_bytes;
+		mem.param_gather_bytes = gm.gather_bytes;
+		mem.grad_bytes = gm.grad_bytes;
+		mem.optim_bytes = gm.optim_bytes;
+	}
+#endif
 	out_line(r,
 		 "model: context %d, embed_dim %d, width %d, layers %d, ffn_mult %d: "
 		 "%zu parameters in %d units",
@@ -523,12 +687,32 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	r.world = copts->world_size;
 	r.rank = copts->rank;
 	r.micro = (int)(r.global_batch / r.world / r.accum);
+	r.cuda = !strcmp(cfg->train.device, "cuda");
 	if (cfg->train.threads > 0)
 		openblas_set_num_threads((int)cfg->train.threads);
+#ifdef CRUN_HAVE_CUDA
+	if (r.cuda) {
+		bool shared = strcmp(cfg->parallel.backend, "nccl") != 0;
+		int dev;
 
-	r.comm = crun_comm_create(copts, r.err, sizeof(r.err));
+		if (crun_cuda_pick_device(copts->local_rank, shared, &dev, r.err, sizeof(r.err))) {
+			crun_error("train.device cuda: %s", r.err);
+			return EXIT_FAILED;
+		}
+		r.gpu_ctx = crun_cuda_ctx_create(dev, r.err, sizeof(r.err));
+		if (!r.gpu_ctx) {
+			crun_error("train.device cuda: %s", r.err);
+			return EXIT_FAILED;
+		}
+	}
+#endif
+
+	r.comm = comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
 		crun_error("cannot join the collective group: %s", r.err);
+#ifdef CRUN_HAVE_CUDA
+		crun_cuda_ctx_destroy(r.gpu_ctx);
+#endif
 		return EXIT_FAILED;
 	}
 	rc = setup(&r);
@@ -558,11 +742,17 @@ out:
 		rc = EXIT_FAILED;
 	}
 	free(r.tokens);
+#ifdef CRUN_HAVE_CUDA
+	crun_cuda_parallel_destroy(r.gpu);
+#endif
 	crun_parallel_destroy(r.par);
 	crun_model_destroy(r.model);
 	crun_sampler_finish(&r.sampler);
 	crun_data_finish(&r.data);
 	crun_comm_destroy(r.comm);
+#ifdef CRUN_HAVE_CUDA
+	crun_cuda_ctx_destroy(r.gpu_ctx);
+#endif
 	return rc;
 }
 

@@ -123,8 +123,8 @@ static float *zalloc(size_t n)
 	return calloc(n ? n : 1, sizeof(float));
 }
 
-struct crun_parallel *crun_parallel_create(const struct crun_model *model, struct crun_comm *comm,
-					   const struct crun_parallel_opts *opts)
+static struct crun_parallel *create(const struct crun_model *model, struct crun_comm *comm,
+				    const struct crun_parallel_opts *opts, bool storage)
 {
 	struct crun_parallel *par = calloc(1, sizeof(*par));
 	bool sharded_grads;
@@ -147,15 +147,17 @@ struct crun_parallel *crun_parallel_create(const struct crun_model *model, struc
 		par->strategy == CRUN_STRATEGY_ZERO2 || par->strategy == CRUN_STRATEGY_ZERO3;
 	if (par->strategy == CRUN_STRATEGY_ZERO3) {
 		par->p_shard = zalloc(par->shard_len);
-		par->p_gather = zalloc(W * par->max_chunk);
-		if (!par->p_shard || !par->p_gather)
+		par->p_gather = storage ? NULL : zalloc(W * par->max_chunk);
+		if (!par->p_shard || (!storage && !par->p_gather))
 			goto out_destroy;
 	} else {
 		par->p_full = zalloc(par->pad_len);
 		if (!par->p_full)
 			goto out_destroy;
 	}
-	if (!sharded_grads || par->accum > 1) {
+	if (storage) {
+		/* no gradients: the compute device keeps its own */
+	} else if (!sharded_grads || par->accum > 1) {
 		par->g_full = zalloc(par->pad_len);
 		if (!par->g_full)
 			goto out_destroy;
@@ -164,7 +166,7 @@ struct crun_parallel *crun_parallel_create(const struct crun_model *model, struc
 		if (!par->g_seg)
 			goto out_destroy;
 	}
-	if (par->strategy != CRUN_STRATEGY_DDP) {
+	if (par->strategy != CRUN_STRATEGY_DDP && !storage) {
 		par->g_shard = zalloc(par->shard_len);
 		if (!par->g_shard)
 			goto out_destroy;
@@ -172,14 +174,57 @@ struct crun_parallel *crun_parallel_create(const struct crun_model *model, struc
 	par->optim_len = par->strategy == CRUN_STRATEGY_DDP ? par->pad_len : par->shard_len;
 	par->m = zalloc(par->optim_len);
 	par->v = zalloc(par->optim_len);
-	par->acts = crun_model_acts_create(model, par->micro);
-	if (!par->m || !par->v || !par->acts)
+	par->acts = storage ? NULL : crun_model_acts_create(model, par->micro);
+	if (!par->m || !par->v || (!storage && !par->acts))
 		goto out_destroy;
 	return par;
 
 out_destroy:
 	crun_parallel_destroy(par);
 	return NULL;
+}
+
+struct crun_parallel *crun_parallel_create(const struct crun_model *model, struct crun_comm *comm,
+					   const struct crun_parallel_opts *opts)
+{
+	return create(model, comm, opts, false);
+}
+
+struct crun_parallel *crun_parallel_create_storage(const struct crun_model *model,
+						   struct crun_comm *comm,
+						   const struct crun_parallel_opts *opts)
+{
+	return create(model, comm, opts, true);
+}
+
+void crun_parallel_segment(const struct crun_parallel *par, int s, struct crun_segment *out)
+{
+	const struct segment *g = &par->seg[s];
+
+	out->start = g->start;
+	out->len = g->len;
+	out->chunk = g->chunk;
+	out->pad_off = g->pad_off;
+	out->shard_off = g->shard_off;
+	out->unit_first = g->unit_first;
+	out->unit_last = g->unit_last;
+}
+
+int crun_parallel_unit_segment(const struct crun_parallel *par, int u)
+{
+	return par->unit_seg[u];
+}
+
+void crun_parallel_arrays(struct crun_parallel *par, struct crun_parallel_arrays *out)
+{
+	out->p = par->p_full ? par->p_full : par->p_shard;
+	out->p_len = par->p_full ? par->pad_len : par->shard_len;
+	out->m = par->m;
+	out->v = par->v;
+	out->optim_len = par->optim_len;
+	out->pad_len = par->pad_len;
+	out->shard_len = par->shard_len;
+	out->max_chunk = par->max_chunk;
 }
 
 void crun_parallel_destroy(struct crun_parallel *par)

@@ -104,6 +104,40 @@ void crun_parallel_owned(struct crun_parallel *par, int s, struct crun_view *out
 void crun_parallel_held(struct crun_parallel *par, int s, struct crun_view *params,
 			struct crun_view *optim);
 
+/* For a compute device that mirrors these buffers (train.device cuda,
+ * cuda/parallel.h): a crun_parallel that holds only the parameters and the
+ * optimizer state, in the layout above, as the host copy that checkpoints
+ * read and write. It allocates no gradients and no activations, so
+ * crun_parallel_step and crun_parallel_forward must not be called on it;
+ * init_params, owned, held, param_l2 and memory work as usual. */
+struct crun_parallel *crun_parallel_create_storage(const struct crun_model *model,
+						   struct crun_comm *comm,
+						   const struct crun_parallel_opts *opts);
+
+/* Segment s: its flat range [start, start+len), the per-rank chunk, its
+ * offsets in padded full-size buffers and in shard buffers, and its units. */
+struct crun_segment {
+	size_t start, len;
+	size_t chunk;
+	size_t pad_off;
+	size_t shard_off;
+	int unit_first, unit_last;
+};
+void crun_parallel_segment(const struct crun_parallel *par, int s, struct crun_segment *out);
+/* The segment that holds unit u. */
+int crun_parallel_unit_segment(const struct crun_parallel *par, int u);
+
+/* The whole host arrays: parameters (pad_len floats, or shard_len for
+ * zero3) and the two moments (pad_len for ddp, else shard_len). */
+struct crun_parallel_arrays {
+	float *p;
+	size_t p_len;
+	float *m, *v;
+	size_t optim_len;
+	size_t pad_len, shard_len, max_chunk;
+};
+void crun_parallel_arrays(struct crun_parallel *par, struct crun_parallel_arrays *out);
+
 /* Bytes each rank keeps for the run (persistent buffers), and the largest
  * transient buffer of gathered parameters (zero3). */
 struct crun_parallel_memory {

@@ -1,0 +1,76 @@
+/* The nccl comm backend (CUDA builds only): crun's comm interface over an
+ * NCCL communicator, one GPU per rank.
+ *
+ * Setup (crun_comm_create with backend "nccl"): LOCAL_RANK picks the GPU
+ * among the visible ones (CUDA_VISIBLE_DEVICES as the CUDA runtime applies
+ * it; fewer GPUs than local ranks is an error). Rank 0 calls
+ * ncclGetUniqueId and publishes the id through libcrun's worker API
+ * (crun_worker_broadcast, keyed by the current round, so a restarted
+ * attempt never reads an old id); the others fetch it. The communicator is
+ * created non-blocking (ncclCommInitRankConfig, blocking = 0) and its state
+ * polled with ncclCommGetAsyncError until it is ready, for at most the
+ * comm timeout (CRUN_COMM_TIMEOUT, parallel.timeout). NCCL_* variables
+ * reach NCCL untouched.
+ *
+ * Failure: an NCCL error, an asynchronous error (a peer died, a network
+ * failed) or no completion within the timeout aborts the communicator
+ * (ncclCommAbort), records the message (crun_comm_errmsg) and fails every
+ * later call with -ENOTCONN; the trainer then exits non-zero and crun
+ * restarts the group.
+ *
+ * The interface's collectives (comm.h) accept device pointers, used in
+ * place, and host pointers, staged through a device buffer; they run on
+ * the backend's own stream and return when the collective is done (so
+ * the caller's device buffers must be ready: synchronise first). The
+ * functions below are the asynchronous form the GPU trainer uses: they
+ * enqueue on crun_comm_nccl_stream() and return at once; order them
+ * against other streams with events, and wait with crun_comm_nccl_wait. */
+#ifndef CRUN_TRAINER_COMM_NCCL_H
+#define CRUN_TRAINER_COMM_NCCL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "trainer/comm.h"
+
+enum crun_comm_dtype {
+	CRUN_COMM_F32,
+	CRUN_COMM_BF16,
+	CRUN_COMM_F64,
+};
+
+/* crun_comm_create for the nccl backend (opts->backend is ignored): the
+ * same checks and result; destroy it with crun_comm_destroy. (comm.c's
+ * table of backends does not list nccl yet, see cuda-to-comm.md; once it
+ * does, crun_comm_create with backend "nccl" does the same.) */
+struct crun_comm *crun_comm_nccl_create(const struct crun_comm_opts *opts, char *err,
+					size_t errlen);
+
+/* Whether comm is an nccl communicator. */
+bool crun_comm_is_nccl(const struct crun_comm *comm);
+
+/* The stream the backend's collectives run on. */
+cudaStream_t crun_comm_nccl_stream(struct crun_comm *comm);
+
+/* Enqueue a collective on the backend's stream (device pointers only);
+ * semantics as the synchronous forms in comm.h, for count elements of
+ * type t: sum in place; reduce-scatter of size*count elements into count
+ * (out may be in + rank*count); all-gather of count into size*count (in
+ * may be out + rank*count). 0, or a negative errno with the message in
+ * crun_comm_errmsg (the communicator is then aborted). */
+int crun_comm_nccl_allreduce(struct crun_comm *comm, void *buf, size_t count,
+			     enum crun_comm_dtype t);
+int crun_comm_nccl_reduce_scatter(struct crun_comm *comm, const void *in, void *out, size_t count,
+				  enum crun_comm_dtype t);
+int crun_comm_nccl_allgather(struct crun_comm *comm, const void *in, void *out, size_t count,
+			     enum crun_comm_dtype t);
+
+/* Waits until ev (recorded on any stream of this device) has completed,
+ * polling the communicator's asynchronous errors meanwhile. -ETIMEDOUT
+ * when nothing completed within the comm timeout, -ECONNABORTED on an NCCL
+ * error; either aborts the communicator. */
+int crun_comm_nccl_wait(struct crun_comm *comm, cudaEvent_t ev);
+
+#endif
