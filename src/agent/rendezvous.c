@@ -88,39 +88,7 @@ static struct crun_wire_item str_item(const char *s)
 
 int agent_free_port(void)
 {
-	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
-	struct sockaddr_storage got;
-	socklen_t len = sizeof(got);
-	int fd, off = 0, port;
-
-	/* The wildcard of both families: a port free there is free on every
-	 * address the workers may bind. */
-	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd >= 0) {
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
-		if (bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	if (fd < 0) {
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return -errno;
-		if (bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0) {
-			port = -errno;
-			close(fd);
-			return port;
-		}
-	}
-	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0)
-		port = -errno;
-	else
-		port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
-						 : ntohs(((struct sockaddr_in *)&got)->sin_port);
-	close(fd);
-	return port;
+	return crun_free_port();
 }
 
 static bool is_literal(const char *host)

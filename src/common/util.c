@@ -1,7 +1,10 @@
 #include "common/util.h"
 
 #include <arpa/inet.h>
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -13,10 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
+void crun_seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -25,6 +25,43 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
+}
+
+int crun_free_port(void)
+{
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
+	struct sockaddr_storage got;
+	socklen_t len = sizeof(got);
+	int fd, off = 0, port, rc;
+
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+		if (bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0) {
+			rc = -errno;
+			close(fd);
+			return rc;
+		}
+	}
+	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+					       : ((struct sockaddr_in *)&got)->sin_port);
+	close(fd);
+	return port;
 }
 
 uint64_t crun_now_ns(void)
@@ -55,17 +92,17 @@ int crun_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char
 	long long v;
 
 	if (!s || !*s || isspace((unsigned char)*s)) {
-		seterr(err, errlen, "expected a whole number");
+		crun_seterr(err, errlen, "expected a whole number");
 		return -EINVAL;
 	}
 	errno = 0;
 	v = strtoll(s, &end, 10);
 	if (errno == ERANGE || *end) {
-		seterr(err, errlen, "expected a whole number, got '%s'", s);
+		crun_seterr(err, errlen, "expected a whole number, got '%s'", s);
 		return -EINVAL;
 	}
 	if (v < min || v > max) {
-		seterr(err, errlen, "%lld is out of range [%lld, %lld]", v, (long long)min,
+		crun_seterr(err, errlen, "%lld is out of range [%lld, %lld]", v, (long long)min,
 		       (long long)max);
 		return -EINVAL;
 	}
@@ -109,7 +146,7 @@ int crun_parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t err
 	*out_ms = (int64_t)(v + 0.5);
 	return 0;
 bad:
-	seterr(err, errlen, "expected a duration like 30, 2.5s, 500ms or 1m, got '%s'",
+	crun_seterr(err, errlen, "expected a duration like 30, 2.5s, 500ms or 1m, got '%s'",
 	       s ? s : "");
 	return -EINVAL;
 }
@@ -141,7 +178,7 @@ int crun_parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
 	*out = v * mult;
 	return 0;
 bad:
-	seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'", s ? s : "");
+	crun_seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'", s ? s : "");
 	return -EINVAL;
 }
 
@@ -153,13 +190,13 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 	int64_t p;
 
 	if (!s || !*s) {
-		seterr(err, errlen, "empty endpoint, expected HOST:PORT");
+		crun_seterr(err, errlen, "empty endpoint, expected HOST:PORT");
 		return -EINVAL;
 	}
 	if (*s == '[') {
 		const char *close = strchr(s, ']');
 		if (!close || close == s + 1) {
-			seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
+			crun_seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
 			return -EINVAL;
 		}
 		host = s + 1;
@@ -167,7 +204,7 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 		if (close[1] == ':')
 			colon = close + 1;
 		else if (close[1]) {
-			seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
+			crun_seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
 			return -EINVAL;
 		}
 	} else {
@@ -179,7 +216,7 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 		hlen = colon ? (size_t)(colon - s) : strlen(s);
 	}
 	if (hlen == 0 || hlen >= hostlen || memchr(host, '[', hlen) || memchr(host, ']', hlen)) {
-		seterr(err, errlen, "bad host in endpoint '%s'", s);
+		crun_seterr(err, errlen, "bad host in endpoint '%s'", s);
 		return -EINVAL;
 	}
 	memcpy(hostbuf, host, hlen);
@@ -187,7 +224,7 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 	if (colon) {
 		if (!isdigit((unsigned char)colon[1]) ||
 		    crun_parse_int64(colon + 1, 0, 65535, &p, NULL, 0) < 0) {
-			seterr(err, errlen, "bad port in endpoint '%s', expected 0-65535", s);
+			crun_seterr(err, errlen, "bad port in endpoint '%s', expected 0-65535", s);
 			return -EINVAL;
 		}
 		*port = (int)p;
@@ -207,13 +244,13 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	buf = malloc(maxlen + 2);
 	if (!buf) {
 		rc = -ENOMEM;
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		goto out_close_fd;
 	}
 	for (;;) {
@@ -222,7 +259,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 			if (errno == EINTR)
 				continue;
 			rc = -errno;
-			seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+			crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 			goto out_free_buf;
 		}
 		if (r == 0)
@@ -230,7 +267,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 		len += (size_t)r;
 		if (len > maxlen) {
 			rc = -EFBIG;
-			seterr(err, errlen, "'%s' is longer than %zu bytes", path, maxlen);
+			crun_seterr(err, errlen, "'%s' is longer than %zu bytes", path, maxlen);
 			goto out_free_buf;
 		}
 	}
@@ -238,7 +275,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 		len--;
 	if (!len) {
 		rc = -EINVAL;
-		seterr(err, errlen, "'%s' is empty", path);
+		crun_seterr(err, errlen, "'%s' is empty", path);
 		goto out_free_buf;
 	}
 	buf[len] = '\0';

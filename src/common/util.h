@@ -13,6 +13,16 @@
 
 #define CRUN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Writes a one-line reason into the caller's error buffer (printf
+ * format). err may be NULL or errlen 0: then nothing is written. */
+void crun_seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* A TCP port that is free right now on the wildcard address of both
+ * families (so on every address a worker may bind), found by binding port
+ * 0 and closing. Returns the port or a negative errno. */
+int crun_free_port(void);
+
 /* Monotonic clock in milliseconds / nanoseconds. */
 uint64_t crun_now_ms(void);
 uint64_t crun_now_ns(void);

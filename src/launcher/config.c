@@ -3,6 +3,7 @@
  * mapping and each value is at most one level deep; anything deeper is a
  * mistake we name with its line. */
 #include "launcher/config.h"
+#include "common/util.h"
 #include "launcher/options.h"
 
 #include <errno.h>
@@ -22,20 +23,6 @@ struct reader {
 	size_t errlen;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static int line_of(const yaml_event_t *ev)
 {
 	return (int)ev->start_mark.line + 1;
@@ -46,10 +33,10 @@ static int next_event(struct reader *r, yaml_event_t *ev)
 	if (yaml_parser_parse(&r->parser, ev))
 		return 0;
 	if (r->parser.context)
-		seterr(r->err, r->errlen, "config '%s' line %d: %s %s", r->path,
+		crun_seterr(r->err, r->errlen, "config '%s' line %d: %s %s", r->path,
 		       (int)r->parser.problem_mark.line + 1, r->parser.problem, r->parser.context);
 	else
-		seterr(r->err, r->errlen, "config '%s' line %d: %s", r->path,
+		crun_seterr(r->err, r->errlen, "config '%s' line %d: %s", r->path,
 		       (int)r->parser.problem_mark.line + 1,
 		       r->parser.problem ? r->parser.problem : "malformed YAML");
 	return -EINVAL;
@@ -74,17 +61,17 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 		return -EINVAL;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		seterr(err, errlen, "cannot read config '%s': not a regular file", path);
+		crun_seterr(err, errlen, "cannot read config '%s': not a regular file", path);
 		rc = -EINVAL;
 		goto out_close_fd;
 	}
 	buf = malloc(CRUN_LAUNCH_MAX_CONFIG + 1);
 	if (!buf) {
-		seterr(err, errlen, "cannot read config '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read config '%s': out of memory", path);
 		rc = -ENOMEM;
 		goto out_close_fd;
 	}
@@ -95,14 +82,14 @@ static int read_file(const char *path, char **out, size_t *outlen, char *err, si
 			continue;
 		if (n < 0) {
 			rc = -EINVAL;
-			seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+			crun_seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 			goto out_free_buf;
 		}
 		if (n == 0)
 			break;
 		len += (size_t)n;
 		if (len > CRUN_LAUNCH_MAX_CONFIG) {
-			seterr(err, errlen, "cannot read config '%s': larger than %d bytes", path,
+			crun_seterr(err, errlen, "cannot read config '%s': larger than %d bytes", path,
 			       CRUN_LAUNCH_MAX_CONFIG);
 			rc = -EINVAL;
 			goto out_free_buf;
@@ -158,7 +145,7 @@ static int read_collection(struct reader *r, const char *key, yaml_event_type_t 
 			return 0;
 		}
 		if (ev.type != YAML_SCALAR_EVENT) {
-			seterr(r->err, r->errlen, "config '%s' line %d: wrong type for '%s': %s",
+			crun_seterr(r->err, r->errlen, "config '%s' line %d: wrong type for '%s': %s",
 			       r->path, line_of(&ev), key,
 			       ev.type == YAML_ALIAS_EVENT ? "YAML aliases are not supported"
 							   : "values nest at most one level");
@@ -168,7 +155,7 @@ static int read_collection(struct reader *r, const char *key, yaml_event_type_t 
 		rc = push_item(v, (const char *)ev.data.scalar.value);
 		yaml_event_delete(&ev);
 		if (rc) {
-			seterr(r->err, r->errlen, "config '%s': out of memory", r->path);
+			crun_seterr(r->err, r->errlen, "config '%s': out of memory", r->path);
 			return rc;
 		}
 	}
@@ -191,7 +178,7 @@ static int read_mapping(struct reader *r, crun_config_key_cb cb, void *ctx)
 		}
 		line = line_of(&kev);
 		if (kev.type != YAML_SCALAR_EVENT) {
-			seterr(r->err, r->errlen, "config '%s' line %d: keys must be option names",
+			crun_seterr(r->err, r->errlen, "config '%s' line %d: keys must be option names",
 			       r->path, line);
 			yaml_event_delete(&kev);
 			return -EINVAL;
@@ -217,7 +204,7 @@ static int read_mapping(struct reader *r, crun_config_key_cb cb, void *ctx)
 					     YAML_MAPPING_END_EVENT, &v);
 			break;
 		default:
-			seterr(r->err, r->errlen,
+			crun_seterr(r->err, r->errlen,
 			       "config '%s' line %d: wrong type for '%s': YAML aliases are not "
 			       "supported",
 			       r->path, line_of(&vev), (const char *)kev.data.scalar.value);
@@ -229,7 +216,7 @@ static int read_mapping(struct reader *r, crun_config_key_cb cb, void *ctx)
 			rc = cb(ctx, (const char *)kev.data.scalar.value, line, &v, reason,
 				sizeof(reason));
 			if (rc)
-				seterr(r->err, r->errlen, "config '%s' line %d: %s", r->path, line,
+				crun_seterr(r->err, r->errlen, "config '%s' line %d: %s", r->path, line,
 				       reason);
 		}
 		free_items(&v);
@@ -254,7 +241,7 @@ int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, 
 	if (rc)
 		return rc;
 	if (!yaml_parser_initialize(&r.parser)) {
-		seterr(err, errlen, "cannot read config '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read config '%s': out of memory", path);
 		rc = -ENOMEM;
 		goto out_free_buf;
 	}
@@ -283,7 +270,7 @@ int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, 
 	} else if (ev.type == YAML_SCALAR_EVENT && scalar_is_null(&ev)) {
 		yaml_event_delete(&ev); /* "---" alone */
 	} else {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "config '%s' line %d: expected a mapping of option names to values", path,
 		       line_of(&ev));
 		yaml_event_delete(&ev);
@@ -298,7 +285,7 @@ int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, 
 	if (rc)
 		goto out_parser;
 	if (ev.type != YAML_STREAM_END_EVENT) {
-		seterr(err, errlen, "config '%s' line %d: only one YAML document is allowed", path,
+		crun_seterr(err, errlen, "config '%s' line %d: only one YAML document is allowed", path,
 		       line_of(&ev));
 		rc = -EINVAL;
 	}

@@ -134,20 +134,6 @@ static char pet_names[CRUN_OPT_COUNT][48];
 
 static const char *const torch_shutdown_env = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 const struct crun_launch_optdef *crun_launch_optdefs(size_t *count)
 {
 	*count = CRUN_OPT_COUNT;
@@ -287,7 +273,7 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 		if (strcmp(key, durations[i].key))
 			continue;
 		if (crun_parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
 			       key, val);
 			return -EINVAL;
@@ -297,7 +283,7 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 	}
 	if (!strcmp(key, "keep_alive_max_attempt")) {
 		if (crun_parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
-			seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
+			crun_seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
 			       val);
 			return -EINVAL;
 		}
@@ -306,7 +292,7 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 	}
 	if (!strcmp(key, "is_host")) {
 		if (parse_bool(val, &b) < 0) {
-			seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
+			crun_seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
 			return -EINVAL;
 		}
 		conf->is_host = b;
@@ -316,14 +302,14 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 		char *dup = strdup(val);
 
 		if (!dup) {
-			seterr(err, errlen, "out of memory");
+			crun_seterr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
 		free(conf->token_file);
 		conf->token_file = dup;
 		return 0;
 	}
-	seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
+	crun_seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
 	return -EINVAL;
 }
 
@@ -335,7 +321,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 
 	copy = strdup(s);
 	if (!copy) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	item = trim(copy);
@@ -349,7 +335,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 		item[len] = '\0';
 		eq = strchr(item, '=');
 		if (!eq) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "'%s' is not KEY=VALUE; expected KEY=VALUE,... with keys " RDZV_KEYS,
 			       trim(item));
 			rc = -EINVAL;
@@ -359,7 +345,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 		key = trim(item);
 		val = trim(eq + 1);
 		if (!*key || !*val) {
-			seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
+			crun_seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
 			       *key ? "empty value" : "empty key", s);
 			rc = -EINVAL;
 			goto out_free_copy;
@@ -419,7 +405,7 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 	spec.streams = calloc(n, sizeof(*spec.streams));
 	if (!spec.ranks || !spec.streams) {
 		crun_std_spec_finish(&spec);
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	while (spec.count < n) {
@@ -440,7 +426,7 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 			goto bad_free;
 		for (size_t i = 0; i < spec.count; i++) {
 			if (spec.ranks[i] == r) {
-				seterr(err, errlen, "local rank %d is given twice", (int)r);
+				crun_seterr(err, errlen, "local rank %d is given twice", (int)r);
 				crun_std_spec_finish(&spec);
 				return -EINVAL;
 			}
@@ -453,7 +439,7 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 bad_free:
 	crun_std_spec_finish(&spec);
 bad:
-	seterr(err, errlen, STD_EXPECTED);
+	crun_seterr(err, errlen, STD_EXPECTED);
 	return -EINVAL;
 }
 
@@ -492,7 +478,7 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 		int sig = 0;
 
 		if (len == 0 || len >= sizeof(name)) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "expected a comma-separated list of signal names like "
 			       "SIGTERM,SIGUSR1");
 			return -EINVAL;
@@ -508,14 +494,14 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 			}
 		}
 		if (!sig) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "unknown signal '%s'; expected names like SIGTERM or "
 			       "SIGUSR1",
 			       name);
 			return -EINVAL;
 		}
 		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-			seterr(err, errlen, "%s cannot be handled: %s", crun_signal_name(sig),
+			crun_seterr(err, errlen, "%s cannot be handled: %s", crun_signal_name(sig),
 			       sig == SIGCHLD ? "crun needs it to supervise the workers"
 					      : "it cannot be caught");
 			return -EINVAL;
@@ -525,7 +511,7 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 			dup |= sigs[i] == sig;
 		if (!dup) {
 			if (n >= CRUN_AGENT_MAX_SIGNALS) {
-				seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
+				crun_seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
 				return -EINVAL;
 			}
 			sigs[n++] = sig;
@@ -562,12 +548,12 @@ static int check_host(const char *v, char *err, size_t errlen)
 	size_t len = strlen(v);
 
 	if (!len || len > 255) {
-		seterr(err, errlen, "expected a host name or address");
+		crun_seterr(err, errlen, "expected a host name or address");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < len; i++) {
 		if (!isgraph((unsigned char)v[i]) || v[i] == '/' || v[i] == ',') {
-			seterr(err, errlen, "expected a host name or address");
+			crun_seterr(err, errlen, "expected a host name or address");
 			return -EINVAL;
 		}
 	}
@@ -579,7 +565,7 @@ static int set_string(char **dst, const char *v, char *err, size_t errlen)
 	char *dup = strdup(v);
 
 	if (!dup) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	free(*dst);
@@ -597,7 +583,7 @@ static int parse_rank_list(const char *v, int **out, size_t *count, char *err, s
 		n += *q == ',';
 	ranks = calloc(n, sizeof(*ranks));
 	if (!ranks) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (;;) {
@@ -627,7 +613,7 @@ static int parse_rank_list(const char *v, int **out, size_t *count, char *err, s
 	return 0;
 bad:
 	free(ranks);
-	seterr(err, errlen, "expected a comma-separated list of local ranks like 0,2");
+	crun_seterr(err, errlen, "expected a comma-separated list of local ranks like 0,2");
 	return -EINVAL;
 }
 
@@ -676,7 +662,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		}
 		if (!isdigit((unsigned char)*v) ||
 		    crun_parse_int64(v, 1, CRUN_LAUNCH_MAX_NPROC, &n, NULL, 0) < 0) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "expected a positive number (at most %d), auto, cpu or "
 			       "gpu",
 			       CRUN_LAUNCH_MAX_NPROC);
@@ -687,7 +673,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return 0;
 	case CRUN_OPT_ROLE:
 		if (check_word(v, "._-", 64) < 0) {
-			seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
+			crun_seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
 			return -EINVAL;
 		}
 		return set_string(&o->role, v, err, errlen);
@@ -713,7 +699,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 	case CRUN_OPT_MAX_RESTARTS:
 		if (!isdigit((unsigned char)*v) ||
 		    crun_parse_int64(v, 0, 1000000, &n, NULL, 0) < 0) {
-			seterr(err, errlen, "expected a whole number from 0 to 1000000");
+			crun_seterr(err, errlen, "expected a whole number from 0 to 1000000");
 			return -EINVAL;
 		}
 		o->max_restarts = (int)n;
@@ -721,7 +707,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 	case CRUN_OPT_SHUTDOWN_TIMEOUT:
 		rc = crun_parse_duration_ms(v, &n, NULL, 0);
 		if (rc < 0 || n > 86400000) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "expected a duration up to 24h like 30, 2.5s, 500ms or "
 			       "1m");
 			return -EINVAL;
@@ -730,7 +716,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return 0;
 	case CRUN_OPT_MONITOR_INTERVAL:
 		if (crun_parse_duration_ms(v, &n, NULL, 0) < 0) {
-			seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
+			crun_seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
 			return -EINVAL;
 		}
 		o->monitor_interval_ms = n;
@@ -739,13 +725,13 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return crun_launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
 	case CRUN_OPT_START_METHOD:
 		if (strcmp(v, "spawn") && strcmp(v, "fork") && strcmp(v, "forkserver")) {
-			seterr(err, errlen, "expected spawn, fork or forkserver");
+			crun_seterr(err, errlen, "expected spawn, fork or forkserver");
 			return -EINVAL;
 		}
 		return set_string(&o->start_method, v, err, errlen);
 	case CRUN_OPT_NNODES:
 		if (parse_nnodes(v, &o->nnodes_min, &o->nnodes_max) < 0) {
-			seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
+			crun_seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
 			       CRUN_LAUNCH_MAX_NNODES);
 			return -EINVAL;
 		}
@@ -753,7 +739,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 	case CRUN_OPT_NODE_RANK:
 		if (!isdigit((unsigned char)*v) ||
 		    crun_parse_int64(v, 0, CRUN_LAUNCH_MAX_NNODES - 1, &n, NULL, 0) < 0) {
-			seterr(err, errlen, "expected a whole number from 0 to %d",
+			crun_seterr(err, errlen, "expected a whole number from 0 to %d",
 			       CRUN_LAUNCH_MAX_NNODES - 1);
 			return -EINVAL;
 		}
@@ -765,7 +751,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		} else if (!strcmp(v, "static")) {
 			o->rdzv_backend = CRUN_RDZV_STATIC;
 		} else {
-			seterr(err, errlen, "expected c10d or static%s",
+			crun_seterr(err, errlen, "expected c10d or static%s",
 			       strncmp(v, "etcd", 4) ? "" : " (crun brings its own store)");
 			return -EINVAL;
 		}
@@ -777,7 +763,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		if (crun_parse_endpoint(v, 29400, host, sizeof(host), &port, reason,
 					sizeof(reason)) < 0 ||
 		    check_host(host, NULL, 0) < 0) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "expected HOST[:PORT] or [ADDR]:PORT with a port 0-65535");
 			return -EINVAL;
 		}
@@ -785,7 +771,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 	}
 	case CRUN_OPT_RDZV_ID:
 		if (check_word(v, "._-:@+", CRUN_LAUNCH_MAX_RUN_ID) < 0) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "expected up to %d letters, digits, '.', '_', '-', ':', "
 			       "'@' or '+'",
 			       CRUN_LAUNCH_MAX_RUN_ID);
@@ -802,7 +788,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return set_string(&o->master_addr, v, err, errlen);
 	case CRUN_OPT_MASTER_PORT:
 		if (!isdigit((unsigned char)*v) || crun_parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
-			seterr(err, errlen, "expected a port from 1 to 65535");
+			crun_seterr(err, errlen, "expected a port from 1 to 65535");
 			return -EINVAL;
 		}
 		o->master_port = (int)n;
@@ -813,7 +799,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return set_string(&o->local_addr, v, err, errlen);
 	case CRUN_OPT_LOG_DIR:
 		if (!*v) {
-			seterr(err, errlen, "expected a directory");
+			crun_seterr(err, errlen, "expected a directory");
 			return -EINVAL;
 		}
 		return set_string(&o->log_dir, v, err, errlen);
@@ -833,7 +819,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return parse_rank_list(v, &o->ranks_filter, &o->nranks_filter, err, errlen);
 	case CRUN_OPT_CONFIG:
 		if (!*v) {
-			seterr(err, errlen, "expected a file name");
+			crun_seterr(err, errlen, "expected a file name");
 			return -EINVAL;
 		}
 		return set_string(&o->config_path, v, err, errlen);
@@ -898,16 +884,16 @@ static void format_invalid(enum crun_launch_source src, const char *env_name,
 
 	switch (src) {
 	case CRUN_SRC_ENV:
-		seterr(err, errlen, "invalid value '%s' for %s: %s", value, env_name, reason);
+		crun_seterr(err, errlen, "invalid value '%s' for %s: %s", value, env_name, reason);
 		break;
 	case CRUN_SRC_CONFIG:
 		config_key(id, key, sizeof(key));
-		seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
+		crun_seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
 		       config_path ? config_path : "?", line, value, key, reason);
 		break;
 	case CRUN_SRC_CLI:
 	case CRUN_SRC_DEFAULT:
-		seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
+		crun_seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
 		       reason);
 		break;
 	}
@@ -982,12 +968,12 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 				d = NULL; /* "-mx": no bundling of flags */
 		}
 		if (!d) {
-			seterr(err, errlen, "unknown option '%s' (see crun --help)", arg);
+			crun_seterr(err, errlen, "unknown option '%s' (see crun --help)", arg);
 			return -EINVAL;
 		}
 		if (d->id == CRUN_OPT_HELP || d->id == CRUN_OPT_VERSION) {
 			if (val) {
-				seterr(err, errlen, "option '%s' takes no value", shown);
+				crun_seterr(err, errlen, "option '%s' takes no value", shown);
 				return -EINVAL;
 			}
 			o->action = d->id == CRUN_OPT_HELP ? CRUN_LAUNCH_HELP : CRUN_LAUNCH_VERSION;
@@ -995,20 +981,20 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 		}
 		if (!d->takes_value) {
 			if (val) {
-				seterr(err, errlen, "option '%s' takes no value", shown);
+				crun_seterr(err, errlen, "option '%s' takes no value", shown);
 				return -EINVAL;
 			}
 			val = "1";
 		} else if (!val) {
 			if (i + 1 >= argc) {
-				seterr(err, errlen, "option '%s' needs a value (see crun --help)",
+				crun_seterr(err, errlen, "option '%s' needs a value (see crun --help)",
 				       shown);
 				return -EINVAL;
 			}
 			val = argv[++i];
 		}
 		if (check_value(d->id, val, reason, sizeof(reason)) < 0) {
-			seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
+			crun_seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
 			       reason);
 			return -EINVAL;
 		}
@@ -1053,13 +1039,13 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 			int64_t n;
 
 			if (crun_parse_int64(v, INT32_MIN, INT32_MAX, &n, NULL, 0) < 0) {
-				seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
+				crun_seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
 				       name);
 				return -EINVAL;
 			}
 			v = n ? "1" : "0";
 		} else if (check_value(d->id, v, reason, sizeof(reason)) < 0) {
-			seterr(err, errlen, "invalid value '%s' for %s: %s", v, name, reason);
+			crun_seterr(err, errlen, "invalid value '%s' for %s: %s", v, name, reason);
 			return -EINVAL;
 		}
 		if (d->id == CRUN_OPT_SHUTDOWN_TIMEOUT && c->o->source[d->id] <= CRUN_SRC_ENV)
@@ -1083,12 +1069,12 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 
 	switch (v->kind) {
 	case CRUN_CONFIG_NULL:
-		seterr(err, errlen, "missing value for '%s'", key);
+		crun_seterr(err, errlen, "missing value for '%s'", key);
 		return -EINVAL;
 	case CRUN_CONFIG_SCALAR:
 		if (!d->takes_value) {
 			if (parse_bool(v->scalar, &b) < 0) {
-				seterr(err, errlen,
+				crun_seterr(err, errlen,
 				       "invalid value '%s' for '%s': expected true or false",
 				       v->scalar, key);
 				return -EINVAL;
@@ -1101,13 +1087,13 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 	case CRUN_CONFIG_SEQUENCE:
 	case CRUN_CONFIG_MAPPING:
 		if (v->kind == CRUN_CONFIG_SEQUENCE ? !joinable : !pairs) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "wrong type for '%s': expected a single value, got a %s", key,
 			       v->kind == CRUN_CONFIG_SEQUENCE ? "list" : "mapping");
 			return -EINVAL;
 		}
 		if (!v->nitems) {
-			seterr(err, errlen, "missing value for '%s'", key);
+			crun_seterr(err, errlen, "missing value for '%s'", key);
 			return -EINVAL;
 		}
 		/* The separators of the flattened text may not appear inside. */
@@ -1116,7 +1102,7 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 							    : ",:";
 		for (size_t i = 0; i < v->nitems; i++) {
 			if (strpbrk(v->items[i], forbidden)) {
-				seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
+				crun_seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
 				return -EINVAL;
 			}
 			len += strlen(v->items[i]) + 1;
@@ -1135,7 +1121,7 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 		break;
 	}
 	if (!*out) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	return 0;
@@ -1151,12 +1137,12 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun_con
 	int rc;
 
 	if (!d || !d->config) {
-		seterr(err, errlen, "unknown key '%s'", key);
+		crun_seterr(err, errlen, "unknown key '%s'", key);
 		return -EINVAL;
 	}
 	config_key(d->id, canon, sizeof(canon));
 	if (c->config_line[d->id]) {
-		seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
+		crun_seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
 		       c->config_line[d->id]);
 		return -EINVAL;
 	}
@@ -1164,7 +1150,7 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun_con
 	if (rc)
 		return rc;
 	if (d->takes_value && check_value(d->id, text, reason, sizeof(reason)) < 0) {
-		seterr(err, errlen, "invalid value '%s' for '%s': %s", text, canon, reason);
+		crun_seterr(err, errlen, "invalid value '%s' for '%s': %s", text, canon, reason);
 		free(text);
 		return -EINVAL;
 	}
@@ -1211,12 +1197,12 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 
 		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
 		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "config '%s' line %d: '%s' is not supported: crun starts "
 			       "each worker as its own process; run the script as the command",
 			       o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
 		else
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "%s%s is not supported: crun starts each worker as its "
 			       "own process; run the script as the command",
 			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
@@ -1227,7 +1213,7 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 		goto out_free;
 	}
 	if (o->module && o->no_python) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "--module and --no-python cannot be used together: a module "
 		       "needs python");
 		rc = -EINVAL;
@@ -1244,7 +1230,7 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 		goto out_free;
 	}
 	if (!o->command) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "no command given: usage: crun [OPTIONS] SCRIPT.py|COMMAND "
 		       "[ARGS...] (see crun --help)");
 		rc = -EINVAL;

@@ -12,20 +12,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static const char *env_lookup(char **envp, const char *name)
 {
 	size_t len = strlen(name);
@@ -109,41 +95,13 @@ int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char
 
 int crun_launch_free_port(int *port, char *err, size_t errlen)
 {
-	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
-	struct sockaddr_storage got;
-	socklen_t len = sizeof(got);
-	int fd, off = 0, rc;
+	int rc = crun_free_port();
 
-	/* The wildcard address of both families: a port free there is free on
-	 * every address the workers may bind. */
-	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd >= 0) {
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
-		if (bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	if (fd < 0) {
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0 || bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0) {
-			rc = -errno;
-			seterr(err, errlen, "cannot find a free port: %s", strerror(errno));
-			if (fd >= 0)
-				close(fd);
-			return rc;
-		}
-	}
-	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0) {
-		rc = -errno;
-		seterr(err, errlen, "cannot find a free port: %s", strerror(errno));
-		close(fd);
+	if (rc < 0) {
+		crun_seterr(err, errlen, "cannot find a free port: %s", strerror(-rc));
 		return rc;
 	}
-	*port = got.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
-					  : ntohs(((struct sockaddr_in *)&got)->sin_port);
-	close(fd);
+	*port = rc;
 	return 0;
 }
 
@@ -233,7 +191,7 @@ static int resolve_std(const struct crun_launch_opts *o, enum crun_launch_opt id
 		return 0;
 	arr = calloc((size_t)nproc, sizeof(*arr));
 	if (!arr) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (int lr = 0; lr < nproc; lr++)
@@ -268,7 +226,7 @@ static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_op
 	}
 	plan->argv = calloc((size_t)(npre + o->command_argc + 1), sizeof(*plan->argv));
 	if (!plan->argv) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (int i = 0; i < npre; i++)
@@ -370,7 +328,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 	if (o->ranks_filter) {
 		plan->console_ranks = calloc((size_t)plan->nproc, sizeof(bool));
 		if (!plan->console_ranks) {
-			seterr(err, errlen, "out of memory");
+			crun_seterr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
 		for (size_t i = 0; i < o->nranks_filter; i++) {
@@ -402,7 +360,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 	if (o->standalone) {
 		rc = make_uuid(id, sizeof(id));
 		if (rc) {
-			seterr(err, errlen, "cannot make a run id: %s", strerror(-rc));
+			crun_seterr(err, errlen, "cannot make a run id: %s", strerror(-rc));
 			return rc;
 		}
 		plan->run_id = strdup(id);
@@ -410,7 +368,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 		plan->run_id = strdup(o->rdzv_id ? o->rdzv_id : "none");
 	}
 	if (!plan->run_id) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	plan->master_addr = o->master_addr  ? o->master_addr

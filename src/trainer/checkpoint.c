@@ -1,6 +1,7 @@
 /* Sharded, atomic, reshardable checkpoints; see checkpoint.h for the
  * protocol and the file formats. */
 #include "trainer/checkpoint.h"
+#include "common/util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,18 +21,6 @@
 #define SHARD_HEADER 40
 #define MAX_MANIFEST (1u << 20)
 #define MAX_SHARDS 65536
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static uint64_t fnv1a(uint64_t h, const void *buf, size_t n)
 {
@@ -417,7 +406,7 @@ static void prune(const char *dir, int64_t keep)
 
 static int comm_fail(struct crun_comm *comm, int rc, char *err, size_t errlen)
 {
-	seterr(err, errlen, "%s", crun_comm_errmsg(comm));
+	crun_seterr(err, errlen, "%s", crun_comm_errmsg(comm));
 	return rc;
 }
 
@@ -442,7 +431,7 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		else if (!rc && errno != ENOENT)
 			rc = -errno;
 		if (rc)
-			seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
+			crun_seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
 			       strerror(-rc));
 		flag = rc ? 1 : 0;
 	}
@@ -451,20 +440,20 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		return comm_fail(comm, mine, err, errlen);
 	if (flag > 0) {
 		if (rank != 0)
-			seterr(err, errlen, "rank 0 could not create checkpoint '%s'", sdir);
+			crun_seterr(err, errlen, "rank 0 could not create checkpoint '%s'", sdir);
 		return rc ? rc : -EIO;
 	}
 
 	status = calloc(4 * (size_t)world, sizeof(*status));
 	if (!status) {
-		seterr(err, errlen, "checkpoint: out of memory");
+		crun_seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	mine = mkdir_p(sdir);
 	if (!mine)
 		mine = write_shard(par, sdir, meta->step, rank, world, meta->n_params, &fnv, &size);
 	if (mine)
-		seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
+		crun_seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
 		       strerror(-mine));
 	status[4 * rank] = mine ? 1 : 0;
 	status[4 * rank + 1] = (double)size;
@@ -478,7 +467,7 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	for (int r = 0; r < world; r++) {
 		if (status[4 * r] > 0) {
 			if (!mine)
-				seterr(err, errlen,
+				crun_seterr(err, errlen,
 				       "rank %d could not write its checkpoint shard in '%s'", r,
 				       sdir);
 			free(status);
@@ -490,7 +479,7 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	if (rank == 0) {
 		rc = write_manifest(sdir, meta, status, world);
 		if (rc)
-			seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s", sdir,
+			crun_seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s", sdir,
 			       strerror(-rc));
 		else
 			prune(dir, keep);
@@ -502,7 +491,7 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		return comm_fail(comm, mine, err, errlen);
 	if (flag > 0) {
 		if (rank != 0)
-			seterr(err, errlen, "rank 0 could not write checkpoint manifest in '%s'",
+			crun_seterr(err, errlen, "rank 0 could not write checkpoint manifest in '%s'",
 			       sdir);
 		return rc ? rc : -EIO;
 	}
@@ -519,7 +508,7 @@ int crun_ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen)
 	if (rc == -ENOENT)
 		return -ENOENT;
 	if (rc) {
-		seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir, strerror(-rc));
+		crun_seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir, strerror(-rc));
 		return rc;
 	}
 	rc = -ENOENT;
@@ -556,20 +545,20 @@ static int read_text(const char *path, char **out, char *err, size_t errlen)
 	if (!f) {
 		int rc = -errno;
 
-		seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	buf = malloc(MAX_MANIFEST + 1);
 	if (!buf) {
 		fclose(f);
-		seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
 		return -ENOMEM;
 	}
 	n = fread(buf, 1, MAX_MANIFEST + 1, f);
 	fclose(f);
 	if (n > MAX_MANIFEST) {
 		free(buf);
-		seterr(err, errlen, "manifest '%s' is too large", path);
+		crun_seterr(err, errlen, "manifest '%s' is too large", path);
 		return -EINVAL;
 	}
 	buf[n] = '\0';
@@ -588,7 +577,7 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 
 	memset(meta, 0, sizeof(*meta));
 	if (join(path, sizeof(path), ckpt, "MANIFEST")) {
-		seterr(err, errlen, "checkpoint path '%s' is too long", ckpt);
+		crun_seterr(err, errlen, "checkpoint path '%s' is too long", ckpt);
 		return -ENAMETOOLONG;
 	}
 	rc = read_text(path, &text, err, errlen);
@@ -648,9 +637,9 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 	}
 	free(text);
 	if (rc == -ENOMEM) {
-		seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
 	} else if (!end || got != 511 || n_shards != meta->world_size) {
-		seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST", ckpt);
+		crun_seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST", ckpt);
 	} else {
 		rc = 0;
 		if (shards)
@@ -731,18 +720,18 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	int fd, rc;
 
 	if (join(path, sizeof(path), rd->path, e->name)) {
-		seterr(err, errlen, "checkpoint path '%s' is too long", rd->path);
+		crun_seterr(err, errlen, "checkpoint path '%s' is too long", rd->path);
 		return -ENAMETOOLONG;
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	rd->fd[idx] = fd;
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != e->size) {
-		seterr(err, errlen, "checkpoint shard '%s' has the wrong size", path);
+		crun_seterr(err, errlen, "checkpoint shard '%s' has the wrong size", path);
 		return -EINVAL;
 	}
 	while (off < e->size) {
@@ -750,7 +739,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 
 		rc = read_full(fd, buf, n, (off_t)off);
 		if (rc) {
-			seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
+			crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
 			       strerror(-rc));
 			return rc;
 		}
@@ -758,7 +747,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		off += n;
 	}
 	if (fnv != e->fnv) {
-		seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch", path);
+		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch", path);
 		return -EINVAL;
 	}
 	if (e->size < SHARD_HEADER || read_full(fd, hdr, SHARD_HEADER, 0) ||
@@ -767,18 +756,18 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	    get_le(hdr + 16, 4) != (uint64_t)rd->meta.world_size ||
 	    get_le(hdr + 24, 8) != (uint64_t)rd->meta.step ||
 	    get_le(hdr + 32, 8) != rd->meta.n_params) {
-		seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
+		crun_seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
 		       path);
 		return -EINVAL;
 	}
 	n_ranges = (uint32_t)get_le(hdr + 20, 4);
 	if ((uint64_t)n_ranges * 16 > e->size) {
-		seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
+		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
 		return -EINVAL;
 	}
 	grown = realloc(rd->ranges, (rd->n_ranges + n_ranges + 1) * sizeof(*grown));
 	if (!grown) {
-		seterr(err, errlen, "checkpoint: out of memory");
+		crun_seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	rd->ranges = grown;
@@ -796,13 +785,13 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		r->shard = idx;
 		r->data = total;
 		if (r->len > rd->meta.n_params || r->flat > rd->meta.n_params - r->len) {
-			seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
+			crun_seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
 			return -EINVAL;
 		}
 		total += 3 * r->len * sizeof(float);
 	}
 	if (total != e->size) {
-		seterr(err, errlen, "checkpoint shard '%s' is damaged: wrong length", path);
+		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: wrong length", path);
 		return -EINVAL;
 	}
 	rd->n_ranges += n_ranges;
@@ -824,7 +813,7 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 	rd->fd = malloc((size_t)rd->n_shards * sizeof(*rd->fd));
 	if (!rd->fd) {
 		free(sh);
-		seterr(err, errlen, "checkpoint: out of memory");
+		crun_seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	for (int i = 0; i < rd->n_shards; i++)
@@ -842,7 +831,7 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 		next += rd->ranges[i].len;
 	}
 	if (next != rd->meta.n_params) {
-		seterr(err, errlen, "checkpoint '%s' is damaged: its shards do not cover the model",
+		crun_seterr(err, errlen, "checkpoint '%s' is damaged: its shards do not cover the model",
 		       ckpt);
 		rc = -EINVAL;
 		goto out_close;
@@ -872,7 +861,7 @@ static int reader_fetch(struct reader *rd, int kind, size_t flat, size_t n, floa
 		off = (off_t)(r->data + ((uint64_t)kind * r->len + (a - r->flat)) * sizeof(float));
 		rc = read_full(rd->fd[r->shard], dst + (a - flat), (b - a) * sizeof(float), off);
 		if (rc) {
-			seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
+			crun_seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
 			       strerror(-rc));
 			return rc;
 		}
@@ -904,7 +893,7 @@ int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, co
 	if (rc)
 		return rc;
 	if (!same_model(&rd.meta.model, &model->cfg) || rd.meta.n_params != model->n_params) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "checkpoint '%s' is of another model (context %d, embed_dim %d, width %d, "
 		       "layers %d, ffn_mult %d)",
 		       ckpt, rd.meta.model.context, rd.meta.model.embed_dim, rd.meta.model.width,
@@ -945,7 +934,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 
 		rc = crun_ckpt_latest(path, &step, err, errlen);
 		if (rc == -ENOENT)
-			seterr(err, errlen, "no complete checkpoint in '%s'", path);
+			crun_seterr(err, errlen, "no complete checkpoint in '%s'", path);
 		if (rc)
 			return rc;
 		crun_ckpt_path(path, step, ckpt, sizeof(ckpt));
@@ -961,7 +950,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	}
 	params = malloc(rd.meta.n_params * sizeof(float));
 	if (!params) {
-		seterr(err, errlen, "export: out of memory");
+		crun_seterr(err, errlen, "export: out of memory");
 		rc = -ENOMEM;
 		goto out_model;
 	}
@@ -977,7 +966,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 		snprintf(outdir, sizeof(outdir), ".");
 	rc = w_open(&w, out);
 	if (rc) {
-		seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
+		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
 		goto out_params;
 	}
 	w_bytes(&w, MODEL_MAGIC, 8);
@@ -1004,7 +993,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	w_floats(&w, params, model->n_params);
 	rc = w_commit(&w, out, outdir);
 	if (rc)
-		seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
+		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
 out_params:
 	free(params);
 out_model:
@@ -1027,20 +1016,20 @@ int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_para
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	rc = -EINVAL;
 	if (fstat(fd, &st) < 0 || read_full(fd, hdr, sizeof(hdr), 0) ||
 	    memcmp(hdr, MODEL_MAGIC, 8) || get_le(hdr + 8, 4) != 1) {
-		seterr(err, errlen, "'%s' is not a crun-train model file", path);
+		crun_seterr(err, errlen, "'%s' is not a crun-train model file", path);
 		goto out_close;
 	}
 	n_tensors = get_le(hdr + 12, 4);
 	n = get_le(hdr + 16, 8);
 	data = sizeof(hdr) + n_tensors * 40;
 	if (n == 0 || n > (uint64_t)st.st_size / 4 || data + n * 4 != (uint64_t)st.st_size) {
-		seterr(err, errlen, "'%s' is damaged: wrong length", path);
+		crun_seterr(err, errlen, "'%s' is damaged: wrong length", path);
 		goto out_close;
 	}
 	*step = (int64_t)get_le(hdr + 24, 8);
@@ -1052,14 +1041,14 @@ int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_para
 	cfg->init_std = 0.02f;
 	p = malloc(n * sizeof(float));
 	if (!p) {
-		seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
 		rc = -ENOMEM;
 		goto out_close;
 	}
 	rc = read_full(fd, p, n * sizeof(float), (off_t)data);
 	if (rc) {
 		free(p);
-		seterr(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
 		goto out_close;
 	}
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -21,20 +21,6 @@ static const struct crun_comm_ops *const backends[] = {
 	&crun_comm_cpu_ops,
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 void crun_comm_set_error(struct crun_comm *comm, const char *fmt, ...)
 {
 	va_list ap;
@@ -56,7 +42,7 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t *out, boo
 	if (!*present)
 		return 0;
 	if (crun_parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
-		seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+		crun_seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -71,11 +57,11 @@ static int env_size(const char *name, uint64_t max, size_t *out, char *err, size
 	if (!v)
 		return 0;
 	if (crun_parse_size(v, &n, why, sizeof(why)) < 0) {
-		seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+		crun_seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	if (n == 0 || n > max) {
-		seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
+		crun_seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
 		       (unsigned long long)max);
 		return -EINVAL;
 	}
@@ -144,12 +130,12 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	if ((rc = env_int("CRUN_ROUND", 0, INT64_MAX, &round, &has_round, err, errlen)) < 0)
 		return rc;
 	if (has_rank != has_world) {
-		seterr(err, errlen, "%s is set but %s is not: set both or neither",
+		crun_seterr(err, errlen, "%s is set but %s is not: set both or neither",
 		       has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
 		return -EINVAL;
 	}
 	if (rank >= world) {
-		seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
+		crun_seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
 		       (long long)rank, (long long)world);
 		return -EINVAL;
 	}
@@ -162,11 +148,11 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	v = crun_env_get("CRUN_COMM_TIMEOUT");
 	if (v) {
 		if (crun_parse_duration_ms(v, &timeout, why, sizeof(why)) < 0) {
-			seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': %s", v, why);
+			crun_seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': %s", v, why);
 			return -EINVAL;
 		}
 		if (timeout <= 0) {
-			seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
+			crun_seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
 			return -EINVAL;
 		}
 		opts->timeout_ms = timeout;
@@ -187,7 +173,7 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 		if (v && *v) {
 			rc = addr_of_interfaces(v, opts->addr_storage, sizeof(opts->addr_storage));
 			if (rc < 0) {
-				seterr(err, errlen,
+				crun_seterr(err, errlen,
 				       "invalid %s '%s': no such interface with an IPv4 or IPv6 "
 				       "address",
 				       var, v);
@@ -198,13 +184,13 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	}
 	v = crun_env_get("CRUN_COMM_SHM");
 	if (v && strcmp(v, "0") && strcmp(v, "1")) {
-		seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);
+		crun_seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);
 		return -EINVAL;
 	}
 	opts->no_shm = v && !strcmp(v, "0");
 	v = crun_env_get("CRUN_COMM_SEND_THREAD");
 	if (v && strcmp(v, "0") && strcmp(v, "1")) {
-		seterr(err, errlen, "invalid CRUN_COMM_SEND_THREAD '%s': expected 0 or 1", v);
+		crun_seterr(err, errlen, "invalid CRUN_COMM_SEND_THREAD '%s': expected 0 or 1", v);
 		return -EINVAL;
 	}
 	opts->send_thread = v && !strcmp(v, "1");
@@ -226,28 +212,28 @@ struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err,
 	struct crun_comm *comm;
 
 	if (!ops) {
-		seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
+		crun_seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
 		return NULL;
 	}
 	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {
-		seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
+		crun_seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
 		       opts->world_size);
 		return NULL;
 	}
 	if (opts->timeout_ms < 0) {
-		seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
+		crun_seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
 		return NULL;
 	}
 	comm = calloc(1, sizeof(*comm));
 	if (!comm) {
-		seterr(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun_seterr(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
 		return NULL;
 	}
 	comm->ops = ops;
 	comm->rank = opts->rank;
 	comm->size = opts->world_size;
 	if (ops->init(comm, opts) < 0) {
-		seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
+		crun_seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
 		free(comm);
 		return NULL;
 	}

@@ -133,18 +133,6 @@ const struct crun_config_key *crun_train_config_keys(size_t *count)
 	return keys;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static void *field(struct crun_train_config *cfg, const struct crun_config_key *k)
 {
 	return (char *)cfg + k->offset;
@@ -328,7 +316,7 @@ static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, con
 	if (map->type == YAML_SCALAR_NODE && !*scalar_text(map))
 		return 0; /* "model:" with nothing under it */
 	if (map->type != YAML_MAPPING_NODE) {
-		seterr(err, errlen, "config '%s' line %zu: section '%s' must be a mapping of keys",
+		crun_seterr(err, errlen, "config '%s' line %zu: section '%s' must be a mapping of keys",
 		       path, map->start_mark.line + 1, section);
 		return -EINVAL;
 	}
@@ -341,7 +329,7 @@ static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, con
 		int rc;
 
 		if (kn->type != YAML_SCALAR_NODE) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "config '%s' line %zu: keys of section '%s' must be names", path,
 			       kn->start_mark.line + 1, section);
 			return -EINVAL;
@@ -349,28 +337,28 @@ static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, con
 		name = (const char *)kn->data.scalar.value;
 		k = find_key(section, strlen(section), name);
 		if (!k) {
-			seterr(err, errlen, "config '%s' line %zu: unknown key '%s.%s'", path,
+			crun_seterr(err, errlen, "config '%s' line %zu: unknown key '%s.%s'", path,
 			       kn->start_mark.line + 1, section, name);
 			return -EINVAL;
 		}
 		if (seen[k - keys]++) {
-			seterr(err, errlen, "config '%s' line %zu: duplicate key '%s.%s'", path,
+			crun_seterr(err, errlen, "config '%s' line %zu: duplicate key '%s.%s'", path,
 			       kn->start_mark.line + 1, section, name);
 			return -EINVAL;
 		}
 		if (vn->type != YAML_SCALAR_NODE) {
-			seterr(err, errlen, "config '%s' line %zu: key '%s.%s' expects %s, got %s",
+			crun_seterr(err, errlen, "config '%s' line %zu: key '%s.%s' expects %s, got %s",
 			       path, vn->start_mark.line + 1, section, name,
 			       type_name(k, tn, sizeof(tn)), node_kind(vn));
 			return -EINVAL;
 		}
 		rc = assign(cfg, k, scalar_text(vn));
 		if (rc == -ENOMEM) {
-			seterr(err, errlen, "config '%s': out of memory", path);
+			crun_seterr(err, errlen, "config '%s': out of memory", path);
 			return rc;
 		}
 		if (rc) {
-			seterr(err, errlen,
+			crun_seterr(err, errlen,
 			       "config '%s' line %zu: key '%s.%s' expects %s, got '%s'", path,
 			       vn->start_mark.line + 1, section, name, type_name(k, tn, sizeof(tn)),
 			       scalar_text(vn));
@@ -393,17 +381,17 @@ int crun_train_config_load(struct crun_train_config *cfg, const char *path, char
 	f = fopen(path, "rb");
 	if (!f) {
 		rc = -errno;
-		seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	if (!yaml_parser_initialize(&parser)) {
-		seterr(err, errlen, "config '%s': out of memory", path);
+		crun_seterr(err, errlen, "config '%s': out of memory", path);
 		rc = -ENOMEM;
 		goto out_close;
 	}
 	yaml_parser_set_input_file(&parser, f);
 	if (!yaml_parser_load(&parser, &doc)) {
-		seterr(err, errlen, "config '%s' line %zu: %s%s%s", path,
+		crun_seterr(err, errlen, "config '%s' line %zu: %s%s%s", path,
 		       parser.problem_mark.line + 1, parser.problem ? parser.problem : "bad YAML",
 		       parser.context ? " " : "", parser.context ? parser.context : "");
 		rc = -EINVAL;
@@ -413,7 +401,7 @@ int crun_train_config_load(struct crun_train_config *cfg, const char *path, char
 	if (!root || (root->type == YAML_SCALAR_NODE && !*scalar_text(root)))
 		goto out_doc; /* an empty file: every default */
 	if (root->type != YAML_MAPPING_NODE) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "config '%s' line %zu: expected a mapping of sections (model, data, optim, "
 		       "train, parallel, checkpoint, log)",
 		       path, root->start_mark.line + 1);
@@ -428,14 +416,14 @@ int crun_train_config_load(struct crun_train_config *cfg, const char *path, char
 		size_t idx = 0;
 
 		if (kn->type != YAML_SCALAR_NODE) {
-			seterr(err, errlen, "config '%s' line %zu: section names must be names",
+			crun_seterr(err, errlen, "config '%s' line %zu: section names must be names",
 			       path, kn->start_mark.line + 1);
 			rc = -EINVAL;
 			goto out_doc;
 		}
 		name = (const char *)kn->data.scalar.value;
 		if (!is_section(name)) {
-			seterr(err, errlen, "config '%s' line %zu: unknown key '%s'", path,
+			crun_seterr(err, errlen, "config '%s' line %zu: unknown key '%s'", path,
 			       kn->start_mark.line + 1, name);
 			rc = -EINVAL;
 			goto out_doc;
@@ -443,7 +431,7 @@ int crun_train_config_load(struct crun_train_config *cfg, const char *path, char
 		while (strcmp(sections[idx], name))
 			idx++;
 		if (seen[idx]++) {
-			seterr(err, errlen, "config '%s' line %zu: duplicate key '%s'", path,
+			crun_seterr(err, errlen, "config '%s' line %zu: duplicate key '%s'", path,
 			       kn->start_mark.line + 1, name);
 			rc = -EINVAL;
 			goto out_doc;
@@ -472,7 +460,7 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 	int rc;
 
 	if (!eq || !dot || dot > eq) {
-		seterr(err, errlen, "--set '%s': expected section.key=value", assignment);
+		crun_seterr(err, errlen, "--set '%s': expected section.key=value", assignment);
 		return -EINVAL;
 	}
 	namelen = (size_t)(eq - dot - 1);
@@ -482,17 +470,17 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 		k = find_key(assignment, (size_t)(dot - assignment), name);
 	}
 	if (!k) {
-		seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
+		crun_seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
 		       (int)(eq - assignment), assignment);
 		return -EINVAL;
 	}
 	rc = assign(cfg, k, eq + 1);
 	if (rc == -ENOMEM) {
-		seterr(err, errlen, "--set '%s': out of memory", assignment);
+		crun_seterr(err, errlen, "--set '%s': out of memory", assignment);
 		return rc;
 	}
 	if (rc) {
-		seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
+		crun_seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
 		       k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
 		return rc;
 	}
@@ -507,7 +495,7 @@ static int check_device(const struct crun_train_config *cfg, char *err, size_t e
 
 #ifndef CRUN_HAVE_CUDA
 	if (cuda || nccl) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "%s needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this "
 		       "one computes on the cpu only",
 		       cuda ? "train.device cuda" : "parallel.backend nccl");
@@ -517,17 +505,17 @@ static int check_device(const struct crun_train_config *cfg, char *err, size_t e
 	if (cuda)
 		return 0;
 	if (nccl) {
-		seterr(err, errlen, "parallel.backend nccl needs train.device cuda");
+		crun_seterr(err, errlen, "parallel.backend nccl needs train.device cuda");
 		return -EINVAL;
 	}
 	if (!strcmp(cfg->train.precision, "bf16")) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "train.precision bf16 needs train.device cuda (the cpu path computes in "
 		       "fp32)");
 		return -EINVAL;
 	}
 	if (cfg->model.checkpoint_activations) {
-		seterr(err, errlen, "model.checkpoint_activations needs train.device cuda");
+		crun_seterr(err, errlen, "model.checkpoint_activations needs train.device cuda");
 		return -EINVAL;
 	}
 	return 0;
@@ -543,7 +531,7 @@ int crun_train_config_check(const struct crun_train_config *cfg, int world_size,
 		return rc;
 
 	if (cfg->train.batch_size % per) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "train.batch_size %lld does not split evenly over %d ranks x %lld "
 		       "micro-steps (parallel.grad_accum)",
 		       (long long)cfg->train.batch_size, world_size,
@@ -551,7 +539,7 @@ int crun_train_config_check(const struct crun_train_config *cfg, int world_size,
 		return -EINVAL;
 	}
 	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {
-		seterr(err, errlen, "data.generate_bytes %lld is too small for model.context %lld",
+		crun_seterr(err, errlen, "data.generate_bytes %lld is too small for model.context %lld",
 		       (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
 		return -EINVAL;
 	}

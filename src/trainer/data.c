@@ -14,18 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* The generated corpus: sentences from a small grammar over a few hundred
  * words, drawn with a skew towards the start of each list so that the
  * text has a Zipf-like shape a model can learn from. */
@@ -197,23 +185,23 @@ static int read_file(const char *path, uint8_t **out, size_t *outlen, char *err,
 
 	if (!f) {
 		rc = -errno;
-		seterr(err, errlen, "cannot read data '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read data '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
 		rc = -EINVAL;
-		seterr(err, errlen, "cannot read data '%s': not a regular file", path);
+		crun_seterr(err, errlen, "cannot read data '%s': not a regular file", path);
 		goto out_close;
 	}
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf) {
 		rc = -ENOMEM;
-		seterr(err, errlen, "cannot read data '%s': out of memory", path);
+		crun_seterr(err, errlen, "cannot read data '%s': out of memory", path);
 		goto out_close;
 	}
 	if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
 		rc = -EIO;
-		seterr(err, errlen, "cannot read data '%s': short read", path);
+		crun_seterr(err, errlen, "cannot read data '%s': short read", path);
 		free(buf);
 		goto out_close;
 	}
@@ -239,7 +227,7 @@ int crun_data_load(struct crun_data *d, const char *path, size_t gen_bytes, uint
 	} else {
 		d->bytes = malloc(gen_bytes);
 		if (!d->bytes) {
-			seterr(err, errlen, "cannot generate data: out of memory");
+			crun_seterr(err, errlen, "cannot generate data: out of memory");
 			return -ENOMEM;
 		}
 		d->len = gen_bytes;
@@ -248,7 +236,7 @@ int crun_data_load(struct crun_data *d, const char *path, size_t gen_bytes, uint
 	val_len = (size_t)floor((double)d->len * val_fraction);
 	d->train_len = d->len - val_len;
 	if (d->train_len <= (size_t)context || val_len <= (size_t)context) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "data '%s' is too small: %zu bytes leave no %d-byte window in the "
 		       "training or validation part",
 		       path && *path ? path : "(generated)", d->len, context + 1);

@@ -3,6 +3,7 @@
  * over the batch run in sample order, so a given batch always gives the
  * same bits. */
 #include "trainer/model.h"
+#include "common/util.h"
 
 #include "trainer/rng.h"
 
@@ -14,18 +15,6 @@
 #include <string.h>
 
 #define LN_EPS 1e-5f
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static void add_tensor(struct crun_model *m, int *n, size_t *off, const char *name, int unit,
 		       int rows, int cols, bool decay, float init, float init_value)
@@ -56,7 +45,7 @@ struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *
 
 	if (T < 1 || d < 1 || H < 1 || L < 0 || cfg->ffn_mult < 1 || !(cfg->init_std > 0) ||
 	    (double)T * d > limit || (double)F * H > limit) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "model sizes out of range (context %d, embed_dim %d, width %d, "
 		       "layers %d, ffn_mult %d)",
 		       T, d, H, L, cfg->ffn_mult);
@@ -105,7 +94,7 @@ struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *
 out_free_model:
 	crun_model_destroy(m);
 out_nomem:
-	seterr(err, errlen, "model: out of memory");
+	crun_seterr(err, errlen, "model: out of memory");
 	return NULL;
 }
 

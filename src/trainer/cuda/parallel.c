@@ -8,6 +8,7 @@
  * may be overwritten). Collectives are issued from this thread in one
  * order that every rank shares, which NCCL requires. */
 #include "trainer/cuda/parallel.h"
+#include "common/util.h"
 
 #include "trainer/comm_nccl.h"
 #include "trainer/cuda/model.h"
@@ -59,18 +60,6 @@ struct crun_cuda_parallel {
 	float *stage_in, *stage_out; /* pinned, cpu backend: W * max_chunk each */
 	struct crun_cuda_memory mem;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static void ms_wait_cs(struct crun_cuda_parallel *pc)
 {
@@ -216,7 +205,7 @@ static void *dalloc(struct crun_cuda_parallel *pc, size_t bytes, size_t *count, 
 		return NULL;
 	p = crun_cuda_alloc(pc->ctx, bytes);
 	if (!p) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "out of GPU memory for the %s (%.1f MiB more; %.1f MiB allocated so far, "
 		       "the device has %.1f MiB): see OUT OF MEMORY in crun-train(1)",
 		       what, (double)bytes / (1 << 20), (double)pc->ctx->bytes / (1 << 20),
@@ -241,7 +230,7 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 	bool sharded_grads, ok = true;
 
 	if (!pc) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	pc->ctx = ctx;
@@ -264,7 +253,7 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 	pc->seg = calloc((size_t)pc->n_seg, sizeof(*pc->seg));
 	pc->unit_seg = calloc((size_t)model->n_units, sizeof(*pc->unit_seg));
 	if (!pc->seg || !pc->unit_seg) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		goto out_destroy;
 	}
 	for (int s = 0; s < pc->n_seg; s++)
@@ -335,7 +324,7 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 		goto out_destroy;
 	pc->acts = crun_cuda_acts_create(ctx, model, pc->micro, pc->t, copts->recompute);
 	if (!pc->acts) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "out of GPU memory for the activations of a micro-batch of %d (%.1f MiB "
 		       "allocated so far, the device has %.1f MiB): see OUT OF MEMORY in "
 		       "crun-train(1)",
@@ -357,7 +346,7 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 	return pc;
 
 out_host:
-	seterr(err, errlen, "out of pinned host memory for staging buffers");
+	crun_seterr(err, errlen, "out of pinned host memory for staging buffers");
 out_destroy:
 	crun_cuda_parallel_destroy(pc);
 	return NULL;

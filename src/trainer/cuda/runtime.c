@@ -1,5 +1,6 @@
 /* Device choice, context, tracked allocations and fatal checks. */
 #include "trainer/cuda/runtime.h"
+#include "common/util.h"
 
 #include "common/log.h"
 
@@ -16,20 +17,6 @@ struct crun_cuda_alloc_rec {
 	size_t bytes;
 	bool host;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* "cudaMalloc" out of "cudaMalloc(&p, n)": the name, not the arguments. */
 static int call_name_len(const char *call)
@@ -69,14 +56,14 @@ int crun_cuda_device_count(int *count, char *err, size_t errlen)
 	cudaError_t rc = cudaGetDeviceCount(count);
 
 	if (rc != cudaSuccess) {
-		seterr(err, errlen, "no CUDA device: %s", cudaGetErrorString(rc));
+		crun_seterr(err, errlen, "no CUDA device: %s", cudaGetErrorString(rc));
 		/* reset the runtime's last error: the failure is reported here */
 		(void)cudaGetLastError();
 		*count = 0;
 		return -ENODEV;
 	}
 	if (*count < 1) {
-		seterr(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES='%s')",
+		crun_seterr(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES='%s')",
 		       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
 		return -ENODEV;
 	}
@@ -98,7 +85,7 @@ int crun_cuda_pick_device(int local_rank, bool shared, int *device, char *err, s
 		return 0;
 	}
 	if (!shared) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "LOCAL_RANK %d needs %d GPUs but %d %s visible (CUDA_VISIBLE_DEVICES='%s'): "
 		       "the nccl backend needs one GPU per rank",
 		       local_rank, local_rank + 1, count, count == 1 ? "is" : "are",
@@ -216,7 +203,7 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	cudaError_t rc;
 
 	if (!ctx) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	ctx->device = device;
@@ -224,7 +211,7 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	if (rc == cudaSuccess)
 		rc = cudaGetDeviceProperties(&prop, device);
 	if (rc != cudaSuccess) {
-		seterr(err, errlen, "cannot use CUDA device %d: %s", device,
+		crun_seterr(err, errlen, "cannot use CUDA device %d: %s", device,
 		       cudaGetErrorString(rc));
 		free(ctx);
 		return NULL;
@@ -233,7 +220,7 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	ctx->total_bytes = prop.totalGlobalMem;
 	CRUN_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
 	if (cublasCreate(&ctx->blas) != CUBLAS_STATUS_SUCCESS) {
-		seterr(err, errlen, "cannot create a cuBLAS handle on device %d", device);
+		crun_seterr(err, errlen, "cannot create a cuBLAS handle on device %d", device);
 		CRUN_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
 		free(ctx);
 		return NULL;
@@ -241,7 +228,7 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	CRUN_CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
 	ws = crun_cuda_alloc(ctx, BLAS_WORKSPACE);
 	if (!ws) {
-		seterr(err, errlen, "out of GPU memory for cuBLAS's workspace");
+		crun_seterr(err, errlen, "out of GPU memory for cuBLAS's workspace");
 		crun_cuda_ctx_destroy(ctx);
 		return NULL;
 	}
