@@ -182,7 +182,7 @@ static void on_signal(uv_signal_t *h, int sig)
 	agent_group_event(a, EV_SIGNAL, NULL, sig);
 }
 
-static void remove_tree_flat(const char *dir)
+void agent_remove_dir(const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -423,7 +423,7 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	if (spec->rdzv.enabled) {
 		a->master_addr = a->rdzv.master_addr;
 	} else if (!a->master_port) {
-		a->master_port = agent_free_port();
+		a->master_port = crun_free_port();
 		if (a->master_port < 0) {
 			crun_error("cannot find a free port for MASTER_PORT: %s",
 				   strerror(-a->master_port));
@@ -483,7 +483,7 @@ out_reaper:
 	agent_reaper_stop(&a->reaper);
 out_dirs:
 	if (a->tmp_dir)
-		remove_tree_flat(a->tmp_dir);
+		agent_remove_dir(a->tmp_dir);
 out_free:
 	agent_failures_clear(a);
 	free(a->failures);

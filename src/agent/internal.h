@@ -333,9 +333,9 @@ int agent_rdzv_done(struct agent *a);
 /* Closes the store client (no more events) and frees what rendezvous.c
  * holds. Safe to call more than once. */
 void agent_rdzv_finish(struct agent *a);
-/* A free TCP port on every local address (dual-stack wildcard, else
- * IPv4), or a negative errno. */
-int agent_free_port(void);
+/* Removes a directory of plain files (no subdirectories): the agent's
+ * private directory of error files; also used by the guard process. */
+void agent_remove_dir(const char *dir);
 
 /* ---- agent.c ---- */
 

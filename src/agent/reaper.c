@@ -64,20 +64,6 @@ static int close_other_fds(int keep)
 	return keep;
 }
 
-static void remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			unlinkat(dirfd(d), e->d_name, 0);
-	closedir(d);
-	rmdir(dir);
-}
-
 static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_dir)
 {
 	static const int ignored[] = {SIGINT,  SIGTERM, SIGHUP,	 SIGQUIT, SIGPIPE,
@@ -148,7 +134,7 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 			crun_write_all(STDERR_FILENO, line, (size_t)len);
 	}
 	if (cleanup_dir)
-		remove_dir(cleanup_dir);
+		agent_remove_dir(cleanup_dir);
 	_exit(0);
 }
 

@@ -86,10 +86,6 @@ static struct crun_wire_item str_item(const char *s)
 
 /* ---- local addresses and hosting ---------------------------------------- */
 
-int agent_free_port(void)
-{
-	return crun_free_port();
-}
 
 static bool is_literal(const char *host)
 {
@@ -346,7 +342,7 @@ static int publish_master(struct agent *a)
 	struct crun_wire_item items[2];
 	struct crun_wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	char key[64], value[320];
-	int port = agent_free_port();
+	int port = crun_free_port();
 
 	if (port < 0) {
 		set_error(a, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
