@@ -1029,3 +1029,9 @@ void crun_round_destroy(struct crun_round *r)
 	free(r->run_id);
 	free(r);
 }
+
+bool crun_round_has_peer(const struct crun_round *r, const void *peer)
+{
+	return r && (nodes_find(&r->joiners, peer) >= 0 || nodes_find(&r->members, peer) >= 0 ||
+		     nodes_find(&r->standby, peer) >= 0);
+}

@@ -14,6 +14,7 @@
 #ifndef CRUN_RENDEZVOUS_ROUND_H
 #define CRUN_RENDEZVOUS_ROUND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -68,6 +69,11 @@ struct crun_round *crun_round_create(uv_loop_t *loop, const char *run_id,
  * for any event in any state; events that do not apply are answered as
  * rdzv.h says or ignored (LOST of an unknown peer). */
 void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev);
+
+/* True when peer is a joiner, member or standby node of r: the server
+ * arms a connection's keep-alive only once its JOIN has been admitted, so
+ * that a refused JOIN leaves the connection as it was. */
+bool crun_round_has_peer(const struct crun_round *r, const void *peer);
 
 /* Frees r without sending anything; its timer is closed and the memory
  * freed in the close callback (ops->handle_closed runs then). NULL is

@@ -1380,6 +1380,7 @@ static void op_rdzv_join(struct conn *c, const struct crun_wire_msg *m)
 	struct crun_rdzv_node node;
 	struct crun_rdzv_conf conf;
 	struct crun_round *round;
+	bool admitted_before;
 	char err[256];
 	int rc;
 
@@ -1394,12 +1395,19 @@ static void op_rdzv_join(struct conn *c, const struct crun_wire_msg *m)
 	round = run_round(c, m->id);
 	if (!round)
 		goto out_finish;
-	c->keepalive_ms = conf.keepalive_ms;
-	keepalive_reset(c);
+	admitted_before = crun_round_has_peer(round, c);
 	ev.node = &node;
 	ev.conf = &conf;
 	ev.peer_addr = c->peer_ip;
 	crun_round_apply(round, &ev);
+	/* Only a JOIN the round admitted sets the keep-alive window: a refused
+	 * one (EALREADY, a mismatch, a closed run) leaves the connection as it
+	 * was. */
+	round = c->run->round;
+	if (!admitted_before && round && crun_round_has_peer(round, c)) {
+		c->keepalive_ms = conf.keepalive_ms;
+		keepalive_reset(c);
+	}
 out_finish:
 	crun_rdzv_node_finish(&node);
 }

@@ -622,6 +622,44 @@ static void test_keepalive(void **state)
 	stop_server(t);
 }
 
+/* A refused JOIN leaves the connection as it was: a member that sends a
+ * second JOIN asking for a 100 ms keep-alive gets EALREADY and stays a
+ * member although it then says nothing for 400 ms. */
+static void test_refused_join_keeps_keepalive(void **state)
+{
+	struct tsrv *t = start_server();
+	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun_rdzv_assignment a, b;
+	struct tnode na, nb;
+
+	(void)state;
+	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	join_sync(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun_rdzv_assignment_finish(&a);
+	crun_rdzv_assignment_finish(&b);
+	na.conf.keepalive_ms = 100;
+	join(&na);
+	want_error(&na, na.join_id, EALREADY, NULL);
+	assert_true(quiet(nb.fd, 400));
+	{
+		uint32_t id = next_id++;
+		struct rmsg r;
+
+		send_frame(na.fd, CRUN_WIRE_PING, id, 0, NULL, 0);
+		assert_int_equal(trecv(na.fd, &r), 0);
+		assert_int_equal(r.m.type, CRUN_WIRE_VALUE);
+		assert_int_equal(r.m.id, id);
+		rmsg_finish(&r);
+	}
+	node_close(&na);
+	node_close(&nb);
+	stop_server(t);
+}
+
 /* FAIL ends the round for every member with "failure" (counted); a FAIL
  * for an old round is a no-op; group ranks stay in first-join order
  * whatever the order of the rejoins. */
@@ -1072,6 +1110,7 @@ int main(void)
 		cmocka_unit_test(test_last_call),
 		cmocka_unit_test(test_left_and_join_timeout),
 		cmocka_unit_test(test_keepalive),
+		cmocka_unit_test(test_refused_join_keeps_keepalive),
 		cmocka_unit_test(test_fail),
 		cmocka_unit_test(test_late_joiner),
 		cmocka_unit_test(test_standby),
