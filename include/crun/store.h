@@ -152,8 +152,9 @@ int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t
 /* Compare-and-set. Replaces the value by desired when it equals expected
  * (or, with CRUN_STORE_EXPECT_ABSENT, when the key is missing; expected is
  * then ignored). *current (may be NULL) receives the value stored
- * afterwards: desired when the swap happened. Returns 0 whether or not the
- * swap happened; compare *current with desired to tell. */
+ * afterwards (desired when the swap happened; for a missing key and a
+ * non-empty expected, expected, as torch's TCPStore answers). Returns 1
+ * when the swap happened, 0 when it did not, or a negative errno. */
 int crun_store_cas(struct crun_store *s, const char *key, const void *expected, size_t elen,
 		   const void *desired, size_t dlen, int flags, struct crun_store_buf *current,
 		   int timeout_ms);

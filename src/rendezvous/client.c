@@ -1179,7 +1179,7 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 		rc = expect_type(s, CRUN_WIRE_VALUE, 1);
 	if (rc == 0 && current)
 		rc = buf_from_item(current, &s->msg.items[0]);
-	return rc;
+	return rc < 0 ? rc : s->msg.num == 1;
 }
 
 int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms)

@@ -291,7 +291,7 @@ static int cmd_cas(struct ctl *c)
 
 	if (rc < 0)
 		return op_failed(c, "compare-and-set", c->args[0], rc);
-	swapped = now.len == strlen(desired) && !memcmp(now.data, desired, now.len);
+	swapped = rc == 1;
 	print_value(&now);
 	crun_store_buf_finish(&now);
 	if (!swapped) {

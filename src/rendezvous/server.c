@@ -621,12 +621,18 @@ static void reply_too_big(struct conn *c, uint32_t id)
 	refuse(c, id, ENOBUFS, "reply too large for one frame or for this connection's buffer");
 }
 
-static void reply_value(struct conn *c, uint32_t id, const void *data, size_t len)
+static void reply_value_num(struct conn *c, uint32_t id, int64_t num, const void *data,
+			    size_t len)
 {
 	struct crun_wire_item it = item(data, len);
 
-	if (send_frame(c, CRUN_WIRE_VALUE, id, 0, &it, 1) == -ENOBUFS)
+	if (send_frame(c, CRUN_WIRE_VALUE, id, num, &it, 1) == -ENOBUFS)
 		reply_too_big(c, id);
+}
+
+static void reply_value(struct conn *c, uint32_t id, const void *data, size_t len)
+{
+	reply_value_num(c, id, 0, data, len);
 }
 
 /* ---- runs and entries ---------------------------------------------------- */
@@ -1136,7 +1142,8 @@ static void op_cas(struct conn *c, const struct crun_wire_msg *m)
 			entry_delete(c->run, ht_link(&c->run->keys, key->data, key->len, h));
 		return;
 	}
-	reply_value(c, m->id, e->val, e->vlen);
+	/* num = 1: the swap happened (the value alone cannot say so). */
+	reply_value_num(c, m->id, 1, e->val, e->vlen);
 	changed(srv, c->run, e);
 }
 

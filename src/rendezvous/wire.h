@@ -47,6 +47,8 @@
  *           (as torch's TCPStore); a missing key counts as 0; a value that
  *           is not a decimal int64 or an overflow is EINVAL / ERANGE.
  *   CAS     [key, expected, desired]; 0; VALUE [value now stored].
+ *           num = 1 when the swap happened, else 0 (a missing key with a
+ *           non-empty expected replies expected, as torch's TCPStore).
  *           Swaps when the current value equals expected; flag
  *           EXPECT_ABSENT: swaps only when the key is missing (expected is
  *           then empty and ignored).

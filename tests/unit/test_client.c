@@ -112,18 +112,23 @@ static void test_every_call(void **state)
 
 	/* cas */
 	assert_int_equal(crun_store_cas(s, "c", NULL, 0, "v1", 2, CRUN_STORE_EXPECT_ABSENT, &b, -1),
-			 0);
+			 1);
 	assert_string_equal((char *)b.data, "v1");
 	crun_store_buf_finish(&b);
 	assert_int_equal(crun_store_cas(s, "c", NULL, 0, "v2", 2, CRUN_STORE_EXPECT_ABSENT, &b, -1),
 			 0);
 	assert_string_equal((char *)b.data, "v1"); /* present: no swap */
 	crun_store_buf_finish(&b);
-	assert_int_equal(crun_store_cas(s, "c", "v1", 2, "v3", 2, 0, &b, -1), 0);
+	assert_int_equal(crun_store_cas(s, "c", "v1", 2, "v3", 2, 0, &b, -1), 1);
 	assert_string_equal((char *)b.data, "v3");
 	crun_store_buf_finish(&b);
 	assert_int_equal(crun_store_cas(s, "c", "zz", 2, "v4", 2, 0, NULL, -1), 0);
 	assert_get(s, "c", "v3");
+	/* A missing key with a non-empty expected: nothing stored, no swap,
+	 * even when the reply (expected) equals desired. */
+	assert_int_equal(crun_store_cas(s, "nokey", "x", 1, "x", 1, 0, &b, -1), 0);
+	crun_store_buf_finish(&b);
+	assert_int_equal(crun_store_get(s, "nokey", &b, 0), -ENOENT);
 
 	/* append */
 	assert_int_equal(crun_store_append(s, "log", "ab", 2, -1), 0);
