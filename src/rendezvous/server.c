@@ -207,6 +207,7 @@ struct waiter {
 	uint32_t id;
 	uint8_t type;
 	uint32_t count;
+	size_t bytes;                /* key bytes held, counted in conn->sub_bytes */
 	struct crun_wire_item *keys; /* in the same allocation, after the struct */
 };
 
@@ -249,6 +250,8 @@ struct conn {
 	size_t olen, ocap;
 	size_t inflight; /* bytes in uv_write requests not yet done */
 	uint32_t nsubs;
+	uint64_t sub_bytes; /* key bytes its waits and watches hold (capped at
+	                     * max_conn_buffer, like its buffers) */
 	uint32_t nrefused; /* requests refused for a limit (for the log) */
 	int64_t keepalive_ms; /* from its last RDZV_JOIN; 0: none */
 	enum conn_state state;
@@ -788,6 +791,7 @@ static void waiter_remove(struct waiter *w)
 	list_del(&w->run_link);
 	list_del(&w->conn_link);
 	w->conn->nsubs--;
+	w->conn->sub_bytes -= w->bytes;
 	w->conn = NULL;
 	uv_close((uv_handle_t *)&w->timer, on_waiter_closed);
 }
@@ -897,6 +901,23 @@ static void entry_delete(struct run *r, struct hnode **link)
 
 static void on_conn_timer(uv_timer_t *t);
 
+/* A connection's waits and watches may hold at most max_conn_buffer bytes
+ * of keys, so that no client makes the server keep more for it than its
+ * buffers may; refuses the request (ENOBUFS) when bytes more would not
+ * fit. */
+static bool sub_room(struct conn *c, uint32_t id, uint64_t bytes)
+{
+	uint64_t max = c->srv->limits.max_conn_buffer;
+
+	if (c->sub_bytes + bytes <= max)
+		return true;
+	refuse(c, id, ENOBUFS,
+	       "waits and watches on one connection would hold more than %" PRIu64
+	       " bytes of keys",
+	       max);
+	return false;
+}
+
 /* Registers a waiting GET/MGET/WAIT; keys are copied. */
 static void add_waiter(struct conn *c, const struct crun_wire_msg *m)
 {
@@ -912,6 +933,8 @@ static void add_waiter(struct conn *c, const struct crun_wire_msg *m)
 	}
 	for (uint32_t i = 0; i < m->count; i++)
 		bytes += m->items[i].len;
+	if (!sub_room(c, m->id, bytes))
+		return;
 	w = malloc(sizeof(*w) + m->count * sizeof(struct crun_wire_item) + bytes);
 	if (!w) {
 		reply_err(c, m->id, ENOMEM, "out of memory");
@@ -928,6 +951,7 @@ static void add_waiter(struct conn *c, const struct crun_wire_msg *m)
 	w->id = m->id;
 	w->type = m->type;
 	w->count = m->count;
+	w->bytes = bytes;
 	if (uv_timer_init(srv->loop, &w->timer) < 0) {
 		free(w);
 		reply_err(c, m->id, ENOMEM, "cannot create a timer");
@@ -939,6 +963,7 @@ static void add_waiter(struct conn *c, const struct crun_wire_msg *m)
 	list_add_tail(&c->run->waiters, &w->run_link);
 	list_add_tail(&c->waiters, &w->conn_link);
 	c->nsubs++;
+	c->sub_bytes += bytes;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -1285,6 +1310,8 @@ static void op_watch(struct conn *c, const struct crun_wire_msg *m)
 			  MAX_SUBS_PER_CONN);
 		return;
 	}
+	if (!sub_room(c, m->id, key->len))
+		return;
 	w = malloc(sizeof(*w) + key->len);
 	if (!w) {
 		reply_err(c, m->id, ENOMEM, "out of memory");
@@ -1297,6 +1324,7 @@ static void op_watch(struct conn *c, const struct crun_wire_msg *m)
 	list_add_tail(&c->run->watches, &w->run_link);
 	list_add_tail(&c->watches, &w->conn_link);
 	c->nsubs++;
+	c->sub_bytes += key->len;
 	reply_ok(c, m->id);
 }
 
@@ -1305,6 +1333,7 @@ static void watch_free(struct watch *w)
 	list_del(&w->run_link);
 	list_del(&w->conn_link);
 	w->conn->nsubs--;
+	w->conn->sub_bytes -= w->klen;
 	free(w);
 }
 

@@ -1208,6 +1208,50 @@ static void test_slow_reader(void **state)
 	stop_server(t);
 }
 
+/* The keys that a connection's waits and watches hold are capped at
+ * max_conn_buffer: past it a wait is refused (ENOBUFS), and the room comes
+ * back when the waits end. */
+static void test_wait_bytes_capped(void **state)
+{
+	enum { KEY = 3000 };
+	struct crun_server_limits lim;
+	struct tsrv *t;
+	char key[KEY + 8];
+	struct crun_wire_item k;
+	int fd, refused = 0;
+	struct rmsg r;
+
+	(void)state;
+	crun_server_limits_default(&lim);
+	lim.max_conn_buffer = 16 * 1024;
+	t = start_server(&lim, NULL);
+	fd = client(t->port, "cap");
+	/* Ten waits of 3000-byte keys: the sixth no longer fits 16 KiB. */
+	for (uint32_t i = 0; i < 10; i++) {
+		memset(key, 'a' + (int)i, KEY);
+		key[KEY] = '\0';
+		k = its(key);
+		send_frame(fd, CRUN_WIRE_GET, 0, 100 + i, 60000, &k, 1);
+	}
+	send_frame(fd, CRUN_WIRE_PING, 0, 7, 0, NULL, 0);
+	for (;;) {
+		assert_int_equal(trecv(fd, &r), 0);
+		if (r.m.type == CRUN_WIRE_VALUE) {
+			assert_int_equal(r.m.id, 7);
+			rmsg_finish(&r);
+			break;
+		}
+		assert_int_equal(r.m.type, CRUN_WIRE_ERROR);
+		assert_int_equal(r.m.num, ENOBUFS);
+		refused++;
+		rmsg_finish(&r);
+	}
+	assert_int_equal(refused, 5);
+	close(fd);
+	fresh_client_works(t->port);
+	stop_server(t);
+}
+
 /* Destroying the server with connections, waiters, watches, ephemeral
  * keys and half-received frames still open closes every handle. */
 static void test_destroy_busy(void **state)
@@ -1314,6 +1358,7 @@ int main(void)
 		cmocka_unit_test(test_tiny_frames),
 		cmocka_unit_test(test_handshake_timeout),
 		cmocka_unit_test(test_slow_reader),
+		cmocka_unit_test(test_wait_bytes_capped),
 		cmocka_unit_test(test_destroy_busy),
 		cmocka_unit_test(test_listen),
 	};
