@@ -427,7 +427,14 @@ static void got_signal(struct agent *a, int sig)
 		return;
 	case GROUP_STOPPING:
 		if (a->running == 0) {
-			/* Only output was being drained: stop waiting. */
+			/* Only output was being drained: stop waiting, and end
+			 * with the signal instead of restarting or going on. */
+			if (a->reason == STOP_DONE || a->reason == STOP_FAILURE ||
+			    a->reason == STOP_ROUND) {
+				crun_info("got %s; stopping", sig_name(sig, name, sizeof(name)));
+				a->reason = STOP_SIGNAL;
+				a->stop_signal = sig;
+			}
 			close_pipes(a);
 			return;
 		}

@@ -78,4 +78,17 @@ kill -USR1 "$job"
 finish_job
 [ $rc = 138 ] || fail "SIGUSR1: exit $rc"
 has "$out" "[1]:got SIGUSR1"
+# A signal that arrives while crun drains a failed attempt's output (an
+# escaped grandchild holds the pipes) ends the job with 128+N instead of
+# being lost to the restart.
+mark=crun-sig-drain-$$
+"$CRUN" --max-restarts=3 "$H/crun-test-fork" "$mark" --exit 1 --escape >"$tmp/drain" 2>&1 &
+job=$!
+sleep 0.4
+kill -TERM "$job"
+wait "$job"
+rc=$?
+pkill -9 -f "$mark" 2>/dev/null
+[ $rc = 143 ] || fail "SIGTERM while draining: exit $rc: $(cat "$tmp/drain")"
+! grep -q "restart 1" "$tmp/drain" || fail "restarted after SIGTERM: $(cat "$tmp/drain")"
 echo "ok"
