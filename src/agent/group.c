@@ -332,6 +332,7 @@ static void start_attempt(struct agent *a)
 	a->running = 0;
 	a->open_pipes = 0;
 	a->nworkers = 0;
+	a->attempts++; /* workers of this attempt are numbered attempts - 1 */
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w = agent_worker_spawn(a, lr, &err);

@@ -156,6 +156,9 @@ struct worker {
 	int local_rank;
 	int rank;
 	int attempt; /* restart count when it was started */
+	int seq;     /* attempts of this agent before its own: names its log
+	              * directory (attempt_<seq>), so that a restart that is
+	              * not counted (a node joined) never overwrites a log */
 	uv_process_t proc;
 	struct outpipe out[2]; /* [0] stdout, [1] stderr */
 	int handles;	       /* libuv handles not yet closed */
@@ -351,6 +354,7 @@ struct agent {
 	int stop_signal;
 	int exec_error; /* negative errno of the failed exec */
 	int restart_count;
+	int attempts; /* attempts started so far (counted restarts or not) */
 	int exit_status;       /* valid in a final state */
 	bool leftovers_killed; /* attempt: every group got SIGKILL */
 	bool gave_up;	       /* attempt: a worker would not die */

@@ -371,7 +371,7 @@ static int worker_files(struct agent *a, struct worker *w)
 	int err = 0;
 
 	if (a->log_root) {
-		if (asprintf(&dir, "%s/attempt_%d/%d", a->log_root, w->attempt, w->local_rank) < 0)
+		if (asprintf(&dir, "%s/attempt_%d/%d", a->log_root, w->seq, w->local_rank) < 0)
 			return -ENOMEM;
 		err = agent_mkdir_p(dir);
 		if (err < 0) {
@@ -387,7 +387,7 @@ static int worker_files(struct agent *a, struct worker *w)
 		}
 		if (asprintf(&w->error_file, "%s/error.json", dir) < 0)
 			w->error_file = NULL;
-	} else if (asprintf(&w->error_file, "%s/error_%d_%d.json", a->tmp_dir, w->attempt,
+	} else if (asprintf(&w->error_file, "%s/error_%d_%d.json", a->tmp_dir, w->seq,
 			    w->local_rank) < 0) {
 		w->error_file = NULL;
 	}
@@ -467,6 +467,7 @@ struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
 	w->local_rank = local_rank;
 	w->rank = a->rank_offset + local_rank;
 	w->attempt = a->restart_count;
+	w->seq = a->attempts - 1;
 	if (!strcmp(spec->role, "default"))
 		snprintf(w->prefix, sizeof(w->prefix), "[%d]:", w->rank);
 	else

@@ -58,7 +58,7 @@ port=$(free_port)
 common=(--nnodes=2:3 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=late
 	--rdzv-conf=last_call_timeout=300ms)
 export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 3 ]'
-agent l0 "${common[@]}" sh -c "$worker" "$marker"
+agent l0 "${common[@]}" --log-dir="$tmp/logs-l0" --tee=3 sh -c "$worker" "$marker"
 agent l1 "${common[@]}" sh -c "$worker" "$marker"
 wait_for "$tmp/l0.out" "nodes=2 world=4 restart=0 round=1" 2
 wait_for "$tmp/l1.out" "nodes=2 world=4 restart=0 round=1" 2
@@ -71,6 +71,11 @@ for n in l0 l1; do
 	grep -q "round 1 ended: node '.*' (.*) is joining; restarting (a joining node is not counted" \
 		"$tmp/$n.err" || fail "$n does not say why round 1 ended: $(cat "$tmp/$n.err")"
 done
+# The join restart is not counted, yet it keeps the first attempt's logs.
+grep -q "round=1" "$tmp/logs-l0/late/attempt_0/0/stdout.log" ||
+	fail "attempt_0 log lost: $(cat "$tmp/logs-l0/late/attempt_0/0/stdout.log" 2>&1)"
+grep -q "round=2" "$tmp/logs-l0/late/attempt_1/0/stdout.log" ||
+	fail "no attempt_1 log: $(ls -R "$tmp/logs-l0" 2>&1)"
 [ "$(cat "$tmp"/l?.out | grep -F 'round=2' | grep -oE ' rank=[0-9]+' | cut -d= -f2 | sort -n |
 	tr '\n' ' ')" = "0 1 2 3 4 5 " ] ||
 	fail "ranks of the 3-node round: $(cat "$tmp"/l?.out)"
