@@ -132,6 +132,8 @@ struct outpipe {
 	bool open;	/* initialised and not yet closed */
 	bool eof;	/* EOF (or a read error) was seen */
 	bool long_line; /* owns the console; prefix already written */
+	bool after_cr;	/* the last segment ended with '\r' (a CRLF split
+			 * between reads: its '\n' gets no prefix) */
 	bool waiting;	/* on the console's waiters list */
 	struct outpipe *next_waiter;
 };

@@ -127,6 +127,22 @@ static void release_console(struct console *c)
 	}
 }
 
+/* The end of the first segment in [start, start + len): a '\n', a "\r\n",
+ * or a lone '\r' (progress bars such as tqdm's redraw one line with '\r'
+ * and never end it: each redraw is a segment of its own, so it reaches
+ * the console at once, prefixed, and never holds other ranks' output
+ * back). NULL when the segment is not finished yet. */
+static const char *segment_end(const char *start, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (start[i] == '\n')
+			return start + i;
+		if (start[i] == '\r')
+			return i + 1 < len && start[i + 1] == '\n' ? start + i + 1 : start + i;
+	}
+	return NULL;
+}
+
 /* Writes every whole line in the buffer, or stops when another pipe owns
  * the console (unless force: the pipe is being closed). */
 static void drain(struct outpipe *p, bool force)
@@ -143,20 +159,25 @@ static void drain(struct outpipe *p, bool force)
 			wait_for_console(p);
 			break;
 		}
-		nl = memchr(start, '\n', avail);
+		nl = (char *)segment_end(start, avail);
 		if (p->long_line) {
 			size_t n = nl ? (size_t)(nl - start) + 1 : avail;
 			emit(p, false, start, n, false);
 			off += n;
 			if (nl) {
 				p->long_line = false;
+				p->after_cr = *nl == '\r';
 				release_console(c);
 			}
 			continue;
 		}
 		if (nl) {
 			size_t n = (size_t)(nl - start) + 1;
-			emit(p, true, start, n, false);
+			/* The '\n' of a "\r\n" split between two reads. */
+			bool bare = p->after_cr && n == 1 && *start == '\n';
+
+			emit(p, !bare, start, n, false);
+			p->after_cr = *nl == '\r';
 			off += n;
 			continue;
 		}

@@ -81,4 +81,11 @@ has "$tmp/err" "[1]:err"
 for r in 0 1 2; do
 	[ "$(cat "$logs/filterjob/attempt_0/$r/stdout.log")" = out ] || fail "rank $r log"
 done
+# A progress bar redrawn with '\r' (tqdm) never holds back another rank's
+# lines: each redraw reaches the console as a segment of its own.
+crun --nproc-per-node=2 --max-restarts=0 "$CRUN_TEST_HELPERS_SRC/progress_worker.py" \
+	"$tmp/progress.flag" >"$tmp/out" 2>"$tmp/err" ||
+	fail "progress bar job: $(tail -c 300 "$tmp/err")"
+has "$tmp/err" "[1]:log line 9999 of rank 1"
+grep -q "step  19999" "$tmp/err" || fail "no last redraw"
 echo "ok"
