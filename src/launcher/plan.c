@@ -262,6 +262,16 @@ static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_l
 		snprintf(v, sizeof(v), "%d:%d", o->nnodes_min, o->nnodes_max);
 	plan->node_rank = o->node_rank;
 	plan->is_host = o->rdzv_conf.is_host;
+	if (o->standalone && o->nnodes_max > 1) {
+		/* torchrun would wait for nodes that can never reach its store
+		 * on localhost:0; running one node instead would be a quiet
+		 * lie about the world size. */
+		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+					 "--standalone runs one node (expected 1, or "
+					 "--rdzv-endpoint instead of --standalone)",
+					 err, errlen);
+		return -EINVAL;
+	}
 	if (o->standalone || (o->nnodes_max == 1 && !ep))
 		return 0;
 	plan->rendezvous = true;

@@ -120,6 +120,7 @@ bad "unknown option '--bogus-flag' (see crun --help)" "" --bogus-flag 1
 bad "unknown option '-z'" "" -z
 bad "option '--nproc-per-node' needs a value" "" --nproc-per-node NOCMD
 bad "option '--standalone' takes no value" "" --standalone=yes
+bad "invalid value '2' for --nnodes: --standalone runs one node" "" --standalone --nnodes 2
 bad "no command given" "" --nproc-per-node 2 NOCMD
 bad "--run-path is not supported" "" --run-path
 bad "--module and --no-python cannot be used together" "" -m --no-python

@@ -741,17 +741,21 @@ static void test_plan(void **state)
 	crun_launch_plan_finish(p);
 	done(r);
 	/* One node with an endpoint joins a rendezvous too (as torchrun);
-	 * --standalone never does. */
+	 * --standalone never does, and refuses several nodes rather than
+	 * quietly running one. */
 	r = parse("--rdzv-endpoint=h:1234", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_true(p->rendezvous);
 	crun_launch_plan_finish(p);
 	done(r);
-	r = parse("--standalone", "--nnodes=2", "--rdzv-endpoint=h:1234", "x");
+	r = parse("--standalone", "--rdzv-endpoint=h:1234", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_false(p->rendezvous);
 	crun_launch_plan_finish(p);
 	done(r);
+	r = parse("--standalone", "--nnodes=2", "--rdzv-endpoint=h:1234", "x");
+	plan_for(r, NULL, &nogpu, -EINVAL);
+	expect_error(r, "invalid value '2' for --nnodes: --standalone runs one node");
 
 	/* static: the store on master-addr:master-port (29500), node rank 0
 	 * hosts it unless is_host says otherwise. */
