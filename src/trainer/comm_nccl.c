@@ -144,8 +144,13 @@ int crun_comm_nccl_wait(struct crun_comm *comm, cudaEvent_t ev)
 
 		if (q == cudaSuccess)
 			return 0;
-		if (q != cudaErrorNotReady)
-			CRUN_CUDA_CHECK(q);
+		if (q != cudaErrorNotReady) {
+			/* Abort the communicator before leaving, so that peers on
+			 * NVLink or P2P see it at once, not after their timeout. */
+			snprintf(msg, sizeof(msg), "CUDA error while waiting for collectives: %s",
+				 cudaGetErrorString(q));
+			return fail(comm, -EIO, msg, ncclSuccess);
+		}
 		if (ncclCommGetAsyncError(n->nc, &st) != ncclSuccess ||
 		    (st != ncclSuccess && st != ncclInProgress))
 			return fail(comm, -ECONNABORTED, "collective failed (a peer may have died)",

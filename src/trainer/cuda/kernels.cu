@@ -17,6 +17,8 @@ typedef __nv_bfloat16 bf16;
 #define LN_EPS 1e-5f
 #define VOCAB 256
 #define THREADS 256
+/* The cross-entropy kernels run one thread per logit of a row. */
+static_assert(VOCAB == THREADS, "xent kernels: one thread per logit");
 
 namespace {
 

@@ -101,6 +101,8 @@ static int dc_allreduce(struct crun_cuda_parallel *pc, void *buf, size_t count, 
 
 	if (pc->nccl)
 		return crun_comm_nccl_allreduce(pc->comm, buf, count, comm_type(t));
+	if (t != CRUN_DTYPE_F32)
+		return -EINVAL; /* the cpu backend reduces float32 only */
 	if (pc->world == 1 || !count)
 		return 0;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(pc->stage_in, buf, bytes, cudaMemcpyDeviceToHost, pc->ms));
@@ -122,6 +124,8 @@ static int dc_reduce_scatter(struct crun_cuda_parallel *pc, const void *in, void
 
 	if (pc->nccl)
 		return crun_comm_nccl_reduce_scatter(pc->comm, in, out, count, comm_type(t));
+	if (t != CRUN_DTYPE_F32)
+		return -EINVAL; /* the cpu backend reduces float32 only */
 	if (pc->world == 1) {
 		d2d(pc, out, in, bytes);
 		return 0;
