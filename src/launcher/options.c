@@ -1007,7 +1007,7 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 	return 0;
 }
 
-static const char *env_lookup(char **envp, const char *name)
+const char *crun_launch_env_lookup(char **envp, const char *name)
 {
 	size_t len = strlen(name);
 
@@ -1027,10 +1027,10 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 
 		if (!name)
 			continue;
-		v = env_lookup(envp, name);
+		v = crun_launch_env_lookup(envp, name);
 		if ((!v || !*v) && d->id == CRUN_OPT_SHUTDOWN_TIMEOUT) {
 			name = torch_shutdown_env;
-			v = env_lookup(envp, name);
+			v = crun_launch_env_lookup(envp, name);
 		}
 		if (!v || !*v) /* empty: as if unset */
 			continue;

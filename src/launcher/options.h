@@ -221,4 +221,8 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 /* "SIGTERM" for SIGTERM; NULL for a signal the table does not name. */
 const char *crun_signal_name(int sig);
 
+/* The value of NAME in envp (a NULL-terminated "KEY=VALUE" array, as main's
+ * third argument), or NULL. Points into envp. */
+const char *crun_launch_env_lookup(char **envp, const char *name);
+
 #endif

@@ -12,16 +12,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *env_lookup(char **envp, const char *name)
-{
-	size_t len = strlen(name);
-
-	for (char **e = envp; e && *e; e++)
-		if (!strncmp(*e, name, len) && (*e)[len] == '=')
-			return *e + len + 1;
-	return NULL;
-}
-
 static bool all_digits(const char *s, size_t len)
 {
 	if (!len)
@@ -151,7 +141,7 @@ static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
 	case CRUN_NPROC_AUTO:
 	case CRUN_NPROC_GPU:
 		gpus = crun_launch_count_gpus(gpus_dir, dev_dir,
-					      env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
+					      crun_launch_env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
 		if (gpus > 0) {
 			*nproc = gpus;
 			return 0;
@@ -210,7 +200,7 @@ static bool ends_with(const char *s, const char *suffix)
 static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_opts *o, char **envp,
 		      char *err, size_t errlen)
 {
-	const char *python = env_lookup(envp, "PYTHON_EXEC");
+	const char *python = crun_launch_env_lookup(envp, "PYTHON_EXEC");
 	const char *pre[4];
 	int npre = 0, k = 0;
 

@@ -2,6 +2,7 @@
  * server trusts nothing a JOIN says: every number is checked for its form
  * and its range here, once, so that round.c works with sane values only. */
 #include "rendezvous/rdzv.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,20 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static struct crun_wire_item str_item(const char *s)
 {
@@ -91,14 +78,14 @@ static int item_int(const struct crun_wire_item *it, const char *what, int64_t m
 	*out = neg ? -(int64_t)v : (int64_t)v;
 	return 0;
 bad:
-	seterr(err, errlen, "%s is not a decimal integer: '%.*s'", what, n > 24 ? 24 : (int)n,
+	crun_seterr(err, errlen, "%s is not a decimal integer: '%.*s'", what, n > 24 ? 24 : (int)n,
 	       (const char *)p);
 	for (char *q = err; q && *q; q++)
 		if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
 			*q = '?';
 	return -EPROTO;
 range:
-	seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", what,
+	crun_seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", what,
 	       neg ? "-" : "", v, min, max);
 	return -EPROTO;
 }
@@ -109,23 +96,23 @@ static int item_str(const struct crun_wire_item *it, const char *what, bool allo
 		    char *err, size_t errlen)
 {
 	if (!it->len && !allow_empty) {
-		seterr(err, errlen, "%s is empty", what);
+		crun_seterr(err, errlen, "%s is empty", what);
 		return -EPROTO;
 	}
 	if (it->len > CRUN_RDZV_MAX_STR) {
-		seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what, it->len,
+		crun_seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what, it->len,
 		       CRUN_RDZV_MAX_STR);
 		return -EPROTO;
 	}
 	for (uint32_t i = 0; i < it->len; i++)
 		if (it->data[i] < 0x20 || it->data[i] >= 0x7f) {
-			seterr(err, errlen, "%s contains byte 0x%02x at offset %u", what,
+			crun_seterr(err, errlen, "%s contains byte 0x%02x at offset %u", what,
 			       it->data[i], i);
 			return -EPROTO;
 		}
 	*out = malloc((size_t)it->len + 1);
 	if (!*out) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	if (it->len)
@@ -154,11 +141,11 @@ int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node 
 	memset(node, 0, sizeof(*node));
 	memset(conf, 0, sizeof(*conf));
 	if (msg->type != CRUN_WIRE_RDZV_JOIN || msg->count != CRUN_RDZV_JOIN_ITEMS) {
-		seterr(err, errlen, "not a JOIN of %d items", CRUN_RDZV_JOIN_ITEMS);
+		crun_seterr(err, errlen, "not a JOIN of %d items", CRUN_RDZV_JOIN_ITEMS);
 		return -EPROTO;
 	}
 	if (msg->num <= 0) {
-		seterr(err, errlen, "join timeout must be positive, got %" PRId64, msg->num);
+		crun_seterr(err, errlen, "join timeout must be positive, got %" PRId64, msg->num);
 		return -EPROTO;
 	}
 	if ((rc = item_int(&it[3], "nproc", 1, CRUN_RDZV_MAX_NPROC, &nproc, err, errlen)) < 0 ||
@@ -169,7 +156,7 @@ int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node 
 	    (rc = item_int(&it[9], "max_restarts", 0, INT_MAX, &restarts, err, errlen)) < 0)
 		return rc;
 	if (min > max) {
-		seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min, max);
+		crun_seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min, max);
 		return -EPROTO;
 	}
 	rc = item_int(&it[4], "node_rank", -1, max - 1, &rank, err, errlen);
@@ -212,11 +199,11 @@ int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv
 
 	memset(a, 0, sizeof(*a));
 	if (msg->type != CRUN_WIRE_VALUES) {
-		seterr(err, errlen, "expected VALUES, got %s", crun_wire_type_name(msg->type));
+		crun_seterr(err, errlen, "expected VALUES, got %s", crun_wire_type_name(msg->type));
 		return -EPROTO;
 	}
 	if (msg->count < 4) {
-		seterr(err, errlen, "assignment of %u items is shorter than 4", msg->count);
+		crun_seterr(err, errlen, "assignment of %u items is shorter than 4", msg->count);
 		return -EPROTO;
 	}
 	if ((rc = item_int(&it[0], "round", 0, INT64_MAX, &round, err, errlen)) < 0 ||
@@ -225,14 +212,14 @@ int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv
 	    (rc = item_int(&it[2], "group_rank", 0, nnodes - 1, &rank, err, errlen)) < 0)
 		return rc;
 	if (msg->count != 4 + 4 * (uint64_t)nnodes) {
-		seterr(err, errlen,
+		crun_seterr(err, errlen,
 		       "assignment of %" PRId64 " nodes needs %" PRId64 " items, got %u", nnodes,
 		       4 + 4 * nnodes, msg->count);
 		return -EPROTO;
 	}
 	a->nodes = calloc((size_t)nnodes, sizeof(*a->nodes));
 	if (!a->nodes) {
-		seterr(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	a->round = round;

@@ -2,6 +2,7 @@
  * single decoder is easier to make hostile-input proof than one per type,
  * and per-type rules live in one table below. */
 #include "rendezvous/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,20 +13,6 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static uint16_t get_u16(const uint8_t *p)
 {
@@ -138,20 +125,20 @@ int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *p
 	if (max_payload > CRUN_WIRE_MAX_PAYLOAD)
 		max_payload = CRUN_WIRE_MAX_PAYLOAD;
 	if (!rules[type].name) {
-		seterr(err, errlen, "unknown frame type %u", type);
+		crun_seterr(err, errlen, "unknown frame type %u", type);
 		return -EPROTO;
 	}
 	if (get_u16(hdr + 6) != 0) {
-		seterr(err, errlen, "reserved header field is not zero");
+		crun_seterr(err, errlen, "reserved header field is not zero");
 		return -EPROTO;
 	}
 	if (len > max_payload) {
-		seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
+		crun_seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
 		       max_payload);
 		return -EMSGSIZE;
 	}
 	if (len < CRUN_WIRE_PAYLOAD_MIN) {
-		seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
+		crun_seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
 		       CRUN_WIRE_PAYLOAD_MIN);
 		return -EPROTO;
 	}
@@ -180,12 +167,12 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 	count = get_u32(p + 8);
 	/* Each item takes at least its 4-byte length. */
 	if (count > CRUN_WIRE_MAX_ITEMS || count > (plen - CRUN_WIRE_PAYLOAD_MIN) / 4) {
-		seterr(err, errlen, "item count %u does not fit a %u-byte frame", count, plen);
+		crun_seterr(err, errlen, "item count %u does not fit a %u-byte frame", count, plen);
 		return -EPROTO;
 	}
 	if (count > *items_cap) {
 		*items_cap = count;
-		seterr(err, errlen, "need room for %u items", count);
+		crun_seterr(err, errlen, "need room for %u items", count);
 		return -ENOBUFS;
 	}
 	msg->type = buf[4];
@@ -199,13 +186,13 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		uint32_t n;
 
 		if ((size_t)(end - p) < 4) {
-			seterr(err, errlen, "item %u runs past the end of the frame", i);
+			crun_seterr(err, errlen, "item %u runs past the end of the frame", i);
 			return -EPROTO;
 		}
 		n = get_u32(p);
 		p += 4;
 		if ((size_t)(end - p) < n) {
-			seterr(err, errlen, "item %u of %u bytes runs past the end of the frame",
+			crun_seterr(err, errlen, "item %u of %u bytes runs past the end of the frame",
 			       i, n);
 			return -EPROTO;
 		}
@@ -214,7 +201,7 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		p += n;
 	}
 	if (p != end) {
-		seterr(err, errlen, "%zu stray bytes after the last item", (size_t)(end - p));
+		crun_seterr(err, errlen, "%zu stray bytes after the last item", (size_t)(end - p));
 		return -EPROTO;
 	}
 	return (long)(CRUN_WIRE_HEADER_LEN + plen);
@@ -225,41 +212,41 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	const struct type_rule *r = &rules[msg->type];
 
 	if (!r->name) {
-		seterr(err, errlen, "unknown frame type %u", msg->type);
+		crun_seterr(err, errlen, "unknown frame type %u", msg->type);
 		return -EPROTO;
 	}
 	if (msg->count < r->min_items || msg->count > r->max_items) {
-		seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
+		crun_seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
 		       r->max_items, msg->count);
 		return -EPROTO;
 	}
 	if (msg->flags & ~r->flags) {
-		seterr(err, errlen, "%s does not take flags 0x%x", r->name, msg->flags);
+		crun_seterr(err, errlen, "%s does not take flags 0x%x", r->name, msg->flags);
 		return -EPROTO;
 	}
 	switch (r->num) {
 	case NUM_ZERO:
 		if (msg->num != 0) {
-			seterr(err, errlen, "%s takes no number, got %lld", r->name,
+			crun_seterr(err, errlen, "%s takes no number, got %lld", r->name,
 			       (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
 	case NUM_WAIT:
 		if (msg->num < 0) {
-			seterr(err, errlen, "%s timeout must not be negative", r->name);
+			crun_seterr(err, errlen, "%s timeout must not be negative", r->name);
 			return -EPROTO;
 		}
 		break;
 	case NUM_POSITIVE:
 		if (msg->num <= 0) {
-			seterr(err, errlen, "%s timeout must be positive", r->name);
+			crun_seterr(err, errlen, "%s timeout must be positive", r->name);
 			return -EPROTO;
 		}
 		break;
 	case NUM_ROUND:
 		if (msg->num < 0) {
-			seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
+			crun_seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
 			       (long long)msg->num);
 			return -EPROTO;
 		}
@@ -269,25 +256,25 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	}
 	if (r->key_first && msg->count && msg->items[0].len == 0 && msg->type != CRUN_WIRE_HELLO) {
 		if (msg->type == CRUN_WIRE_RDZV_JOIN)
-			seterr(err, errlen, "RDZV_JOIN with an empty node id");
+			crun_seterr(err, errlen, "RDZV_JOIN with an empty node id");
 		else if (msg->type == CRUN_WIRE_RDZV_EVENT)
-			seterr(err, errlen, "RDZV_EVENT with an empty reason");
+			crun_seterr(err, errlen, "RDZV_EVENT with an empty reason");
 		else
-			seterr(err, errlen, "%s with an empty key", r->name);
+			crun_seterr(err, errlen, "%s with an empty key", r->name);
 		return -EPROTO;
 	}
 	switch (msg->type) {
 	case CRUN_WIRE_HELLO:
 		if (msg->items[0].len == 0) {
-			seterr(err, errlen, "HELLO with an empty run id");
+			crun_seterr(err, errlen, "HELLO with an empty run id");
 			return -EPROTO;
 		}
 		if (msg->items[1].len != CRUN_WIRE_NONCE_LEN) {
-			seterr(err, errlen, "HELLO nonce must be %d bytes", CRUN_WIRE_NONCE_LEN);
+			crun_seterr(err, errlen, "HELLO nonce must be %d bytes", CRUN_WIRE_NONCE_LEN);
 			return -EPROTO;
 		}
 		if (msg->items[2].len != 0 && msg->items[2].len != CRUN_WIRE_MAC_LEN) {
-			seterr(err, errlen, "HELLO mac must be empty or %d bytes",
+			crun_seterr(err, errlen, "HELLO mac must be empty or %d bytes",
 			       CRUN_WIRE_MAC_LEN);
 			return -EPROTO;
 		}
@@ -297,19 +284,19 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	case CRUN_WIRE_MGET:
 		for (uint32_t i = 0; i < msg->count; i++)
 			if (msg->items[i].len == 0) {
-				seterr(err, errlen, "%s with an empty key", r->name);
+				crun_seterr(err, errlen, "%s with an empty key", r->name);
 				return -EPROTO;
 			}
 		break;
 	case CRUN_WIRE_MSET:
 		if (msg->count % 2) {
-			seterr(err, errlen, "MSET takes key/value pairs, got %u items",
+			crun_seterr(err, errlen, "MSET takes key/value pairs, got %u items",
 			       msg->count);
 			return -EPROTO;
 		}
 		for (uint32_t i = 0; i < msg->count; i += 2)
 			if (msg->items[i].len == 0) {
-				seterr(err, errlen, "MSET with an empty key");
+				crun_seterr(err, errlen, "MSET with an empty key");
 				return -EPROTO;
 			}
 		break;
@@ -317,14 +304,14 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 		/* A client returns -num: zero or a negative number would read as
 		 * success, a huge one would not fit an int. */
 		if (msg->num <= 0 || msg->num > CRUN_WIRE_ERRNO_MAX) {
-			seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
+			crun_seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
 			       (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
 			return -EPROTO;
 		}
 		break;
 	case CRUN_WIRE_NOTIFY:
 		if (msg->num != CRUN_WIRE_EV_SET && msg->num != CRUN_WIRE_EV_DELETE) {
-			seterr(err, errlen, "NOTIFY with unknown event %lld", (long long)msg->num);
+			crun_seterr(err, errlen, "NOTIFY with unknown event %lld", (long long)msg->num);
 			return -EPROTO;
 		}
 		break;

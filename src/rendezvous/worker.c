@@ -79,20 +79,6 @@ static void seterr(struct crun_worker *w, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void errout(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void errout(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- environment ------------------------------------------------------ */
 
 /* An integer variable in [min, max]; def when unset (required: def < min).
@@ -105,7 +91,7 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t def, int6
 
 	if (!v || !*v) {
 		if (def < min) {
-			errout(err, errlen, "%s is not set (is this program running under crun?)",
+			crun_seterr(err, errlen, "%s is not set (is this program running under crun?)",
 			       name);
 			return -ENOENT;
 		}
@@ -113,7 +99,7 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t def, int6
 		return 0;
 	}
 	if (crun_parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
-		errout(err, errlen, "bad %s '%s': %s", name, v, why);
+		crun_seterr(err, errlen, "bad %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -156,14 +142,14 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	if (read_env(&e, err, errlen) < 0)
 		return NULL;
 	if (crun_store_opts_from_env_err(&opts, why, sizeof(why)) < 0) {
-		errout(err, errlen, "%s", why);
+		crun_seterr(err, errlen, "%s", why);
 		return NULL;
 	}
 	if (timeout_ms > 0)
 		opts.connect_timeout_ms = timeout_ms;
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		errout(err, errlen, "out of memory");
+		crun_seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	w->rank = (int)e.rank;
@@ -178,13 +164,13 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 
 	w->store = crun_store_create(&opts);
 	if (!w->store) {
-		errout(err, errlen, "cannot create a store handle for '%s:%d': out of memory",
+		crun_seterr(err, errlen, "cannot create a store handle for '%s:%d': out of memory",
 		       opts.host, opts.port);
 		goto out_free_worker;
 	}
 	rc = crun_store_connect(w->store);
 	if (rc < 0) {
-		errout(err, errlen, "cannot reach the store: %s", crun_store_errmsg(w->store));
+		crun_seterr(err, errlen, "cannot reach the store: %s", crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
 	/* This rank's handle number in this round: keeps a later handle's
@@ -192,11 +178,11 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	snprintf(key, sizeof(key), "%shandles/%d", w->prefix, w->rank);
 	rc = crun_store_add(w->store, key, 1, &w->handle, w->default_timeout_ms);
 	if (rc < 0) {
-		errout(err, errlen, "cannot register rank %d in the store: %s", w->rank,
+		crun_seterr(err, errlen, "cannot register rank %d in the store: %s", w->rank,
 		       crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
-	errout(err, errlen, "%s", "");
+	crun_seterr(err, errlen, "%s", "");
 	return w;
 
 out_destroy_store:
