@@ -89,7 +89,11 @@
  *              closed (later JOINs get ESHUTDOWN). If the round ends
  *              first, ERROR ECANCELED "round N ended: REASON: MESSAGE"
  *              (also for a DONE that names a round already over). ERROR
- *              EINVAL from a non-member, EALREADY for a second DONE. A
+ *              EINVAL from a non-member, EALREADY for a second DONE,
+ *              while the round runs. Once the run has closed with every
+ *              member done, a DONE for its last round is answered OK from
+ *              any connection: an agent whose connection broke after its
+ *              DONE retries on a new one and must still finish. A
  *              member whose connection closes after its DONE does not end
  *              the round ("left" is only for nodes not done): the barrier
  *              completes without it.

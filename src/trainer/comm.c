@@ -19,6 +19,9 @@
 
 static const struct crun_comm_ops *const backends[] = {
 	&crun_comm_cpu_ops,
+#ifdef CRUN_HAVE_NCCL
+	&crun_comm_nccl_ops,
+#endif
 };
 
 void crun_comm_set_error(struct crun_comm *comm, const char *fmt, ...)
@@ -212,7 +215,11 @@ struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err,
 	struct crun_comm *comm;
 
 	if (!ops) {
+#ifdef CRUN_HAVE_NCCL
+		crun_seterr(err, errlen, "unknown comm backend '%s': expected cpu or nccl", name);
+#else
 		crun_seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
+#endif
 		return NULL;
 	}
 	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {

@@ -37,6 +37,9 @@ struct crun_comm {
 };
 
 extern const struct crun_comm_ops crun_comm_cpu_ops;
+#ifdef CRUN_HAVE_NCCL
+extern const struct crun_comm_ops crun_comm_nccl_ops;
+#endif
 
 /* Records the failure message (the first one wins). */
 void crun_comm_set_error(struct crun_comm *comm, const char *fmt, ...)

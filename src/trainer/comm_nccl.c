@@ -23,10 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Defined at the end; comm_backend.h will declare it once comm.c's table
- * lists it. */
-extern const struct crun_comm_ops crun_comm_nccl_ops;
-
 #define DEFAULT_TIMEOUT_MS 300000
 #define SPIN_MS 2 /* poll without sleeping this long, then every 50 us */
 #define SCRATCH_BYTES (1u << 20)
@@ -39,6 +35,7 @@ struct nccl {
 	int64_t timeout_ms;
 	void *scratch; /* device staging for host buffers */
 	size_t scratch_bytes;
+	size_t peak_bytes; /* the most scratch ever held (it grows by replacement) */
 };
 
 static struct nccl *priv(const struct crun_comm *comm)
@@ -54,6 +51,11 @@ bool crun_comm_is_nccl(const struct crun_comm *comm)
 cudaStream_t crun_comm_nccl_stream(struct crun_comm *comm)
 {
 	return priv(comm)->stream;
+}
+
+size_t crun_comm_nccl_peak_bytes(const struct crun_comm *comm)
+{
+	return priv(comm) ? priv(comm)->peak_bytes : 0;
 }
 
 static ncclDataType_t nccl_type(enum crun_comm_dtype t)
@@ -225,6 +227,8 @@ static void *scratch(struct crun_comm *comm, size_t bytes)
 	n->scratch_bytes = 0;
 	CRUN_CUDA_CHECK(cudaMalloc(&n->scratch, bytes));
 	n->scratch_bytes = bytes;
+	if (bytes > n->peak_bytes)
+		n->peak_bytes = bytes;
 	return n->scratch;
 }
 
@@ -384,7 +388,9 @@ static void nccl_finish(struct crun_comm *comm)
 
 	if (!n)
 		return;
-	if (n->nc && !comm->failed &&
+	/* Finalize flushes NCCL's own work, not ours: what is still queued on
+	 * the stream must finish first (bounded, like every wait here). */
+	if (n->nc && !comm->failed && n->stream && n->done && finish_queue(comm) == 0 &&
 	    settle(comm, ncclCommFinalize(n->nc), "closing the communicator") == 0) {
 		ncclCommDestroy(n->nc);
 		n->nc = NULL;
@@ -497,35 +503,6 @@ static int nccl_init(struct crun_comm *comm, const struct crun_comm_opts *opts)
 out_free:
 	nccl_finish(comm);
 	return rc;
-}
-
-struct crun_comm *crun_comm_nccl_create(const struct crun_comm_opts *opts, char *err, size_t errlen)
-{
-	struct crun_comm *comm;
-
-	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {
-		snprintf(err, errlen, "invalid rank %d for world size %d", opts->rank,
-			 opts->world_size);
-		return NULL;
-	}
-	if (opts->timeout_ms < 0) {
-		snprintf(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
-		return NULL;
-	}
-	comm = calloc(1, sizeof(*comm));
-	if (!comm) {
-		snprintf(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
-		return NULL;
-	}
-	comm->ops = &crun_comm_nccl_ops;
-	comm->rank = opts->rank;
-	comm->size = opts->world_size;
-	if (nccl_init(comm, opts) < 0) {
-		snprintf(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "nccl setup failed");
-		free(comm);
-		return NULL;
-	}
-	return comm;
 }
 
 const struct crun_comm_ops crun_comm_nccl_ops = {

@@ -41,18 +41,15 @@ enum crun_comm_dtype {
 	CRUN_COMM_F64,
 };
 
-/* crun_comm_create for the nccl backend (opts->backend is ignored): the
- * same checks and result; destroy it with crun_comm_destroy. (comm.c's
- * table of backends does not list nccl yet, see cuda-to-comm.md; once it
- * does, crun_comm_create with backend "nccl" does the same.) */
-struct crun_comm *crun_comm_nccl_create(const struct crun_comm_opts *opts, char *err,
-					size_t errlen);
-
 /* Whether comm is an nccl communicator. */
 bool crun_comm_is_nccl(const struct crun_comm *comm);
 
 /* The stream the backend's collectives run on. */
 cudaStream_t crun_comm_nccl_stream(struct crun_comm *comm);
+
+/* Device memory the backend holds itself (its staging buffer for
+ * collectives on host memory), in bytes: the most it has held. */
+size_t crun_comm_nccl_peak_bytes(const struct crun_comm *comm);
 
 /* Enqueue a collective on the backend's stream (device pointers only);
  * semantics as the synchronous forms in comm.h, for count elements of

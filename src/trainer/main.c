@@ -118,16 +118,6 @@ static int comm_failed(struct run *r, const char *what)
 	return EXIT_FAILED;
 }
 
-/* The communicator of parallel.backend (nccl through its own
- * constructor until comm.c's table lists it). */
-static struct crun_comm *comm_create(const struct crun_comm_opts *o, char *err, size_t len)
-{
-#ifdef CRUN_HAVE_CUDA
-	if (o->backend && !strcmp(o->backend, "nccl"))
-		return crun_comm_nccl_create(o, err, len);
-#endif
-	return crun_comm_create(o, err, len);
-}
 
 /* The step and the forward pass on the configured device. */
 static int par_step(struct run *r, int64_t t, double lr, double *loss, double *gnorm)
@@ -707,7 +697,7 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	}
 #endif
 
-	r.comm = comm_create(copts, r.err, sizeof(r.err));
+	r.comm = crun_comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
 		crun_error("cannot join the collective group: %s", r.err);
 #ifdef CRUN_HAVE_CUDA

@@ -44,7 +44,7 @@ case $rc in
 	;;
 0)
 	grep -q "^summary: .* device=cuda" "$tmp/cuda.out" || fail "train.device cuda: no device=cuda in the summary"
-	echo "ok: trained on the GPU"
+	echo "ok: trained on the device ($(sed -n "s/^device: //p" "$tmp/cuda.out" | head -1))"
 	;;
 *)
 	fail "train.device cuda: exit $rc: $(cat "$tmp/cuda.err")"

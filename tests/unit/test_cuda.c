@@ -406,7 +406,7 @@ static void test_gelu(void **state)
 		float *a = randn(n, 20, 3.0f), *dout = randn(n, 21, 1.0f);
 		float *y = malloc(n * sizeof(float)), *din = malloc(n * sizeof(float));
 		void *a_d, *y_d = dalloc(n * 4), *din_d = dalloc(n * 4);
-		float *dout_d = dput(dout, n * sizeof(float)), *gy, *gd;
+		float *dout_d = dput(dout, n * sizeof(float)), *gy, *gd, *gdo;
 
 		a[0] = 60.0f; /* exp overflows: tanh saturates to 1 */
 		a[1] = -60.0f;
@@ -424,11 +424,15 @@ static void test_gelu(void **state)
 		CRUN_CUDA_CHECK(crun_k_gelu_bwd(dout_d, a_d, din_d, t, n, st));
 		gy = dget_t(y_d, n, t);
 		gd = dget_t(din_d, n, t);
+		gdo = dget(dout_d, n);
 		EXPECT_L2(gy, y, n, ktol(t), "gelu forward %s\n", tname(t));
 		EXPECT_L2(gd, din, n, ktol(t), "gelu backward %s\n", tname(t));
+		/* dout holds the same gradient unrounded, in every type */
+		EXPECT_L2(gdo, din, n, ktol(CRUN_DTYPE_F32), "gelu backward, float32 copy %s\n",
+			  tname(t));
 		assert_true(isfinite(gy[0]) && isfinite(gy[1]) && isfinite(gd[0]) &&
 			    isfinite(gd[1]));
-		free(a), free(dout), free(y), free(din), free(gy), free(gd);
+		free(a), free(dout), free(y), free(din), free(gy), free(gd), free(gdo);
 		cudaFree(a_d), cudaFree(y_d), cudaFree(din_d), cudaFree(dout_d);
 	}
 }
@@ -700,10 +704,7 @@ static struct crun_comm *single_comm(const char *backend)
 	memset(&o, 0, sizeof(o));
 	o.backend = backend;
 	o.world_size = 1;
-	if (!strcmp(backend, "nccl"))
-		c = crun_comm_nccl_create(&o, err, sizeof(err));
-	else
-		c = crun_comm_create(&o, err, sizeof(err));
+	c = crun_comm_create(&o, err, sizeof(err));
 	if (!c)
 		print_error("comm backend %s: %s\n", backend, err);
 	return c;

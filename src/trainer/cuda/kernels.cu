@@ -20,6 +20,17 @@ typedef __nv_bfloat16 bf16;
 /* The cross-entropy kernels run one thread per logit of a row. */
 static_assert(VOCAB == THREADS, "xent kernels: one thread per logit");
 
+/* kernel<<<grid, block, 0, stream>>>(args...), spelled so that cudasim
+ * (tests/cudasim), which compiles this file as C++ for the CPU, can run
+ * the same kernels. */
+#if defined(__CUDACC__)
+#define LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#elif defined(CUDASIM_LAUNCH)
+#define LAUNCH CUDASIM_LAUNCH
+#else
+#error "kernels.cu needs nvcc or cudasim"
+#endif
+
 namespace {
 
 __device__ __forceinline__ float ld(const float *p, size_t i)
@@ -232,8 +243,8 @@ __global__ void ln_fwd_k(const float *x, int cols, const T *gamma, const T *beta
 
 /* One block per row: dx += rstd (dy g - mean(dy g) - xhat mean(dy g xhat)). */
 template <typename T>
-__global__ void ln_bwd_dx_k(const float *dout, const float *x, const float *mean,
-			    const float *rstd, const T *gamma, int cols, float *dx)
+__global__ void ln_bwd_dx_k(const float *dout, const float *x, const float *mean, const float *rstd,
+			    const T *gamma, int cols, float *dx)
 {
 	__shared__ float sh[32];
 	size_t r = blockIdx.x;
@@ -301,15 +312,17 @@ template <typename T> __global__ void gelu_fwd_k(const T *a, T *out, size_t n)
 	}
 }
 
-template <typename T> __global__ void gelu_bwd_k(const float *dout, const T *a, T *din, size_t n)
+template <typename T> __global__ void gelu_bwd_k(float *dout, const T *a, T *din, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float x = ld(a, i), t = gelu_tanh(x);
 		float g = 0.5f * (1.0f + t) +
 			  0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+		float d = dout[i] * g;
 
-		st(din, i, dout[i] * g);
+		dout[i] = d;
+		st(din, i, d);
 	}
 }
 
@@ -431,9 +444,9 @@ cudaError_t crun_k_cast(const void *in, enum crun_dtype tin, void *out, enum cru
 		return cudaMemcpyAsync(out, in, n * crun_dtype_size(tin), cudaMemcpyDeviceToDevice,
 				       stream);
 	if (tin == CRUN_DTYPE_F32)
-		cast_k<<<grid_for(n), THREADS, 0, stream>>>((const float *)in, (bf16 *)out, n);
+		LAUNCH(cast_k, grid_for(n), THREADS, stream, (const float *)in, (bf16 *)out, n);
 	else
-		cast_k<<<grid_for(n), THREADS, 0, stream>>>((const bf16 *)in, (float *)out, n);
+		LAUNCH(cast_k, grid_for(n), THREADS, stream, (const bf16 *)in, (float *)out, n);
 	return cudaPeekAtLastError();
 }
 
@@ -445,17 +458,17 @@ cudaError_t crun_k_bias_rows(void *out, enum crun_dtype tout, const void *bias, 
 	if (!n)
 		return cudaSuccess;
 	if (tout == CRUN_DTYPE_F32 && t == CRUN_DTYPE_F32)
-		bias_rows_k<<<grid_for(n), THREADS, 0, stream>>>((float *)out, (const float *)bias,
-								 add, n, cols);
+		LAUNCH(bias_rows_k, grid_for(n), THREADS, stream, (float *)out, (const float *)bias,
+		       add, n, cols);
 	else if (tout == CRUN_DTYPE_F32)
-		bias_rows_k<<<grid_for(n), THREADS, 0, stream>>>((float *)out, (const bf16 *)bias,
-								 add, n, cols);
+		LAUNCH(bias_rows_k, grid_for(n), THREADS, stream, (float *)out, (const bf16 *)bias,
+		       add, n, cols);
 	else if (t == CRUN_DTYPE_BF16)
-		bias_rows_k<<<grid_for(n), THREADS, 0, stream>>>((bf16 *)out, (const bf16 *)bias,
-								 add, n, cols);
+		LAUNCH(bias_rows_k, grid_for(n), THREADS, stream, (bf16 *)out, (const bf16 *)bias,
+		       add, n, cols);
 	else
-		bias_rows_k<<<grid_for(n), THREADS, 0, stream>>>((bf16 *)out, (const float *)bias,
-								 add, n, cols);
+		LAUNCH(bias_rows_k, grid_for(n), THREADS, stream, (bf16 *)out, (const float *)bias,
+		       add, n, cols);
 	return cudaPeekAtLastError();
 }
 
@@ -470,30 +483,27 @@ cudaError_t crun_k_colsum_add(const void *in, enum crun_dtype tin, int rows, int
 	splits = col_splits(rows, &per);
 	grid = dim3((unsigned)((cols + 31) / 32), (unsigned)splits);
 	if (tin == CRUN_DTYPE_F32)
-		colsum_part_k<<<grid, blk, 0, stream>>>((const float *)in, rows, cols, per, ws);
+		LAUNCH(colsum_part_k, grid, blk, stream, (const float *)in, rows, cols, per, ws);
 	else
-		colsum_part_k<<<grid, blk, 0, stream>>>((const bf16 *)in, rows, cols, per, ws);
-	colsum_fin_k<<<(cols + THREADS - 1) / THREADS, THREADS, 0, stream>>>(ws, splits, cols,
-									    out);
+		LAUNCH(colsum_part_k, grid, blk, stream, (const bf16 *)in, rows, cols, per, ws);
+	LAUNCH(colsum_fin_k, (cols + THREADS - 1) / THREADS, THREADS, stream, ws, splits, cols,
+	       out);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim,
-			     const void *tok, const void *pos, void *x0, enum crun_dtype t,
-			     cudaStream_t stream)
+cudaError_t crun_k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim, const void *tok,
+			     const void *pos, void *x0, enum crun_dtype t, cudaStream_t stream)
 {
 	size_t n = (size_t)rows * context * dim;
 
 	if (!n)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		embed_fwd_k<<<grid_for(n), THREADS, 0, stream>>>(tokens, n, context, dim,
-								 (const float *)tok,
-								 (const float *)pos, (float *)x0);
+		LAUNCH(embed_fwd_k, grid_for(n), THREADS, stream, tokens, n, context, dim,
+		       (const float *)tok, (const float *)pos, (float *)x0);
 	else
-		embed_fwd_k<<<grid_for(n), THREADS, 0, stream>>>(tokens, n, context, dim,
-								 (const bf16 *)tok,
-								 (const bf16 *)pos, (bf16 *)x0);
+		LAUNCH(embed_fwd_k, grid_for(n), THREADS, stream, tokens, n, context, dim,
+		       (const bf16 *)tok, (const bf16 *)pos, (bf16 *)x0);
 	return cudaPeekAtLastError();
 }
 
@@ -504,7 +514,7 @@ cudaError_t crun_k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, i
 
 	if (!n)
 		return cudaSuccess;
-	embed_bwd_tok_k<<<grid_for(n), THREADS, 0, stream>>>(tokens, n, context, dim, dx0, dtok);
+	LAUNCH(embed_bwd_tok_k, grid_for(n), THREADS, stream, tokens, n, context, dim, dx0, dtok);
 	return cudaPeekAtLastError();
 }
 
@@ -515,12 +525,11 @@ cudaError_t crun_k_ln_fwd(const float *x, int rows, int cols, const void *gamma,
 	if (rows <= 0 || cols <= 0)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		ln_fwd_k<<<rows, THREADS, 0, stream>>>(x, cols, (const float *)gamma,
-						       (const float *)beta, (float *)out, mean,
-						       rstd);
+		LAUNCH(ln_fwd_k, rows, THREADS, stream, x, cols, (const float *)gamma,
+		       (const float *)beta, (float *)out, mean, rstd);
 	else
-		ln_fwd_k<<<rows, THREADS, 0, stream>>>(x, cols, (const bf16 *)gamma,
-						       (const bf16 *)beta, (bf16 *)out, mean, rstd);
+		LAUNCH(ln_fwd_k, rows, THREADS, stream, x, cols, (const bf16 *)gamma,
+		       (const bf16 *)beta, (bf16 *)out, mean, rstd);
 	return cudaPeekAtLastError();
 }
 
@@ -535,17 +544,17 @@ cudaError_t crun_k_ln_bwd(const float *dout, const float *x, const float *mean, 
 	if (rows <= 0 || cols <= 0)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		ln_bwd_dx_k<<<rows, THREADS, 0, stream>>>(dout, x, mean, rstd,
-							  (const float *)gamma, cols, dx);
+		LAUNCH(ln_bwd_dx_k, rows, THREADS, stream, dout, x, mean, rstd,
+		       (const float *)gamma, cols, dx);
 	else
-		ln_bwd_dx_k<<<rows, THREADS, 0, stream>>>(dout, x, mean, rstd,
-							  (const bf16 *)gamma, cols, dx);
+		LAUNCH(ln_bwd_dx_k, rows, THREADS, stream, dout, x, mean, rstd, (const bf16 *)gamma,
+		       cols, dx);
 	splits = col_splits(rows, &per);
 	grid = dim3((unsigned)((cols + 31) / 32), (unsigned)splits);
-	ln_bwd_dgb_part_k<<<grid, blk, 0, stream>>>(dout, x, mean, rstd, rows, cols, per, ws,
-						    splits);
-	colsum_fin_k<<<fin, THREADS, 0, stream>>>(ws, splits, cols, dgamma);
-	colsum_fin_k<<<fin, THREADS, 0, stream>>>(ws + (size_t)splits * cols, splits, cols, dbeta);
+	LAUNCH(ln_bwd_dgb_part_k, grid, blk, stream, dout, x, mean, rstd, rows, cols, per, ws,
+	       splits);
+	LAUNCH(colsum_fin_k, fin, THREADS, stream, ws, splits, cols, dgamma);
+	LAUNCH(colsum_fin_k, fin, THREADS, stream, ws + (size_t)splits * cols, splits, cols, dbeta);
 	return cudaPeekAtLastError();
 }
 
@@ -555,23 +564,23 @@ cudaError_t crun_k_gelu_fwd(const void *a, void *out, enum crun_dtype t, size_t 
 	if (!n)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		gelu_fwd_k<<<grid_for(n), THREADS, 0, stream>>>((const float *)a, (float *)out, n);
+		LAUNCH(gelu_fwd_k, grid_for(n), THREADS, stream, (const float *)a, (float *)out, n);
 	else
-		gelu_fwd_k<<<grid_for(n), THREADS, 0, stream>>>((const bf16 *)a, (bf16 *)out, n);
+		LAUNCH(gelu_fwd_k, grid_for(n), THREADS, stream, (const bf16 *)a, (bf16 *)out, n);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_gelu_bwd(const float *dout, const void *a, void *din, enum crun_dtype t,
-			    size_t n, cudaStream_t stream)
+cudaError_t crun_k_gelu_bwd(float *dout, const void *a, void *din, enum crun_dtype t, size_t n,
+			    cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		gelu_bwd_k<<<grid_for(n), THREADS, 0, stream>>>(dout, (const float *)a,
-								(float *)din, n);
+		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, dout, (const float *)a,
+		       (float *)din, n);
 	else
-		gelu_bwd_k<<<grid_for(n), THREADS, 0, stream>>>(dout, (const bf16 *)a, (bf16 *)din,
-								n);
+		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, dout, (const bf16 *)a, (bf16 *)din,
+		       n);
 	return cudaPeekAtLastError();
 }
 
@@ -580,7 +589,7 @@ cudaError_t crun_k_xent_fwd(float *z, const uint8_t *tokens, int rows, int conte
 {
 	if (rows <= 0)
 		return cudaSuccess;
-	xent_fwd_k<<<rows, VOCAB, 0, stream>>>(z, tokens, context, losses);
+	LAUNCH(xent_fwd_k, rows, VOCAB, stream, z, tokens, context, losses);
 	return cudaPeekAtLastError();
 }
 
@@ -590,9 +599,9 @@ cudaError_t crun_k_xent_bwd(float *p, void *dz, enum crun_dtype t, const uint8_t
 	if (rows <= 0)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		xent_bwd_k<<<rows, VOCAB, 0, stream>>>(p, (float *)dz, tokens, context, scale);
+		LAUNCH(xent_bwd_k, rows, VOCAB, stream, p, (float *)dz, tokens, context, scale);
 	else
-		xent_bwd_k<<<rows, VOCAB, 0, stream>>>(p, (bf16 *)dz, tokens, context, scale);
+		LAUNCH(xent_bwd_k, rows, VOCAB, stream, p, (bf16 *)dz, tokens, context, scale);
 	return cudaPeekAtLastError();
 }
 
@@ -600,27 +609,26 @@ cudaError_t crun_k_sum_add(const float *x, int n, double *acc, cudaStream_t stre
 {
 	if (n <= 0)
 		return cudaSuccess;
-	sum_add_k<<<1, THREADS, 0, stream>>>(x, n, acc);
+	LAUNCH(sum_add_k, 1, THREADS, stream, x, n, acc);
 	return cudaPeekAtLastError();
 }
 
 cudaError_t crun_k_sumsq_partial(const float *x, size_t n, double *partials, cudaStream_t stream)
 {
 	/* always every block, so that empty ranges still write their zeros */
-	sumsq_partial_k<<<CRUN_K_SUMSQ_BLOCKS, THREADS, 0, stream>>>(x, n, partials);
+	LAUNCH(sumsq_partial_k, CRUN_K_SUMSQ_BLOCKS, THREADS, stream, x, n, partials);
 	return cudaPeekAtLastError();
 }
 
 cudaError_t crun_k_sum_f64(const double *x, size_t n, double *out, cudaStream_t stream)
 {
-	sum_f64_k<<<1, THREADS, 0, stream>>>(x, n, out);
+	LAUNCH(sum_f64_k, 1, THREADS, stream, x, n, out);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_clip_scale(const double *sumsq, double clip, float *gscale,
-			      cudaStream_t stream)
+cudaError_t crun_k_clip_scale(const double *sumsq, double clip, float *gscale, cudaStream_t stream)
 {
-	clip_scale_k<<<1, 1, 0, stream>>>(sumsq, clip, gscale);
+	LAUNCH(clip_scale_k, 1, 1, stream, sumsq, clip, gscale);
 	return cudaPeekAtLastError();
 }
 
@@ -630,8 +638,8 @@ cudaError_t crun_k_adamw(float *p, const float *g, float *m, float *v, size_t n,
 {
 	if (!n)
 		return cudaSuccess;
-	adamw_k<<<grid_for(n), THREADS, 0, stream>>>(p, g, m, v, n, beta1, beta2, eps, bc1, bc2, lr,
-						     wd, gscale);
+	LAUNCH(adamw_k, grid_for(n), THREADS, stream, p, g, m, v, n, beta1, beta2, eps, bc1, bc2,
+	       lr, wd, gscale);
 	return cudaPeekAtLastError();
 }
 

@@ -332,7 +332,8 @@ void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model 
 		gemm(ctx, t, false, false, F, B, H, k.w2, F, dht, H, 0.0f, a->df, f32, F);
 		CRUN_CUDA_CHECK(crun_k_gelu_bwd(a->df, s->a, a->dft, t, (size_t)B * Fs, st));
 		gemm(ctx, t, false, true, H, F, B, s->ln, H, a->dft, F, 1.0f, dw1, f32, H);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->dft, t, B, F, db1, a->ws, st));
+		/* from the unrounded float32 copy, as the CPU sums it */
+		CRUN_CUDA_CHECK(crun_k_colsum_add(a->df, f32, B, F, db1, a->ws, st));
 		gemm(ctx, t, false, false, H, B, F, k.w1, H, a->dft, F, 0.0f, a->dln, f32, H);
 		CRUN_CUDA_CHECK(crun_k_ln_bwd(a->dln, a->h[l], s->mean, s->rstd, k.g, t, B, H,
 					      a->dh, dg, db, a->ws, st));

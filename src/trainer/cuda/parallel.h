@@ -85,7 +85,8 @@ struct crun_cuda_memory {
 	size_t grad_bytes;
 	size_t optim_bytes;
 	size_t act_bytes;
-	size_t peak_bytes; /* the most allocated at once (crun_cuda_alloc) */
+	size_t peak_bytes; /* the most allocated at once (crun_cuda_alloc, and the nccl
+			    * backend's staging buffer) */
 	size_t used_bytes; /* the driver's count now: also CUDA's, cuBLAS's, NCCL's own */
 };
 void crun_cuda_parallel_memory(const struct crun_cuda_parallel *pc, struct crun_cuda_memory *out);

@@ -1,0 +1,110 @@
+/* cudasim: the runtime API plus, for C++, what a .cu file's device code
+ * needs to compile and run on the CPU: dim3, threadIdx and friends,
+ * __syncthreads, warp shuffles and atomicAdd.
+ *
+ * Each block runs on one host thread; each of its CUDA threads is a fiber
+ * that runs until it finishes or reaches a barrier (__syncthreads, or the
+ * warp's implicit barrier in a shuffle), so barriers and shuffles behave
+ * as on a GPU. A barrier that not every thread of the block reaches is
+ * reported and aborts (on a GPU it hangs or is undefined). __shared__
+ * variables are static: blocks run one at a time. */
+#ifndef CUDASIM_CUDA_RUNTIME_H
+#define CUDASIM_CUDA_RUNTIME_H
+
+#include "cuda_runtime_api.h"
+
+#ifdef __cplusplus
+
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <math.h>
+
+struct uint3 {
+	unsigned x, y, z;
+};
+
+struct dim3 {
+	unsigned x, y, z;
+	dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz)
+	{
+	}
+};
+
+namespace cudasim {
+
+struct thread_ctx {
+	uint3 thread_idx, block_idx;
+	dim3 block_dim, grid_dim;
+};
+
+/* The CUDA thread that runs now. */
+extern thread_local thread_ctx *cur;
+
+/* Runs body once per thread of grid x block, on stream (queued as
+ * enqueue() does). Sets the last error for a bad configuration. */
+void launch(const char *name, dim3 grid, dim3 block, cudaStream_t stream,
+	    std::function<void()> body);
+
+/* __syncthreads(). */
+void sync_block();
+/* The shuffle exchange: publishes bytes of v for this lane, then copies
+ * lane (this lane ^ lanemask)'s into out. Every lane of the warp takes
+ * part (mask must name them all). */
+void shfl_xor(unsigned mask, const void *v, void *out, size_t bytes, int lanemask);
+
+} // namespace cudasim
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+
+#define threadIdx (cudasim::cur->thread_idx)
+#define blockIdx (cudasim::cur->block_idx)
+#define blockDim (cudasim::cur->block_dim)
+#define gridDim (cudasim::cur->grid_dim)
+
+/* kernel<<<grid, block, 0, stream>>>(args...) */
+#define CUDASIM_LAUNCH(kernel, grid, block, stream, ...) \
+	cudasim::launch(#kernel, dim3(grid), dim3(block), stream, [=] { kernel(__VA_ARGS__); })
+
+constexpr int warpSize = 32;
+
+static inline void __syncthreads()
+{
+	cudasim::sync_block();
+}
+
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanemask)
+{
+	T out;
+
+	cudasim::shfl_xor(mask, &v, &out, sizeof(T), lanemask);
+	return out;
+}
+
+/* Fibers of one block run one at a time: a plain read-modify-write is
+ * atomic. */
+template <typename T> static inline T atomicAdd(T *addr, T v)
+{
+	T old = *addr;
+
+	*addr = old + v;
+	return old;
+}
+
+static inline int min(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+static inline int max(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+#endif /* __cplusplus */
+
+#endif

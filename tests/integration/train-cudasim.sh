@@ -1,0 +1,82 @@
+#!/bin/sh
+# crun-train's GPU path, run whole on cudasim (tests/cudasim: CUDA, cuBLAS
+# and NCCL emulated on the CPU; only a -Dcudasim=true build registers this
+# test). Against the cpu path as the reference, after K steps:
+# - train.device cuda, fp32, on 1 rank and on 2 ranks over the cpu comm
+#   backend and over nccl, for every strategy (with small buckets, so the
+#   reductions overlap backward, and with gradient accumulation): relative
+#   L2 difference of the parameters at most 1e-5;
+# - bf16 with activation checkpointing and bf16 reductions over nccl: the
+#   same loss as fp32 within 2%;
+# - resume on the device equals uninterrupted, bitwise (zero3 over nccl).
+# Each job runs under two stream schedules, so that a missing stream
+# dependency shows in one of them as wrong numbers: lazy (a stream runs
+# only when the host needs it: the comm stream runs late) and first-late
+# (every stream but the compute stream runs at once: the comm stream runs
+# early).
+. "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
+
+K=6
+args="$SMALL --set train.steps=$K --set parallel.bucket_mb=0.05 --set checkpoint.every=0"
+export CUDASIM_DEVICES=2 CUDASIM_NCCL_TIMEOUT_MS=30000
+
+run_ranks 1 ref $args --set checkpoint.dir="$tmp/ref" || fail "cpu reference run failed"
+"$TRAIN" export "$tmp/ref" "$tmp/ref.bin" >/dev/null || fail "export of the reference failed"
+
+# check NAME: NAME's parameters match the cpu reference
+check() {
+	"$TRAIN" export "$tmp/$1" "$tmp/$1.bin" >/dev/null || fail "export of $1 failed"
+	"$TRAIN" compare --tolerance 1e-5 "$tmp/ref.bin" "$tmp/$1.bin" >"$tmp/$1.cmp" ||
+		fail "$1 differs from the cpu path: $(cat "$tmp/$1.cmp")"
+	[ "$(field "$1" device)" = cuda ] || fail "$1 did not run on the device"
+	echo "ok $1: $(sed 's/.*rel_l2_diff=\([^ ]*\).*/rel_l2_diff=\1/' "$tmp/$1.cmp")"
+}
+
+for sched in lazy first-late; do
+	export CUDASIM_SCHED=$sched
+	name=$sched-1
+	run_ranks 1 "$name" $args --set train.device=cuda --set checkpoint.dir="$tmp/$name" ||
+		fail "$name: 1 rank on the device failed"
+	check "$name"
+	for backend in cpu nccl; do
+		for strategy in ddp zero1 zero2 zero3; do
+			accum=1
+			[ $strategy = zero2 ] && accum=2
+			name=$sched-$backend-$strategy
+			run_ranks 2 "$name" $args --set train.device=cuda \
+				--set parallel.backend=$backend --set parallel.strategy=$strategy \
+				--set parallel.grad_accum=$accum --set checkpoint.dir="$tmp/$name" ||
+				fail "$name: 2 ranks failed"
+			[ "$(field "$name" backend)" = $backend ] || fail "$name: wrong backend"
+			check "$name"
+		done
+	done
+	# bf16 compute, recomputed activations, gradients reduced in bf16
+	name=$sched-bf16
+	run_ranks 2 "$name" $args --set train.device=cuda --set parallel.backend=nccl \
+		--set parallel.strategy=zero3 --set train.precision=bf16 \
+		--set model.checkpoint_activations=true --set checkpoint.dir="$tmp/$name" ||
+		fail "$name: bf16 on 2 ranks failed"
+	[ "$(field "$name" precision)" = bf16 ] || fail "$name: not bf16"
+	rel_close "$(field ref train_loss)" "$(field "$name" train_loss)" 0.02 ||
+		fail "$name: loss $(field "$name" train_loss) vs fp32 $(field ref train_loss)"
+	echo "ok $name: loss $(field "$name" train_loss) vs $(field ref train_loss)"
+done
+
+# resume on the device: stopped after step 4 and resumed ends bitwise
+# equal to the uninterrupted run
+export CUDASIM_SCHED=lazy
+par="--set train.device=cuda --set parallel.backend=nccl --set parallel.strategy=zero3"
+rargs="$SMALL --set train.steps=8 --set checkpoint.every=2 --set parallel.bucket_mb=0.05"
+run_ranks 2 full $rargs $par --set checkpoint.dir="$tmp/full" || fail "uninterrupted run failed"
+run_ranks 2 part $rargs $par --set checkpoint.dir="$tmp/part" --set train.stop_at=4 ||
+	fail "interrupted run failed"
+TORCHELASTIC_RESTART_COUNT=1 run_ranks 2 resumed $rargs $par --set checkpoint.dir="$tmp/part" ||
+	fail "resumed run failed"
+[ "$(field resumed resumed_from)" = 4 ] || fail "did not resume from step 4"
+"$TRAIN" export "$tmp/full" "$tmp/full.bin" >/dev/null || fail "export failed"
+"$TRAIN" export "$tmp/part" "$tmp/part.bin" >/dev/null || fail "export failed"
+"$TRAIN" compare "$tmp/full.bin" "$tmp/part.bin" >"$tmp/cmp" ||
+	fail "resumed parameters are not bitwise equal: $(cat "$tmp/cmp")"
+echo "ok resume on the device: $(cat "$tmp/cmp")"
+exit 0
