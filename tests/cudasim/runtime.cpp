@@ -19,13 +19,23 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <sys/mman.h>
 #include <ucontext.h>
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__)
 #define CUDASIM_FAST_SWITCH 1
 #else
 #define CUDASIM_FAST_SWITCH 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) && CUDASIM_FAST_SWITCH
+#include <sanitizer/common_interface_defs.h>
+/* AddressSanitizer follows the fibers' stacks through these */
+#define ASAN_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define ASAN_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define ASAN_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define ASAN_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #endif
 #include <unordered_map>
 #include <vector>
@@ -38,7 +48,6 @@ struct CUstream_st {
 	uint64_t id;
 	uint64_t queued = 0; /* ops ever queued: the seq of the newest */
 	uint64_t done = 0;   /* ops run */
-	bool live = true;
 	bool running = false;
 	struct op {
 		uint64_t seq;
@@ -75,6 +84,7 @@ size_t device_bytes;
 
 CUstream_st legacy(0, 0);
 std::vector<CUstream_st *> streams; /* live ones, in creation order */
+std::set<CUevent_st *> events;	    /* live ones */
 uint64_t next_stream_id = 1;
 
 enum class sched { eager, lazy, first_late };
@@ -314,7 +324,7 @@ static cudaError_t enqueue_after(cudaStream_t stream, const char *what, std::fun
 	CUstream_st *s = resolve(stream);
 	CUstream_st::op op;
 
-	if (!stream_known(s) || !s->live)
+	if (!stream_known(s))
 		return set_error(cudaErrorInvalidResourceHandle);
 	op.seq = ++s->queued;
 	op.what = what;
@@ -352,7 +362,8 @@ struct barrier {
 
 struct fiber {
 #if CUDASIM_FAST_SWITCH
-	void *sp; /* saved stack pointer while switched out */
+	void *sp;	 /* saved stack pointer while switched out */
+	void *asan_fake; /* AddressSanitizer's fake stack while switched out */
 #else
 	ucontext_t uc;
 #endif
@@ -372,6 +383,9 @@ struct block_run {
 	std::vector<barrier> warp_bar;
 #if CUDASIM_FAST_SWITCH
 	void *sched_sp;
+	void *sched_fake;
+	const void *sched_bottom; /* the scheduler's stack, for AddressSanitizer */
+	size_t sched_size;
 #else
 	ucontext_t sched;
 #endif
@@ -413,8 +427,10 @@ asm(".text\n"
 	block_run *b = cur_block;
 	fiber *f = b->running;
 
+	ASAN_FINISH(nullptr, &b->sched_bottom, &b->sched_size);
 	(*b->body)();
 	f->done = true;
+	ASAN_START(nullptr, b->sched_bottom, b->sched_size); /* this stack ends */
 	cudasim_switch(&f->sp, b->sched_sp);
 	fatal("a finished fiber was resumed");
 }
@@ -436,12 +452,16 @@ void fiber_init(fiber *f)
 
 void to_fiber(block_run *b, fiber *f)
 {
+	ASAN_START(&b->sched_fake, f->stack, STACK);
 	cudasim_switch(&b->sched_sp, f->sp);
+	ASAN_FINISH(b->sched_fake, nullptr, nullptr);
 }
 
 void to_scheduler(block_run *b, fiber *f)
 {
+	ASAN_START(&f->asan_fake, b->sched_bottom, b->sched_size);
 	cudasim_switch(&f->sp, b->sched_sp);
+	ASAN_FINISH(f->asan_fake, nullptr, nullptr);
 }
 #else
 void fiber_main()
@@ -804,11 +824,12 @@ static cudaError_t alloc_mem(void **ptr, size_t size, Mem kind)
 		return set_error(cudaErrorMemoryAllocation);
 	if (!size)
 		return cudaSuccess;
-	p = aligned_alloc(256, rounded);
-	if (!p)
+	/* the exact size: under AddressSanitizer a kernel or copy that runs
+	 * past the end is caught at once */
+	if (posix_memalign(&p, 256, size))
 		return set_error(cudaErrorMemoryAllocation);
 	/* device memory starts as NaNs, so a read before a write shows */
-	memset(p, 0xff, rounded);
+	memset(p, 0xff, size);
 	allocs[(uintptr_t)p] = alloc{size, kind};
 	if (kind == Mem::device)
 		device_bytes += rounded;
@@ -957,7 +978,7 @@ cudaError_t copy2d(const char *fn, void *dst, size_t dpitch, const void *src, si
 	if ((rc = classify(fn, "destination", dst, dspan, &ds)) ||
 	    (rc = classify(fn, "source", src, sspan, &ss)) || (rc = check_kind(fn, kind, ds, ss)))
 		return rc;
-	if (!resolve(stream)->live || !stream_known(resolve(stream)))
+	if (!stream_known(resolve(stream)))
 		return set_error(cudaErrorInvalidResourceHandle);
 
 	std::shared_ptr<std::vector<char>> snap;
@@ -1051,13 +1072,22 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 	if (!stream || !stream_known(stream))
 		return set_error(cudaErrorInvalidResourceHandle);
-	/* its work still completes; events recorded on it keep pointing at
-	 * it, so the object stays (marked dead) */
+	/* its work still completes (now); then nothing may point at it:
+	 * events recorded on it are complete, and so is what other streams
+	 * wait for on it */
 	run_until(stream, stream->queued);
-	stream->live = false;
+	for (auto *e : events)
+		if (e->stream == stream)
+			e->stream = nullptr;
+	for (auto *t : streams)
+		for (auto &op : t->q)
+			for (size_t i = op.deps.size(); i-- > 0;)
+				if (op.deps[i].first == stream)
+					op.deps.erase(op.deps.begin() + (long)i);
 	for (size_t i = 0; i < streams.size(); i++)
 		if (streams[i] == stream)
 			streams.erase(streams.begin() + (long)i);
+	delete stream;
 	return cudaSuccess;
 }
 
@@ -1091,9 +1121,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 	std::lock_guard<std::recursive_mutex> g(mu);
 	CUstream_st *s = resolve(stream);
 
-	if (!event || flags || !stream_known(s))
-		return set_error(!event || !stream_known(s) ? cudaErrorInvalidResourceHandle
-							    : cudaErrorInvalidValue);
+	if (!events.count(event) || !stream_known(s))
+		return set_error(cudaErrorInvalidResourceHandle);
+	if (flags)
+		return set_error(cudaErrorInvalidValue);
 	if (!event->stream) /* never recorded: nothing to wait for */
 		return cudaSuccess;
 	return enqueue_after(
@@ -1104,8 +1135,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
 	if (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))
 		return set_error(cudaErrorInvalidValue);
+	std::lock_guard<std::recursive_mutex> g(mu);
 	*event = new CUevent_st;
 	(*event)->flags = flags;
+	events.insert(*event);
 	return cudaSuccess;
 }
 
@@ -1116,7 +1149,9 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-	if (!event)
+	std::lock_guard<std::recursive_mutex> g(mu);
+
+	if (!events.erase(event))
 		return set_error(cudaErrorInvalidResourceHandle);
 	delete event;
 	return cudaSuccess;
@@ -1127,7 +1162,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 	std::lock_guard<std::recursive_mutex> g(mu);
 	cudaError_t rc;
 
-	if (!event)
+	if (!events.count(event))
 		return set_error(cudaErrorInvalidResourceHandle);
 	rc = enqueue(stream, "cudaEventRecord", [] {});
 	if (rc)
@@ -1142,7 +1177,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
 
-	if (!event)
+	if (!events.count(event))
 		return set_error(cudaErrorInvalidResourceHandle);
 	if (!event->stream || event->stream->done >= event->seq)
 		return cudaSuccess;
@@ -1156,7 +1191,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
 
-	if (!event)
+	if (!events.count(event))
 		return set_error(cudaErrorInvalidResourceHandle);
 	if (event->stream)
 		run_until(event->stream, event->seq);
@@ -1165,7 +1200,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-	if (!start || !end)
+	std::lock_guard<std::recursive_mutex> g(mu);
+
+	if (!events.count(start) || !events.count(end))
 		return set_error(cudaErrorInvalidResourceHandle);
 	if ((start->flags | end->flags) & cudaEventDisableTiming)
 		return set_error(cudaErrorInvalidResourceHandle);

@@ -9,7 +9,7 @@
 # - bf16 with activation checkpointing and bf16 reductions over nccl: the
 #   same loss as fp32 within 2%;
 # - resume on the device equals uninterrupted, bitwise (zero3 over nccl).
-# Each job runs under two stream schedules, so that a missing stream
+# The jobs run under two stream schedules, so that a missing stream
 # dependency shows in one of them as wrong numbers: lazy (a stream runs
 # only when the host needs it: the comm stream runs late) and first-late
 # (every stream but the compute stream runs at once: the comm stream runs
@@ -38,7 +38,11 @@ for sched in lazy first-late; do
 	run_ranks 1 "$name" $args --set train.device=cuda --set checkpoint.dir="$tmp/$name" ||
 		fail "$name: 1 rank on the device failed"
 	check "$name"
-	for backend in cpu nccl; do
+	# the cpu backend waits for ms on the host after every collective:
+	# its stream order is tested once
+	backends="cpu nccl"
+	[ $sched = first-late ] && backends=nccl
+	for backend in $backends; do
 		for strategy in ddp zero1 zero2 zero3; do
 			accum=1
 			[ $strategy = zero2 ] && accum=2

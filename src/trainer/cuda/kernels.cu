@@ -312,17 +312,16 @@ template <typename T> __global__ void gelu_fwd_k(const T *a, T *out, size_t n)
 	}
 }
 
-template <typename T> __global__ void gelu_bwd_k(float *dout, const T *a, T *din, size_t n)
+/* din may be dout: each element is read, then written, by one thread */
+template <typename T> __global__ void gelu_bwd_k(const T *dout, const T *a, T *din, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float x = ld(a, i), t = gelu_tanh(x);
 		float g = 0.5f * (1.0f + t) +
 			  0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-		float d = dout[i] * g;
 
-		dout[i] = d;
-		st(din, i, d);
+		st(din, i, ld(dout, i) * g);
 	}
 }
 
@@ -570,17 +569,17 @@ cudaError_t crun_k_gelu_fwd(const void *a, void *out, enum crun_dtype t, size_t 
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_gelu_bwd(float *dout, const void *a, void *din, enum crun_dtype t, size_t n,
-			    cudaStream_t stream)
+cudaError_t crun_k_gelu_bwd(const void *dout, const void *a, void *din, enum crun_dtype t,
+			    size_t n, cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
 	if (t == CRUN_DTYPE_F32)
-		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, dout, (const float *)a,
-		       (float *)din, n);
+		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, (const float *)dout,
+		       (const float *)a, (float *)din, n);
 	else
-		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, dout, (const bf16 *)a, (bf16 *)din,
-		       n);
+		LAUNCH(gelu_bwd_k, grid_for(n), THREADS, stream, (const bf16 *)dout,
+		       (const bf16 *)a, (bf16 *)din, n);
 	return cudaPeekAtLastError();
 }
 

@@ -89,11 +89,9 @@ cudaError_t crun_k_ln_bwd(const float *dout, const float *x, const float *mean, 
 cudaError_t crun_k_gelu_fwd(const void *a, void *out, enum crun_dtype t, size_t n,
 			    cudaStream_t stream);
 
-/* din[i] = dout[i] * gelu'(a[i]), a and din T; dout (float32) becomes
- * the same values unrounded, so that sums over them (the bias gradient)
- * are taken in float32 as on the CPU. */
-cudaError_t crun_k_gelu_bwd(float *dout, const void *a, void *din, enum crun_dtype t, size_t n,
-			    cudaStream_t stream);
+/* din[i] = dout[i] * gelu'(a[i]); dout, a and din T; din may be dout. */
+cudaError_t crun_k_gelu_bwd(const void *dout, const void *a, void *din, enum crun_dtype t,
+			    size_t n, cudaStream_t stream);
 
 /* Softmax cross-entropy of rows of 256 logits against each row's target
  * (tokens[b][context]): z becomes the probabilities, losses[b] the loss

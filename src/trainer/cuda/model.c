@@ -39,8 +39,8 @@ struct crun_cuda_acts {
 	void *dz;      /* B x 256, T (aliases logits for float32) */
 	float *dh;     /* B x H: gradient at the residual stream */
 	void *dht;     /* dh as T (aliases dh for float32) */
-	float *df;     /* B x F */
-	void *dft;     /* B x F, T (aliases df for float32) */
+	void *df;      /* B x F, T: the gradient at the GELU's input (computed in
+			* place from the gradient at its output) */
 	float *dln;    /* B x H */
 	float *dx0;    /* B x C */
 	float *ws;     /* column-reduction workspace */
@@ -93,8 +93,7 @@ static size_t layout(struct crun_cuda_acts *a, const struct crun_model *m, char 
 	a->dz = f32 ? (void *)a->logits : carve(base, &off, B * V * es);
 	a->dh = carve(base, &off, B * H * sizeof(float));
 	a->dht = f32 ? (void *)a->dh : carve(base, &off, B * H * es);
-	a->df = carve(base, &off, B * F * sizeof(float));
-	a->dft = f32 ? (void *)a->df : carve(base, &off, B * F * es);
+	a->df = carve(base, &off, B * F * es);
 	a->dln = carve(base, &off, B * H * sizeof(float));
 	a->dx0 = carve(base, &off, B * C * sizeof(float));
 	a->ws = carve(base, &off, 2 * (size_t)CRUN_K_COL_SPLITS * cols * sizeof(float));
@@ -329,12 +328,14 @@ void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model 
 		dht = dh_t(ctx, a, B, H);
 		gemm(ctx, t, false, true, F, H, B, s->gel, F, dht, H, 1.0f, dw2, f32, F);
 		CRUN_CUDA_CHECK(crun_k_colsum_add(a->dh, f32, B, H, db2, a->ws, st));
-		gemm(ctx, t, false, false, F, B, H, k.w2, F, dht, H, 0.0f, a->df, f32, F);
-		CRUN_CUDA_CHECK(crun_k_gelu_bwd(a->df, s->a, a->dft, t, (size_t)B * Fs, st));
-		gemm(ctx, t, false, true, H, F, B, s->ln, H, a->dft, F, 1.0f, dw1, f32, H);
-		/* from the unrounded float32 copy, as the CPU sums it */
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->df, f32, B, F, db1, a->ws, st));
-		gemm(ctx, t, false, false, H, B, F, k.w1, H, a->dft, F, 0.0f, a->dln, f32, H);
+		/* the widest activations (B x F) stay in the compute type, as
+		 * mixed precision keeps them: the product writes them so and the
+		 * GELU backward works in place (float32 inside) */
+		gemm(ctx, t, false, false, F, B, H, k.w2, F, dht, H, 0.0f, a->df, t, F);
+		CRUN_CUDA_CHECK(crun_k_gelu_bwd(a->df, s->a, a->df, t, (size_t)B * Fs, st));
+		gemm(ctx, t, false, true, H, F, B, s->ln, H, a->df, F, 1.0f, dw1, f32, H);
+		CRUN_CUDA_CHECK(crun_k_colsum_add(a->df, t, B, F, db1, a->ws, st));
+		gemm(ctx, t, false, false, H, B, F, k.w1, H, a->df, F, 0.0f, a->dln, f32, H);
 		CRUN_CUDA_CHECK(crun_k_ln_bwd(a->dln, a->h[l], s->mean, s->rstd, k.g, t, B, H,
 					      a->dh, dg, db, a->ws, st));
 	} else {
