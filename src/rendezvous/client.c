@@ -42,6 +42,7 @@
 #define DEFAULT_RUN_ID "default"
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
 #define DEFAULT_TIMEOUT_MS 300000
+#define DEFAULT_MAX_EVENT_BYTES ((size_t)64 << 20)
 /* A server-side wait is also enforced here, this much later, in case the
  * server never answers. */
 #define WAIT_GRACE_MS 500
@@ -60,6 +61,7 @@
 struct event_node {
 	struct event_node *next;
 	struct crun_store_event ev;
+	size_t bytes; /* counted against max_event_bytes */
 };
 
 /* fd >= 0 exactly when a connection is up and HELLO has succeeded; every
@@ -93,6 +95,8 @@ struct crun_store {
 	int conn_err;
 
 	struct event_node *ev_head, *ev_tail;
+	size_t ev_bytes, max_event_bytes;
+	bool ev_overflow; /* an OVERFLOW event is queued: drop the rest */
 
 	char **watches;
 	size_t nwatches, watches_cap;
@@ -277,7 +281,20 @@ static void free_events(struct crun_store *s)
 		free(n);
 	}
 	s->ev_head = s->ev_tail = NULL;
+	s->ev_bytes = 0;
+	s->ev_overflow = false;
 }
+
+static void append_event(struct crun_store *s, struct event_node *n)
+{
+	if (s->ev_tail)
+		s->ev_tail->next = n;
+	else
+		s->ev_head = n;
+	s->ev_tail = n;
+	s->ev_bytes += n->bytes;
+}
+
 
 /* Closes the connection; watches and queued events are kept so that the
  * next connection can restore the watches. */
@@ -397,8 +414,28 @@ static int fill(struct crun_store *s, uint64_t deadline)
 
 static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
 {
-	struct event_node *n = calloc(1, sizeof(*n));
+	size_t bytes = sizeof(struct event_node) + m->items[0].len + m->items[1].len;
+	struct event_node *n;
 
+	if (s->ev_overflow)
+		return 0;
+	if (s->ev_bytes + bytes > s->max_event_bytes) {
+		/* full: one OVERFLOW stands for this event and those after it */
+		n = calloc(1, sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		n->ev.type = CRUN_STORE_EV_OVERFLOW;
+		n->ev.key = strdup("");
+		if (!n->ev.key) {
+			free(n);
+			return -ENOMEM;
+		}
+		n->bytes = sizeof(*n);
+		s->ev_overflow = true;
+		append_event(s, n);
+		return 0;
+	}
+	n = calloc(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	n->ev.type = m->num == CRUN_WIRE_EV_SET ? CRUN_STORE_EV_SET : CRUN_STORE_EV_DELETE;
@@ -409,11 +446,8 @@ static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
 	n->ev.key[m->items[0].len] = '\0';
 	if (buf_from_item(&n->ev.value, &m->items[1]) < 0)
 		goto out_free_key;
-	if (s->ev_tail)
-		s->ev_tail->next = n;
-	else
-		s->ev_head = n;
-	s->ev_tail = n;
+	n->bytes = bytes;
+	append_event(s, n);
 	return 0;
 out_free_key:
 	free(n->ev.key);
@@ -1445,6 +1479,9 @@ static int pop_event(struct crun_store *s, struct crun_store_event *ev)
 	s->ev_head = n->next;
 	if (!s->ev_head)
 		s->ev_tail = NULL;
+	s->ev_bytes -= n->bytes;
+	if (n->ev.type == CRUN_STORE_EV_OVERFLOW)
+		s->ev_overflow = false;
 	*ev = n->ev;
 	free(n);
 	return 0;
@@ -1515,6 +1552,7 @@ struct crun_store *crun_store_create(const struct crun_store_opts *opts)
 	s->connect_timeout_ms =
 		opts->connect_timeout_ms ? opts->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
 	s->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+	s->max_event_bytes = opts->max_event_bytes ? opts->max_event_bytes : DEFAULT_MAX_EVENT_BYTES;
 	s->host = strdup(opts->host ? opts->host : DEFAULT_HOST);
 	s->run_id = strdup(opts->run_id ? opts->run_id : DEFAULT_RUN_ID);
 	if (!s->host || !s->run_id)

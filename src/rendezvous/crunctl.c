@@ -345,8 +345,10 @@ static void print_event(const struct crun_store_event *ev)
 		printf("set %s ", ev->key);
 		fwrite(ev->value.data, 1, ev->value.len, stdout);
 		putchar('\n');
-	} else {
+	} else if (ev->type == CRUN_STORE_EV_DELETE) {
 		printf("del %s\n", ev->key);
+	} else {
+		printf("overflow (changes were dropped: read the keys again)\n");
 	}
 	fflush(stdout);
 }

@@ -502,6 +502,63 @@ static void test_events_queued_during_get(void **state)
 	harness_stop(&h);
 }
 
+/* A reader that falls behind loses events, not memory: past
+ * max_event_bytes one OVERFLOW stands for what was dropped, and after it
+ * has been read events queue again. */
+static void test_event_queue_bounded(void **state)
+{
+	struct crun_store_opts o = { .host = "127.0.0.1",
+				     .run_id = "r",
+				     .connect_timeout_ms = 5000,
+				     .timeout_ms = 5000,
+				     .max_event_bytes = 4096 };
+	char val[600];
+	struct crun_store_event ev;
+	struct crun_store *s, *w;
+	struct harness h;
+	int sets = 0, overflows = 0;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	o.port = h.port;
+	s = client(h.port, "r", 0, 0);
+	w = crun_store_create(&o);
+	assert_non_null(w);
+	assert_int_equal(crun_store_watch(w, "q", -1), 0);
+	memset(val, 'v', sizeof(val) - 1);
+	val[sizeof(val) - 1] = '\0';
+	for (int i = 0; i < 40; i++)
+		set_str(s, "q", val); /* 40 x 600 bytes: far over 4096 */
+	set_str(s, "done", "1");
+	/* every change reached w before the reply to this get */
+	{
+		struct crun_store_buf b;
+
+		assert_int_equal(crun_store_get(w, "done", &b, 5000), 0);
+		crun_store_buf_finish(&b);
+	}
+	while (crun_store_next_event(w, &ev, 0) == 0) {
+		if (ev.type == CRUN_STORE_EV_OVERFLOW) {
+			assert_string_equal(ev.key, "");
+			assert_int_equal(ev.value.len, 0);
+			overflows++;
+		} else {
+			assert_int_equal(ev.type, CRUN_STORE_EV_SET);
+			assert_int_equal(overflows, 0); /* nothing after the overflow */
+			sets++;
+		}
+		crun_store_event_finish(&ev);
+	}
+	assert_int_equal(overflows, 1);
+	assert_true(sets >= 1 && sets < 8);
+	/* read: the queue takes events again */
+	set_str(s, "q", "again");
+	assert_event(w, CRUN_STORE_EV_SET, "q", "again", 2000);
+	crun_store_destroy(w);
+	crun_store_destroy(s);
+	harness_stop(&h);
+}
+
 static void test_runs_isolated(void **state)
 {
 	struct harness h;
@@ -764,6 +821,7 @@ int main(void)
 		cmocka_unit_test(test_connect_refused),
 		cmocka_unit_test(test_server_restart),
 		cmocka_unit_test(test_events_queued_during_get),
+		cmocka_unit_test(test_event_queue_bounded),
 		cmocka_unit_test(test_runs_isolated),
 		cmocka_unit_test(test_errors_map),
 		cmocka_unit_test(test_bad_options),
