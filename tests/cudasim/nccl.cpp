@@ -963,7 +963,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 		return complain(ncclInvalidArgument, fn,
 				"config magic %#x: not from NCCL_CONFIG_INITIALIZER",
 				config->magic);
-	if (nranks > 1 && memcmp(commId.internal, ID_PREFIX, sizeof(ID_PREFIX)))
+	if (memcmp(commId.internal, ID_PREFIX, sizeof(ID_PREFIX)))
 		return complain(ncclInvalidArgument, fn,
 				"the unique id was not made by ncclGetUniqueId");
 	sp = std::make_shared<ncclComm>();

@@ -662,6 +662,16 @@ void shfl_xor(unsigned mask, const void *v, void *out, size_t bytes, int lanemas
 	arrive(b, bar, "a warp shuffle");
 }
 
+bool kernel_pointer_ok(const char *kernel, int i, const void *p)
+{
+	if (!p || kind(p) != Mem::unknown)
+		return true;
+	note("kernel %s: argument %d (%p) is not device or pinned memory: a GPU would fault",
+	     kernel, i, p);
+	set_error(cudaErrorIllegalAddress);
+	return false;
+}
+
 void launch(const char *name, dim3 grid, dim3 block, cudaStream_t stream,
 	    std::function<void()> body)
 {
@@ -1202,8 +1212,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
 
-	if (!events.count(start) || !events.count(end))
+	if (!events.count(start) || !events.count(end) || !start->stream || !end->stream)
 		return set_error(cudaErrorInvalidResourceHandle);
+	if (start->stream->done < start->seq || end->stream->done < end->seq)
+		return cudaErrorNotReady;
 	if ((start->flags | end->flags) & cudaEventDisableTiming)
 		return set_error(cudaErrorInvalidResourceHandle);
 	/* cudasim keeps no device clock */

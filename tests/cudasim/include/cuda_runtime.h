@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <math.h>
+#include <type_traits>
 
 struct uint3 {
 	unsigned x, y, z;
@@ -53,6 +54,26 @@ void sync_block();
  * part (mask must name them all). */
 void shfl_xor(unsigned mask, const void *v, void *out, size_t bytes, int lanemask);
 
+/* A kernel's pointer argument i: NULL, or device or pinned memory (what
+ * a GPU can address); else the launch fails with cudaErrorIllegalAddress
+ * and says which argument. Returns whether it may run. */
+bool kernel_pointer_ok(const char *kernel, int i, const void *p);
+
+template <typename T> inline bool kernel_arg_ok(const char *kernel, int i, const T &a)
+{
+	if constexpr (std::is_pointer<T>::value)
+		return kernel_pointer_ok(kernel, i, (const void *)a);
+	else
+		return true;
+}
+
+template <typename... A> inline bool kernel_args_ok(const char *kernel, const A &...a)
+{
+	int i = 0;
+
+	return (kernel_arg_ok(kernel, i++, a) & ...);
+}
+
 } // namespace cudasim
 
 #define __global__
@@ -67,8 +88,11 @@ void shfl_xor(unsigned mask, const void *v, void *out, size_t bytes, int lanemas
 #define gridDim (cudasim::cur->grid_dim)
 
 /* kernel<<<grid, block, 0, stream>>>(args...) */
-#define CUDASIM_LAUNCH(kernel, grid, block, stream, ...) \
-	cudasim::launch(#kernel, dim3(grid), dim3(block), stream, [=] { kernel(__VA_ARGS__); })
+#define CUDASIM_LAUNCH(kernel, grid, block, stream, ...)                     \
+	(cudasim::kernel_args_ok(#kernel, __VA_ARGS__)                       \
+		 ? cudasim::launch(#kernel, dim3(grid), dim3(block), stream, \
+				   [=] { kernel(__VA_ARGS__); })             \
+		 : (void)0)
 
 constexpr int warpSize = 32;
 
