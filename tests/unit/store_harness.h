@@ -1,9 +1,10 @@
 /* A real store server on its own libuv loop in a background thread, for
- * the client and authentication tests. Everything is static: each test
- * binary includes this once.
+ * the server, round, client and authentication tests. Everything is
+ * static: each test binary includes this once.
  *
  * The loop thread owns the server; the test thread talks to it only
- * through an async handle (stop, freeze). */
+ * through an async handle (stop, freeze) and reads what the loop records
+ * (disconnects) under the mutex. */
 #ifndef CRUN_TESTS_STORE_HARNESS_H
 #define CRUN_TESTS_STORE_HARNESS_H
 
@@ -29,7 +30,41 @@ struct harness {
 	int port;
 	bool stop;
 	int freeze_ms;
+	int disconnects;   /* connections past HELLO that closed */
+	char last_run[64]; /* run id of the last of them */
+	bool done;         /* the server's destroy finished */
+	int close_rc;      /* uv_loop_close's, after the thread ended */
 };
+
+/* Fills opts with the server's defaults and, unless token is NULL, the
+ * token it demands. The token is copied when the server is created. */
+static inline void harness_opts(struct crun_server_opts *opts, const char *token)
+{
+	memset(opts, 0, sizeof(*opts));
+	crun_server_limits_default(&opts->limits);
+	opts->token = token;
+	opts->token_len = token ? strlen(token) : 0;
+}
+
+static inline void harness_on_disconnect(struct crun_server *srv, const char *run_id,
+					 const char *peer, void *arg)
+{
+	struct harness *h = arg;
+
+	(void)srv;
+	(void)peer;
+	uv_mutex_lock(&h->mu);
+	h->disconnects++;
+	snprintf(h->last_run, sizeof(h->last_run), "%s", run_id);
+	uv_mutex_unlock(&h->mu);
+}
+
+static inline void harness_on_done(void *arg)
+{
+	struct harness *h = arg;
+
+	h->done = true;
+}
 
 static inline void harness_on_wake(uv_async_t *a)
 {
@@ -48,7 +83,7 @@ static inline void harness_on_wake(uv_async_t *a)
 		usleep((useconds_t)freeze * 1000);
 	}
 	if (stop) {
-		crun_server_destroy(h->srv, NULL, NULL);
+		crun_server_destroy(h->srv, harness_on_done, h);
 		h->srv = NULL;
 		uv_close((uv_handle_t *)&h->wake, NULL);
 	}
@@ -71,45 +106,70 @@ static inline int harness_start(struct harness *h, int port, const struct crun_s
 
 	memset(h, 0, sizeof(*h));
 	if (!opts) {
-		memset(&def, 0, sizeof(def));
-		crun_server_limits_default(&def.limits);
+		harness_opts(&def, NULL);
 		opts = &def;
 	}
 	if (uv_loop_init(&h->loop) < 0)
 		return -ENOMEM;
 	h->srv = crun_server_create(&h->loop, opts);
 	if (!h->srv) {
-		uv_loop_close(&h->loop);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out_close_loop;
 	}
 	rc = crun_server_listen(h->srv, "127.0.0.1", port, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "harness: listen on port %d: %s\n", port, err);
-		crun_server_destroy(h->srv, NULL, NULL);
-		uv_run(&h->loop, UV_RUN_DEFAULT);
-		uv_loop_close(&h->loop);
-		return rc;
+		goto out_destroy;
 	}
 	h->port = crun_server_port(h->srv);
+	if (h->port <= 0) {
+		rc = -EADDRNOTAVAIL;
+		goto out_destroy;
+	}
 	uv_mutex_init(&h->mu);
 	uv_sem_init(&h->frozen, 0);
+	crun_server_set_disconnect_cb(h->srv, harness_on_disconnect, h);
 	uv_async_init(&h->loop, &h->wake, harness_on_wake);
 	h->wake.data = h;
 	uv_thread_create(&h->thread, harness_loop_main, h);
 	return 0;
+
+out_destroy:
+	crun_server_destroy(h->srv, NULL, NULL);
+	uv_run(&h->loop, UV_RUN_DEFAULT);
+out_close_loop:
+	uv_loop_close(&h->loop);
+	return rc;
 }
 
-/* Destroys the server (closing every connection) and joins the thread. */
-static inline void harness_stop(struct harness *h)
+/* Destroys the server (closing every connection), joins the thread and
+ * closes the loop. 0, or -EBUSY when the destroy never finished or a
+ * handle was left open on the loop (h->done, h->close_rc say which). */
+static inline int harness_stop(struct harness *h)
 {
 	uv_mutex_lock(&h->mu);
 	h->stop = true;
 	uv_mutex_unlock(&h->mu);
 	uv_async_send(&h->wake);
 	uv_thread_join(&h->thread);
-	uv_loop_close(&h->loop);
+	h->close_rc = uv_loop_close(&h->loop);
 	uv_mutex_destroy(&h->mu);
 	uv_sem_destroy(&h->frozen);
+	return h->done && h->close_rc == 0 ? 0 : -EBUSY;
+}
+
+/* How many connections past HELLO have closed so far; with run, also the
+ * run id of the last one. */
+static inline int harness_disconnects(struct harness *h, char *run, size_t runlen)
+{
+	int n;
+
+	uv_mutex_lock(&h->mu);
+	n = h->disconnects;
+	if (run)
+		snprintf(run, runlen, "%s", h->last_run);
+	uv_mutex_unlock(&h->mu);
+	return n;
 }
 
 /* Freezes the server's loop for ms; returns once the freeze has begun. */

@@ -59,8 +59,7 @@ static int fx_serve(struct fx *f, const char *host, const struct crun_server_opt
 	int rc;
 
 	if (!opts) {
-		memset(&def, 0, sizeof(def));
-		crun_server_limits_default(&def.limits);
+		harness_opts(&def, NULL);
 		opts = &def;
 	}
 	f->srv = crun_server_create(&f->loop, opts);
@@ -568,20 +567,10 @@ static void test_request_timeout(void **state)
 	fx_finish(&f);
 }
 
-static int start_with_token(struct harness *h, const char *token)
-{
-	struct crun_server_opts so;
-
-	memset(&so, 0, sizeof(so));
-	crun_server_limits_default(&so.limits);
-	so.token = token;
-	so.token_len = token ? strlen(token) : 0;
-	return harness_start(h, 0, &so);
-}
-
 /* Mutual authentication against a server on its own thread. */
 static void test_auth(void **state)
 {
+	struct crun_server_opts so;
 	struct harness h;
 	struct fx f;
 	struct evs e = { 0 };
@@ -591,7 +580,8 @@ static void test_auth(void **state)
 	uint64_t t0;
 
 	(void)state;
-	assert_int_equal(start_with_token(&h, TOKEN), 0);
+	harness_opts(&so, TOKEN);
+	assert_int_equal(harness_start(&h, 0, &so), 0);
 	fx_init(&f);
 
 	c = client_opts(&f, "127.0.0.1", h.port, TOKEN, 5000, 0, 0, &e);
@@ -1048,8 +1038,7 @@ static void test_connection_limit(void **state)
 	uint64_t t0;
 
 	(void)state;
-	memset(&so, 0, sizeof(so));
-	crun_server_limits_default(&so.limits);
+	harness_opts(&so, NULL);
 	so.limits.max_connections = 1;
 	fx_init(&f);
 	assert_int_equal(fx_serve(&f, "127.0.0.1", &so), 0);

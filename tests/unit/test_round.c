@@ -1,16 +1,15 @@
 /* Rendezvous rounds (rdzv.h) through a real store server: the server runs
- * on its own libuv loop in a thread (127.0.0.1, port 0), and every node is
- * a blocking socket that speaks the protocol with crun_wire_* and the
- * rdzv.h helpers, so nothing here depends on the agent's client. Every
- * receive has a 5 s timeout and every "nothing arrives" check a short
- * poll, so no test can hang; the timeouts under test are 100-300 ms. Each
- * server is destroyed at the end of its test and its loop must close with
- * no handle left. */
+ * on its own libuv loop in a thread (store_harness.h; 127.0.0.1, port 0),
+ * and every node is a blocking socket that speaks the protocol with
+ * crun_wire_* and the rdzv.h helpers, so nothing here depends on the
+ * agent's client. Every receive has a 5 s timeout and every "nothing
+ * arrives" check a short poll, so no test can hang; the timeouts under
+ * test are 100-300 ms. Each server is destroyed at the end of its test and
+ * its loop must close with no handle left. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,83 +31,7 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
-
-/* ---- a server on its own thread ---------------------------------------- */
-
-struct tsrv {
-	pthread_t thread;
-	uv_loop_t loop;
-	uv_async_t stop;
-	struct crun_server *srv;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool ready, done;
-	int listen_rc;
-	int port;
-	int loop_close_rc;
-};
-
-static void on_done(void *arg)
-{
-	((struct tsrv *)arg)->done = true;
-}
-
-static void on_stop(uv_async_t *a)
-{
-	struct tsrv *t = a->data;
-
-	crun_server_destroy(t->srv, on_done, t);
-	uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *server_thread(void *arg)
-{
-	struct tsrv *t = arg;
-	char err[256];
-
-	uv_loop_init(&t->loop);
-	t->srv = crun_server_create(&t->loop, NULL);
-	t->listen_rc =
-		t->srv ? crun_server_listen(t->srv, "127.0.0.1", 0, err, sizeof(err)) : -ENOMEM;
-	t->port = crun_server_port(t->srv);
-	uv_async_init(&t->loop, &t->stop, on_stop);
-	t->stop.data = t;
-	pthread_mutex_lock(&t->mu);
-	t->ready = true;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mu);
-	uv_run(&t->loop, UV_RUN_DEFAULT);
-	t->loop_close_rc = uv_loop_close(&t->loop);
-	return NULL;
-}
-
-static struct tsrv *start_server(void)
-{
-	struct tsrv *t = calloc(1, sizeof(*t));
-
-	assert_non_null(t);
-	pthread_mutex_init(&t->mu, NULL);
-	pthread_cond_init(&t->cv, NULL);
-	assert_int_equal(pthread_create(&t->thread, NULL, server_thread, t), 0);
-	pthread_mutex_lock(&t->mu);
-	while (!t->ready)
-		pthread_cond_wait(&t->cv, &t->mu);
-	pthread_mutex_unlock(&t->mu);
-	assert_int_equal(t->listen_rc, 0);
-	assert_true(t->port > 0);
-	return t;
-}
-
-static void stop_server(struct tsrv *t)
-{
-	uv_async_send(&t->stop);
-	pthread_join(t->thread, NULL);
-	assert_true(t->done);
-	assert_int_equal(t->loop_close_rc, 0);
-	pthread_mutex_destroy(&t->mu);
-	pthread_cond_destroy(&t->cv);
-	free(t);
-}
+#include "store_harness.h"
 
 /* ---- a blocking node ------------------------------------------------------ */
 
@@ -454,15 +377,16 @@ static void assert_same_nodes(const struct crun_rdzv_assignment *a,
  * is the sum, an empty addr becomes the peer's address. Keys still work. */
 static void test_two_nodes(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 10000, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb;
 	uint64_t t0;
 
 	(void)state;
-	node_init(&na, t->port, "job", "host-a:1:aa", "host-a", 8, &c);
-	node_init(&nb, t->port, "job", "host-b:2:bb", "host-b", 4, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "host-a:1:aa", "host-a", 8, &c);
+	node_init(&nb, h.port, "job", "host-b:2:bb", "host-b", 4, &c);
 	na.self.addr = (char *)"10.1.2.3";
 	join_sync(&na);
 	t0 = crun_now_ms();
@@ -492,21 +416,22 @@ static void test_two_nodes(void **state)
 	key_roundtrip(&nb, "rdzv/1/master", "10.1.2.3:29501");
 	node_close(&na);
 	node_close(&nb);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Between min and max: the round closes last_call after min nodes. */
 static void test_last_call(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 3, 200, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb;
 	uint64_t t0, dt;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 2, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 2, &c);
 	join_sync(&nb);
 	t0 = crun_now_ms();
 	join(&na);
@@ -525,7 +450,7 @@ static void test_last_call(void **state)
 	crun_rdzv_assignment_finish(&b);
 	node_close(&na);
 	node_close(&nb);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A member's connection drops: the other gets "left" (counted); alone
@@ -533,20 +458,21 @@ static void test_last_call(void **state)
  * Before any round the message says how many came. */
 static void test_left_and_join_timeout(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 
 	(void)state;
-	node_init(&nc, t->port, "other", "c", "host-c", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&nc, h.port, "other", "c", "host-c", 1, &c);
 	nc.conf.join_timeout_ms = 150;
 	join(&nc);
 	want_error(&nc, nc.join_id, ETIMEDOUT, "only 1 of at least 2 nodes joined within 150ms");
 	node_close(&nc);
 
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	join_sync(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -563,14 +489,14 @@ static void test_left_and_join_timeout(void **state)
 	/* The connection stays usable. */
 	key_roundtrip(&na, "k", "v");
 	node_close(&na);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A member whose keep-alives stop is dropped after keepalive_ms; a member
  * that keeps sending frames is not. */
 static void test_keepalive(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb;
@@ -579,9 +505,10 @@ static void test_keepalive(void **state)
 	uint64_t t0;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
 	c.keepalive_ms = 200;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	join_sync(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -619,7 +546,7 @@ static void test_keepalive(void **state)
 	assert_true(closed_by_server(nb.fd));
 	node_close(&na);
 	node_close(&nb);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A refused JOIN leaves the connection as it was: a member that sends a
@@ -627,14 +554,15 @@ static void test_keepalive(void **state)
  * member although it then says nothing for 400 ms. */
 static void test_refused_join_keeps_keepalive(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	join_sync(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -657,7 +585,7 @@ static void test_refused_join_keeps_keepalive(void **state)
 	}
 	node_close(&na);
 	node_close(&nb);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* FAIL ends the round for every member with "failure" (counted); a FAIL
@@ -665,7 +593,7 @@ static void test_refused_join_keeps_keepalive(void **state)
  * whatever the order of the rejoins. */
 static void test_fail(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(3, 3, 0, 5000);
 	struct crun_rdzv_assignment as[3];
 	struct tnode n[3];
@@ -673,9 +601,10 @@ static void test_fail(void **state)
 	uint32_t id;
 
 	(void)state;
-	node_init(&n[0], t->port, "job", "a", "host-a", 2, &c);
-	node_init(&n[1], t->port, "job", "b", "host-b", 2, &c);
-	node_init(&n[2], t->port, "job", "c", "host-c", 2, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 2, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 2, &c);
+	node_init(&n[2], h.port, "job", "c", "host-c", 2, &c);
 	join_sync(&n[0]);
 	join_sync(&n[1]);
 	join(&n[2]);
@@ -707,7 +636,7 @@ static void test_fail(void **state)
 		assert_true(quiet(n[i].fd, 30));
 	for (int i = 0; i < 3; i++)
 		node_close(&n[i]);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A node that arrives while a round runs below max ends it with "join"
@@ -715,16 +644,17 @@ static void test_fail(void **state)
  * old members are back, without waiting for the last call. */
 static void test_late_joiner(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 4, 300, 5000);
 	struct crun_rdzv_assignment a, b, x;
 	struct tnode na, nb, nx;
 	uint64_t t0, dt;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
-	node_init(&nx, t->port, "job", "x", "host-x", 4, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
+	node_init(&nx, h.port, "job", "x", "host-x", 4, &c);
 	join_sync(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -758,23 +688,24 @@ static void test_late_joiner(void **state)
 	node_close(&na);
 	node_close(&nb);
 	node_close(&nx);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* At max, a new node waits (standby) and is in the next round; a node
  * that then finds the run at max again times out. */
 static void test_standby(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b, s;
 	struct tnode na, nb, ns;
 	uint32_t id;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
-	node_init(&ns, t->port, "job", "s", "host-s", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
+	node_init(&ns, h.port, "job", "s", "host-s", 1, &c);
 	join_sync(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -806,22 +737,23 @@ static void test_standby(void **state)
 	node_close(&na);
 	node_close(&nb);
 	node_close(&ns);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Restarts above max_restarts: "exhausted", the run is closed as failed. */
 static void test_exhausted(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 	uint32_t id;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
 	c.max_restarts = 1;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	for (int round = 1; round <= 2; round++) {
 		join(&na);
 		join(&nb);
@@ -840,7 +772,7 @@ static void test_exhausted(void **state)
 	}
 	assert_int_equal(want_event(&na, 2, "exhausted", "--max-restarts 1"), 2);
 	assert_int_equal(want_event(&nb, 2, "exhausted", "worker died"), 2);
-	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	node_init(&nc, h.port, "job", "c", "host-c", 1, &c);
 	join(&nc);
 	want_error(&nc, nc.join_id, ESHUTDOWN, "run 'job' is closed: the job failed");
 	join(&na);
@@ -848,22 +780,23 @@ static void test_exhausted(void **state)
 	node_close(&na);
 	node_close(&nb);
 	node_close(&nc);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* DONE is a barrier: OK once every member sent it, then the run is
  * closed. A round that ends first cancels the DONE. */
 static void test_done(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 	uint32_t ida, idb;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	join(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -894,7 +827,7 @@ static void test_done(void **state)
 	want_ok(&na, ida);
 	want_ok(&nb, idb);
 	/* The run is closed for everyone, but its keys still work. */
-	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	node_init(&nc, h.port, "job", "c", "host-c", 1, &c);
 	join(&nc);
 	want_error(&nc, nc.join_id, ESHUTDOWN, "run 'job' is closed: the job has finished");
 	key_roundtrip(&nc, "after", "close");
@@ -914,29 +847,30 @@ static void test_done(void **state)
 	node_close(&nc);
 	sleep_ms(50);
 	c = conf_of(1, 1, 0, 5000);
-	node_init(&nc, t->port, "job", "c", "host-c", 1, &c);
+	node_init(&nc, h.port, "job", "c", "host-c", 1, &c);
 	join(&nc);
 	want_assignment(&nc, &a);
 	assert_int_equal(a.round, 1);
 	crun_rdzv_assignment_finish(&a);
 	node_close(&nc);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A node that sent DONE and then went is no failure: the barrier goes on
  * without it. DONE twice, or from a non-member, is refused. */
 static void test_done_then_gone(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb, nd;
 	uint32_t id;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
-	node_init(&nd, t->port, "job", "d", "host-d", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
+	node_init(&nd, h.port, "job", "d", "host-d", 1, &c);
 	join(&na);
 	join(&nb);
 	want_assignment(&na, &a);
@@ -958,23 +892,24 @@ static void test_done_then_gone(void **state)
 	want_error(&nd, nd.join_id, ESHUTDOWN, "the job has finished");
 	node_close(&nb);
 	node_close(&nd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Static ranks: group rank = node_rank whatever the join order; a rank
  * taken twice, a rank >= max and a dynamic node are refused. */
 static void test_static_ranks(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
 	struct crun_rdzv_assignment a, b;
 	struct tnode na, nb, nd, ne;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 3, &c);
-	node_init(&nd, t->port, "job", "d", "host-d", 1, &c);
-	node_init(&ne, t->port, "job", "e", "host-e", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 3, &c);
+	node_init(&nd, h.port, "job", "d", "host-d", 1, &c);
+	node_init(&ne, h.port, "job", "e", "host-e", 1, &c);
 	na.self.node_rank = 0;
 	nb.self.node_rank = 1;
 	nd.self.node_rank = 1;
@@ -1002,7 +937,7 @@ static void test_static_ranks(void **state)
 	node_close(&nb);
 	node_close(&nd);
 	node_close(&ne);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* The first JOIN fixes the run's configuration; a JOIN that differs, a
@@ -1010,7 +945,7 @@ static void test_static_ranks(void **state)
  * are refused, and the connection stays usable. */
 static void test_config_errors(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 4, 1000, 5000);
 	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun_wire_msg m;
@@ -1018,8 +953,9 @@ static void test_config_errors(void **state)
 	char scratch[160];
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
-	node_init(&nb, t->port, "job", "b", "host-b", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
 	join_sync(&na);
 	nb.conf.max_nodes = 2;
 	join(&nb);
@@ -1048,28 +984,29 @@ static void test_config_errors(void **state)
 	key_roundtrip(&nb, "still", "here");
 	node_close(&na);
 	node_close(&nb);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Two runs on one server never see each other's rounds. */
 static void test_two_runs(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c2 = conf_of(2, 2, 0, 5000), c1 = conf_of(1, 1, 0, 5000);
 	struct crun_rdzv_assignment a, b, x;
 	struct tnode na, nb, nx;
 	uint32_t id;
 
 	(void)state;
-	node_init(&na, t->port, "job-1", "a", "host-a", 1, &c2);
-	node_init(&nx, t->port, "job-2", "a", "host-a", 1, &c1); /* same id, other run */
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job-1", "a", "host-a", 1, &c2);
+	node_init(&nx, h.port, "job-2", "a", "host-a", 1, &c1); /* same id, other run */
 	join(&na);
 	join(&nx);
 	want_assignment(&nx, &x);
 	assert_int_equal(x.nnodes, 1);
 	crun_rdzv_assignment_finish(&x);
 	assert_true(quiet(na.fd, 30));
-	node_init(&nb, t->port, "job-1", "b", "host-b", 1, &c2);
+	node_init(&nb, h.port, "job-1", "b", "host-b", 1, &c2);
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
@@ -1084,22 +1021,23 @@ static void test_two_runs(void **state)
 	node_close(&na);
 	node_close(&nb);
 	node_close(&nx);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Destroying the server with joiners waiting and timers armed frees
  * everything and closes every handle. */
 static void test_destroy_busy(void **state)
 {
-	struct tsrv *t = start_server();
+	struct harness h;
 	struct crun_rdzv_conf c = conf_of(2, 3, 5000, 5000);
 	struct tnode na;
 
 	(void)state;
-	node_init(&na, t->port, "job", "a", "host-a", 1, &c);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
 	join(&na);
 	assert_true(quiet(na.fd, 30));
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 	node_close(&na);
 }
 

@@ -1,13 +1,12 @@
 /* The store server through real sockets: a server runs on its own libuv
- * loop in a thread (127.0.0.1, port 0) and the test talks to it with
- * blocking sockets and frames encoded by hand with crun_wire_encode, so
- * nothing here depends on libcrun. Every socket has a 5 s receive timeout,
- * so no test can hang; every server is destroyed and its loop must close
- * with no handle left. */
+ * loop in a thread (store_harness.h; 127.0.0.1, port 0) and the test
+ * talks to it with blocking sockets and frames encoded by hand with
+ * crun_wire_encode, so nothing here depends on libcrun. Every socket has a
+ * 5 s receive timeout, so no test can hang; every server is destroyed and
+ * its loop must close with no handle left. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,122 +27,7 @@
 #include "common/util.h"
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
-
-/* ---- a server on its own thread ---------------------------------------- */
-
-struct tsrv {
-	pthread_t thread;
-	uv_loop_t loop;
-	uv_async_t stop;
-	struct crun_server *srv;
-	struct crun_server_opts opts;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool ready, done;
-	int listen_rc;
-	int port;
-	int loop_close_rc;
-	int disconnects;
-	char last_run[64];
-};
-
-static void on_disconnect(struct crun_server *srv, const char *run_id, const char *peer,
-			  void *arg)
-{
-	struct tsrv *t = arg;
-
-	(void)srv;
-	(void)peer;
-	pthread_mutex_lock(&t->mu);
-	t->disconnects++;
-	snprintf(t->last_run, sizeof(t->last_run), "%s", run_id);
-	pthread_mutex_unlock(&t->mu);
-}
-
-static void on_done(void *arg)
-{
-	struct tsrv *t = arg;
-
-	t->done = true;
-}
-
-static void on_stop(uv_async_t *a)
-{
-	struct tsrv *t = a->data;
-
-	crun_server_destroy(t->srv, on_done, t);
-	uv_close((uv_handle_t *)a, NULL);
-}
-
-static void *server_thread(void *arg)
-{
-	struct tsrv *t = arg;
-	char err[256];
-
-	uv_loop_init(&t->loop);
-	t->srv = crun_server_create(&t->loop, &t->opts);
-	t->listen_rc = t->srv ? crun_server_listen(t->srv, "127.0.0.1", 0, err, sizeof(err))
-			      : -ENOMEM;
-	t->port = crun_server_port(t->srv);
-	crun_server_set_disconnect_cb(t->srv, on_disconnect, t);
-	uv_async_init(&t->loop, &t->stop, on_stop);
-	t->stop.data = t;
-	pthread_mutex_lock(&t->mu);
-	t->ready = true;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mu);
-	uv_run(&t->loop, UV_RUN_DEFAULT);
-	t->loop_close_rc = uv_loop_close(&t->loop);
-	return NULL;
-}
-
-static struct tsrv *start_server(const struct crun_server_limits *limits, const char *token)
-{
-	struct tsrv *t = calloc(1, sizeof(*t));
-
-	assert_non_null(t);
-	if (limits)
-		t->opts.limits = *limits;
-	else
-		crun_server_limits_default(&t->opts.limits);
-	if (token) {
-		t->opts.token = token;
-		t->opts.token_len = strlen(token);
-	}
-	pthread_mutex_init(&t->mu, NULL);
-	pthread_cond_init(&t->cv, NULL);
-	assert_int_equal(pthread_create(&t->thread, NULL, server_thread, t), 0);
-	pthread_mutex_lock(&t->mu);
-	while (!t->ready)
-		pthread_cond_wait(&t->cv, &t->mu);
-	pthread_mutex_unlock(&t->mu);
-	assert_int_equal(t->listen_rc, 0);
-	assert_true(t->port > 0);
-	return t;
-}
-
-static void stop_server(struct tsrv *t)
-{
-	uv_async_send(&t->stop);
-	pthread_join(t->thread, NULL);
-	assert_true(t->done);
-	assert_int_equal(t->loop_close_rc, 0);
-	pthread_mutex_destroy(&t->mu);
-	pthread_cond_destroy(&t->cv);
-	free(t);
-}
-
-static int disconnects(struct tsrv *t, char *run, size_t runlen)
-{
-	int n;
-
-	pthread_mutex_lock(&t->mu);
-	n = t->disconnects;
-	if (run)
-		snprintf(run, runlen, "%s", t->last_run);
-	pthread_mutex_unlock(&t->mu);
-	return n;
-}
+#include "store_harness.h"
 
 /* ---- a blocking client -------------------------------------------------- */
 
@@ -479,8 +363,8 @@ static uint64_t now_ms(void)
 
 static void test_operations(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int fd = client(t->port, "ops");
+	struct harness h;
+	int fd;
 	static const uint8_t bin[] = { 0, 1, 2, 0xff, '\n', 0 };
 	struct crun_wire_item k = its("k"), n = its("n");
 	struct crun_wire_item bk[2] = { its("bin"), it(bin, sizeof(bin)) };
@@ -490,6 +374,8 @@ static void test_operations(void **state)
 	struct rmsg r;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	fd = client(h.port, "ops");
 	/* SET / GET / overwrite / binary / empty values */
 	get_missing(fd, "k");
 	set(fd, "k", "v1");
@@ -605,17 +491,20 @@ static void test_operations(void **state)
 	want_value(fd, CRUN_WIRE_PING, 0, 0, bk + 1, 1, bin, sizeof(bin));
 
 	close(fd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_waiting_reads(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int a = client(t->port, "w"), b = client(t->port, "w");
+	struct harness h;
+	int a, b;
 	struct crun_wire_item k = its("late"), two[2] = { its("m1"), its("m2") };
 	struct rmsg r;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	a = client(h.port, "w");
+	b = client(h.port, "w");
 	/* a waits; a later request on the same connection is not held up */
 	send_frame(a, CRUN_WIRE_GET, 0, 7, 5000, &k, 1);
 	send_frame(a, CRUN_WIRE_MGET, 0, 8, 5000, two, 2);
@@ -671,18 +560,20 @@ static void test_waiting_reads(void **state)
 	set(a, "never", "now");
 	get(a, "never", "now");
 	close(a);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_wait_timeout(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int fd = client(t->port, "to");
+	struct harness h;
+	int fd;
 	struct crun_wire_item keys[2] = { its("x"), its("y") };
 	uint64_t t0;
 	struct rmsg r;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	fd = client(h.port, "to");
 	set(fd, "x", "1");
 	t0 = now_ms();
 	rpc(fd, CRUN_WIRE_WAIT, 0, 150, keys, 2, &r);
@@ -700,7 +591,7 @@ static void test_wait_timeout(void **state)
 	set(fd, "y", "2");
 	want_value(fd, CRUN_WIRE_PING, 0, 0, NULL, 0, "", 0);
 	close(fd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void expect_notify(int fd, uint32_t id, int64_t ev, const char *key, const char *val)
@@ -721,14 +612,17 @@ static void expect_notify(int fd, uint32_t id, int64_t ev, const char *key, cons
 
 static void test_watch(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int a = client(t->port, "watch"), b = client(t->port, "watch");
+	struct harness h;
+	int a, b;
 	struct crun_wire_item w = its("w"), eph = its("eph");
 	struct crun_wire_item ev[2] = { its("eph"), its("alive") };
 	struct rmsg r;
 	char run[64];
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	a = client(h.port, "watch");
+	b = client(h.port, "watch");
 	send_frame(a, CRUN_WIRE_WATCH, 0, 50, 0, &w, 1);
 	assert_int_equal(trecv(a, &r), 0);
 	assert_int_equal(r.m.type, CRUN_WIRE_OK);
@@ -755,13 +649,13 @@ static void test_watch(void **state)
 	close(b);
 	expect_notify(a, 51, CRUN_WIRE_EV_DELETE, "eph", "");
 	get_missing(a, "eph");
-	for (int i = 0; i < 100 && disconnects(t, NULL, 0) < 1; i++)
+	for (int i = 0; i < 100 && harness_disconnects(&h, NULL, 0) < 1; i++)
 		sleep_ms(10);
-	assert_int_equal(disconnects(t, run, sizeof(run)), 1);
+	assert_int_equal(harness_disconnects(&h, run, sizeof(run)), 1);
 	assert_string_equal(run, "watch");
 
 	/* a plain SET takes the key over: the owner's exit no longer deletes it */
-	b = client(t->port, "watch");
+	b = client(h.port, "watch");
 	want_ok(b, CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, ev, 2);
 	expect_notify(a, 51, CRUN_WIRE_EV_SET, "eph", "alive");
 	set(a, "eph", "kept");
@@ -777,16 +671,19 @@ static void test_watch(void **state)
 	set(a, "eph", "quiet");
 	want_value(a, CRUN_WIRE_PING, 0, 0, NULL, 0, "", 0);
 	close(a);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_runs_isolated(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int a = client(t->port, "run-a"), b = client(t->port, "run-b");
+	struct harness h;
+	int a, b;
 	struct rmsg r;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	a = client(h.port, "run-a");
+	b = client(h.port, "run-b");
 	set(a, "shared-name", "from a");
 	get_missing(b, "shared-name");
 	assert_int_equal(want_int(b, CRUN_WIRE_COUNT, 0, NULL, 0), 0);
@@ -799,33 +696,33 @@ static void test_runs_isolated(void **state)
 	get(b, "shared-name", "from b");
 	close(b);
 	/* a run outlives its connections while it holds keys */
-	b = client(t->port, "run-b");
+	b = client(h.port, "run-b");
 	get(b, "shared-name", "from b");
 	close(a);
 	close(b);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_limits(void **state)
 {
-	struct crun_server_limits lim;
-	struct tsrv *t;
+	struct crun_server_opts so;
+	struct harness h;
 	int fd, extra[3];
 	char key17[18], val65[66];
 
 	(void)state;
-	crun_server_limits_default(&lim);
-	lim.max_key_size = 16;
-	lim.max_value_size = 64;
-	lim.max_keys_per_run = 3;
-	lim.max_connections = 4;
-	t = start_server(&lim, NULL);
+	harness_opts(&so, NULL);
+	so.limits.max_key_size = 16;
+	so.limits.max_value_size = 64;
+	so.limits.max_keys_per_run = 3;
+	so.limits.max_connections = 4;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
 	memset(key17, 'k', 17);
 	key17[17] = '\0';
 	memset(val65, 'v', 65);
 	val65[65] = '\0';
 
-	fd = client(t->port, "lim");
+	fd = client(h.port, "lim");
 	{
 		struct crun_wire_item kv[2] = { its(key17), its("v") };
 		struct crun_wire_item big[2] = { its("k"), its(val65) };
@@ -859,9 +756,9 @@ static void test_limits(void **state)
 
 	/* connections: fd plus three more reach the limit of 4 */
 	for (int i = 0; i < 3; i++)
-		extra[i] = client(t->port, "other");
+		extra[i] = client(h.port, "other");
 	{
-		int over = tconnect(t->port);
+		int over = tconnect(h.port);
 		uint16_t flags;
 		uint8_t nonce[32];
 
@@ -872,27 +769,30 @@ static void test_limits(void **state)
 	want_value(extra[2], CRUN_WIRE_PING, 0, 0, NULL, 0, "", 0);
 	close(extra[0]);
 	sleep_ms(100);
-	fresh_client_works(t->port);
+	fresh_client_works(h.port);
 	for (int i = 1; i < 3; i++)
 		close(extra[i]);
 	close(fd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_auth(void **state)
 {
-	struct tsrv *t = start_server(NULL, "s3cret token");
+	struct crun_server_opts so;
+	struct harness h;
 	struct rmsg r;
 	int fd;
 
 	(void)state;
+	harness_opts(&so, "s3cret token");
+	assert_int_equal(harness_start(&h, 0, &so), 0);
 	/* right token: OK with a server mac that handshake() checks */
-	fd = client_tok(t->port, "secure", "s3cret token");
+	fd = client_tok(h.port, "secure", "s3cret token");
 	set(fd, "k", "v");
 
 	/* wrong token */
 	{
-		int bad = tconnect(t->port);
+		int bad = tconnect(h.port);
 
 		handshake(bad, "secure", "wrong token", &r);
 		assert_int_equal(r.m.type, CRUN_WIRE_ERROR);
@@ -905,7 +805,7 @@ static void test_auth(void **state)
 	}
 	/* no mac at all */
 	{
-		int bad = tconnect(t->port);
+		int bad = tconnect(h.port);
 		uint8_t pre[8], cnonce[32] = { 0 }, snonce[32];
 		uint16_t flags;
 		struct crun_wire_item items[3] = { its("secure"), it(cnonce, 32), it(NULL, 0) };
@@ -919,7 +819,7 @@ static void test_auth(void **state)
 	}
 	/* a request before HELLO is refused too */
 	{
-		int bad = tconnect(t->port);
+		int bad = tconnect(h.port);
 		uint8_t pre[8], snonce[32];
 		uint16_t flags;
 		struct crun_wire_item kv[2] = { its("k"), its("stolen") };
@@ -932,26 +832,27 @@ static void test_auth(void **state)
 	}
 	get(fd, "k", "v");
 	close(fd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_garbage(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
+	struct harness h;
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
 	uint16_t flags;
 	int fd;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
 	/* not a crun client at all */
-	fd = tconnect(t->port);
+	fd = tconnect(h.port);
 	read_server_preamble(fd, &flags, nonce);
 	tsend(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
 	expect_error_and_close(fd, EPROTO, "bad magic");
-	fresh_client_works(t->port);
+	fresh_client_works(h.port);
 
 	/* another version */
-	fd = tconnect(t->port);
+	fd = tconnect(h.port);
 	crun_wire_client_preamble(pre);
 	pre[5] = 9;
 	tsend(fd, pre, sizeof(pre));
@@ -959,12 +860,12 @@ static void test_garbage(void **state)
 	expect_error_and_close(fd, EPROTONOSUPPORT, "version 9");
 
 	/* garbage after the handshake: an unknown frame type */
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	tsend(fd, "\x00\x00\x00\x0c\x77\x00\x00\x00\x00\x00\x00\x01", 12);
 	expect_error_and_close(fd, EPROTO, "unknown frame type");
 
 	/* random bytes after the handshake */
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	{
 		uint8_t junk[512];
 
@@ -976,18 +877,18 @@ static void test_garbage(void **state)
 	}
 
 	/* a reply type from a client, HELLO twice, a bad per-type rule */
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	send_frame(fd, CRUN_WIRE_OK, 0, 5, 0, NULL, 0);
 	expect_error_and_close(fd, EPROTO, "unexpected OK");
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	{
 		uint8_t cn[32] = { 0 };
-		struct crun_wire_item h[3] = { its("g"), it(cn, 32), it(NULL, 0) };
+		struct crun_wire_item hello[3] = { its("g"), it(cn, 32), it(NULL, 0) };
 
-		send_frame(fd, CRUN_WIRE_HELLO, 0, 5, 0, h, 3);
+		send_frame(fd, CRUN_WIRE_HELLO, 0, 5, 0, hello, 3);
 		expect_error_and_close(fd, EPROTO, "HELLO after");
 	}
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	{
 		struct crun_wire_item k = its("k");
 
@@ -996,7 +897,7 @@ static void test_garbage(void **state)
 	}
 
 	/* a truncated frame, then the client goes away */
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
 		struct crun_wire_item kv[2] = { its("key"), its("value") };
@@ -1007,7 +908,7 @@ static void test_garbage(void **state)
 		close(fd);
 	}
 	/* a truncated frame with the write side shut: the server closes */
-	fd = client(t->port, "g");
+	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
 		struct crun_wire_item kv[2] = { its("key"), its("value") };
@@ -1018,15 +919,15 @@ static void test_garbage(void **state)
 		assert_true(closed_by_server(fd));
 		close(fd);
 	}
-	fresh_client_works(t->port);
-	stop_server(t);
+	fresh_client_works(h.port);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A header announcing an enormous payload is refused as soon as the 12
  * header bytes are in, without waiting for (or allocating) the payload. */
 static void test_huge_lengths(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
+	struct harness h;
 	static const uint8_t max_u32[12] = { 0xff, 0xff, 0xff, 0xff, CRUN_WIRE_SET, 0, 0, 0,
 					     0, 0, 0, 1 };
 	static const uint8_t two_31[12] = { 0x80, 0, 0, 0, CRUN_WIRE_GET, 0, 0, 0, 0, 0, 0, 2 };
@@ -1035,28 +936,29 @@ static void test_huge_lengths(void **state)
 	int fd;
 
 	(void)state;
-	fd = client(t->port, "h");
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	fd = client(h.port, "h");
 	tsend(fd, max_u32, sizeof(max_u32));
 	expect_error_and_close(fd, EPROTO, "exceeds");
-	fd = client(t->port, "h");
+	fd = client(h.port, "h");
 	tsend(fd, two_31, sizeof(two_31));
 	expect_error_and_close(fd, EPROTO, "exceeds");
 
 	/* before HELLO the cap is a few KiB */
-	fd = tconnect(t->port);
+	fd = tconnect(h.port);
 	crun_wire_client_preamble(pre);
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
 	{
-		uint8_t h[12] = { 0, 1, 0, 0, CRUN_WIRE_HELLO, 0, 0, 0, 0, 0, 0, 1 }; /* 64 KiB */
+		uint8_t hdr[12] = { 0, 1, 0, 0, CRUN_WIRE_HELLO, 0, 0, 0, 0, 0, 0, 1 }; /* 64 KiB */
 
-		tsend(fd, h, sizeof(h));
+		tsend(fd, hdr, sizeof(hdr));
 	}
 	expect_error_and_close(fd, EPROTO, "exceeds");
 
 	/* an item whose length runs past the frame; the payload says
 	 * num = 2^63 - 1, count 1, item length 2^32 - 1 */
-	fd = client(t->port, "h");
+	fd = client(h.port, "h");
 	{
 		static const uint8_t f[] = { 0,    0,    0,    16,   CRUN_WIRE_PING, 0, 0, 0,
 					     0,    0,    0,    3,    0x7f, 0xff, 0xff, 0xff,
@@ -1068,7 +970,7 @@ static void test_huge_lengths(void **state)
 	expect_error_and_close(fd, EPROTO, NULL);
 
 	/* an item count far beyond what the frame holds */
-	fd = client(t->port, "h");
+	fd = client(h.port, "h");
 	{
 		static const uint8_t f[] = { 0, 0, 0, 12, CRUN_WIRE_LIST, 0, 0, 0, 0, 0,
 					     0, 4, 0, 0, 0,  0,  0,  0,  0,  0, 0xff, 0xff,
@@ -1077,21 +979,23 @@ static void test_huge_lengths(void **state)
 		tsend(fd, f, sizeof(f));
 	}
 	expect_error_and_close(fd, EPROTO, "count");
-	fresh_client_works(t->port);
-	stop_server(t);
+	fresh_client_works(h.port);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_tiny_frames(void **state)
 {
 	enum { N = 10000 };
-	struct tsrv *t = start_server(NULL, NULL);
-	int fd = client(t->port, "tiny");
+	struct harness h;
+	int fd;
 	struct crun_wire_item ctr = its("c");
 	size_t per = put_frame(NULL, 0, CRUN_WIRE_ADD, 0, 0, 1, &ctr, 1), off = 0;
 	uint8_t *buf = malloc(per * N);
 	struct rmsg r;
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	fd = client(h.port, "tiny");
 	assert_non_null(buf);
 	for (uint32_t i = 0; i < N; i++)
 		off = put_frame(buf, off, CRUN_WIRE_ADD, 0, 1000 + i, 1, &ctr, 1);
@@ -1127,32 +1031,32 @@ static void test_tiny_frames(void **state)
 	free(buf);
 	get(fd, "c", "10000");
 	close(fd);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 static void test_handshake_timeout(void **state)
 {
-	struct crun_server_limits lim;
-	struct tsrv *t;
+	struct crun_server_opts so;
+	struct harness h;
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
 	uint16_t flags;
 	uint64_t t0;
 	int fd, ok;
 
 	(void)state;
-	crun_server_limits_default(&lim);
-	lim.handshake_timeout_ms = 200;
-	t = start_server(&lim, NULL);
-	ok = client(t->port, "patient"); /* done with HELLO: no timeout */
+	harness_opts(&so, NULL);
+	so.limits.handshake_timeout_ms = 200;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	ok = client(h.port, "patient"); /* done with HELLO: no timeout */
 
 	t0 = now_ms();
-	fd = tconnect(t->port); /* says nothing at all */
+	fd = tconnect(h.port); /* says nothing at all */
 	read_server_preamble(fd, &flags, nonce);
 	expect_error_and_close(fd, ETIMEDOUT, "handshake");
 	assert_true(now_ms() - t0 >= 180);
 	assert_true(now_ms() - t0 < 3000);
 
-	fd = tconnect(t->port); /* sends its preamble, then nothing */
+	fd = tconnect(h.port); /* sends its preamble, then nothing */
 	crun_wire_client_preamble(pre);
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
@@ -1161,9 +1065,9 @@ static void test_handshake_timeout(void **state)
 	sleep_ms(100);
 	set(ok, "still", "here");
 	get(ok, "still", "here");
-	fresh_client_works(t->port);
+	fresh_client_works(h.port);
 	close(ok);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* A client that sends requests but never reads the replies is dropped
@@ -1171,8 +1075,8 @@ static void test_handshake_timeout(void **state)
 static void test_slow_reader(void **state)
 {
 	enum { VAL = 100 * 1024, N = 400 };
-	struct crun_server_limits lim;
-	struct tsrv *t;
+	struct crun_server_opts so;
+	struct harness h;
 	int fd, got = 0;
 	char *val = malloc(VAL + 1);
 	struct crun_wire_item k = its("big");
@@ -1181,10 +1085,10 @@ static void test_slow_reader(void **state)
 	struct rmsg r;
 
 	(void)state;
-	crun_server_limits_default(&lim);
-	lim.max_conn_buffer = 256 * 1024;
-	t = start_server(&lim, NULL);
-	fd = client(t->port, "slow");
+	harness_opts(&so, NULL);
+	so.limits.max_conn_buffer = 256 * 1024;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	fd = client(h.port, "slow");
 	assert_non_null(val);
 	memset(val, 'x', VAL);
 	val[VAL] = '\0';
@@ -1202,10 +1106,10 @@ static void test_slow_reader(void **state)
 	}
 	assert_true(got < N);
 	close(fd);
-	fresh_client_works(t->port);
+	fresh_client_works(h.port);
 	free(buf);
 	free(val);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* The keys that a connection's waits and watches hold are capped at
@@ -1214,18 +1118,18 @@ static void test_slow_reader(void **state)
 static void test_wait_bytes_capped(void **state)
 {
 	enum { KEY = 3000 };
-	struct crun_server_limits lim;
-	struct tsrv *t;
+	struct crun_server_opts so;
+	struct harness h;
 	char key[KEY + 8];
 	struct crun_wire_item k;
 	int fd, refused = 0;
 	struct rmsg r;
 
 	(void)state;
-	crun_server_limits_default(&lim);
-	lim.max_conn_buffer = 16 * 1024;
-	t = start_server(&lim, NULL);
-	fd = client(t->port, "cap");
+	harness_opts(&so, NULL);
+	so.limits.max_conn_buffer = 16 * 1024;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	fd = client(h.port, "cap");
 	/* Ten waits of 3000-byte keys: the sixth no longer fits 16 KiB. */
 	for (uint32_t i = 0; i < 10; i++) {
 		memset(key, 'a' + (int)i, KEY);
@@ -1248,26 +1152,30 @@ static void test_wait_bytes_capped(void **state)
 	}
 	assert_int_equal(refused, 5);
 	close(fd);
-	fresh_client_works(t->port);
-	stop_server(t);
+	fresh_client_works(h.port);
+	assert_int_equal(harness_stop(&h), 0);
 }
 
 /* Destroying the server with connections, waiters, watches, ephemeral
  * keys and half-received frames still open closes every handle. */
 static void test_destroy_busy(void **state)
 {
-	struct tsrv *t = start_server(NULL, NULL);
-	int a = client(t->port, "busy"), b = client(t->port, "busy"), c = tconnect(t->port);
+	struct harness h;
+	int a, b, c;
 	struct crun_wire_item k = its("never"), ev[2] = { its("e"), its("v") };
 	uint8_t half[6] = { 0, 0, 0, 40, CRUN_WIRE_SET, 0 };
 
 	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	a = client(h.port, "busy");
+	b = client(h.port, "busy");
+	c = tconnect(h.port);
 	send_frame(a, CRUN_WIRE_GET, 0, 1, 60000, &k, 1);
 	send_frame(a, CRUN_WIRE_WATCH, 0, 2, 0, &k, 1);
 	want_ok(b, CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, ev, 2);
 	tsend(b, half, sizeof(half));
 	sleep_ms(50);
-	stop_server(t);
+	assert_int_equal(harness_stop(&h), 0);
 	assert_true(closed_by_server(a));
 	assert_true(closed_by_server(b));
 	assert_true(closed_by_server(c));
