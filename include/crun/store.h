@@ -65,8 +65,8 @@ struct crun_store_opts {
 	size_t token_len;
 	int connect_timeout_ms; /* total time to keep retrying; 0: 30000 */
 	int timeout_ms;         /* default per-call timeout; 0: 300000 */
-	size_t max_event_bytes; /* watch events held unread at most (keys and
-				 * values); 0: 64 MiB. See crun_store_watch. */
+	size_t max_event_bytes; /* unread watch events held at most, in bytes;
+				 * 0: 64 MiB. See crun_store_watch. */
 };
 
 /* A value returned by the store: data is malloc'd, NUL-terminated one byte
@@ -195,11 +195,12 @@ int64_t crun_store_ping(struct crun_store *s, int timeout_ms);
  * event; crun_store_next_event returns the oldest, waiting up to
  * timeout_ms for one (0: do not wait; -ETIMEDOUT when none came; < 0: the
  * handle's default timeout). Events that arrive while another call is
- * running are queued. The queue holds at most opts.max_event_bytes of keys
- * and values: past that, events are dropped and one CRUN_STORE_EV_OVERFLOW
- * (key "", no value) takes their place, as inotify does; after it, read
- * the watched keys again. Nothing is dropped again until that event has
- * been returned. Watching a key twice is one watch.
+ * running are queued. The queue holds at most opts.max_event_bytes (keys,
+ * values and about 50 bytes of bookkeeping per event): when an event does
+ * not fit, one CRUN_STORE_EV_OVERFLOW (key "", empty value) is queued in
+ * its place, like inotify's IN_Q_OVERFLOW, and every event after it is
+ * dropped until the OVERFLOW has been returned; then read the watched keys
+ * again. Watching a key twice is one watch.
  * While waiting, next_event reconnects a dropped connection like any call.
  * With timeout 0 it never connects: it returns -ECONNRESET when it finds
  * the connection closed and -ENOTCONN while it stays down; call

@@ -426,7 +426,10 @@ static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
 			return -ENOMEM;
 		n->ev.type = CRUN_STORE_EV_OVERFLOW;
 		n->ev.key = strdup("");
-		if (!n->ev.key) {
+		n->ev.value.data = calloc(1, 1); /* "", as every value */
+		if (!n->ev.key || !n->ev.value.data) {
+			free(n->ev.key);
+			free(n->ev.value.data);
 			free(n);
 			return -ENOMEM;
 		}

@@ -1,8 +1,8 @@
 /* Collective communication for crun-train, behind one interface with
  * several backends: "cpu" (ring collectives between the workers over TCP,
  * or shared memory between workers of one host, peers found through the
- * job's store) now, "nccl" later (issue 6). Buffers are host memory for
- * the cpu backend. A communicator is used by one thread at a time.
+ * job's store) and, in CUDA builds, "nccl" (comm_nccl.h). Buffers are host
+ * memory for the cpu backend. A communicator is used by one thread at a time.
  *
  * Every rank of the group calls the same collectives in the same order
  * with the same sizes (as with NCCL and MPI). Every call returns 0 or a

@@ -7,7 +7,8 @@
  * barrier, each rank computes its own output from every slot, adding in
  * rank order so that all ranks get the same bits, and all meet again
  * before the slots are reused. The segment is unlinked as soon as every
- * rank has mapped it, so a killed process leaves nothing in /dev/shm.
+ * rank has mapped it, so a process killed after the rendezvous leaves
+ * nothing in /dev/shm (one killed during it can leave the segment).
  *
  * Every wait is bounded. A rendezvous that times out fails the init; a
  * collective that times out is fatal, as a hung NCCL kernel would be, so

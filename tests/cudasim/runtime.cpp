@@ -28,6 +28,11 @@
 #else
 #define CUDASIM_FAST_SWITCH 0
 #endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(__SANITIZE_ADDRESS__)
+#define __SANITIZE_ADDRESS__ 1 /* clang says it this way */
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__) && CUDASIM_FAST_SWITCH
 #include <sanitizer/common_interface_defs.h>
 /* AddressSanitizer follows the fibers' stacks through these */
@@ -354,6 +359,7 @@ cudaError_t enqueue(cudaStream_t stream, const char *what, std::function<void()>
 namespace {
 
 constexpr size_t STACK = 256 << 10;
+constexpr size_t GUARD = 4096;
 
 struct barrier {
 	int size = 0, arrived = 0;
@@ -406,18 +412,21 @@ bool always_fibers()
 }
 
 #if CUDASIM_FAST_SWITCH
-/* Saves the callee-saved registers on the current stack, stores the stack
- * pointer in *save and continues on the stack to, where the same was
- * done: a switch costs a few instructions, where swapcontext makes a
- * system call (a training step switches millions of times). */
+/* Saves the callee-saved registers and the floating-point control words
+ * (MXCSR, x87: callee-saved too in the SysV ABI) on the current stack,
+ * stores the stack pointer in *save and continues on the stack to, where
+ * the same was done: a switch costs a few instructions, where swapcontext
+ * makes a system call (a training step switches millions of times). */
 extern "C" void cudasim_switch(void **save, void *to);
 asm(".text\n"
     ".globl cudasim_switch\n"
     ".type cudasim_switch, @function\n"
     "cudasim_switch:\n"
     "\tpushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n"
+    "\tsubq $8, %rsp\n\tstmxcsr (%rsp)\n\tfnstcw 4(%rsp)\n"
     "\tmovq %rsp, (%rdi)\n"
     "\tmovq %rsi, %rsp\n"
+    "\tldmxcsr (%rsp)\n\tfldcw 4(%rsp)\n\taddq $8, %rsp\n"
     "\tpopq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n"
     "\tret\n"
     ".size cudasim_switch, .-cudasim_switch\n");
@@ -435,18 +444,21 @@ asm(".text\n"
 	fatal("a finished fiber was resumed");
 }
 
-/* A stack that cudasim_switch enters at fiber_main: six zeroed
- * registers, then fiber_main as the return address, with the alignment
- * that a call would leave. */
+/* A stack that cudasim_switch enters at fiber_main: the default control
+ * words (MXCSR 0x1f80, x87 0x037f), six zeroed registers, then fiber_main
+ * as the return address, with the alignment that a call would leave. */
 void fiber_init(fiber *f)
 {
 	uintptr_t top = ((uintptr_t)f->stack + STACK) & ~(uintptr_t)15;
 	void **sp = (void **)top;
+	uint32_t words[2] = {0x1f80, 0x037f};
 
 	*--sp = nullptr; /* fiber_main's own return address: never used */
 	*--sp = (void *)fiber_main;
 	for (int i = 0; i < 6; i++)
 		*--sp = nullptr;
+	--sp;
+	memcpy(sp, words, sizeof(words));
 	f->sp = sp;
 }
 
@@ -603,12 +615,13 @@ void run_grid(const char *name, dim3 grid, dim3 block, const std::function<void(
 	b.warp_bar.resize((n + 31) / 32);
 	if (!b.direct) {
 		while (stack_pool.size() < n) {
-			void *s = mmap(nullptr, STACK, PROT_READ | PROT_WRITE,
-				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			/* a guard page below each stack: an overflow faults */
+			char *s = (char *)mmap(nullptr, STACK + GUARD, PROT_READ | PROT_WRITE,
+					       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
-			if (s == MAP_FAILED)
+			if (s == MAP_FAILED || mprotect(s, GUARD, PROT_NONE))
 				fatal("cannot map fiber stacks: %s", strerror(errno));
-			stack_pool.push_back((char *)s);
+			stack_pool.push_back(s + GUARD);
 		}
 		for (size_t t = 0; t < n; t++)
 			b.fibers[t].stack = stack_pool[t];
@@ -1089,7 +1102,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 	for (auto *e : events)
 		if (e->stream == stream)
 			e->stream = nullptr;
-	for (auto *t : streams)
+	std::vector<CUstream_st *> all(streams);
+
+	all.push_back(&legacy);
+	for (auto *t : all)
 		for (auto &op : t->q)
 			for (size_t i = op.deps.size(); i-- > 0;)
 				if (op.deps[i].first == stream)

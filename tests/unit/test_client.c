@@ -541,6 +541,8 @@ static void test_event_queue_bounded(void **state)
 		if (ev.type == CRUN_STORE_EV_OVERFLOW) {
 			assert_string_equal(ev.key, "");
 			assert_int_equal(ev.value.len, 0);
+			assert_non_null(ev.value.data);
+			assert_int_equal(ev.value.data[0], '\0');
 			overflows++;
 		} else {
 			assert_int_equal(ev.type, CRUN_STORE_EV_SET);

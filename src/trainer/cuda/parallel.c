@@ -791,8 +791,8 @@ int crun_cuda_parallel_forward(struct crun_cuda_parallel *pc, const uint8_t *tok
 void crun_cuda_parallel_memory(const struct crun_cuda_parallel *pc, struct crun_cuda_memory *out)
 {
 	*out = pc->mem;
-	/* the nccl backend's staging buffer is allocated once, at setup, and
-	 * held to the end: it adds to the peak */
+	/* the nccl backend's staging buffer (made at setup, grown only for a
+	 * larger collective on host memory) adds its largest size: a bound */
 	out->peak_bytes = pc->ctx->peak_bytes + (pc->nccl ? crun_comm_nccl_peak_bytes(pc->comm) : 0);
 	out->used_bytes = crun_cuda_used_bytes();
 }

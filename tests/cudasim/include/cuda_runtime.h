@@ -69,9 +69,12 @@ template <typename T> inline bool kernel_arg_ok(const char *kernel, int i, const
 
 template <typename... A> inline bool kernel_args_ok(const char *kernel, const A &...a)
 {
+	bool ok = true;
 	int i = 0;
 
-	return (kernel_arg_ok(kernel, i++, a) & ...);
+	/* a comma fold: left to right, every argument checked */
+	((ok = kernel_arg_ok(kernel, i++, a) && ok), ...);
+	return ok;
 }
 
 } // namespace cudasim
