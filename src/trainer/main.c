@@ -456,7 +456,8 @@ static int gpu_summary(struct run *r, double *pbytes, double *gbytes, double *ob
 #ifdef CRUN_HAVE_CUDA
 	if (r->gpu) {
 		struct crun_cuda_memory gm;
-		double peak, used, act;
+		struct crun_cuda_times gt;
+		double peak, used, act, tc, tm, tu, n;
 		int rc;
 
 		crun_cuda_parallel_memory(r->gpu, &gm);
@@ -471,13 +472,22 @@ static int gpu_summary(struct run *r, double *pbytes, double *gbytes, double *ob
 			rc = max_over_ranks(r, (double)gm.peak_bytes, &peak);
 		if (!rc)
 			rc = max_over_ranks(r, (double)gm.used_bytes, &used);
+		crun_cuda_parallel_times(r->gpu, &gt);
+		n = gt.steps ? (double)gt.steps : 1.0;
+		if (!rc)
+			rc = max_over_ranks(r, gt.compute_ms / n, &tc);
+		if (!rc)
+			rc = max_over_ranks(r, gt.comm_ms / n, &tm);
+		if (!rc)
+			rc = max_over_ranks(r, gt.update_ms / n, &tu);
 		if (rc)
 			return rc;
 		snprintf(buf, len,
 			 " device=cuda precision=%s reduce_dtype=%s backend=%s act_bytes_per_rank=%.0f "
-			 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f",
+			 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f "
+			 "gpu_ms_compute=%.3f gpu_ms_exposed_comm=%.3f gpu_ms_update=%.3f",
 			 r->cfg->train.precision, r->cfg->parallel.reduce_dtype,
-			 crun_comm_backend(r->comm), act, peak, used);
+			 crun_comm_backend(r->comm), act, peak, used, tc, tm, tu);
 	}
 #else
 	(void)r;
@@ -493,7 +503,7 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 {
 	struct crun_parallel_memory mem;
 	double l2, rss, pbytes, gbytes, obytes;
-	char gpu[384];
+	char gpu[512];
 	int rc;
 
 	state_to_host(r, false);

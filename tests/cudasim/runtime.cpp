@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -68,6 +69,9 @@ struct CUevent_st {
 	uint64_t seq = 0;
 	unsigned flags = 0;
 	bool polled = false; /* a query already said "not ready" */
+	/* when the newest record ran, in ns of the host's steady clock (-1:
+	 * not yet); shared with the queued record, which may outlive this */
+	std::shared_ptr<int64_t> stamp;
 };
 
 namespace cudasim {
@@ -1190,9 +1194,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 
 	if (!events.count(event))
 		return set_error(cudaErrorInvalidResourceHandle);
-	rc = enqueue(stream, "cudaEventRecord", [] {});
+	auto stamp = std::make_shared<int64_t>(-1);
+	rc = enqueue(stream, "cudaEventRecord", [stamp] {
+		*stamp = std::chrono::duration_cast<std::chrono::nanoseconds>(
+				 std::chrono::steady_clock::now().time_since_epoch())
+				 .count();
+	});
 	if (rc)
 		return rc;
+	event->stamp = stamp;
 	event->stream = resolve(stream);
 	event->seq = event->stream->queued;
 	event->polled = false;
@@ -1228,14 +1238,13 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
 	std::lock_guard<std::recursive_mutex> g(mu);
 
-	if (!events.count(start) || !events.count(end) || !start->stream || !end->stream)
+	if (!events.count(start) || !events.count(end) || !start->stamp || !end->stamp ||
+	    ((start->flags | end->flags) & cudaEventDisableTiming))
 		return set_error(cudaErrorInvalidResourceHandle);
-	if (start->stream->done < start->seq || end->stream->done < end->seq)
+	if (*start->stamp < 0 || *end->stamp < 0)
 		return cudaErrorNotReady;
-	if ((start->flags | end->flags) & cudaEventDisableTiming)
-		return set_error(cudaErrorInvalidResourceHandle);
-	/* cudasim keeps no device clock */
-	*ms = 0;
+	/* the emulator's clock: when the records ran on the host */
+	*ms = (float)((double)(*end->stamp - *start->stamp) / 1e6);
 	return cudaSuccess;
 }
 

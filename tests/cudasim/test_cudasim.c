@@ -84,6 +84,7 @@ static void test_events(void **state)
 	assert_int_equal(cudaEventRecord(b, s), cudaSuccess);
 	assert_int_equal(cudaEventSynchronize(b), cudaSuccess);
 	assert_int_equal(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+	assert_true(ms >= 0);
 	assert_int_equal(cudaEventDestroy(a), cudaSuccess);
 	assert_int_equal(cudaEventDestroy(a), cudaErrorInvalidResourceHandle); /* stale */
 	assert_int_equal(cudaEventRecord(a, s), cudaErrorInvalidResourceHandle);

@@ -30,6 +30,11 @@ check() {
 	"$TRAIN" compare --tolerance 1e-5 "$tmp/ref.bin" "$tmp/$1.bin" >"$tmp/$1.cmp" ||
 		fail "$1 differs from the cpu path: $(cat "$tmp/$1.cmp")"
 	[ "$(field "$1" device)" = cuda ] || fail "$1 did not run on the device"
+	# the phase times: the emulator's clock, but there and not negative
+	for k in gpu_ms_compute gpu_ms_exposed_comm gpu_ms_update; do
+		awk -v v="$(field "$1" $k)" 'BEGIN {exit !(v != "" && v >= 0)}' ||
+			fail "$1: $k='$(field "$1" $k)'"
+	done
 	echo "ok $1: $(sed 's/.*rel_l2_diff=\([^ ]*\).*/rel_l2_diff=\1/' "$tmp/$1.cmp")"
 }
 

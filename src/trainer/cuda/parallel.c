@@ -46,6 +46,10 @@ struct crun_cuda_parallel {
 	void *gather[2]; /* zero3: W * max_chunk of T each */
 	int z3_unit[2];	 /* unit in each gather buffer, -1: none */
 	cudaEvent_t z3_gathered[2], z3_freed[2];
+	/* timing on cs: step start, backward queued, reductions waited for,
+	 * step end; and the sums of the phases over timed steps */
+	cudaEvent_t t_ev[4];
+	struct crun_cuda_times times;
 	int z3_slot;	 /* buffer of the unit in use */
 	float *g_full;	 /* ddp, zero1; zero2/3 with grad_accum > 1: pad_len */
 	float *g_seg[2]; /* zero2/3 with grad_accum 1: W * max_chunk each */
@@ -288,6 +292,8 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 			cudaEventCreateWithFlags(&pc->z3_gathered[i], cudaEventDisableTiming));
 		CRUN_CUDA_CHECK(cudaEventCreateWithFlags(&pc->z3_freed[i], cudaEventDisableTiming));
 	}
+	for (int i = 0; i < 4; i++)
+		CRUN_CUDA_CHECK(cudaEventCreateWithFlags(&pc->t_ev[i], cudaEventDefault));
 
 	sharded_grads = pc->strategy == CRUN_STRATEGY_ZERO2 || pc->strategy == CRUN_STRATEGY_ZERO3;
 	pc->p = dalloc(pc, pc->p_len * sizeof(float), &pc->mem.param_bytes, "parameters", &ok, err,
@@ -400,6 +406,9 @@ void crun_cuda_parallel_destroy(struct crun_cuda_parallel *pc)
 		cudaEventDestroy(pc->ev_comm);
 	if (pc->ev_step)
 		cudaEventDestroy(pc->ev_step);
+	for (int i = 0; i < 4; i++)
+		if (pc->t_ev[i])
+			cudaEventDestroy(pc->t_ev[i]);
 	if (pc->own_ms)
 		cudaStreamDestroy(pc->ms);
 	free(pc->seg);
@@ -712,6 +721,27 @@ static int update(struct crun_cuda_parallel *pc, const struct crun_optim *o, int
 	return 0;
 }
 
+/* Adds the finished step's phases (the first step, with cuBLAS's and
+ * NCCL's warm-up, is left out). */
+static void add_times(struct crun_cuda_parallel *pc)
+{
+	float ms[3];
+
+	if (pc->times.seen++ == 0)
+		return;
+	for (int i = 0; i < 3; i++)
+		CRUN_CUDA_CHECK(cudaEventElapsedTime(&ms[i], pc->t_ev[i], pc->t_ev[i + 1]));
+	pc->times.compute_ms += ms[0];
+	pc->times.comm_ms += ms[1];
+	pc->times.update_ms += ms[2];
+	pc->times.steps++;
+}
+
+void crun_cuda_parallel_times(const struct crun_cuda_parallel *pc, struct crun_cuda_times *out)
+{
+	*out = pc->times;
+}
+
 static void upload_tokens(struct crun_cuda_parallel *pc, const uint8_t *tokens, size_t bytes)
 {
 	if (!bytes)
@@ -730,6 +760,7 @@ int crun_cuda_parallel_step(struct crun_cuda_parallel *pc, const struct crun_opt
 	double local_loss;
 	int rc;
 
+	CRUN_CUDA_CHECK(cudaEventRecord(pc->t_ev[0], pc->cs));
 	upload_tokens(pc, tokens, (size_t)pc->accum * (size_t)pc->micro * row);
 	CRUN_CUDA_CHECK(cudaMemsetAsync(crun_cuda_acts_loss(pc->acts), 0, sizeof(double), pc->cs));
 	if (pc->g_full)
@@ -745,7 +776,9 @@ int crun_cuda_parallel_step(struct crun_cuda_parallel *pc, const struct crun_opt
 		if (rc)
 			return rc;
 	}
+	CRUN_CUDA_CHECK(cudaEventRecord(pc->t_ev[1], pc->cs));
 	cs_wait_ms(pc); /* every bucket is reduced */
+	CRUN_CUDA_CHECK(cudaEventRecord(pc->t_ev[2], pc->cs));
 	rc = update(pc, o, t, lr);
 	if (rc)
 		return rc;
@@ -753,10 +786,12 @@ int crun_cuda_parallel_step(struct crun_cuda_parallel *pc, const struct crun_opt
 					sizeof(double), cudaMemcpyDeviceToHost, pc->cs));
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(&pc->h_stats[1], pc->d_sumsq, sizeof(double),
 					cudaMemcpyDeviceToHost, pc->cs));
+	CRUN_CUDA_CHECK(cudaEventRecord(pc->t_ev[3], pc->cs));
 	CRUN_CUDA_CHECK(cudaEventRecord(pc->ev_step, pc->cs));
 	rc = wait_event(pc, pc->ev_step);
 	if (rc)
 		return rc;
+	add_times(pc);
 	local_loss = pc->h_stats[0];
 	*grad_norm = sqrt(pc->h_stats[1]);
 	rc = crun_comm_allreduce_f64(pc->comm, &local_loss, 1);

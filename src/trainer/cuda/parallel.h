@@ -91,4 +91,17 @@ struct crun_cuda_memory {
 };
 void crun_cuda_parallel_memory(const struct crun_cuda_parallel *pc, struct crun_cuda_memory *out);
 
+/* Where the device's time went, summed over the timed steps (every step
+ * but the first), measured with CUDA events on the compute stream:
+ * compute_ms from the step's start until its last backward kernel (with
+ * the waits for zero3's gathers), comm_ms then until the last gradient
+ * reduction had finished (the communication not hidden behind backward),
+ * update_ms the norm, the optimizer and what follows. */
+struct crun_cuda_times {
+	double compute_ms, comm_ms, update_ms;
+	int64_t steps; /* timed */
+	int64_t seen;  /* all */
+};
+void crun_cuda_parallel_times(const struct crun_cuda_parallel *pc, struct crun_cuda_times *out);
+
 #endif
