@@ -96,7 +96,6 @@ struct crun_store {
 
 	struct event_node *ev_head, *ev_tail;
 	size_t ev_bytes, max_event_bytes;
-	bool ev_overflow; /* an OVERFLOW event is queued: drop the rest */
 
 	char **watches;
 	size_t nwatches, watches_cap;
@@ -282,7 +281,6 @@ static void free_events(struct crun_store *s)
 	}
 	s->ev_head = s->ev_tail = NULL;
 	s->ev_bytes = 0;
-	s->ev_overflow = false;
 }
 
 static void append_event(struct crun_store *s, struct event_node *n)
@@ -417,7 +415,9 @@ static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
 	size_t bytes = sizeof(struct event_node) + m->items[0].len + m->items[1].len;
 	struct event_node *n;
 
-	if (s->ev_overflow)
+	/* an OVERFLOW is queued, and nothing after it until it is read: it is
+	 * then the queue's last event */
+	if (s->ev_tail && s->ev_tail->ev.type == CRUN_STORE_EV_OVERFLOW)
 		return 0;
 	if (s->ev_bytes + bytes > s->max_event_bytes) {
 		/* full: one OVERFLOW stands for this event and those after it */
@@ -434,7 +434,6 @@ static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
 			return -ENOMEM;
 		}
 		n->bytes = sizeof(*n);
-		s->ev_overflow = true;
 		append_event(s, n);
 		return 0;
 	}
@@ -1483,8 +1482,6 @@ static int pop_event(struct crun_store *s, struct crun_store_event *ev)
 	if (!s->ev_head)
 		s->ev_tail = NULL;
 	s->ev_bytes -= n->bytes;
-	if (n->ev.type == CRUN_STORE_EV_OVERFLOW)
-		s->ev_overflow = false;
 	*ev = n->ev;
 	free(n);
 	return 0;

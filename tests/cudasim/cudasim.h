@@ -32,6 +32,11 @@ Mem kind(const void *p);
 /* True when [p, p + bytes) lies inside one live device allocation. */
 bool device_range(const void *p, size_t bytes);
 
+/* The environment variable name as a positive integer, def when it is
+ * unset or empty; anything else is fatal (a test that asked for a setting
+ * must not run with another). */
+int64_t env_positive(const char *name, int64_t def);
+
 /* Records err as the runtime's last error (cudaGetLastError) and returns
  * it. */
 cudaError_t set_error(cudaError_t err);
@@ -40,7 +45,8 @@ cudaError_t set_error(cudaError_t err);
  * turn into a fault, a hang or undefined behaviour. */
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* bfloat16, round to nearest even, as __float2bfloat16 does. */
+/* bfloat16 as raw bits, through cuda_bf16.h's conversions (round to
+ * nearest even). */
 float bf16_to_float(uint16_t h);
 uint16_t float_to_bf16(float f);
 

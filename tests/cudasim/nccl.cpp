@@ -193,21 +193,6 @@ ncclResult_t complain(ncclResult_t r, const char *fn, const char *fmt, ...)
 	return r;
 }
 
-int64_t env_positive(const char *name, int64_t def)
-{
-	const char *s = getenv(name);
-	char *end;
-	long long v;
-
-	if (!s || !*s)
-		return def;
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno || *end || v <= 0)
-		fatal("%s='%s' is not a positive number", name, s);
-	return v;
-}
-
 /* An enum argument as the int the caller passed: a C caller may pass any
  * value, which C++ must not load as the enum. */
 template <typename E> int raw(const E &e)

@@ -7,6 +7,7 @@
  * closures; CUDASIM_SCHED decides when they run (see cudasim.h). */
 #include "cudasim.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -68,7 +69,6 @@ struct CUevent_st {
 	CUstream_st *stream = nullptr; /* of the newest record; NULL: never recorded */
 	uint64_t seq = 0;
 	unsigned flags = 0;
-	bool polled = false; /* a query already said "not ready" */
 	/* when the newest record ran, in ns of the host's steady clock (-1:
 	 * not yet); shared with the queued record, which may outlive this */
 	std::shared_ptr<int64_t> stamp;
@@ -131,31 +131,16 @@ bool runs_at_once(const CUstream_st *s)
 	return false;
 }
 
-size_t env_size(const char *name, size_t def)
-{
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s)
-		return def;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || !v)
-		fatal("%s='%s' is not a positive number", name, s);
-	return (size_t)v;
-}
-
 size_t total_memory()
 {
-	return env_size("CUDASIM_MEMORY_MB", 16384) << 20;
+	return (size_t)env_positive("CUDASIM_MEMORY_MB", 16384) << 20;
 }
 
 /* Devices that CUDA_VISIBLE_DEVICES leaves of the CUDASIM_DEVICES there
  * are; like CUDA, the list ends at the first entry that is not a device. */
 int visible_devices()
 {
-	int n = (int)env_size("CUDASIM_DEVICES", 1);
+	int n = (int)env_positive("CUDASIM_DEVICES", 1);
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 	int count = 0;
 
@@ -249,17 +234,11 @@ bool stream_known(const CUstream_st *s)
 
 } // namespace
 
-[[noreturn]] void fatal(const char *fmt, ...)
+static void vnote(const char *fmt, va_list ap)
 {
-	va_list ap;
-
-	fflush(stdout);
 	fputs("cudasim: ", stderr);
-	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
-	va_end(ap);
 	fputc('\n', stderr);
-	abort();
 }
 
 static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -267,11 +246,35 @@ static void note(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("cudasim: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vnote(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+}
+
+[[noreturn]] void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	va_start(ap, fmt);
+	vnote(fmt, ap);
+	va_end(ap);
+	abort();
+}
+
+int64_t env_positive(const char *name, int64_t def)
+{
+	const char *s = getenv(name);
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return def;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end || v <= 0)
+		fatal("%s='%s' is not a positive number", name, s);
+	return v;
 }
 
 cudaError_t set_error(cudaError_t err)
@@ -281,23 +284,15 @@ cudaError_t set_error(cudaError_t err)
 	return err;
 }
 
+/* the kernels' conversions (cuda_bf16.h), on raw bits */
 float bf16_to_float(uint16_t h)
 {
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
+	return __bfloat162float(__nv_bfloat16{h});
 }
 
 uint16_t float_to_bf16(float f)
 {
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	return __float2bfloat16(f).x;
 }
 
 bool stream_valid(cudaStream_t stream)
@@ -1205,7 +1200,6 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 	event->stamp = stamp;
 	event->stream = resolve(stream);
 	event->seq = event->stream->queued;
-	event->polled = false;
 	return cudaSuccess;
 }
 
