@@ -32,22 +32,9 @@
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
 #include "store_harness.h"
+#include "wire_peer.h"
 
 /* ---- a blocking node ------------------------------------------------------ */
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-static struct crun_wire_item its(const char *s)
-{
-	struct crun_wire_item i = { (const uint8_t *)s, (uint32_t)strlen(s) };
-
-	return i;
-}
 
 static void send_msg(int fd, const struct crun_wire_msg *m)
 {
@@ -68,64 +55,6 @@ static void send_frame(int fd, uint8_t type, uint32_t id, int64_t num,
 	send_msg(fd, &m);
 }
 
-static int recv_all(int fd, void *p, size_t n)
-{
-	uint8_t *b = p;
-
-	while (n) {
-		ssize_t r = recv(fd, b, n, 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		b += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-/* A received frame; items point into buf. */
-struct rmsg {
-	struct crun_wire_msg m;
-	struct crun_wire_item items[64];
-	uint8_t *buf;
-};
-
-static void rmsg_finish(struct rmsg *r)
-{
-	free(r->buf);
-	r->buf = NULL;
-}
-
-/* Reads one valid frame: 0, or -1 when the connection ended (or the 5 s
- * receive timeout passed). */
-static int trecv(int fd, struct rmsg *r)
-{
-	uint8_t hdr[CRUN_WIRE_HEADER_LEN];
-	uint32_t len, cap = 64;
-	char err[160];
-
-	r->buf = NULL;
-	if (recv_all(fd, hdr, sizeof(hdr)) < 0)
-		return -1;
-	assert_int_equal(crun_wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
-			 0);
-	r->buf = malloc(sizeof(hdr) + len);
-	assert_non_null(r->buf);
-	memcpy(r->buf, hdr, sizeof(hdr));
-	if (recv_all(fd, r->buf + sizeof(hdr), len) < 0) {
-		rmsg_finish(r);
-		return -1;
-	}
-	assert_int_equal(crun_wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m,
-					  r->items, &cap, err, sizeof(err)),
-			 (long)(sizeof(hdr) + len));
-	if (crun_wire_validate(&r->m, err, sizeof(err)) < 0)
-		fail_msg("invalid frame from the server: %s", err);
-	return 0;
-}
-
 static void text(const struct crun_wire_item *it, char *out, size_t len)
 {
 	snprintf(out, len, "%.*s", (int)it->len, (const char *)it->data);
@@ -139,42 +68,15 @@ static bool quiet(int fd, int ms)
 	return poll(&p, 1, ms) == 0;
 }
 
-/* True when the server has closed fd (EOF or reset within 5 s). */
-static bool closed_by_server(int fd)
-{
-	uint8_t b[4096];
-
-	for (;;) {
-		ssize_t r = recv(fd, b, sizeof(b), 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 0 || (r < 0 && errno == ECONNRESET))
-			return true;
-		if (r < 0)
-			return false;
-	}
-}
-
 /* A connection that has done the handshake in run. */
 static int connect_run(int port, const char *run)
 {
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = { 0 }, snonce[32];
 	struct crun_wire_item hello[3] = { its(run), { nonce, 32 }, { NULL, 0 } };
-	struct sockaddr_in sa = { 0 };
-	struct timeval tv = { 5, 0 };
 	uint16_t version, flags;
 	struct rmsg r;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	int fd = tconnect(port);
 
-	assert_true(fd >= 0);
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	crun_wire_client_preamble(pre);
 	assert_int_equal(crun_write_all(fd, pre, CRUN_WIRE_CLIENT_PREAMBLE), 0);
 	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);

@@ -28,54 +28,13 @@
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
 #include "store_harness.h"
+#include "wire_peer.h"
 
 /* ---- a blocking client -------------------------------------------------- */
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-static int tconnect(int port)
-{
-	struct sockaddr_in sa = { 0 };
-	struct timeval tv = { 5, 0 };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-
-	assert_true(fd >= 0);
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
 
 static void tsend(int fd, const void *p, size_t n)
 {
 	assert_int_equal(crun_write_all(fd, p, n), 0);
-}
-
-/* Reads exactly n bytes: 0, or -1 on EOF, reset or timeout. */
-static int trecv_all(int fd, void *p, size_t n)
-{
-	uint8_t *b = p;
-
-	while (n) {
-		ssize_t r = recv(fd, b, n, 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		b += r;
-		n -= (size_t)r;
-	}
-	return 0;
 }
 
 static struct crun_wire_item it(const void *data, size_t len)
@@ -83,11 +42,6 @@ static struct crun_wire_item it(const void *data, size_t len)
 	struct crun_wire_item i = { data, (uint32_t)len };
 
 	return i;
-}
-
-static struct crun_wire_item its(const char *s)
-{
-	return it(s, strlen(s));
 }
 
 /* Encodes a frame and appends it to buf at *off (buf must be big enough
@@ -113,64 +67,6 @@ static void send_frame(int fd, uint8_t type, uint8_t flags, uint32_t id, int64_t
 	put_frame(buf, 0, type, flags, id, num, items, count);
 	tsend(fd, buf, n);
 	free(buf);
-}
-
-/* A received frame; items point into buf. */
-struct rmsg {
-	struct crun_wire_msg m;
-	struct crun_wire_item items[256];
-	uint8_t *buf;
-};
-
-static void rmsg_finish(struct rmsg *r)
-{
-	free(r->buf);
-	r->buf = NULL;
-}
-
-/* Reads one frame. 0, or -1 when the connection ended (or timed out). */
-static int trecv(int fd, struct rmsg *r)
-{
-	uint8_t hdr[CRUN_WIRE_HEADER_LEN];
-	uint32_t len, cap = 256;
-	char err[160];
-	long n;
-
-	r->buf = NULL;
-	if (trecv_all(fd, hdr, sizeof(hdr)) < 0)
-		return -1;
-	assert_int_equal(crun_wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
-			 0);
-	r->buf = malloc(sizeof(hdr) + len);
-	assert_non_null(r->buf);
-	memcpy(r->buf, hdr, sizeof(hdr));
-	if (trecv_all(fd, r->buf + sizeof(hdr), len) < 0) {
-		rmsg_finish(r);
-		return -1;
-	}
-	n = crun_wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m, r->items,
-			     &cap, err, sizeof(err));
-	assert_int_equal(n, (long)(sizeof(hdr) + len));
-	assert_int_equal(crun_wire_validate(&r->m, err, sizeof(err)), 0);
-	return 0;
-}
-
-/* True when the server has closed fd: reads (and ignores) what is left
- * and then sees EOF or a reset within the receive timeout. */
-static bool closed_by_server(int fd)
-{
-	uint8_t b[4096];
-
-	for (;;) {
-		ssize_t r = recv(fd, b, sizeof(b), 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 0 || (r < 0 && errno == ECONNRESET))
-			return true;
-		if (r < 0)
-			return false; /* timeout: still open */
-	}
 }
 
 /* Expects an ERROR frame with this errno and then the end of the
@@ -200,7 +96,7 @@ static void read_server_preamble(int fd, uint16_t *flags, uint8_t *nonce)
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE];
 	uint16_t version;
 
-	assert_int_equal(trecv_all(fd, pre, sizeof(pre)), 0);
+	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);
 	assert_int_equal(crun_wire_parse_server_preamble(pre, &version, flags, nonce), 0);
 }
 
