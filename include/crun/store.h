@@ -51,6 +51,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <crun/export.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -76,13 +78,13 @@ struct crun_store_buf {
 	uint8_t *data;
 	size_t len;
 };
-void crun_store_buf_finish(struct crun_store_buf *buf);
+CRUN_EXPORT void crun_store_buf_finish(struct crun_store_buf *buf);
 
 /* Allocates a handle; copies everything in opts. Connects nothing.
  * Returns NULL on allocation failure or invalid options (a port outside
  * 0-65535, a negative timeout, an empty host or run id, a token of length
  * 0). */
-struct crun_store *crun_store_create(const struct crun_store_opts *opts);
+CRUN_EXPORT struct crun_store *crun_store_create(const struct crun_store_opts *opts);
 
 /* Fills opts from the environment crun sets for workers: CRUN_STORE
  * (HOST:PORT, [V6ADDR]:PORT or HOST; default 127.0.0.1:29400),
@@ -92,10 +94,10 @@ struct crun_store *crun_store_create(const struct crun_store_opts *opts);
  * The strings stay valid until the next call (a token read from a file is
  * wiped then); not thread-safe. 0 or a negative errno (-EINVAL for a
  * malformed variable, the file's error for an unreadable token file). */
-int crun_store_opts_from_env(struct crun_store_opts *opts);
+CRUN_EXPORT int crun_store_opts_from_env(struct crun_store_opts *opts);
 /* The same, writing a one-line reason naming the variable to err (when
  * not NULL) on failure. */
-int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t errlen);
+CRUN_EXPORT int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t errlen);
 
 /* Connects and authenticates, retrying refused or unreachable connections
  * and connections reset during the handshake with exponential backoff
@@ -105,17 +107,17 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
  * a handle whose connection dropped it reconnects and re-registers the
  * watches. 0 or a negative errno (the last attempt's error, or -ETIMEDOUT
  * when the time ran out inside an attempt). */
-int crun_store_connect(struct crun_store *s);
+CRUN_EXPORT int crun_store_connect(struct crun_store *s);
 
 /* Closes the connection and frees the handle, wiping its copy of the
  * token. NULL is allowed. */
-void crun_store_destroy(struct crun_store *s);
+CRUN_EXPORT void crun_store_destroy(struct crun_store *s);
 
 /* One line describing the last failure on this handle ("" if none). */
-const char *crun_store_errmsg(const struct crun_store *s);
+CRUN_EXPORT const char *crun_store_errmsg(const struct crun_store *s);
 
 /* Text of a crun store error code (a negative errno). */
-const char *crun_store_strerror(int code);
+CRUN_EXPORT const char *crun_store_strerror(int code);
 
 /* Flags */
 #define CRUN_STORE_EPHEMERAL 0x01 /* set: delete the key when this connection closes */
@@ -123,9 +125,9 @@ const char *crun_store_strerror(int code);
 
 /* Sets key to len bytes at val (any bytes; keys are non-empty C strings).
  * set_flags takes CRUN_STORE_EPHEMERAL, nothing else (-EINVAL). */
-int crun_store_set(struct crun_store *s, const char *key, const void *val, size_t len,
+CRUN_EXPORT int crun_store_set(struct crun_store *s, const char *key, const void *val, size_t len,
 		   int timeout_ms);
-int crun_store_set_flags(struct crun_store *s, const char *key, const void *val, size_t len,
+CRUN_EXPORT int crun_store_set_flags(struct crun_store *s, const char *key, const void *val, size_t len,
 			 int flags, int timeout_ms);
 
 /* Gets a value into *out (emptied first; free with crun_store_buf_finish).
@@ -133,22 +135,22 @@ int crun_store_set_flags(struct crun_store *s, const char *key, const void *val,
  * bounded by the handle's default timeout); wait_ms > 0: waits up to
  * wait_ms for it to be set (-ETIMEDOUT); wait_ms < 0: waits up to the
  * handle's default timeout. */
-int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out,
+CRUN_EXPORT int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out,
 		   int wait_ms);
 
 /* 1 when every key exists (also for n == 0), 0 when one does not, or a
  * negative errno. */
-int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
+CRUN_EXPORT int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
 
 /* Waits until every key exists: 0, -ETIMEDOUT, or another error.
  * timeout_ms == 0 checks once without waiting; < 0 waits up to the
  * handle's default timeout. No keys: 0 at once. */
-int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
+CRUN_EXPORT int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
 
 /* Adds delta to the decimal integer stored at key (missing: 0) and stores
  * the new value in *out (may be NULL). -EINVAL when the value is not a
  * decimal integer, -ERANGE on overflow. Not repeated after a lost reply. */
-int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t *out,
+CRUN_EXPORT int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t *out,
 		   int timeout_ms);
 
 /* Compare-and-set. Replaces the value by desired when it equals expected
@@ -157,39 +159,39 @@ int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t
  * afterwards (desired when the swap happened; for a missing key and a
  * non-empty expected, expected, as torch's TCPStore answers). Returns 1
  * when the swap happened, 0 when it did not, or a negative errno. */
-int crun_store_cas(struct crun_store *s, const char *key, const void *expected, size_t elen,
+CRUN_EXPORT int crun_store_cas(struct crun_store *s, const char *key, const void *expected, size_t elen,
 		   const void *desired, size_t dlen, int flags, struct crun_store_buf *current,
 		   int timeout_ms);
 
 /* 1 when the key existed and was deleted, 0 when it did not exist. */
-int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms);
+CRUN_EXPORT int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms);
 
 /* Appends val to the value at key (creating it when missing). Not
  * repeated after a lost reply. */
-int crun_store_append(struct crun_store *s, const char *key, const void *val, size_t len,
+CRUN_EXPORT int crun_store_append(struct crun_store *s, const char *key, const void *val, size_t len,
 		      int timeout_ms);
 
 /* Number of keys in the run, in *out (may be NULL). */
-int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms);
+CRUN_EXPORT int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms);
 
 /* Gets n values into vals[0..n). wait_ms as for crun_store_get (without
  * waiting, one missing key fails the call with -ENOENT). On failure
  * nothing is left allocated in vals. */
-int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
+CRUN_EXPORT int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
 		    struct crun_store_buf *vals, int wait_ms);
 
 /* Sets n keys at once, all or nothing. */
-int crun_store_mset(struct crun_store *s, const char *const *keys, const void *const *vals,
+CRUN_EXPORT int crun_store_mset(struct crun_store *s, const char *const *keys, const void *const *vals,
 		    const size_t *lens, size_t n, int timeout_ms);
 
 /* Lists the run's keys, sorted. *keys is a malloc'd array of n malloc'd
  * strings; free with crun_store_list_free. */
-int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms);
-void crun_store_list_free(char **keys, size_t n);
+CRUN_EXPORT int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms);
+CRUN_EXPORT void crun_store_list_free(char **keys, size_t n);
 
 /* Round trip to the server. Returns the round-trip time in microseconds
  * (>= 0) or a negative errno. */
-int64_t crun_store_ping(struct crun_store *s, int timeout_ms);
+CRUN_EXPORT int64_t crun_store_ping(struct crun_store *s, int timeout_ms);
 
 /* Watches: after crun_store_watch, every change of key is queued as an
  * event; crun_store_next_event returns the oldest, waiting up to
@@ -216,16 +218,16 @@ struct crun_store_event {
 	char *key;                   /* malloc'd */
 	struct crun_store_buf value; /* empty for DELETE */
 };
-void crun_store_event_finish(struct crun_store_event *ev);
+CRUN_EXPORT void crun_store_event_finish(struct crun_store_event *ev);
 
-int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms);
-int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms);
-int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev, int timeout_ms);
+CRUN_EXPORT int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms);
+CRUN_EXPORT int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms);
+CRUN_EXPORT int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev, int timeout_ms);
 
 /* The connection's file descriptor (-1 when not connected), for callers
  * that poll it themselves: when it is readable, call next_event with a
  * timeout of 0. */
-int crun_store_fd(const struct crun_store *s);
+CRUN_EXPORT int crun_store_fd(const struct crun_store *s);
 
 #ifdef __cplusplus
 }

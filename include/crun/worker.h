@@ -64,6 +64,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <crun/export.h>
+
 #include <crun/store.h>
 
 #ifdef __cplusplus
@@ -88,31 +90,31 @@ struct crun_worker;
  * as "RANK is not set (is this program running under crun?)" or
  * "cannot reach the store: cannot connect to '127.0.0.1:29400':
  * connection refused". */
-struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen);
+CRUN_EXPORT struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen);
 
 /* Closes the connection and frees the handle. NULL is allowed. Keys the
  * handle stored stay in the store until the ranks that read them delete
  * them (see "Keys" above). */
-void crun_worker_destroy(struct crun_worker *w);
+CRUN_EXPORT void crun_worker_destroy(struct crun_worker *w);
 
 /* What crun_worker_create read from the environment. */
-int crun_worker_rank(const struct crun_worker *w);
-int crun_worker_world_size(const struct crun_worker *w);
-int crun_worker_local_rank(const struct crun_worker *w);
-int crun_worker_local_world_size(const struct crun_worker *w);
-int crun_worker_group_rank(const struct crun_worker *w);
-int64_t crun_worker_round(const struct crun_worker *w);
+CRUN_EXPORT int crun_worker_rank(const struct crun_worker *w);
+CRUN_EXPORT int crun_worker_world_size(const struct crun_worker *w);
+CRUN_EXPORT int crun_worker_local_rank(const struct crun_worker *w);
+CRUN_EXPORT int crun_worker_local_world_size(const struct crun_worker *w);
+CRUN_EXPORT int crun_worker_group_rank(const struct crun_worker *w);
+CRUN_EXPORT int64_t crun_worker_round(const struct crun_worker *w);
 
 /* The handle's store connection, for operations of one's own (keys under
  * "round/<round>/" other than those described above are free to use; the
  * worker API never touches any others). Owned by w: valid until
  * crun_worker_destroy, never to be destroyed by the caller. */
-struct crun_store *crun_worker_store(struct crun_worker *w);
+CRUN_EXPORT struct crun_store *crun_worker_store(struct crun_worker *w);
 
 /* One line describing the last failure on this handle ("" if none), for
  * instance "broadcast 1.3 from rank 0: rank 0 sent 64 bytes, rank 2
  * expects 128". */
-const char *crun_worker_errmsg(const struct crun_worker *w);
+CRUN_EXPORT const char *crun_worker_errmsg(const struct crun_worker *w);
 
 /* Broadcast: root's len bytes at buf end up in buf on every rank. On the
  * root, buf is read and the call returns as soon as the bytes are stored
@@ -123,7 +125,7 @@ const char *crun_worker_errmsg(const struct crun_worker *w);
  * notice), and a rank that reads bytes stored by another root than its
  * own gets -EPROTO. len may be 0 (then only the root's arrival is
  * awaited). With one rank it does nothing and returns 0. */
-int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t len, int root, int timeout_ms);
+CRUN_EXPORT int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t len, int root, int timeout_ms);
 
 /* All-gather: every rank contributes len bytes at in; on return out holds
  * world_size * len bytes, rank r's contribution at out + r * len, on every
@@ -133,14 +135,14 @@ int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t len, int root
  * fail with -EMSGSIZE (naming it), and fails itself with -EMSGSIZE; out is
  * then unspecified. Meant for small blobs (host names, addresses): each
  * rank reads world_size * len bytes from the store. */
-int crun_worker_allgather(struct crun_worker *w, const void *in, size_t len, void *out,
+CRUN_EXPORT int crun_worker_allgather(struct crun_worker *w, const void *in, size_t len, void *out,
 			  int timeout_ms);
 
 /* Barrier: returns 0 once every rank has called it (the last to arrive
  * returns at once and wakes the others; the waiting is done by the store,
  * without polling), or -ETIMEDOUT after timeout_ms, with a message that
  * says how many ranks had arrived before this one. */
-int crun_worker_barrier(struct crun_worker *w, int timeout_ms);
+CRUN_EXPORT int crun_worker_barrier(struct crun_worker *w, int timeout_ms);
 
 #ifdef __cplusplus
 }
