@@ -113,7 +113,7 @@ struct crun_launch_optdef {
 
 const struct crun_launch_optdef *crun_launch_optdefs(size_t *count);
 
-/* The --rdzv-conf keys (issue 4 uses them for multi-node rounds). */
+/* The --rdzv-conf keys, read by multi-node rounds. */
 struct crun_rdzv_conf {
 	int64_t join_timeout_ms;	/* 600 s */
 	int64_t last_call_timeout_ms;	/* 30 s */

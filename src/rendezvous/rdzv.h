@@ -1,4 +1,4 @@
-/* Rendezvous rounds (issue 4): the protocol and its semantics.
+/* Rendezvous rounds: the protocol and its semantics.
  *
  * The round's state lives in the store server (round.c, driven by
  * server.c), which sees every agent's connection: a node whose connection
