@@ -10,10 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "common/fnv.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -405,6 +410,203 @@ static void test_log(void **state)
 	assert_int_equal(crun_log_get_level(), CRUN_LOG_WARN);
 }
 
+/* ---- fs, fnv, yaml ---------------------------------------------------- */
+
+/* A scratch directory for the fs and yaml cases, removed with its
+ * contents afterwards. */
+static char scratch[64];
+
+static int scratch_setup(void **state)
+{
+	(void)state;
+	snprintf(scratch, sizeof(scratch), "/tmp/crun-test-fs-XXXXXX");
+	return mkdtemp(scratch) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		chmod(path, 0700);
+	return remove(path);
+}
+
+static int scratch_teardown(void **state)
+{
+	(void)state;
+	chmod(scratch, 0700);
+	return nftw(scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *in_scratch(const char *name)
+{
+	static char p[4][256];
+	static int next;
+	char *out = p[next++ % 4];
+
+	snprintf(out, sizeof(p[0]), "%s/%s", scratch, name);
+	return out;
+}
+
+/* Reads at most len bytes of the file at path; returns how many. */
+static size_t read_back(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	n = read(fd, buf, len);
+	close(fd);
+	assert_true(n >= 0);
+	return (size_t)n;
+}
+
+static bool is_dir(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The names in a directory, sorted and joined with spaces. */
+static void list_dir(const char *path, char *out, size_t len)
+{
+	struct dirent **names;
+	int n = scandir(path, &names, NULL, alphasort);
+
+	assert_true(n >= 0);
+	out[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, "..")) {
+			if (out[0])
+				strncat(out, " ", len - strlen(out) - 1);
+			strncat(out, names[i]->d_name, len - strlen(out) - 1);
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
+static void test_mkdir_p(void **state)
+{
+	mode_t old = umask(022);
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c"), 0777), 0);
+	assert_true(is_dir(in_scratch("a/b/c")));
+	assert_int_equal(stat(in_scratch("a/b"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0755);
+	/* what exists is fine, also through extra slashes and a link */
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c"), 0777), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("a//b/c/"), 0777), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b"), 0777), 0);
+	assert_int_equal(crun__mkdir_p("/", 0777), 0);
+	assert_int_equal(symlink(in_scratch("a"), in_scratch("link")), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("link/b/d"), 0700), 0);
+	assert_int_equal(stat(in_scratch("a/b/d"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+
+	/* a file in the way, at the end or in the middle */
+	assert_int_equal(crun__write_atomic(in_scratch("f"), "x", 1, 0644), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("f"), 0777), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("f/g/h"), 0777), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c/f/"), 0777), 0);
+	assert_int_equal(crun__mkdir_p("", 0777), -ENOENT);
+
+	if (geteuid() != 0) { /* root may write anywhere */
+		assert_int_equal(crun__mkdir_p(in_scratch("ro"), 0555), 0);
+		assert_int_equal(crun__mkdir_p(in_scratch("ro/x/y"), 0777), -EACCES);
+		assert_false(is_dir(in_scratch("ro/x")));
+		assert_int_equal(crun__mkdir_p(in_scratch("ro"), 0777), 0);
+	}
+	umask(old);
+}
+
+static void test_write_atomic(void **state)
+{
+	struct crun__atomic_file f;
+	mode_t old = umask(022);
+	char buf[256], names[256];
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(crun__write_atomic(in_scratch("w"), "hello\n", 6, 0640), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 6);
+	assert_memory_equal(buf, "hello\n", 6);
+	assert_int_equal(stat(in_scratch("w"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0640);
+	/* replaced whole, shorter; the umask applies */
+	assert_int_equal(crun__write_atomic(in_scratch("w"), "hi", 2, 0666), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 2);
+	assert_memory_equal(buf, "hi", 2);
+	assert_int_equal(crun__write_atomic(in_scratch("empty"), "", 0, 0666), 0);
+	assert_int_equal(stat(in_scratch("empty"), &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(st.st_mode & 0777, 0644);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "empty w");
+
+	/* streamed in pieces; an abort leaves the old file alone */
+	assert_int_equal(crun__atomic_open(&f, in_scratch("w"), 0666), 0);
+	assert_int_equal(crun__atomic_write(&f, "new ", 4), 0);
+	assert_int_equal(crun__atomic_write(&f, "text", 4), 0);
+	crun__atomic_abort(&f);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 2);
+	assert_int_equal(crun__atomic_open(&f, in_scratch("w"), 0666), 0);
+	assert_int_equal(crun__atomic_write(&f, "new ", 4), 0);
+	assert_int_equal(crun__atomic_write(&f, "text", 4), 0);
+	assert_int_equal(crun__atomic_commit(&f), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 8);
+	assert_memory_equal(buf, "new text", 8);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "empty w");
+
+	/* failures leave no temporary file: no directory, a file for a
+	 * directory, a directory where the file should go (the rename
+	 * fails after the write) */
+	assert_int_equal(crun__write_atomic(in_scratch("none/w"), "x", 1, 0666), -ENOENT);
+	assert_int_equal(crun__write_atomic(in_scratch("w/x"), "x", 1, 0666), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("d"), 0777), 0);
+	assert_int_equal(crun__write_atomic(in_scratch("d"), "x", 1, 0666), -EISDIR);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "d empty w");
+	if (geteuid() != 0) {
+		assert_int_equal(chmod(in_scratch("d"), 0555), 0);
+		assert_int_equal(crun__write_atomic(in_scratch("d/x"), "x", 1, 0666), -EACCES);
+		list_dir(in_scratch("d"), names, sizeof(names));
+		assert_string_equal(names, "");
+	}
+	umask(old);
+}
+
+static void test_fnv(void **state)
+{
+	static const struct {
+		const char *in;
+		uint64_t sum;
+	} vectors[] = {
+		{"", 0xcbf29ce484222325ULL},
+		{"a", 0xaf63dc4c8601ec8cULL},
+		{"b", 0xaf63df4c8601f1a5ULL},
+		{"foobar", 0x85944171f73967e8ULL},
+		{"chongo was here!\n", 0x46810940eff5f915ULL},
+	};
+
+	(void)state;
+	assert_true(CRUN__FNV1A_INIT == 0xcbf29ce484222325ULL);
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(vectors); i++) {
+		const char *s = vectors[i].in;
+		size_t n = strlen(s);
+
+		assert_true(crun__fnv1a(CRUN__FNV1A_INIT, s, n) == vectors[i].sum);
+		/* in two pieces, the same */
+		assert_true(crun__fnv1a(crun__fnv1a(CRUN__FNV1A_INIT, s, n / 2), s + n / 2,
+					n - n / 2) == vectors[i].sum);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -417,6 +619,9 @@ int main(void)
 		cmocka_unit_test(test_loopback),
 		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_log),
+		cmocka_unit_test_setup_teardown(test_mkdir_p, scratch_setup, scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_write_atomic, scratch_setup, scratch_teardown),
+		cmocka_unit_test(test_fnv),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
