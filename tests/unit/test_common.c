@@ -587,12 +587,13 @@ static void test_fnv(void **state)
 	static const struct {
 		const char *in;
 		uint64_t sum;
+		uint32_t sum32;
 	} vectors[] = {
-		{"", 0xcbf29ce484222325ULL},
-		{"a", 0xaf63dc4c8601ec8cULL},
-		{"b", 0xaf63df4c8601f1a5ULL},
-		{"foobar", 0x85944171f73967e8ULL},
-		{"chongo was here!\n", 0x46810940eff5f915ULL},
+		{"", 0xcbf29ce484222325ULL, 0x811c9dc5u},
+		{"a", 0xaf63dc4c8601ec8cULL, 0xe40c292cu},
+		{"b", 0xaf63df4c8601f1a5ULL, 0xe70c2de5u},
+		{"foobar", 0x85944171f73967e8ULL, 0xbf9cf968u},
+		{"chongo was here!\n", 0x46810940eff5f915ULL, 0xd49930d5u},
 	};
 
 	(void)state;
@@ -605,6 +606,7 @@ static void test_fnv(void **state)
 		/* in two pieces, the same */
 		assert_true(crun__fnv1a(crun__fnv1a(CRUN__FNV1A_INIT, s, n / 2), s + n / 2,
 					n - n / 2) == vectors[i].sum);
+		assert_true(crun__fnv1a32(CRUN__FNV1A32_INIT, s, n) == vectors[i].sum32);
 	}
 }
 
