@@ -16,20 +16,22 @@
 
 enum crun_config_kind {
 	CRUN_CONFIG_SCALAR = 0,
-	CRUN_CONFIG_NULL,     /* "key:" with nothing, "~" or "null" */
+	CRUN_CONFIG_NULL,     /* "key:" with nothing, "~", "null", "Null" or "NULL" */
 	CRUN_CONFIG_SEQUENCE, /* items: the scalars, in order */
 	CRUN_CONFIG_MAPPING,  /* items: key, value, key, value ... */
 };
 
 struct crun_config_value {
 	enum crun_config_kind kind;
-	const char *scalar; /* CRUN_CONFIG_SCALAR */
+	const char *scalar; /* SCALAR; NULL: the text as written */
 	bool quoted;	    /* the scalar was written in quotes */
-	char **items;	    /* sequence and mapping: scalars only */
+	const char **items; /* sequence and mapping: scalars only */
 	size_t nitems;
 };
 
-/* Called once per top-level key, in file order. line is 1-based. Returns
+/* Called once per top-level key, in file order, after the whole file has
+ * been read and found to be YAML. line is 1-based. value and its strings
+ * are valid during the call only. Returns
  * 0, or -EINVAL with the reason in err (without the "config 'P' line N: "
  * prefix, which the reader adds). */
 typedef int (*crun_config_key_cb)(void *ctx, const char *key, int line,

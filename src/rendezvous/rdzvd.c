@@ -3,7 +3,6 @@
  * Exit status: 0 after SIGTERM/SIGINT, 1 when the server cannot start
  * (listen fails, ...), 2 for a usage or configuration error. */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 
 #include <uv.h>
 
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
@@ -121,30 +121,14 @@ static void raise_nofile(void)
 		crun_debug("cannot raise the open file limit: %s", strerror(errno));
 }
 
-/* Writes "PORT\n" to path through a temporary file and a rename, so a
- * reader never sees a half-written file. */
+/* Writes "PORT\n" to path atomically, so a reader never sees a
+ * half-written file. */
 static int write_port_file(const char *path, int port)
 {
-	char tmp[4096], line[16];
-	int fd, n, rc;
+	char line[16];
+	int n = snprintf(line, sizeof(line), "%d\n", port);
 
-	n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	n = snprintf(line, sizeof(line), "%d\n", port);
-	rc = crun_write_all(fd, line, (size_t)n);
-	if (rc == 0 && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && rename(tmp, path) < 0)
-		rc = -errno;
-	if (rc < 0)
-		unlink(tmp);
-	return rc;
+	return crun__write_atomic(path, line, (size_t)n, 0644);
 }
 
 struct daemon {

@@ -1,6 +1,8 @@
 /* Sharded, atomic, reshardable checkpoints; see checkpoint.h for the
  * protocol and the file formats. */
 #include "trainer/checkpoint.h"
+#include "common/fnv.h"
+#include "common/fs.h"
 #include "common/util.h"
 
 #include <dirent.h>
@@ -21,19 +23,6 @@
 #define SHARD_HEADER 40
 #define MAX_MANIFEST (1u << 20)
 #define MAX_SHARDS 65536
-
-static uint64_t fnv1a(uint64_t h, const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
-}
-
-#define FNV_INIT 0xcbf29ce484222325ULL
 
 static void put_le(uint8_t *out, uint64_t v, int bytes)
 {
@@ -63,71 +52,48 @@ void crun_ckpt_path(const char *dir, int64_t step, char *out, size_t outlen)
 	snprintf(out, outlen, "%s/step-%010lld", dir, (long long)step);
 }
 
-static int fsync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0 && errno != EINVAL)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
-static int mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len == 0 || len >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0777) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-/* A file written through a checksum, then synced and renamed into place. */
+/* A file written through a checksum and a buffer to a temporary name,
+ * then synced and renamed into place. */
 struct wfile {
-	FILE *f;
-	char tmp[PATH_MAX];
+	struct crun__atomic_file f;
 	uint64_t fnv;
 	uint64_t size;
-	int err;
+	int err; /* the first failure; later writes do nothing */
+	size_t used;
+	uint8_t buf[64 * 1024];
 };
 
 static int w_open(struct wfile *w, const char *path)
 {
-	memset(w, 0, sizeof(*w));
-	w->fnv = FNV_INIT;
-	if (snprintf(w->tmp, sizeof(w->tmp), "%s.tmp", path) >= (int)sizeof(w->tmp))
-		return -ENAMETOOLONG;
-	w->f = fopen(w->tmp, "wbe");
-	if (!w->f)
-		return -errno;
-	return 0;
+	w->fnv = CRUN__FNV1A_INIT;
+	w->size = 0;
+	w->err = 0;
+	w->used = 0;
+	return crun__atomic_open(&w->f, path, 0666);
+}
+
+static void w_flush(struct wfile *w)
+{
+	if (!w->err && w->used)
+		w->err = crun__atomic_write(&w->f, w->buf, w->used);
+	w->used = 0;
 }
 
 static void w_bytes(struct wfile *w, const void *p, size_t n)
 {
 	if (w->err || n == 0)
 		return;
-	if (fwrite(p, 1, n, w->f) != n) {
-		w->err = errno ? -errno : -EIO;
+	w->fnv = crun__fnv1a(w->fnv, p, n);
+	w->size += n;
+	if (w->used + n > sizeof(w->buf))
+		w_flush(w);
+	if (n >= sizeof(w->buf)) {
+		if (!w->err)
+			w->err = crun__atomic_write(&w->f, p, n);
 		return;
 	}
-	w->fnv = fnv1a(w->fnv, p, n);
-	w->size += n;
+	memcpy(w->buf + w->used, p, n);
+	w->used += n;
 }
 
 static void w_u32(struct wfile *w, uint32_t v)
@@ -162,24 +128,14 @@ static void w_floats(struct wfile *w, const float *p, size_t n)
 
 /* Syncs and renames into place (then syncs the directory), or removes
  * the temporary file after a failure. */
-static int w_commit(struct wfile *w, const char *path, const char *dir)
+static int w_commit(struct wfile *w)
 {
-	int rc = w->err;
-
-	if (!rc && fflush(w->f) != 0)
-		rc = -errno;
-	if (!rc && fsync(fileno(w->f)) < 0)
-		rc = -errno;
-	if (fclose(w->f) != 0 && !rc)
-		rc = -errno;
-	w->f = NULL;
-	if (!rc && rename(w->tmp, path) < 0)
-		rc = -errno;
-	if (rc) {
-		unlink(w->tmp);
-		return rc;
+	w_flush(w);
+	if (w->err) {
+		crun__atomic_abort(&w->f);
+		return w->err;
 	}
-	return fsync_dir(dir);
+	return crun__atomic_commit(&w->f);
 }
 
 static void shard_name(int rank, int world, char *out, size_t len)
@@ -234,7 +190,7 @@ static int write_shard(struct crun_parallel *par, const char *sdir, int64_t step
 	}
 	*fnv = w.fnv;
 	*size = w.size;
-	return w_commit(&w, path, sdir);
+	return w_commit(&w);
 }
 
 static int write_manifest(const char *sdir, const struct crun_ckpt_meta *meta, const double *status,
@@ -268,7 +224,7 @@ static int write_manifest(const char *sdir, const struct crun_ckpt_meta *meta, c
 		w_bytes(&w, line, strlen(line));
 	}
 	w_bytes(&w, "end\n", 4);
-	return w_commit(&w, path, sdir);
+	return w_commit(&w);
 }
 
 static int remove_ckpt_dir(const char *path)
@@ -399,7 +355,7 @@ static void prune(const char *dir, int64_t keep)
 		crun_ckpt_path(dir, steps[i], path, sizeof(path));
 		remove_ckpt_dir(path);
 	}
-	fsync_dir(dir);
+	crun__fsync_dir(dir);
 	free(steps);
 	free(complete);
 }
@@ -423,16 +379,16 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	if (rank == 0) {
 		/* a checkpoint of this step from an earlier run is replaced: it
 		 * stops being complete before any shard changes */
-		rc = mkdir_p(sdir);
+		rc = crun__mkdir_p(sdir, 0777);
 		if (!rc)
 			rc = join(path, sizeof(path), sdir, "MANIFEST");
 		if (!rc && unlink(path) == 0)
-			rc = fsync_dir(sdir);
+			rc = crun__fsync_dir(sdir);
 		else if (!rc && errno != ENOENT)
 			rc = -errno;
 		if (rc)
 			crun_seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
-			       strerror(-rc));
+				    strerror(-rc));
 		flag = rc ? 1 : 0;
 	}
 	mine = crun_comm_allreduce_f64(comm, &flag, 1);
@@ -449,12 +405,12 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		crun_seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
-	mine = mkdir_p(sdir);
+	mine = crun__mkdir_p(sdir, 0777);
 	if (!mine)
 		mine = write_shard(par, sdir, meta->step, rank, world, meta->n_params, &fnv, &size);
 	if (mine)
 		crun_seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
-		       strerror(-mine));
+			    strerror(-mine));
 	status[4 * rank] = mine ? 1 : 0;
 	status[4 * rank + 1] = (double)size;
 	status[4 * rank + 2] = (double)(fnv >> 32);
@@ -468,8 +424,8 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		if (status[4 * r] > 0) {
 			if (!mine)
 				crun_seterr(err, errlen,
-				       "rank %d could not write its checkpoint shard in '%s'", r,
-				       sdir);
+					    "rank %d could not write its checkpoint shard in '%s'",
+					    r, sdir);
 			free(status);
 			return mine ? mine : -EIO;
 		}
@@ -479,8 +435,8 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	if (rank == 0) {
 		rc = write_manifest(sdir, meta, status, world);
 		if (rc)
-			crun_seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s", sdir,
-			       strerror(-rc));
+			crun_seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s",
+				    sdir, strerror(-rc));
 		else
 			prune(dir, keep);
 		flag = rc ? 1 : 0;
@@ -491,8 +447,8 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		return comm_fail(comm, mine, err, errlen);
 	if (flag > 0) {
 		if (rank != 0)
-			crun_seterr(err, errlen, "rank 0 could not write checkpoint manifest in '%s'",
-			       sdir);
+			crun_seterr(err, errlen,
+				    "rank 0 could not write checkpoint manifest in '%s'", sdir);
 		return rc ? rc : -EIO;
 	}
 	return 0;
@@ -639,7 +595,8 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 	if (rc == -ENOMEM) {
 		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
 	} else if (!end || got != 511 || n_shards != meta->world_size) {
-		crun_seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST", ckpt);
+		crun_seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST",
+			    ckpt);
 	} else {
 		rc = 0;
 		if (shards)
@@ -713,7 +670,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 {
 	char path[PATH_MAX];
 	uint8_t hdr[SHARD_HEADER], buf[65536];
-	uint64_t fnv = FNV_INIT, off = 0, data, total;
+	uint64_t fnv = CRUN__FNV1A_INIT, off = 0, data, total;
 	uint32_t n_ranges;
 	struct stat st;
 	struct range *grown;
@@ -726,7 +683,8 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path, strerror(errno));
+		crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
+			    strerror(errno));
 		return rc;
 	}
 	rd->fd[idx] = fd;
@@ -740,14 +698,15 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		rc = read_full(fd, buf, n, (off_t)off);
 		if (rc) {
 			crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
-			       strerror(-rc));
+				    strerror(-rc));
 			return rc;
 		}
-		fnv = fnv1a(fnv, buf, n);
+		fnv = crun__fnv1a(fnv, buf, n);
 		off += n;
 	}
 	if (fnv != e->fnv) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch", path);
+		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch",
+			    path);
 		return -EINVAL;
 	}
 	if (e->size < SHARD_HEADER || read_full(fd, hdr, SHARD_HEADER, 0) ||
@@ -757,7 +716,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	    get_le(hdr + 24, 8) != (uint64_t)rd->meta.step ||
 	    get_le(hdr + 32, 8) != rd->meta.n_params) {
 		crun_seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
-		       path);
+			    path);
 		return -EINVAL;
 	}
 	n_ranges = (uint32_t)get_le(hdr + 20, 4);
@@ -831,8 +790,8 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 		next += rd->ranges[i].len;
 	}
 	if (next != rd->meta.n_params) {
-		crun_seterr(err, errlen, "checkpoint '%s' is damaged: its shards do not cover the model",
-		       ckpt);
+		crun_seterr(err, errlen,
+			    "checkpoint '%s' is damaged: its shards do not cover the model", ckpt);
 		rc = -EINVAL;
 		goto out_close;
 	}
@@ -862,7 +821,7 @@ static int reader_fetch(struct reader *rd, int kind, size_t flat, size_t n, floa
 		rc = read_full(rd->fd[r->shard], dst + (a - flat), (b - a) * sizeof(float), off);
 		if (rc) {
 			crun_seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
-			       strerror(-rc));
+				    strerror(-rc));
 			return rc;
 		}
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -893,11 +852,12 @@ int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, co
 	if (rc)
 		return rc;
 	if (!same_model(&rd.meta.model, &model->cfg) || rd.meta.n_params != model->n_params) {
-		crun_seterr(err, errlen,
-		       "checkpoint '%s' is of another model (context %d, embed_dim %d, width %d, "
-		       "layers %d, ffn_mult %d)",
-		       ckpt, rd.meta.model.context, rd.meta.model.embed_dim, rd.meta.model.width,
-		       rd.meta.model.layers, rd.meta.model.ffn_mult);
+		crun_seterr(
+			err, errlen,
+			"checkpoint '%s' is of another model (context %d, embed_dim %d, width %d, "
+			"layers %d, ffn_mult %d)",
+			ckpt, rd.meta.model.context, rd.meta.model.embed_dim, rd.meta.model.width,
+			rd.meta.model.layers, rd.meta.model.ffn_mult);
 		rc = -EINVAL;
 		goto out_close;
 	}
@@ -918,7 +878,7 @@ out_close:
 
 int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen)
 {
-	char ckpt[PATH_MAX], probe[PATH_MAX], outdir[PATH_MAX], *slash;
+	char ckpt[PATH_MAX], probe[PATH_MAX];
 	struct crun_model *model;
 	struct reader rd;
 	struct wfile w;
@@ -958,12 +918,6 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	if (rc)
 		goto out_params;
 
-	snprintf(outdir, sizeof(outdir), "%s", out);
-	slash = strrchr(outdir, '/');
-	if (slash)
-		*slash = '\0';
-	else
-		snprintf(outdir, sizeof(outdir), ".");
 	rc = w_open(&w, out);
 	if (rc) {
 		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
@@ -991,7 +945,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 		w_u32(&w, (uint32_t)t->cols);
 	}
 	w_floats(&w, params, model->n_params);
-	rc = w_commit(&w, out, outdir);
+	rc = w_commit(&w);
 	if (rc)
 		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
 out_params:

@@ -1,9 +1,10 @@
-/* crun-train's configuration: the table of keys, YAML loading with
- * libyaml's document API (which keeps line numbers for messages), and
+/* crun-train's configuration: the table of keys, loading a YAML file
+ * read by common/yaml.c (whose nodes keep line numbers for messages), and
  * --set overrides. */
 #include "trainer/config.h"
 
 #include "common/util.h"
+#include "common/yaml.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <yaml.h>
+#include <stdint.h>
 
 #define F(field) offsetof(struct crun_train_config, field)
 #define I64 9.2e18
@@ -291,65 +292,73 @@ void crun_train_config_finish(struct crun_train_config *cfg)
 	}
 }
 
-/* Text of a scalar node; a plain "~" or "null" means empty. */
-static const char *scalar_text(yaml_node_t *n)
+/* Text of a scalar node; a null means empty. */
+static const char *scalar_text(const struct crun__yaml_node *n)
 {
-	const char *v = (const char *)n->data.scalar.value;
-
-	if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-	    (!strcmp(v, "~") || !strcmp(v, "null")))
-		return "";
-	return v;
+	return n->kind == CRUN__YAML_NULL ? "" : n->text;
 }
 
-static const char *node_kind(yaml_node_t *n)
+/* A null or an empty scalar, quoted or not: a section with nothing in it,
+ * or a file with no sections. */
+static bool is_empty(const struct crun__yaml_node *n)
 {
-	return n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+	return n->kind == CRUN__YAML_NULL || (n->kind == CRUN__YAML_SCALAR && !*n->text);
 }
 
-static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, const char *path,
-			const char *section, yaml_node_t *map, char *err, size_t errlen)
+static bool is_scalar(const struct crun__yaml_node *n)
+{
+	return n->kind == CRUN__YAML_SCALAR || n->kind == CRUN__YAML_NULL;
+}
+
+static const char *node_kind(const struct crun__yaml_node *n)
+{
+	return n->kind == CRUN__YAML_SEQUENCE ? "a list" : "a mapping";
+}
+
+static int load_section(struct crun_train_config *cfg, const char *path, const char *section,
+			const struct crun__yaml_node *map, char *err, size_t errlen)
 {
 	unsigned char seen[CRUN_ARRAY_SIZE(keys)] = {0};
 	char tn[96];
 
-	if (map->type == YAML_SCALAR_NODE && !*scalar_text(map))
+	if (is_empty(map))
 		return 0; /* "model:" with nothing under it */
-	if (map->type != YAML_MAPPING_NODE) {
-		crun_seterr(err, errlen, "config '%s' line %zu: section '%s' must be a mapping of keys",
-		       path, map->start_mark.line + 1, section);
+	if (map->kind != CRUN__YAML_MAPPING) {
+		crun_seterr(err, errlen,
+			    "config '%s' line %d: section '%s' must be a mapping of keys", path,
+			    map->line, section);
 		return -EINVAL;
 	}
-	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-	     p++) {
-		yaml_node_t *kn = yaml_document_get_node(doc, p->key);
-		yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+	for (size_t i = 0; i < map->n; i++) {
+		const struct crun__yaml_node *kn = crun__yaml_deref(map->items[2 * i]);
+		const struct crun__yaml_node *vn = crun__yaml_deref(map->items[2 * i + 1]);
 		const struct crun_config_key *k;
 		const char *name;
 		int rc;
 
-		if (kn->type != YAML_SCALAR_NODE) {
+		if (!is_scalar(kn)) {
 			crun_seterr(err, errlen,
-			       "config '%s' line %zu: keys of section '%s' must be names", path,
-			       kn->start_mark.line + 1, section);
+				    "config '%s' line %d: keys of section '%s' must be names", path,
+				    kn->line, section);
 			return -EINVAL;
 		}
-		name = (const char *)kn->data.scalar.value;
+		name = kn->text;
 		k = find_key(section, strlen(section), name);
 		if (!k) {
-			crun_seterr(err, errlen, "config '%s' line %zu: unknown key '%s.%s'", path,
-			       kn->start_mark.line + 1, section, name);
+			crun_seterr(err, errlen, "config '%s' line %d: unknown key '%s.%s'", path,
+				    kn->line, section, name);
 			return -EINVAL;
 		}
 		if (seen[k - keys]++) {
-			crun_seterr(err, errlen, "config '%s' line %zu: duplicate key '%s.%s'", path,
-			       kn->start_mark.line + 1, section, name);
+			crun_seterr(err, errlen, "config '%s' line %d: duplicate key '%s.%s'", path,
+				    kn->line, section, name);
 			return -EINVAL;
 		}
-		if (vn->type != YAML_SCALAR_NODE) {
-			crun_seterr(err, errlen, "config '%s' line %zu: key '%s.%s' expects %s, got %s",
-			       path, vn->start_mark.line + 1, section, name,
-			       type_name(k, tn, sizeof(tn)), node_kind(vn));
+		if (!is_scalar(vn)) {
+			crun_seterr(err, errlen,
+				    "config '%s' line %d: key '%s.%s' expects %s, got %s", path,
+				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
+				    node_kind(vn));
 			return -EINVAL;
 		}
 		rc = assign(cfg, k, scalar_text(vn));
@@ -359,11 +368,55 @@ static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, con
 		}
 		if (rc) {
 			crun_seterr(err, errlen,
-			       "config '%s' line %zu: key '%s.%s' expects %s, got '%s'", path,
-			       vn->start_mark.line + 1, section, name, type_name(k, tn, sizeof(tn)),
-			       scalar_text(vn));
+				    "config '%s' line %d: key '%s.%s' expects %s, got '%s'", path,
+				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
+				    scalar_text(vn));
 			return rc;
 		}
+	}
+	return 0;
+}
+
+static int load_sections(struct crun_train_config *cfg, const char *path,
+			 const struct crun__yaml_node *root, char *err, size_t errlen)
+{
+	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
+
+	if (is_empty(root))
+		return 0; /* an empty file: every default */
+	if (root->kind != CRUN__YAML_MAPPING) {
+		crun_seterr(err, errlen,
+			    "config '%s' line %d: expected a mapping of sections (model, data, "
+			    "optim, train, parallel, checkpoint, log)",
+			    path, root->line);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < root->n; i++) {
+		const struct crun__yaml_node *kn = crun__yaml_deref(root->items[2 * i]);
+		const struct crun__yaml_node *vn = crun__yaml_deref(root->items[2 * i + 1]);
+		size_t idx = 0;
+		int rc;
+
+		if (!is_scalar(kn)) {
+			crun_seterr(err, errlen, "config '%s' line %d: section names must be names",
+				    path, kn->line);
+			return -EINVAL;
+		}
+		if (!is_section(kn->text)) {
+			crun_seterr(err, errlen, "config '%s' line %d: unknown key '%s'", path,
+				    kn->line, kn->text);
+			return -EINVAL;
+		}
+		while (strcmp(sections[idx], kn->text))
+			idx++;
+		if (seen[idx]++) {
+			crun_seterr(err, errlen, "config '%s' line %d: duplicate key '%s'", path,
+				    kn->line, kn->text);
+			return -EINVAL;
+		}
+		rc = load_section(cfg, path, kn->text, vn, err, errlen);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -371,81 +424,17 @@ static int load_section(struct crun_train_config *cfg, yaml_document_t *doc, con
 int crun_train_config_load(struct crun_train_config *cfg, const char *path, char *err,
 			   size_t errlen)
 {
-	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
-	yaml_parser_t parser;
-	yaml_document_t doc;
-	yaml_node_t *root;
-	FILE *f;
-	int rc = 0;
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc;
+	int rc;
 
-	f = fopen(path, "rb");
-	if (!f) {
-		rc = -errno;
-		crun_seterr(err, errlen, "cannot read config '%s': %s", path, strerror(errno));
+	rc = crun__yaml_load_file(path, SIZE_MAX, &doc, &e);
+	if (rc) {
+		crun__yaml_format_error(&e, "config", path, err, errlen);
 		return rc;
 	}
-	if (!yaml_parser_initialize(&parser)) {
-		crun_seterr(err, errlen, "config '%s': out of memory", path);
-		rc = -ENOMEM;
-		goto out_close;
-	}
-	yaml_parser_set_input_file(&parser, f);
-	if (!yaml_parser_load(&parser, &doc)) {
-		crun_seterr(err, errlen, "config '%s' line %zu: %s%s%s", path,
-		       parser.problem_mark.line + 1, parser.problem ? parser.problem : "bad YAML",
-		       parser.context ? " " : "", parser.context ? parser.context : "");
-		rc = -EINVAL;
-		goto out_parser;
-	}
-	root = yaml_document_get_root_node(&doc);
-	if (!root || (root->type == YAML_SCALAR_NODE && !*scalar_text(root)))
-		goto out_doc; /* an empty file: every default */
-	if (root->type != YAML_MAPPING_NODE) {
-		crun_seterr(err, errlen,
-		       "config '%s' line %zu: expected a mapping of sections (model, data, optim, "
-		       "train, parallel, checkpoint, log)",
-		       path, root->start_mark.line + 1);
-		rc = -EINVAL;
-		goto out_doc;
-	}
-	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-	     p++) {
-		yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
-		yaml_node_t *vn = yaml_document_get_node(&doc, p->value);
-		const char *name;
-		size_t idx = 0;
-
-		if (kn->type != YAML_SCALAR_NODE) {
-			crun_seterr(err, errlen, "config '%s' line %zu: section names must be names",
-			       path, kn->start_mark.line + 1);
-			rc = -EINVAL;
-			goto out_doc;
-		}
-		name = (const char *)kn->data.scalar.value;
-		if (!is_section(name)) {
-			crun_seterr(err, errlen, "config '%s' line %zu: unknown key '%s'", path,
-			       kn->start_mark.line + 1, name);
-			rc = -EINVAL;
-			goto out_doc;
-		}
-		while (strcmp(sections[idx], name))
-			idx++;
-		if (seen[idx]++) {
-			crun_seterr(err, errlen, "config '%s' line %zu: duplicate key '%s'", path,
-			       kn->start_mark.line + 1, name);
-			rc = -EINVAL;
-			goto out_doc;
-		}
-		rc = load_section(cfg, &doc, path, name, vn, err, errlen);
-		if (rc)
-			goto out_doc;
-	}
-out_doc:
-	yaml_document_delete(&doc);
-out_parser:
-	yaml_parser_delete(&parser);
-out_close:
-	fclose(f);
+	rc = load_sections(cfg, path, crun__yaml_root(doc), err, errlen);
+	crun__yaml_destroy(doc);
 	return rc;
 }
 
@@ -471,7 +460,7 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 	}
 	if (!k) {
 		crun_seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
-		       (int)(eq - assignment), assignment);
+			    (int)(eq - assignment), assignment);
 		return -EINVAL;
 	}
 	rc = assign(cfg, k, eq + 1);
@@ -481,7 +470,7 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 	}
 	if (rc) {
 		crun_seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
-		       k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
+			    k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
 		return rc;
 	}
 	return 0;
@@ -495,10 +484,11 @@ static int check_device(const struct crun_train_config *cfg, char *err, size_t e
 
 #ifndef CRUN_HAVE_CUDA
 	if (cuda || nccl) {
-		crun_seterr(err, errlen,
-		       "%s needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this "
-		       "one computes on the cpu only",
-		       cuda ? "train.device cuda" : "parallel.backend nccl");
+		crun_seterr(
+			err, errlen,
+			"%s needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this "
+			"one computes on the cpu only",
+			cuda ? "train.device cuda" : "parallel.backend nccl");
 		return -EINVAL;
 	}
 #endif
@@ -509,9 +499,10 @@ static int check_device(const struct crun_train_config *cfg, char *err, size_t e
 		return -EINVAL;
 	}
 	if (!strcmp(cfg->train.precision, "bf16")) {
-		crun_seterr(err, errlen,
-		       "train.precision bf16 needs train.device cuda (the cpu path computes in "
-		       "fp32)");
+		crun_seterr(
+			err, errlen,
+			"train.precision bf16 needs train.device cuda (the cpu path computes in "
+			"fp32)");
 		return -EINVAL;
 	}
 	if (cfg->model.checkpoint_activations) {
@@ -532,15 +523,16 @@ int crun_train_config_check(const struct crun_train_config *cfg, int world_size,
 
 	if (cfg->train.batch_size % per) {
 		crun_seterr(err, errlen,
-		       "train.batch_size %lld does not split evenly over %d ranks x %lld "
-		       "micro-steps (parallel.grad_accum)",
-		       (long long)cfg->train.batch_size, world_size,
-		       (long long)cfg->parallel.grad_accum);
+			    "train.batch_size %lld does not split evenly over %d ranks x %lld "
+			    "micro-steps (parallel.grad_accum)",
+			    (long long)cfg->train.batch_size, world_size,
+			    (long long)cfg->parallel.grad_accum);
 		return -EINVAL;
 	}
 	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {
-		crun_seterr(err, errlen, "data.generate_bytes %lld is too small for model.context %lld",
-		       (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
+		crun_seterr(err, errlen,
+			    "data.generate_bytes %lld is too small for model.context %lld",
+			    (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
 		return -EINVAL;
 	}
 	return 0;

@@ -10,12 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "common/fnv.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/yaml.h"
 
 static void test_parse_int64(void **state)
 {
@@ -405,6 +411,434 @@ static void test_log(void **state)
 	assert_int_equal(crun_log_get_level(), CRUN_LOG_WARN);
 }
 
+/* ---- fs, fnv, yaml ---------------------------------------------------- */
+
+/* A scratch directory for the fs and yaml cases, removed with its
+ * contents afterwards. */
+static char scratch[64];
+
+static int scratch_setup(void **state)
+{
+	(void)state;
+	snprintf(scratch, sizeof(scratch), "/tmp/crun-test-fs-XXXXXX");
+	return mkdtemp(scratch) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		chmod(path, 0700);
+	return remove(path);
+}
+
+static int scratch_teardown(void **state)
+{
+	(void)state;
+	chmod(scratch, 0700);
+	return nftw(scratch, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *in_scratch(const char *name)
+{
+	static char p[4][256];
+	static int next;
+	char *out = p[next++ % 4];
+
+	snprintf(out, sizeof(p[0]), "%s/%s", scratch, name);
+	return out;
+}
+
+/* Reads at most len bytes of the file at path; returns how many. */
+static size_t read_back(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	n = read(fd, buf, len);
+	close(fd);
+	assert_true(n >= 0);
+	return (size_t)n;
+}
+
+static bool is_dir(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The names in a directory, sorted and joined with spaces. */
+static void list_dir(const char *path, char *out, size_t len)
+{
+	struct dirent **names;
+	int n = scandir(path, &names, NULL, alphasort);
+
+	assert_true(n >= 0);
+	out[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		if (strcmp(names[i]->d_name, ".") && strcmp(names[i]->d_name, "..")) {
+			if (out[0])
+				strncat(out, " ", len - strlen(out) - 1);
+			strncat(out, names[i]->d_name, len - strlen(out) - 1);
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
+static void test_mkdir_p(void **state)
+{
+	mode_t old = umask(022);
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c"), 0777), 0);
+	assert_true(is_dir(in_scratch("a/b/c")));
+	assert_int_equal(stat(in_scratch("a/b"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0755);
+	/* what exists is fine, also through extra slashes and a link */
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c"), 0777), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("a//b/c/"), 0777), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b"), 0777), 0);
+	assert_int_equal(crun__mkdir_p("/", 0777), 0);
+	assert_int_equal(symlink(in_scratch("a"), in_scratch("link")), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("link/b/d"), 0700), 0);
+	assert_int_equal(stat(in_scratch("a/b/d"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+
+	/* a file in the way, at the end or in the middle */
+	assert_int_equal(crun__write_atomic(in_scratch("f"), "x", 1, 0644), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("f"), 0777), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("f/g/h"), 0777), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("a/b/c/f/"), 0777), 0);
+	assert_int_equal(crun__mkdir_p("", 0777), -ENOENT);
+
+	if (geteuid() != 0) { /* root may write anywhere */
+		assert_int_equal(crun__mkdir_p(in_scratch("ro"), 0555), 0);
+		assert_int_equal(crun__mkdir_p(in_scratch("ro/x/y"), 0777), -EACCES);
+		assert_false(is_dir(in_scratch("ro/x")));
+		assert_int_equal(crun__mkdir_p(in_scratch("ro"), 0777), 0);
+	}
+	umask(old);
+}
+
+static void test_write_atomic(void **state)
+{
+	struct crun__atomic_file f;
+	mode_t old = umask(022);
+	char buf[256], names[256];
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(crun__write_atomic(in_scratch("w"), "hello\n", 6, 0640), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 6);
+	assert_memory_equal(buf, "hello\n", 6);
+	assert_int_equal(stat(in_scratch("w"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0640);
+	/* replaced whole, shorter; the umask applies */
+	assert_int_equal(crun__write_atomic(in_scratch("w"), "hi", 2, 0666), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 2);
+	assert_memory_equal(buf, "hi", 2);
+	assert_int_equal(crun__write_atomic(in_scratch("empty"), "", 0, 0666), 0);
+	assert_int_equal(stat(in_scratch("empty"), &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(st.st_mode & 0777, 0644);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "empty w");
+
+	/* streamed in pieces; an abort leaves the old file alone */
+	assert_int_equal(crun__atomic_open(&f, in_scratch("w"), 0666), 0);
+	assert_int_equal(crun__atomic_write(&f, "new ", 4), 0);
+	assert_int_equal(crun__atomic_write(&f, "text", 4), 0);
+	crun__atomic_abort(&f);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 2);
+	assert_int_equal(crun__atomic_open(&f, in_scratch("w"), 0666), 0);
+	assert_int_equal(crun__atomic_write(&f, "new ", 4), 0);
+	assert_int_equal(crun__atomic_write(&f, "text", 4), 0);
+	assert_int_equal(crun__atomic_commit(&f), 0);
+	assert_int_equal(read_back(in_scratch("w"), buf, sizeof(buf)), 8);
+	assert_memory_equal(buf, "new text", 8);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "empty w");
+
+	/* failures leave no temporary file: no directory, a file for a
+	 * directory, a directory where the file should go (the rename
+	 * fails after the write) */
+	assert_int_equal(crun__write_atomic(in_scratch("none/w"), "x", 1, 0666), -ENOENT);
+	assert_int_equal(crun__write_atomic(in_scratch("w/x"), "x", 1, 0666), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(in_scratch("d"), 0777), 0);
+	assert_int_equal(crun__write_atomic(in_scratch("d"), "x", 1, 0666), -EISDIR);
+	list_dir(scratch, names, sizeof(names));
+	assert_string_equal(names, "d empty w");
+	if (geteuid() != 0) {
+		assert_int_equal(chmod(in_scratch("d"), 0555), 0);
+		assert_int_equal(crun__write_atomic(in_scratch("d/x"), "x", 1, 0666), -EACCES);
+		list_dir(in_scratch("d"), names, sizeof(names));
+		assert_string_equal(names, "");
+	}
+	umask(old);
+}
+
+static void test_fnv(void **state)
+{
+	static const struct {
+		const char *in;
+		uint64_t sum;
+		uint32_t sum32;
+	} vectors[] = {
+		{"", 0xcbf29ce484222325ULL, 0x811c9dc5u},
+		{"a", 0xaf63dc4c8601ec8cULL, 0xe40c292cu},
+		{"b", 0xaf63df4c8601f1a5ULL, 0xe70c2de5u},
+		{"foobar", 0x85944171f73967e8ULL, 0xbf9cf968u},
+		{"chongo was here!\n", 0x46810940eff5f915ULL, 0xd49930d5u},
+	};
+
+	(void)state;
+	assert_true(CRUN__FNV1A_INIT == 0xcbf29ce484222325ULL);
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(vectors); i++) {
+		const char *s = vectors[i].in;
+		size_t n = strlen(s);
+
+		assert_true(crun__fnv1a(CRUN__FNV1A_INIT, s, n) == vectors[i].sum);
+		/* in two pieces, the same */
+		assert_true(crun__fnv1a(crun__fnv1a(CRUN__FNV1A_INIT, s, n / 2), s + n / 2,
+					n - n / 2) == vectors[i].sum);
+		assert_true(crun__fnv1a32(CRUN__FNV1A32_INIT, s, n) == vectors[i].sum32);
+	}
+}
+
+static struct crun__yaml_doc *yaml(const char *text)
+{
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc = NULL;
+	int rc = crun__yaml_load_string(text, strlen(text), &doc, &e);
+
+	if (rc)
+		fail_msg("'%s': %d, line %d column %d: %s", text, rc, e.line, e.column, e.msg);
+	return doc;
+}
+
+/* The scalars of "k: VALUE": how the one value is resolved. */
+static void test_yaml_scalars(void **state)
+{
+	static const struct {
+		const char *doc;
+		enum crun__yaml_kind kind;
+		const char *text;
+		bool quoted;
+	} cases[] = {
+		{"k:", CRUN__YAML_NULL, "", false},
+		{"k: ~", CRUN__YAML_NULL, "~", false},
+		{"k: null", CRUN__YAML_NULL, "null", false},
+		{"k: Null", CRUN__YAML_NULL, "Null", false},
+		{"k: NULL", CRUN__YAML_NULL, "NULL", false},
+		{"k: nULL", CRUN__YAML_SCALAR, "nULL", false},
+		{"k: nil", CRUN__YAML_SCALAR, "nil", false},
+		{"k: 'null'", CRUN__YAML_SCALAR, "null", true},
+		{"k: \"~\"", CRUN__YAML_SCALAR, "~", true},
+		{"k: ''", CRUN__YAML_SCALAR, "", true},
+		{"k: !!str null", CRUN__YAML_SCALAR, "null", false},
+		/* booleans and numbers stay text as written */
+		{"k: true", CRUN__YAML_SCALAR, "true", false},
+		{"k: True", CRUN__YAML_SCALAR, "True", false},
+		{"k: FALSE", CRUN__YAML_SCALAR, "FALSE", false},
+		{"k: yes", CRUN__YAML_SCALAR, "yes", false},
+		{"k: 010", CRUN__YAML_SCALAR, "010", false},
+		{"k: 0x1F", CRUN__YAML_SCALAR, "0x1F", false},
+		{"k: -2.5e3", CRUN__YAML_SCALAR, "-2.5e3", false},
+		{"k: .inf", CRUN__YAML_SCALAR, ".inf", false},
+		/* quotes, escapes, blocks, comments */
+		{"k: \"a\\tb\"", CRUN__YAML_SCALAR, "a\tb", true},
+		{"k: 'it''s'", CRUN__YAML_SCALAR, "it's", true},
+		{"k: a b   # note", CRUN__YAML_SCALAR, "a b", false},
+		{"k: a#b", CRUN__YAML_SCALAR, "a#b", false},
+		{"k: |\n  one\n  two\n", CRUN__YAML_SCALAR, "one\ntwo\n", true},
+		{"k: >-\n  one\n  two\n", CRUN__YAML_SCALAR, "one two", true},
+		{"k: /tmp/with space", CRUN__YAML_SCALAR, "/tmp/with space", false},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++) {
+		struct crun__yaml_doc *doc = yaml(cases[i].doc);
+		const struct crun__yaml_node *root = crun__yaml_root(doc), *v;
+
+		assert_int_equal(root->kind, CRUN__YAML_MAPPING);
+		assert_int_equal(root->n, 1);
+		assert_string_equal(root->items[0]->text, "k");
+		v = root->items[1];
+		if (v->kind != cases[i].kind || strcmp(v->text, cases[i].text) ||
+		    v->quoted != cases[i].quoted)
+			fail_msg("'%s': kind %d text '%s' quoted %d", cases[i].doc, v->kind,
+				 v->text, v->quoted);
+		assert_int_equal(v->line, 1);
+		assert_int_equal(v->column, cases[i].doc[2] ? 4 : 3);
+		crun__yaml_destroy(doc);
+	}
+}
+
+/* Documents as a whole: what the root is, and nesting with places. */
+static void test_yaml_tree(void **state)
+{
+	static const char *empty[] = {"",      "\n\n",	  "# only a comment\n",
+				      "---\n", "--- ~\n", "Null\n"};
+	const struct crun__yaml_node *root, *a, *list, *m;
+	struct crun__yaml_doc *doc;
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(empty); i++) {
+		doc = yaml(empty[i]);
+		if (crun__yaml_root(doc)->kind != CRUN__YAML_NULL)
+			fail_msg("'%s' is not an empty document", empty[i]);
+		crun__yaml_destroy(doc);
+	}
+	crun__yaml_destroy(NULL);
+
+	doc = yaml("# top\n"
+		   "a:\n"
+		   "  b: [1, {c: d}]\n"
+		   "  e: &x v\n"
+		   "  f: *x\n"
+		   "  e: again\n"
+		   "g:\n"
+		   "  - x\n"
+		   "  -\n"
+		   "? [k]\n"
+		   ": v\n");
+	root = crun__yaml_root(doc);
+	assert_int_equal(root->kind, CRUN__YAML_MAPPING);
+	assert_int_equal(root->n, 3);
+	assert_int_equal(root->line, 2);
+	assert_int_equal(root->column, 1);
+
+	a = root->items[1];
+	assert_int_equal(a->kind, CRUN__YAML_MAPPING);
+	assert_int_equal(a->n, 4); /* a key given twice stays twice */
+	assert_int_equal(a->line, 3);
+	assert_int_equal(a->column, 3);
+	list = a->items[1];
+	assert_int_equal(list->kind, CRUN__YAML_SEQUENCE);
+	assert_int_equal(list->n, 2);
+	assert_int_equal(list->line, 3);
+	assert_int_equal(list->column, 6);
+	assert_string_equal(list->items[0]->text, "1");
+	m = list->items[1];
+	assert_int_equal(m->kind, CRUN__YAML_MAPPING);
+	assert_int_equal(m->column, 10);
+	assert_string_equal(m->items[0]->text, "c");
+	assert_string_equal(m->items[1]->text, "d");
+	assert_int_equal(m->items[1]->column, 14);
+	/* an alias points at its anchored node */
+	assert_int_equal(a->items[5]->kind, CRUN__YAML_ALIAS);
+	assert_string_equal(a->items[5]->text, "x");
+	assert_ptr_equal(crun__yaml_deref(a->items[5]), a->items[3]);
+	assert_ptr_equal(crun__yaml_deref(a->items[3]), a->items[3]);
+	assert_int_equal(a->items[5]->line, 5);
+	assert_string_equal(a->items[6]->text, "e");
+	assert_string_equal(a->items[7]->text, "again");
+
+	list = root->items[3];
+	assert_int_equal(list->kind, CRUN__YAML_SEQUENCE);
+	assert_int_equal(list->n, 2);
+	assert_int_equal(list->items[1]->kind, CRUN__YAML_NULL);
+	/* keys may be of any kind */
+	assert_int_equal(root->items[4]->kind, CRUN__YAML_SEQUENCE);
+	assert_int_equal(root->items[4]->line, 10);
+	assert_string_equal(root->items[5]->text, "v");
+	crun__yaml_destroy(doc);
+}
+
+/* What is not loaded, and where the error is. */
+static void test_yaml_errors(void **state)
+{
+	static const struct {
+		const char *doc;
+		int line, column;
+		const char *msg;
+	} cases[] = {
+		{"a: b: c\n", 1, 5, "mapping values are not allowed in this context"},
+		{"a: [1\n", 2, 1, "did not find expected ',' or ']' while parsing a flow sequence"},
+		{"a: 1\n b: 2\n", 2, 3, "mapping values are not allowed in this context"},
+		{"a: 1\n---\nb: 2\n", 2, 1, "only one YAML document is allowed"},
+		{"--- a\n--- b\n", 2, 1, "only one YAML document is allowed"},
+		{"a: *nope\n", 1, 4, "undefined alias 'nope'"},
+		{"a: &x [*x]\n", 1, 8, "undefined alias 'x'"},
+		{"a: \"open\n", 2, 1,
+		 "found unexpected end of stream while scanning a quoted scalar"},
+		{"a:\tb\n\t- c\n", 2, 1,
+		 "found a tab character that violates indentation while scanning a plain scalar"},
+	};
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc;
+	char deep[2 * CRUN__YAML_MAX_DEPTH + 3];
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++) {
+		doc = NULL;
+		assert_int_equal(
+			crun__yaml_load_string(cases[i].doc, strlen(cases[i].doc), &doc, &e),
+			-EINVAL);
+		assert_null(doc);
+		if (e.line != cases[i].line || e.column != cases[i].column ||
+		    strcmp(e.msg, cases[i].msg))
+			fail_msg("'%s': line %d column %d: %s", cases[i].doc, e.line, e.column,
+				 e.msg);
+	}
+
+	/* nesting as deep as allowed, and one deeper */
+	memset(deep, 0, sizeof(deep));
+	memset(deep, '[', CRUN__YAML_MAX_DEPTH);
+	memset(deep + CRUN__YAML_MAX_DEPTH, ']', CRUN__YAML_MAX_DEPTH);
+	doc = yaml(deep);
+	crun__yaml_destroy(doc);
+	memset(deep, '[', CRUN__YAML_MAX_DEPTH + 1);
+	memset(deep + CRUN__YAML_MAX_DEPTH + 1, ']', CRUN__YAML_MAX_DEPTH + 1);
+	assert_int_equal(crun__yaml_load_string(deep, strlen(deep), &doc, &e), -EINVAL);
+	assert_int_equal(e.line, 1);
+	assert_int_equal(e.column, CRUN__YAML_MAX_DEPTH + 1);
+	assert_string_equal(e.msg, "collections nest deeper than 64 levels");
+}
+
+static void test_yaml_files(void **state)
+{
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc = NULL;
+	char err[512], want[512];
+	const char *p = in_scratch("c.yaml");
+
+	(void)state;
+	assert_int_equal(crun__write_atomic(p, "a: 1\nb: [x, y]\n", 15, 0644), 0);
+	assert_int_equal(crun__yaml_load_file(p, 15, &doc, &e), 0);
+	assert_int_equal(crun__yaml_root(doc)->n, 2);
+	crun__yaml_destroy(doc);
+	assert_int_equal(crun__yaml_load_file(p, SIZE_MAX, &doc, &e), 0);
+	crun__yaml_destroy(doc);
+	assert_int_equal(crun__yaml_load_file(p, 14, &doc, &e), -EFBIG);
+	assert_string_equal(e.msg, "larger than 14 bytes");
+	assert_int_equal(e.line, 0);
+
+	assert_int_equal(crun__yaml_load_file(in_scratch("none.yaml"), 100, &doc, &e), -ENOENT);
+	crun__yaml_format_error(&e, "config", "x.yaml", err, sizeof(err));
+	assert_string_equal(err, "cannot read config 'x.yaml': No such file or directory");
+	assert_int_equal(crun__yaml_load_file(scratch, 100, &doc, &e), -EINVAL);
+	assert_string_equal(e.msg, "not a regular file");
+	assert_int_equal(crun__yaml_load_file("/dev/null", 100, &doc, &e), -EINVAL);
+	if (geteuid() != 0) {
+		assert_int_equal(chmod(p, 0), 0);
+		assert_int_equal(crun__yaml_load_file(p, 100, &doc, &e), -EACCES);
+		assert_string_equal(e.msg, "Permission denied");
+	}
+
+	assert_int_equal(crun__write_atomic(p, "a: 1\n\nb: [x\n", 12, 0644), 0);
+	assert_int_equal(crun__yaml_load_file(p, 100, &doc, &e), -EINVAL);
+	assert_int_equal(e.line, 4);
+	crun__yaml_format_error(&e, "config", p, err, sizeof(err));
+	snprintf(want, sizeof(want), "config '%s' line 4: did not find expected ',' or ']'", p);
+	assert_memory_equal(err, want, strlen(want));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -417,6 +851,13 @@ int main(void)
 		cmocka_unit_test(test_loopback),
 		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_log),
+		cmocka_unit_test_setup_teardown(test_mkdir_p, scratch_setup, scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_write_atomic, scratch_setup, scratch_teardown),
+		cmocka_unit_test(test_fnv),
+		cmocka_unit_test(test_yaml_scalars),
+		cmocka_unit_test(test_yaml_tree),
+		cmocka_unit_test(test_yaml_errors),
+		cmocka_unit_test_setup_teardown(test_yaml_files, scratch_setup, scratch_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

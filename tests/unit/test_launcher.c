@@ -511,6 +511,8 @@ static void test_config_file(void **state)
 		     "invalid value '2' for 'standalone': expected true or false");
 	expect_error(parse("-c", write_file("null.yaml", "role:\n"), "x"),
 		     "line 1: missing value for 'role'");
+	expect_error(parse("-c", write_file("null2.yaml", "role: NULL\n"), "x"),
+		     "line 1: missing value for 'role'");
 	expect_error(parse("-c", write_file("dup.yaml", "max_restarts: 1\nmax-restarts: 2\n"), "x"),
 		     "line 2: key 'max_restarts' is given twice (first on line 1)");
 	expect_error(parse("-c", write_file("syntax.yaml", "a: b: c\n"), "x"), "line 1:");

@@ -144,6 +144,40 @@ static void test_config_errors(void **state)
 			 -ENOENT);
 }
 
+/* The YAML the config reader shares with crun -c: the core schema's nulls,
+ * aliases, one document, files that are not files. */
+static void test_config_yaml(void **state)
+{
+	struct crun_train_config cfg;
+	char err[512], want[512];
+
+	(void)state;
+	assert_int_equal(crun_train_config_init(&cfg), 0);
+	assert_int_equal(load_text("data:\n  path: Null\nlog:\n  csv: ~\nmodel: NULL\n", &cfg, err,
+				   sizeof(err)),
+			 0);
+	assert_string_equal(cfg.data.path, "");
+	assert_string_equal(cfg.log.csv, "");
+	assert_int_equal(load_text("data:\n  path: 'Null'\n", &cfg, err, sizeof(err)), 0);
+	assert_string_equal(cfg.data.path, "Null");
+	assert_int_equal(
+		load_text("model:\n  width: &w 96\n  embed_dim: *w\n", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.model.embed_dim, 96);
+	assert_int_equal(load_text("Null\n", &cfg, err, sizeof(err)), 0);
+	crun_train_config_finish(&cfg);
+
+	expect_error("model:\n  width: NULL\n", "line 2: key 'model.width' expects an integer");
+	expect_error("model:\n  width: 3\n---\nmodel:\n  width: 4\n",
+		     "line 3: only one YAML document is allowed");
+	expect_error("model:\n  width: *w\n", "line 2: undefined alias 'w'");
+
+	assert_int_equal(crun_train_config_init(&cfg), 0);
+	assert_int_equal(crun_train_config_load(&cfg, tmpdir, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "cannot read config '%s': not a regular file", tmpdir);
+	assert_string_equal(err, want);
+	crun_train_config_finish(&cfg);
+}
+
 static struct crun_model *small_model(int T, int d, int H, int L, int mult)
 {
 	struct crun_model_config mc = {T, d, H, L, mult, 0.3f};
@@ -644,6 +678,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_defaults_roundtrip),
 		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_config_yaml),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
 		cmocka_unit_test(test_data),

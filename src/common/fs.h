@@ -1,0 +1,54 @@
+/* Files and directories: creating a directory path, and replacing a file
+ * atomically so that a reader (or a crash) sees either the old content or
+ * the new, never a part.
+ *
+ * Every function returns 0 or a negative errno. */
+#ifndef CRUN_COMMON_FS_H
+#define CRUN_COMMON_FS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Like mkdir -p: creates path and every missing parent with mode (the
+ * umask applies; existing directories keep theirs). A path that exists as
+ * a directory, or a symbolic link to one, is success. A component that
+ * exists but is not a directory gives -ENOTDIR; "" gives -ENOENT. */
+int crun__mkdir_p(const char *path, mode_t mode);
+
+/* Opens the directory at path and fsyncs it, so that a rename or a
+ * create inside it survives a crash. File systems that cannot sync a
+ * directory (EINVAL) count as success. */
+int crun__fsync_dir(const char *path);
+
+/* A file being written to a temporary name beside its final path. Open,
+ * write any number of times, then commit (or abort). The caller owns the
+ * struct; its fields are private. */
+struct crun__atomic_file {
+	int fd;
+	char *path; /* final name */
+	char *tmp;  /* path.tmp.PID */
+};
+
+/* Creates (or truncates) the temporary file "path.tmp.PID" with mode (the
+ * umask applies). On failure nothing is left behind and the struct needs
+ * no abort. */
+int crun__atomic_open(struct crun__atomic_file *f, const char *path, mode_t mode);
+
+/* Writes all len bytes, retrying short writes and EINTR. After a failure
+ * the caller aborts. */
+int crun__atomic_write(struct crun__atomic_file *f, const void *buf, size_t len);
+
+/* fsyncs and closes the temporary file, renames it over path and fsyncs
+ * the directory. On any failure before the rename the temporary file is
+ * removed and path is untouched; when only the directory's fsync fails,
+ * path already holds the new content but may not survive a crash. The
+ * struct is finished either way (no abort afterwards). */
+int crun__atomic_commit(struct crun__atomic_file *f);
+
+/* Closes and removes the temporary file; path is untouched. */
+void crun__atomic_abort(struct crun__atomic_file *f);
+
+/* Replaces path with len bytes of data: open, write, commit. */
+int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+#endif
