@@ -360,12 +360,11 @@ static void node_left(struct crun_server *srv, const char *run_id, const char *p
 		uv_timer_start(&a->linger, linger_over, 0, 0);
 }
 
-/* Ends the loop: closes the agent's own handles (signals, timers, store),
- * or first serves the store to the other nodes for a while. */
-static void agent_shutdown(struct agent *a)
+/* Ends the loop: closes the agent's own handles (signals, timers, store).
+ * After a job that succeeded or failed (serve_others) a hosting agent
+ * first serves the store to the other nodes for a while. */
+static void agent_shutdown(struct agent *a, bool serve_others)
 {
-	enum crun__group_state state = a->group.core.state;
-
 	if (a->shut)
 		return;
 	a->shut = true;
@@ -373,8 +372,7 @@ static void agent_shutdown(struct agent *a)
 	/* The others may still wait for their exit barrier's reply, or must
 	 * hear that the run failed: serve them until they have left, for
 	 * close_timeout at most. Not after a signal: then crun goes now. */
-	if (a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
-	    (state == CRUN__GROUP_SUCCEEDED || state == CRUN__GROUP_FAILED) &&
+	if (serve_others && a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
 	    crun_server_connections(a->server) > 0) {
 		a->lingering = true;
 		crun_server_set_disconnect_cb(a->server, node_left, a);
@@ -396,9 +394,11 @@ static void free_token_env(struct agent *a)
 	}
 }
 
-static void group_finished(void *arg)
+static void group_finished(void *arg, enum crun__group_end end)
 {
-	agent_shutdown(arg);
+	/* Not after a signal or an exec failure: then crun goes now. */
+	agent_shutdown(arg, end == CRUN__GEND_SUCCEEDED || end == CRUN__GEND_FAILED ||
+				    end == CRUN__GEND_AGENT_ERROR);
 }
 
 /* The job's place without rendezvous (with it, each round brings one). */
@@ -539,10 +539,10 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	goto out_close;
 
 out_loop:
-	agent_shutdown(a);
+	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 out_close:
-	agent_shutdown(a);
+	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&a->loop) < 0)
 		crun_debug("event loop still had handles at exit");

@@ -353,7 +353,7 @@ static void carry_out(struct group *g, const struct crun__group_event *ev,
 		return;
 	case CRUN__GACT_FINISH:
 		uv_timer_stop(&g->timer);
-		g->finished(g->arg);
+		g->finished(g->arg, (enum crun__group_end)a->arg);
 		return;
 	}
 }

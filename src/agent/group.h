@@ -34,7 +34,7 @@ struct group {
 	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE, or NULL */
 	bool keeps_files;	    /* a log directory: error files stay */
 	/* Runs once, from the loop, when the group reaches a final state. */
-	void (*finished)(void *arg);
+	void (*finished)(void *arg, enum crun__group_end end);
 	void *arg;
 
 	/* The executor's own. */
