@@ -178,7 +178,8 @@ struct crun__group_facts {
 	bool rdzv;	  /* rendezvous: the store decides restarts */
 	int running;	  /* started workers not yet reaped */
 	int open_pipes;	  /* their output pipes not yet closed */
-	int failures;	  /* failures recorded in this attempt */
+	int failures;	  /* failures recorded in this attempt (a
+			   * RECORD_FAILURE of this step counts too) */
 	int max_restarts; /* without rendezvous: restarts allowed */
 };
 
