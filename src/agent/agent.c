@@ -1,13 +1,30 @@
 /* crun_agent_run(): sets up what the worker group needs — the guard, the
- * loop, the handled signals, the embedded store, log and error-file
- * directories, the shared worker environment — starts the group, runs the
- * loop until the group reaches a final state, and tears everything down. */
-#include "agent/internal.h"
+ * loop, the handled signals, the embedded store or the rendezvous, log and
+ * error-file directories, the shared worker environment — starts the
+ * group, runs the loop until the group reaches a final state, and tears
+ * everything down. After the job, an agent that hosts the rendezvous store
+ * serves it until the other nodes have left.
+ *
+ * The parts, each in a file of its own with a header that says what it
+ * owns; each uses only those below it:
+ *
+ *   agent.c        this file: setup, signals, the store, teardown
+ *   group.c        the worker group's executor (the libuv edge)
+ *   group_step.c   the worker group's state machine (pure)
+ *   spawn.c        workers: argv, environment, files, processes
+ *   rendezvous.c   multi-node: the store client, rounds, MASTER_ADDR
+ *   output.c       output pipes: lines, prefixes, console, log files
+ *   summary.c      failure records, the summary, error files (JSON)
+ *   reaper.c       the guard process that kills workers if crun dies */
+#include "agent/group.h"
+#include "agent/output.h"
+#include "agent/reaper.h"
+#include "agent/rendezvous.h"
+#include "agent/spawn.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/server.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -45,31 +62,29 @@ void crun_agent_spec_init(struct crun_agent_spec *spec)
 	spec->rdzv.read_timeout_ms = 60000;
 }
 
-bool agent_stream_to_file(const struct agent *a, int lr, int stream)
-{
-	const struct crun_agent_spec *spec = a->spec;
-	unsigned bit = 1u << stream;
-	unsigned mask = 0;
+struct agent {
+	uv_loop_t loop;
+	const struct crun_agent_spec *spec;
+	char hostname[256];
+	uv_signal_t *signals;
+	int nsignals;
+	uv_timer_t linger; /* hosting: how long to serve after the end */
+	bool shut;	   /* agent_shutdown() was called */
+	bool lingering;	   /* hosting: serving the store after the end */
+	bool handles_closed;
 
-	if (!a->log_root)
-		return false;
-	if (spec->redirects)
-		mask |= (unsigned)spec->redirects[lr];
-	if (spec->tee)
-		mask |= (unsigned)spec->tee[lr];
-	return mask & bit;
-}
+	struct console console[2];
+	struct reaper reaper;
+	struct crun_server *server;
+	char *store_env; /* CRUN_STORE=host:port */
+	char *token_env; /* CRUN_TOKEN=... */
+	char *log_root;	 /* <log_dir>/<run_id>, or NULL */
+	char *tmp_dir;	 /* private dir for error files, or NULL */
 
-bool agent_stream_to_console(const struct agent *a, int lr, int stream)
-{
-	const struct crun_agent_spec *spec = a->spec;
-
-	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
-		return false;
-	if (spec->console_ranks && !spec->console_ranks[lr])
-		return false;
-	return true;
-}
+	struct agent_rdzv rdzv;
+	struct crun__spawner spawner;
+	struct group group;
+};
 
 static bool any_file_stream(const struct crun_agent_spec *spec)
 {
@@ -179,21 +194,7 @@ static void on_signal(uv_signal_t *h, int sig)
 		close_handles(a); /* stop serving the store at once */
 		return;
 	}
-	agent_group_event(a, EV_SIGNAL, NULL, sig);
-}
-
-void agent_remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			unlinkat(dirfd(d), e->d_name, 0);
-	closedir(d);
-	rmdir(dir);
+	crun__group_signal(&a->group, sig);
 }
 
 static char *make_temp_dir(const char *what)
@@ -331,7 +332,8 @@ static void close_handles(struct agent *a)
 		return;
 	a->handles_closed = true;
 	a->lingering = false;
-	uv_close((uv_handle_t *)&a->timer, NULL);
+	uv_close((uv_handle_t *)&a->linger, NULL);
+	crun__group_close(&a->group);
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
 	if (a->server) {
@@ -355,26 +357,29 @@ static void node_left(struct crun_server *srv, const char *run_id, const char *p
 	(void)run_id;
 	(void)peer;
 	if (a->lingering && crun_server_connections(srv) == 0)
-		uv_timer_start(&a->timer, linger_over, 0, 0);
+		uv_timer_start(&a->linger, linger_over, 0, 0);
 }
 
-void agent_shutdown(struct agent *a)
+/* Ends the loop: closes the agent's own handles (signals, timers, store).
+ * After a job that succeeded or failed (serve_others) a hosting agent
+ * first serves the store to the other nodes for a while. */
+static void agent_shutdown(struct agent *a, bool serve_others)
 {
 	if (a->shut)
 		return;
 	a->shut = true;
-	agent_rdzv_finish(a);
+	crun__rdzv_finish(&a->rdzv);
 	/* The others may still wait for their exit barrier's reply, or must
 	 * hear that the run failed: serve them until they have left, for
 	 * close_timeout at most. Not after a signal: then crun goes now. */
-	if (a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
-	    (a->state == GROUP_SUCCEEDED || a->state == GROUP_FAILED) &&
+	if (serve_others && a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
 	    crun_server_connections(a->server) > 0) {
 		a->lingering = true;
 		crun_server_set_disconnect_cb(a->server, node_left, a);
 		crun_debug("serving the store until the other nodes have left (%lld ms at most)",
 			   (long long)a->spec->rdzv.close_timeout_ms);
-		uv_timer_start(&a->timer, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms, 0);
+		uv_timer_start(&a->linger, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms,
+			       0);
 		return;
 	}
 	close_handles(a);
@@ -389,9 +394,58 @@ static void free_token_env(struct agent *a)
 	}
 }
 
+static void group_finished(void *arg, enum crun__group_end end)
+{
+	/* Not after a signal or an exec failure: then crun goes now. */
+	agent_shutdown(arg, end == CRUN__GEND_SUCCEEDED || end == CRUN__GEND_FAILED ||
+				    end == CRUN__GEND_AGENT_ERROR);
+}
+
+/* The job's place without rendezvous (with it, each round brings one). */
+static int fixed_placement(const struct crun_agent_spec *spec, struct crun__placement *place)
+{
+	*place = (struct crun__placement){
+		.group_rank = spec->node_rank,
+		.nnodes = spec->nnodes,
+		.world_size = spec->nnodes * spec->nproc_per_node,
+		.rank_offset = spec->node_rank * spec->nproc_per_node,
+		.master_addr = spec->master_addr ? spec->master_addr : "127.0.0.1",
+		.master_port = spec->master_port,
+	};
+	if (spec->rdzv.enabled || place->master_port)
+		return 0;
+	place->master_port = crun_free_port();
+	if (place->master_port < 0) {
+		crun_error("cannot find a free port for MASTER_PORT: %s",
+			   strerror(-place->master_port));
+		return place->master_port;
+	}
+	return 0;
+}
+
+/* With rendezvous: CRUN_STORE names the endpoint, CRUN_TOKEN the token. */
+static int rdzv_env(struct agent *a)
+{
+	const struct crun_agent_spec *spec = a->spec;
+
+	if (asprintf(&a->store_env, "CRUN_STORE=%s", a->rdzv.endpoint) < 0) {
+		a->store_env = NULL;
+		return -ENOMEM;
+	}
+	if (spec->token && asprintf(&a->token_env, "CRUN_TOKEN=%.*s", (int)spec->token_len,
+				    (const char *)spec->token) < 0) {
+		a->token_env = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int crun_agent_run(const struct crun_agent_spec *spec)
 {
+	struct crun__rdzv_hooks hooks;
+	struct crun__placement place;
 	struct agent *a;
+	struct group *g;
 	int status = 1, err;
 
 	if (check_spec(spec) < 0)
@@ -401,42 +455,31 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 		crun_error("out of memory");
 		return 1;
 	}
+	g = &a->group;
 	/* A console nobody reads must not kill the agent: writes fail with
 	 * EPIPE instead, and workers get their default back from libuv. */
 	signal(SIGPIPE, SIG_IGN);
 	a->spec = spec;
-	a->name = spec->name ? spec->name : default_name(spec);
-	/* Without rendezvous the attempt's place is fixed; with it each round
-	 * sets it. */
-	a->group_rank = spec->node_rank;
-	a->nnodes = spec->nnodes;
-	a->rank_offset = spec->node_rank * spec->nproc_per_node;
-	a->world_size = spec->nnodes * spec->nproc_per_node;
 	a->reaper.fd = -1;
 	if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
 		snprintf(a->hostname, sizeof(a->hostname), "localhost");
-	a->own_error_file = getenv("TORCHELASTIC_ERROR_FILE");
-	if (a->own_error_file && !*a->own_error_file)
-		a->own_error_file = NULL;
-	a->master_addr = spec->master_addr ? spec->master_addr : "127.0.0.1";
-	a->master_port = spec->master_port;
-	if (spec->rdzv.enabled) {
-		a->master_addr = a->rdzv.master_addr;
-	} else if (!a->master_port) {
-		a->master_port = crun_free_port();
-		if (a->master_port < 0) {
-			crun_error("cannot find a free port for MASTER_PORT: %s",
-				   strerror(-a->master_port));
-			goto out_free;
-		}
-	}
-	a->workers = calloc((size_t)spec->nproc_per_node, sizeof(*a->workers));
-	if (!a->workers) {
-		crun_error("out of memory");
+	g->spec = spec;
+	g->loop = &a->loop;
+	g->spawner = &a->spawner;
+	g->rdzv = spec->rdzv.enabled ? &a->rdzv : NULL;
+	g->reaper = &a->reaper;
+	g->name = spec->name ? spec->name : default_name(spec);
+	g->hostname = a->hostname;
+	g->own_error_file = getenv("TORCHELASTIC_ERROR_FILE");
+	if (g->own_error_file && !*g->own_error_file)
+		g->own_error_file = NULL;
+	g->finished = group_finished;
+	g->arg = a;
+	if (fixed_placement(spec, &place) < 0)
 		goto out_free;
-	}
 	if (setup_dirs(a) < 0)
 		goto out_dirs;
+	g->keeps_files = a->log_root != NULL;
 	/* The guard first: it must hold none of what follows. */
 	err = agent_reaper_start(&a->reaper, (size_t)spec->nproc_per_node + 16, a->tmp_dir);
 	if (err < 0) {
@@ -448,34 +491,58 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 		crun_error("cannot create the event loop: %s", uv_strerror(err));
 		goto out_reaper;
 	}
-	agent_console_init(&a->console[0], STDOUT_FILENO);
-	agent_console_init(&a->console[1], STDERR_FILENO);
-	uv_timer_init(&a->loop, &a->timer);
-	a->timer.data = a;
+	crun__console_init(&a->console[0], STDOUT_FILENO);
+	crun__console_init(&a->console[1], STDERR_FILENO);
+	uv_timer_init(&a->loop, &a->linger);
+	a->linger.data = a;
+	a->spawner.loop = &a->loop;
+	a->spawner.spec = spec;
+	a->spawner.log_root = a->log_root;
+	a->spawner.tmp_dir = a->tmp_dir;
+	a->spawner.console = a->console;
+	a->spawner.reaper = &a->reaper;
+	err = crun__group_init(g, &place);
+	if (err < 0) {
+		crun_error("cannot set up the worker group: %s", uv_strerror(err));
+		goto out_loop;
+	}
 	if (setup_signals(a) < 0)
 		goto out_loop;
 	if (spec->rdzv.enabled) {
-		if (agent_rdzv_setup(a) < 0)
+		crun__group_rdzv_hooks(g, &hooks);
+		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
+		if (rdzv_env(a) < 0) {
+			crun_error("out of memory");
+			goto out_loop;
+		}
 	} else if (spec->host_store && setup_store(a) < 0) {
 		goto out_loop;
 	}
-	if (agent_env_init(a) < 0) {
+	a->spawner.store_env = a->store_env;
+	a->spawner.token_env = a->token_env;
+	if (crun__spawner_env_init(&a->spawner) < 0) {
 		crun_error("out of memory");
 		goto out_loop;
 	}
 
-	agent_group_event(a, EV_START, NULL, 0);
+	crun__group_start(g);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
-	status = a->exit_status;
-	crun_debug("worker group %s, exit status %d", agent_group_state_name(a->state), status);
+	status = crun__group_status(g);
+	if (status < 0) {
+		crun_error("internal error: the worker group ended in state '%s'",
+			   crun__group_state_name(g->core.state));
+		status = 1;
+	}
+	crun_debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
+		   status);
 	goto out_close;
 
 out_loop:
-	agent_shutdown(a);
+	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 out_close:
-	agent_shutdown(a);
+	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&a->loop) < 0)
 		crun_debug("event loop still had handles at exit");
@@ -485,15 +552,13 @@ out_dirs:
 	if (a->tmp_dir)
 		agent_remove_dir(a->tmp_dir);
 out_free:
-	agent_failures_clear(a);
-	free(a->failures);
-	agent_env_finish(a);
+	crun__group_finish(g);
+	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);
 	free(a->store_env);
 	free(a->signals);
 	free(a->tmp_dir);
 	free(a->log_root);
-	free(a->workers);
 	free(a);
 	return status;
 }

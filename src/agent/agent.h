@@ -16,14 +16,16 @@
  * rendezvous failed (join timeout, run closed, wrong token, configuration
  * differing from the run's), or the store was lost.
  *
- * The worker group is an explicit state machine (see group.c):
- *   INIT -> STARTING -> RUNNING -> STOPPING -> RESTARTING -> STARTING ...
+ * The worker group is an explicit state machine (group_step.h; group.c
+ * carries it out on the loop):
+ *   INIT -> STARTING -> RUNNING -> STOPPING -> STARTING (a restart) ...
  *                                          \-> SUCCEEDED | FAILED | STOPPED
  *                                              | EXEC_FAILED
- * and, with rendezvous, RENDEZVOUS (joining a round) before STARTING and
- * FINISHING (the exit barrier) before SUCCEEDED,
- * with one function applying events (worker exit, pipe closed, signal,
- * timer) to it.
+ * and, with rendezvous, RENDEZVOUS (joining a round) before STARTING,
+ * RESTARTING (waiting for the store to end a failed round) and FINISHING
+ * (the exit barrier) before SUCCEEDED, with one pure function applying
+ * events (worker exit, pipe closed, signal, timer, what the store says)
+ * to it.
  *
  * Process side effects of crun_agent_run(), for the launcher:
  *   - SIGPIPE is ignored in crun (a closed stdout must not kill the

@@ -1,621 +1,528 @@
-/* The worker group's state machine.
- *
- * Everything that happens to the group comes through agent_group_event():
- * the start, a worker reaped by libuv, a worker's pipe closed, a handled
- * signal, the group's one timer. The table below is the whole behaviour;
- * the rest of this file carries it out.
- *
- *   state     event                   action                      next
- *   INIT      START                   spawn every worker          RUNNING
- *   STARTING  (spawn failed)          stop (exec or agent error)  STOPPING
- *   RUNNING   worker exit 0           (last one: stop, done)      RUNNING/STOPPING
- *   RUNNING   worker exit !0/signal   record failure; SIGTERM     STOPPING
- *                                     the rest; arm kill timer
- *   RUNNING   signal N                forward N; arm kill timer   STOPPING
- *   STOPPING  worker exit             record if it failed on its  STOPPING
- *                                     own; when none is left:
- *                                     SIGKILL the groups (what
- *                                     workers left behind), wait
- *                                     for pipes (drain timer)
- *   STOPPING  pipe closed             when every worker is reaped RESTARTING or
- *                                     and every pipe closed: the  a final state
- *                                     attempt is over
- *   STOPPING  signal N (first)        forward N                   STOPPING
- *   STOPPING  signal N (again)        SIGKILL now                 STOPPING
- *   STOPPING  timer: kill             SIGKILL; arm stuck timer    STOPPING
- *   STOPPING  timer: stuck            report and abandon the      STOPPING
- *                                     unreaped; close pipes
- *   STOPPING  timer: drain            close the pipes still open  STOPPING
- *   RESTARTING (attempt over, restarts left) count + 1; spawn   RUNNING
- *   final     anything                nothing
- *
- * When the attempt is over: every worker exited 0 -> SUCCEEDED (0); a
- * failure with restarts left (and no worker abandoned) -> RESTARTING; a
- * failure without -> failure summary, FAILED (1); a signal -> STOPPED
- * (128+N); a command that cannot be executed -> EXEC_FAILED (127/126); an
- * agent error -> FAILED (1).
- *
- * With rendezvous (several nodes) the store decides about restarts, and
- * these rows replace or join the ones above:
- *
- *   state      event                  action                      next
- *   INIT       START                  join a round                RENDEZVOUS
- *   RENDEZVOUS ready (rank, master)   spawn every worker          RUNNING
- *   RUNNING    worker exit !0/signal  record; tell the store      STOPPING
- *                                     (RDZV_FAIL); SIGTERM rest
- *   RUNNING    round ended (event)    print why; SIGTERM all      STOPPING
- *   RUNNING    store lost             print it; SIGTERM all       STOPPING
- *   (attempt over) all exited 0       exit barrier (RDZV_DONE)    FINISHING
- *   (attempt over) failure            wait for the round's end    RESTARTING
- *   (attempt over) round ended        join the next round         RENDEZVOUS
- *   RESTARTING round ended            join the next round         RENDEZVOUS
- *   FINISHING  barrier passed         nothing                     SUCCEEDED
- *   FINISHING  round ended            join the next round         RENDEZVOUS
- *   any of RENDEZVOUS, RESTARTING, FINISHING (no worker runs):
- *              round ended exhausted  failure summary             FAILED
- *              store lost, error      print it                    FAILED
- *              signal N               nothing to stop             STOPPED
- * A round that ends "exhausted" ends the job (the summary, exit 1) once
- * the workers are stopped. */
-#include "agent/internal.h"
+/* The worker group's executor. Every decision is crun__group_step()'s
+ * (group_step.c holds the table); this file books each event (a reaped
+ * worker no longer runs, a closed pipe is no longer open), hands it to the
+ * step, and carries out the actions it returns, in order. An action that
+ * causes an event of its own (spawning reports SPAWNED or SPAWN_FAILED, a
+ * join that cannot be sent RDZV_ERROR) queues it, and it is stepped once
+ * the current actions are done, so the step always sees one event at a
+ * time. */
+#include "agent/group.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* After every worker of an attempt has been reaped, how long to wait for
+ * their pipes to close (a process that left the worker's process group may
+ * hold them) before closing them ourselves. */
+#define DRAIN_MS 1000
 
 int (*agent_kill)(pid_t pid, int sig) = kill;
 
-const char *agent_group_state_name(enum group_state s)
-{
-	static const char *const names[] = {
-		[GROUP_INIT] = "init",
-		[GROUP_STARTING] = "starting",
-		[GROUP_RUNNING] = "running",
-		[GROUP_STOPPING] = "stopping",
-		[GROUP_RESTARTING] = "restarting",
-		[GROUP_SUCCEEDED] = "succeeded",
-		[GROUP_FAILED] = "failed",
-		[GROUP_STOPPED] = "stopped",
-		[GROUP_EXEC_FAILED] = "exec-failed",
-		[GROUP_RENDEZVOUS] = "rendezvous",
-		[GROUP_FINISHING] = "finishing",
-	};
+static void feed(struct group *g, const struct crun__group_event *ev);
 
-	return (unsigned)s < CRUN_ARRAY_SIZE(names) ? names[s] : "?";
+static void then(struct group *g, const struct crun__group_event *ev)
+{
+	if (g->have_next)
+		crun_error("internal error: worker group event '%s' dropped",
+			   crun__group_event_name(g->next.kind));
+	g->next = *ev;
+	g->have_next = true;
 }
 
-static void on_timer(uv_timer_t *t)
-{
-	agent_group_event(t->data, EV_TIMER, NULL, 0);
-}
-
-static void set_timer(struct agent *a, enum timer_phase phase, int64_t ms)
-{
-	a->timer_phase = phase;
-	uv_timer_start(&a->timer, on_timer, ms > 0 ? (uint64_t)ms : 0, 0);
-}
-
-static void stop_timer(struct agent *a)
-{
-	a->timer_phase = TIMER_NONE;
-	uv_timer_stop(&a->timer);
-}
-
-static const char *sig_name(int sig, char *buf, size_t len)
-{
-	const char *abbrev = sigabbrev_np(sig);
-
-	if (abbrev)
-		snprintf(buf, len, "SIG%s", abbrev);
-	else
-		snprintf(buf, len, "signal %d", sig);
-	return buf;
-}
+/* ---- what the actions do ---- */
 
 /* Sends sig to the process group of every started worker (only those not
  * yet reaped, unless all). A group that is gone (ESRCH) is fine. */
-static void signal_groups(struct agent *a, int sig, bool all)
+static void signal_groups(struct group *g, int sig, bool all)
 {
-	for (int i = 0; i < a->nworkers; i++) {
-		struct worker *w = a->workers[i];
+	for (int i = 0; i < g->nworkers; i++) {
+		struct worker *w = g->workers[i];
 		if (!w->spawned || (!all && !w->running))
 			continue;
 		agent_kill(-w->pid, sig);
 	}
 }
 
-static void close_pipes(struct agent *a)
+static void close_pipes(struct group *g)
 {
-	for (int i = 0; i < a->nworkers; i++) {
-		struct worker *w = a->workers[i];
+	for (int i = 0; i < g->nworkers; i++) {
+		struct worker *w = g->workers[i];
 		if (!w->spawned)
 			continue;
 		for (int s = 0; s < 2; s++)
-			agent_outpipe_close(&w->out[s]);
+			crun__outpipe_close(&w->out[s]);
 	}
 }
 
-static void finalize(struct agent *a, enum group_state state, int status)
+static void on_timer(uv_timer_t *t)
 {
-	a->state = state;
-	a->exit_status = status;
-	stop_timer(a);
-	agent_shutdown(a);
-}
+	struct group *g = t->data;
+	struct crun__group_event ev = {0};
 
-static void start_attempt(struct agent *a);
-static void check_done(struct agent *a);
-
-static bool rdzv(const struct agent *a)
-{
-	return a->spec->rdzv.enabled;
-}
-
-static bool exhausted(const struct agent *a)
-{
-	return a->rdzv.ended && !strcmp(a->rdzv.end_reason, "exhausted");
-}
-
-/* Joins the next round (rendezvous). */
-static void join_round(struct agent *a)
-{
-	a->state = GROUP_RENDEZVOUS;
-	agent_failures_clear(a);
-	if (agent_rdzv_join(a) < 0) {
-		crun_error("%s", a->rdzv.error_msg);
-		finalize(a, GROUP_FAILED, 1);
+	switch (g->timer_kind) {
+	case CRUN__GTIMER_KILL:
+		ev.kind = CRUN__GEV_TIMER_KILL;
+		break;
+	case CRUN__GTIMER_STUCK:
+		ev.kind = CRUN__GEV_TIMER_STUCK;
+		break;
+	case CRUN__GTIMER_DRAIN:
+		ev.kind = CRUN__GEV_TIMER_DRAIN;
+		break;
 	}
+	feed(g, &ev);
 }
 
-/* The attempt is over and the store ended its round: the next round, or
- * the end of the job when the restarts are exhausted. */
-static void round_over(struct agent *a)
+static void arm_timer(struct group *g, enum crun__group_timer kind)
 {
-	if (exhausted(a) || a->gave_up) {
-		agent_summary_report(a);
-		finalize(a, GROUP_FAILED, 1);
-		return;
+	const struct crun_agent_spec *spec = g->spec;
+	int64_t ms = 0;
+
+	switch (kind) {
+	case CRUN__GTIMER_KILL:
+		ms = spec->shutdown_timeout_ms;
+		break;
+	case CRUN__GTIMER_STUCK:
+		ms = spec->kill_timeout_ms;
+		break;
+	case CRUN__GTIMER_DRAIN:
+		ms = spec->kill_timeout_ms < DRAIN_MS ? spec->kill_timeout_ms : DRAIN_MS;
+		break;
 	}
-	join_round(a);
+	g->timer_kind = kind;
+	uv_timer_start(&g->timer, on_timer, ms > 0 ? (uint64_t)ms : 0, 0);
 }
 
-/* The exit barrier (rendezvous): every local worker exited 0. */
-static void finishing(struct agent *a)
+/* Starts every worker of the attempt at the state's place. */
+static void spawn_all(struct group *g)
 {
-	a->state = GROUP_FINISHING;
-	if (agent_rdzv_done(a) < 0) {
-		crun_error("%s", a->rdzv.error_msg);
-		finalize(a, GROUP_FAILED, 1);
-	}
-}
+	const struct crun_agent_spec *spec = g->spec;
+	struct crun__group_event ev = {.kind = CRUN__GEV_SPAWNED};
 
-static void begin_stop(struct agent *a, enum stop_reason reason, int sig)
-{
-	a->state = GROUP_STOPPING;
-	a->reason = reason;
-	a->stop_signal = sig;
-	if (a->running > 0) {
-		signal_groups(a, reason == STOP_SIGNAL ? sig : SIGTERM, false);
-		set_timer(a, TIMER_KILL, a->spec->shutdown_timeout_ms);
-	}
-	check_done(a);
-}
-
-static void restart(struct agent *a)
-{
-	const struct failure *f = &a->failures[0];
-	char what[64];
-
-	agent_describe_exit(what, sizeof(what), f->exit_code, f->term_signal);
-	crun_warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
-		  "(restart %d of %d)",
-		  f->rank, f->local_rank, (int)f->pid, what, a->restart_count + 1,
-		  a->spec->max_restarts);
-	a->state = GROUP_RESTARTING;
-	a->restart_count++;
-	a->round = a->restart_count;
-	agent_failures_clear(a);
-	start_attempt(a);
-}
-
-static void attempt_over(struct agent *a)
-{
-	for (int i = 0; i < a->nworkers; i++) {
-		agent_worker_detach(a->workers[i]);
-		a->workers[i] = NULL;
-	}
-	a->nworkers = 0;
-	stop_timer(a);
-
-	switch (a->reason) {
-	case STOP_DONE:
-		if (!rdzv(a))
-			finalize(a, GROUP_SUCCEEDED, 0);
-		else if (a->rdzv.ended)
-			round_over(a);
-		else
-			finishing(a);
-		return;
-	case STOP_ROUND:
-		round_over(a);
-		return;
-	case STOP_LOST:
-		finalize(a, GROUP_FAILED, 1);
-		return;
-	case STOP_FAILURE:
-		if (rdzv(a)) {
-			if (a->rdzv.ended || a->gave_up) {
-				round_over(a);
-				return;
-			}
-			/* The store ends the round for every node; wait. */
-			a->state = GROUP_RESTARTING;
-			return;
-		}
-		if (a->nfailures && !a->gave_up && a->restart_count < a->spec->max_restarts) {
-			restart(a);
-			return;
-		}
-		agent_summary_report(a);
-		finalize(a, GROUP_FAILED, 1);
-		return;
-	case STOP_SIGNAL:
-		finalize(a, GROUP_STOPPED, 128 + a->stop_signal);
-		return;
-	case STOP_EXEC:
-		finalize(a, GROUP_EXEC_FAILED, a->exec_error == -ENOENT ? 127 : 126);
-		return;
-	case STOP_AGENT:
-	case STOP_NONE:
-		finalize(a, GROUP_FAILED, 1);
-		return;
-	}
-}
-
-/* The attempt ends once every worker is reaped and every pipe closed. */
-static void check_done(struct agent *a)
-{
-	if (a->running > 0)
-		return;
-	if (!a->leftovers_killed) {
-		/* Whatever the workers started in their groups goes with
-		 * them; then the guard can forget the groups. */
-		a->leftovers_killed = true;
-		signal_groups(a, SIGKILL, true);
-		for (int i = 0; i < a->nworkers; i++)
-			if (a->workers[i]->spawned)
-				agent_reaper_forget(&a->reaper, a->workers[i]->pid);
-		if (a->open_pipes > 0)
-			set_timer(a, TIMER_DRAIN,
-				  a->spec->kill_timeout_ms < AGENT_DRAIN_MS
-					  ? a->spec->kill_timeout_ms
-					  : AGENT_DRAIN_MS);
-	}
-	if (a->open_pipes > 0)
-		return;
-	attempt_over(a);
-}
-
-/* -ENOENT: not found (127); these: found but cannot be executed (126). */
-static bool is_exec_error(int err)
-{
-	switch (-err) {
-	case ENOENT:
-	case EACCES:
-	case EPERM:
-	case ENOEXEC:
-	case EISDIR:
-	case ENOTDIR:
-	case ELOOP:
-	case ENAMETOOLONG:
-	case E2BIG:
-	case ETXTBSY:
-	case ELIBBAD:
-		return true;
-	default:
-		return false;
-	}
-}
-
-static void start_attempt(struct agent *a)
-{
-	const struct crun_agent_spec *spec = a->spec;
-
-	a->state = GROUP_STARTING;
-	a->reason = STOP_NONE;
-	a->stop_signal = 0;
-	a->leftovers_killed = false;
-	a->gave_up = false;
-	a->running = 0;
-	a->open_pipes = 0;
-	a->nworkers = 0;
-	a->attempts++; /* workers of this attempt are numbered attempts - 1 */
+	g->running = 0;
+	g->open_pipes = 0;
+	g->nworkers = 0;
+	g->attempts++;
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
-		struct worker *w = agent_worker_spawn(a, lr, &err);
+		struct worker *w =
+			crun__worker_spawn(g->spawner, &g->core.place, lr, g->attempts - 1, &err);
 
 		if (!w) {
 			crun_error("cannot start worker local rank %d: %s", lr, strerror(ENOMEM));
-			begin_stop(a, STOP_AGENT, 0);
-			return;
+			ev.kind = CRUN__GEV_SPAWN_FAILED;
+			break;
 		}
-		a->workers[a->nworkers++] = w;
+		g->workers[g->nworkers++] = w;
 		if (w->spawned) {
-			a->running++;
-			a->open_pipes += 2;
+			g->running++;
+			g->open_pipes += 2;
 			continue;
 		}
-		if (w->exec_failed && is_exec_error(err)) {
-			crun_error("cannot execute '%s': %s", spec->argv[0], uv_strerror(err));
-			a->exec_error = err;
-			if (a->own_error_file) {
-				char msg[512];
-				snprintf(msg, sizeof(msg), "cannot execute '%s': %s", spec->argv[0],
-					 uv_strerror(err));
-				agent_error_file_write(a->own_error_file, NULL, 0, msg, msg,
-						       err == -ENOENT ? 127 : 126);
-			}
-			begin_stop(a, STOP_EXEC, 0);
-		} else {
-			if (w->exec_failed)
-				crun_error("cannot start worker rank %d: %s", w->rank,
-					   uv_strerror(err));
-			begin_stop(a, STOP_AGENT, 0);
+		ev.kind = CRUN__GEV_SPAWN_FAILED;
+		ev.exec_status = w->exec_failed ? crun__group_exec_status(err) : 0;
+		if (ev.exec_status) {
+			char msg[512];
+
+			snprintf(msg, sizeof(msg), "cannot execute '%s': %s", spec->argv[0],
+				 uv_strerror(err));
+			crun_error("%s", msg);
+			if (g->own_error_file)
+				agent_error_file_write(g->own_error_file, NULL, 0, msg, msg,
+						       ev.exec_status);
+		} else if (w->exec_failed) {
+			crun_error("cannot start worker rank %d: %s", w->rank, uv_strerror(err));
 		}
-		return;
+		break;
 	}
-	a->state = GROUP_RUNNING;
+	then(g, &ev);
 }
 
-static void worker_exited(struct agent *a, struct worker *w)
+static void abandon_unreaped(struct group *g)
 {
-	bool ok = !w->term_signal && !w->exit_code;
-
-	a->running--;
-	switch (a->state) {
-	case GROUP_RUNNING:
-		if (ok) {
-			if (a->running == 0)
-				begin_stop(a, STOP_DONE, 0);
-			return;
-		}
-		if (agent_failure_add(a, w) < 0)
-			crun_error("out of memory recording the failure of rank %d", w->rank);
-		if (rdzv(a)) {
-			char what[64], msg[512];
-
-			/* Every node's agent hears this as the round's end. */
-			agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
-			snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank,
-				 w->local_rank, a->hostname, what);
-			agent_rdzv_fail(a, msg);
-		}
-		begin_stop(a, STOP_FAILURE, 0);
-		return;
-	case GROUP_STOPPING:
-		/* A worker that failed on its own while the others were being
-		 * stopped is a failure too; one that died of our SIGTERM or
-		 * SIGKILL is not. */
-		if (a->reason == STOP_FAILURE && !ok && w->term_signal != SIGTERM &&
-		    w->term_signal != SIGKILL)
-			agent_failure_add(a, w);
-		check_done(a);
-		return;
-	default:
-		return;
+	for (int i = 0; i < g->nworkers; i++) {
+		struct worker *w = g->workers[i];
+		if (!w->running)
+			continue;
+		crun_error("rank %d (local rank %d, pid %d) did not exit %lld ms after SIGKILL "
+			   "(stuck in the kernel?); giving up on it",
+			   w->rank, w->local_rank, (int)w->pid,
+			   (long long)g->spec->kill_timeout_ms);
+		crun__worker_abandon(w);
+		g->running--;
 	}
 }
 
-static void got_signal(struct agent *a, int sig)
+static void record_failure(struct group *g, int lr)
 {
-	char name[32];
+	const struct worker *w = g->workers[lr];
+	struct crun__failure f = {
+		.rank = w->rank,
+		.local_rank = w->local_rank,
+		.pid = w->pid,
+		.exit_code = w->exit_code,
+		.term_signal = w->term_signal,
+		.wall_ms = w->exit_wall_ms,
+		.error_file = w->error_file,
+		.log_file = w->log_path[1] ? w->log_path[1] : w->log_path[0],
+	};
 
-	switch (a->state) {
-	case GROUP_RENDEZVOUS:
-	case GROUP_RESTARTING:
-	case GROUP_FINISHING:
-		/* No worker runs (RESTARTING is a rest state only with
-		 * rendezvous). */
-		crun_info("got %s; stopping", sig_name(sig, name, sizeof(name)));
-		finalize(a, GROUP_STOPPED, 128 + sig);
-		return;
-	case GROUP_RUNNING:
-		crun_info("got %s; stopping the workers", sig_name(sig, name, sizeof(name)));
-		begin_stop(a, STOP_SIGNAL, sig);
-		return;
-	case GROUP_STOPPING:
-		if (a->running == 0) {
-			/* Only output was being drained: stop waiting, and end
-			 * with the signal instead of restarting or going on. */
-			if (a->reason == STOP_DONE || a->reason == STOP_FAILURE ||
-			    a->reason == STOP_ROUND) {
-				crun_info("got %s; stopping", sig_name(sig, name, sizeof(name)));
-				a->reason = STOP_SIGNAL;
-				a->stop_signal = sig;
-			}
-			close_pipes(a);
-			return;
-		}
-		if (a->reason != STOP_SIGNAL) {
-			crun_info("got %s; stopping the workers",
-				  sig_name(sig, name, sizeof(name)));
-			a->reason = STOP_SIGNAL;
-			a->stop_signal = sig;
-			signal_groups(a, sig, false);
-			return;
-		}
-		crun_info("got %s again; killing the workers", sig_name(sig, name, sizeof(name)));
-		signal_groups(a, SIGKILL, false);
-		set_timer(a, TIMER_STUCK, a->spec->kill_timeout_ms);
-		return;
-	default:
-		return;
-	}
+	if (crun__failures_add(&g->failures, &f) < 0)
+		crun_error("out of memory recording the failure of rank %d", w->rank);
 }
 
-static void timer_fired(struct agent *a)
+/* Every node's agent hears this as the round's end. */
+static void tell_store(struct group *g, int lr)
 {
-	enum timer_phase phase = a->timer_phase;
+	const struct worker *w = g->workers[lr];
+	char what[64], msg[512];
 
-	a->timer_phase = TIMER_NONE;
-	switch (phase) {
-	case TIMER_KILL:
+	agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
+	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank, w->local_rank,
+		 g->hostname, what);
+	crun__rdzv_fail(g->rdzv, msg);
+}
+
+static void release_workers(struct group *g)
+{
+	for (int i = 0; i < g->nworkers; i++) {
+		crun__worker_detach(g->workers[i]);
+		g->workers[i] = NULL;
+	}
+	g->nworkers = 0;
+}
+
+static void forget_round_end(struct group *g)
+{
+	free(g->round_end);
+	g->round_end = NULL;
+}
+
+/* A join or the exit barrier could not be sent. */
+static void rdzv_send_failed(struct group *g)
+{
+	struct crun__group_event ev = {.kind = CRUN__GEV_RDZV_ERROR};
+
+	g->rdzv_msg = crun__rdzv_error(g->rdzv);
+	then(g, &ev);
+}
+
+static void summary(struct group *g)
+{
+	struct crun__summary_job job = {
+		.name = g->name,
+		.hostname = g->hostname,
+		.restart_count = g->core.place.restart_count,
+		.keeps_files = g->keeps_files,
+		.own_error_file = g->own_error_file,
+		.round_end = g->core.round_ended ? g->round_end : NULL,
+		.round = g->round_end_round,
+	};
+
+	crun__summary_report(&job, &g->failures);
+}
+
+static void say(struct group *g, const struct crun__group_event *ev, enum crun__group_note note)
+{
+	char name[32], what[64];
+
+	if (ev->kind == CRUN__GEV_SIGNAL)
+		crun__signal_name(name, sizeof(name), ev->signal);
+	switch (note) {
+	case CRUN__GNOTE_STOPPING:
+		crun_info("got %s; stopping", name);
+		return;
+	case CRUN__GNOTE_STOPPING_WORKERS:
+		crun_info("got %s; stopping the workers", name);
+		return;
+	case CRUN__GNOTE_KILLING:
+		crun_info("got %s again; killing the workers", name);
+		return;
+	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
 		crun_warn("%d worker%s still running after the shutdown timeout (%lld ms); "
 			  "sending SIGKILL",
-			  a->running, a->running == 1 ? "" : "s",
-			  (long long)a->spec->shutdown_timeout_ms);
-		signal_groups(a, SIGKILL, false);
-		set_timer(a, TIMER_STUCK, a->spec->kill_timeout_ms);
+			  g->running, g->running == 1 ? "" : "s",
+			  (long long)g->spec->shutdown_timeout_ms);
 		return;
-	case TIMER_STUCK:
-		for (int i = 0; i < a->nworkers; i++) {
-			struct worker *w = a->workers[i];
-			if (!w->running)
-				continue;
-			crun_error("rank %d (local rank %d, pid %d) did not exit %lld ms after "
-				   "SIGKILL (stuck in the kernel?); giving up on it",
-				   w->rank, w->local_rank, (int)w->pid,
-				   (long long)a->spec->kill_timeout_ms);
-			agent_worker_abandon(w);
-			a->running--;
-		}
-		a->gave_up = true;
-		close_pipes(a);
-		check_done(a);
-		return;
-	case TIMER_DRAIN:
-		for (int i = 0; i < a->nworkers; i++) {
-			struct worker *w = a->workers[i];
+	case CRUN__GNOTE_OPEN_PIPES:
+		for (int i = 0; i < g->nworkers; i++) {
+			struct worker *w = g->workers[i];
 			if (w->spawned && (w->out[0].open || w->out[1].open))
-				crun_warn(
-					"output of rank %d is still open in a process outside its "
-					"process group; not waiting for it",
-					w->rank);
-		}
-		close_pipes(a);
-		return;
-	case TIMER_NONE:
-		return;
-	}
-}
-
-/* No worker runs and none will: the rendezvous states between attempts. */
-static bool between_attempts(const struct agent *a)
-{
-	return a->state == GROUP_RENDEZVOUS || a->state == GROUP_RESTARTING ||
-	       a->state == GROUP_FINISHING;
-}
-
-/* Whether the attempt being stopped still leads to another round. */
-static bool stop_goes_on(const struct agent *a)
-{
-	return a->reason == STOP_FAILURE || a->reason == STOP_DONE || a->reason == STOP_ROUND;
-}
-
-/* The store ended the assigned round (a->rdzv.end_*): one line says why,
- * on every node alike. */
-static void round_ended(struct agent *a)
-{
-	const char *why = a->rdzv.end_msg ? a->rdzv.end_msg : "?";
-	long long round = (long long)a->rdzv.asg.round;
-
-	if (a->state == GROUP_STOPPING && !stop_goes_on(a))
-		return; /* ending anyway */
-	if (exhausted(a))
-		crun_error("round %lld ended: %s", round, why);
-	else if (!strcmp(a->rdzv.end_reason, "join"))
-		crun_warn("round %lld ended: %s; restarting (a joining node is not counted as "
-			  "a restart)",
-			  round, why);
-	else
-		crun_warn("round %lld ended: %s; restarting (restart %lld of %d)", round, why,
-			  (long long)a->rdzv.end_count, a->spec->max_restarts);
-	switch (a->state) {
-	case GROUP_RUNNING:
-		begin_stop(a, STOP_ROUND, 0);
-		return;
-	case GROUP_RENDEZVOUS:
-	case GROUP_RESTARTING:
-	case GROUP_FINISHING:
-		round_over(a);
-		return;
-	default:
-		/* STOPPING: attempt_over sees a->rdzv.ended. */
-		return;
-	}
-}
-
-/* The rendezvous failed or the store is lost: the job cannot go on. */
-static void rdzv_failed(struct agent *a, bool lost)
-{
-	if (a->state == GROUP_STOPPING && (!stop_goes_on(a) || exhausted(a)))
-		return; /* the job ends anyway, for its own reason */
-	if (a->rdzv.error_msg)
-		crun_error("%s", a->rdzv.error_msg);
-	switch (a->state) {
-	case GROUP_RUNNING:
-		begin_stop(a, lost ? STOP_LOST : STOP_AGENT, 0);
-		return;
-	case GROUP_STOPPING:
-		a->reason = lost ? STOP_LOST : STOP_AGENT;
-		return;
-	default:
-		if (between_attempts(a))
-			finalize(a, GROUP_FAILED, 1);
-		return;
-	}
-}
-
-void agent_group_event(struct agent *a, enum group_event ev, struct worker *w, int arg)
-{
-	if (crun_log_enabled(CRUN_LOG_DEBUG))
-		crun_debug("group %s: event %d rank %d arg %d", agent_group_state_name(a->state),
-			   (int)ev, w ? w->rank : -1, arg);
-	switch (ev) {
-	case EV_START:
-		if (a->state == GROUP_INIT) {
-			if (rdzv(a))
-				join_round(a);
-			else
-				start_attempt(a);
+				crun_warn("output of rank %d is still open in a process outside "
+					  "its process group; not waiting for it",
+					  w->rank);
 		}
 		return;
-	case EV_WORKER_EXITED:
-		worker_exited(a, w);
-		return;
-	case EV_PIPE_CLOSED:
-		if (!w->spawned)
+	case CRUN__GNOTE_RESTARTING:
+		if (!g->failures.n) {
+			crun_warn("worker group failed; restarting (restart %d of %d)",
+				  g->core.place.restart_count, g->spec->max_restarts);
 			return;
-		a->open_pipes--;
-		if (a->state == GROUP_STOPPING)
-			check_done(a);
+		}
+		agent_describe_exit(what, sizeof(what), g->failures.v[0].exit_code,
+				    g->failures.v[0].term_signal);
+		crun_warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
+			  "(restart %d of %d)",
+			  g->failures.v[0].rank, g->failures.v[0].local_rank,
+			  (int)g->failures.v[0].pid, what, g->core.place.restart_count,
+			  g->spec->max_restarts);
 		return;
-	case EV_SIGNAL:
-		got_signal(a, arg);
-		return;
-	case EV_TIMER:
-		if (a->state == GROUP_STOPPING)
-			timer_fired(a);
-		return;
-	case EV_RDZV_READY:
-		if (a->state == GROUP_RENDEZVOUS)
-			start_attempt(a);
-		return;
-	case EV_RDZV_ENDED:
-		round_ended(a);
-		return;
-	case EV_RDZV_DONE:
-		if (a->state == GROUP_FINISHING)
-			finalize(a, GROUP_SUCCEEDED, 0);
-		return;
-	case EV_RDZV_ERROR:
-		rdzv_failed(a, false);
-		return;
-	case EV_STORE_LOST:
-		rdzv_failed(a, true);
+	case CRUN__GNOTE_ROUND_ENDED: {
+		const char *why = g->round_end ? g->round_end : "?";
+		long long round = (long long)g->round_end_round;
+
+		if (g->core.exhausted)
+			crun_error("round %lld ended: %s", round, why);
+		else if (g->round_end_joined)
+			crun_warn("round %lld ended: %s; restarting (a joining node is not "
+				  "counted as a restart)",
+				  round, why);
+		else
+			crun_warn("round %lld ended: %s; restarting (restart %lld of %d)", round,
+				  why, (long long)g->round_end_count, g->spec->max_restarts);
 		return;
 	}
+	case CRUN__GNOTE_RDZV_ERROR:
+		if (g->rdzv_msg)
+			crun_error("%s", g->rdzv_msg);
+		return;
+	}
+}
+
+static void carry_out(struct group *g, const struct crun__group_event *ev,
+		      const struct crun__group_action *a)
+{
+	switch (a->kind) {
+	case CRUN__GACT_SAY:
+		say(g, ev, (enum crun__group_note)a->arg);
+		return;
+	case CRUN__GACT_SPAWN_ALL:
+		spawn_all(g);
+		return;
+	case CRUN__GACT_SIGNAL_RUNNING:
+		signal_groups(g, a->arg, false);
+		return;
+	case CRUN__GACT_KILL_LEFTOVERS:
+		/* Whatever the workers started in their groups goes with them;
+		 * then the guard can forget the groups. */
+		signal_groups(g, SIGKILL, true);
+		for (int i = 0; i < g->nworkers; i++)
+			if (g->workers[i]->spawned)
+				agent_reaper_forget(g->reaper, g->workers[i]->pid);
+		return;
+	case CRUN__GACT_ARM_TIMER:
+		arm_timer(g, (enum crun__group_timer)a->arg);
+		return;
+	case CRUN__GACT_DISARM_TIMER:
+		uv_timer_stop(&g->timer);
+		return;
+	case CRUN__GACT_CLOSE_PIPES:
+		close_pipes(g);
+		return;
+	case CRUN__GACT_ABANDON_UNREAPED:
+		abandon_unreaped(g);
+		return;
+	case CRUN__GACT_RECORD_FAILURE:
+		record_failure(g, a->arg);
+		return;
+	case CRUN__GACT_CLEAR_FAILURES:
+		crun__failures_clear(&g->failures);
+		return;
+	case CRUN__GACT_TELL_STORE:
+		tell_store(g, a->arg);
+		return;
+	case CRUN__GACT_RELEASE_WORKERS:
+		release_workers(g);
+		return;
+	case CRUN__GACT_JOIN:
+		forget_round_end(g);
+		if (crun__rdzv_join(g->rdzv) < 0)
+			rdzv_send_failed(g);
+		return;
+	case CRUN__GACT_EXIT_BARRIER:
+		if (crun__rdzv_done(g->rdzv) < 0)
+			rdzv_send_failed(g);
+		return;
+	case CRUN__GACT_SUMMARY:
+		summary(g);
+		return;
+	case CRUN__GACT_FINISH:
+		uv_timer_stop(&g->timer);
+		g->finished(g->arg, (enum crun__group_end)a->arg);
+		return;
+	}
+}
+
+/* Steps ev, carries out the actions, then the events they caused. */
+static void feed(struct group *g, const struct crun__group_event *first)
+{
+	struct crun__group_event ev = *first;
+
+	if (g->busy) {
+		then(g, first); /* from inside an action: after it */
+		return;
+	}
+	g->busy = true;
+	for (;;) {
+		struct crun__group_facts f = {
+			.rdzv = g->rdzv != NULL,
+			.running = g->running,
+			.open_pipes = g->open_pipes,
+			.failures = (int)g->failures.n,
+			.max_restarts = g->spec->max_restarts,
+		};
+		struct crun__group_actions acts;
+		enum crun__group_state was = g->core.state;
+
+		if (crun__group_step(&g->core, &ev, &f, &acts) < 0) {
+			crun_error("internal error: the worker group (%s) cannot take event '%s'",
+				   crun__group_state_name(was), crun__group_event_name(ev.kind));
+		} else {
+			if (crun_log_enabled(CRUN_LOG_DEBUG))
+				crun_debug("group %s: %s -> %s", crun__group_state_name(was),
+					   crun__group_event_name(ev.kind),
+					   crun__group_state_name(g->core.state));
+			for (int i = 0; i < acts.n; i++)
+				carry_out(g, &ev, &acts.a[i]);
+		}
+		if (!g->have_next)
+			break;
+		ev = g->next;
+		g->have_next = false;
+	}
+	g->busy = false;
+}
+
+/* ---- events from the spawner and the rendezvous ---- */
+
+static void worker_exited(struct worker *w, void *arg)
+{
+	struct group *g = arg;
+	struct crun__group_event ev = {
+		.kind = CRUN__GEV_WORKER_EXITED,
+		.worker = w->local_rank,
+		.exit_code = w->exit_code,
+		.term_signal = w->term_signal,
+	};
+
+	g->running--;
+	feed(g, &ev);
+}
+
+static void pipe_closed(struct worker *w, void *arg)
+{
+	struct group *g = arg;
+	struct crun__group_event ev = {.kind = CRUN__GEV_PIPE_CLOSED, .worker = w->local_rank};
+
+	if (!w->spawned)
+		return; /* never counted */
+	g->open_pipes--;
+	feed(g, &ev);
+}
+
+static void rdzv_ready(void *arg, const struct crun__placement *place)
+{
+	struct crun__group_event ev = {.kind = CRUN__GEV_RDZV_READY, .place = *place};
+
+	feed(arg, &ev);
+}
+
+static void rdzv_ended(void *arg, const struct crun__round_end *end)
+{
+	struct group *g = arg;
+	struct crun__group_event ev = {.kind = CRUN__GEV_ROUND_ENDED, .exhausted = end->exhausted};
+
+	forget_round_end(g);
+	g->round_end = strdup(end->message);
+	g->round_end_round = end->round;
+	g->round_end_count = end->restart_count;
+	g->round_end_joined = end->node_joined;
+	feed(g, &ev);
+}
+
+static void rdzv_done(void *arg)
+{
+	struct crun__group_event ev = {.kind = CRUN__GEV_BARRIER_PASSED};
+
+	feed(arg, &ev);
+}
+
+static void rdzv_failed(void *arg, bool lost, const char *message)
+{
+	struct group *g = arg;
+	struct crun__group_event ev = {.kind = lost ? CRUN__GEV_STORE_LOST : CRUN__GEV_RDZV_ERROR};
+
+	g->rdzv_msg = message;
+	feed(g, &ev);
+	g->rdzv_msg = NULL;
+}
+
+/* ---- lifecycle ---- */
+
+int crun__group_init(struct group *g, const struct crun__placement *place)
+{
+	int err;
+
+	crun__group_core_init(&g->core, place);
+	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));
+	if (!g->workers)
+		return -ENOMEM;
+	err = uv_timer_init(g->loop, &g->timer);
+	if (err < 0)
+		return err;
+	g->timer.data = g;
+	g->timer_open = true;
+	g->spawner->exited = worker_exited;
+	g->spawner->pipe_closed = pipe_closed;
+	g->spawner->arg = g;
+	return 0;
+}
+
+void crun__group_rdzv_hooks(struct group *g, struct crun__rdzv_hooks *hooks)
+{
+	hooks->ready = rdzv_ready;
+	hooks->ended = rdzv_ended;
+	hooks->done = rdzv_done;
+	hooks->failed = rdzv_failed;
+	hooks->arg = g;
+}
+
+void crun__group_start(struct group *g)
+{
+	struct crun__group_event ev = {.kind = CRUN__GEV_START};
+
+	feed(g, &ev);
+}
+
+void crun__group_signal(struct group *g, int sig)
+{
+	struct crun__group_event ev = {.kind = CRUN__GEV_SIGNAL, .signal = sig};
+
+	feed(g, &ev);
+}
+
+int crun__group_status(const struct group *g)
+{
+	return crun__group_exit_status(&g->core);
+}
+
+void crun__group_close(struct group *g)
+{
+	if (!g->timer_open)
+		return;
+	g->timer_open = false;
+	uv_close((uv_handle_t *)&g->timer, NULL);
+}
+
+void crun__group_finish(struct group *g)
+{
+	crun__failures_finish(&g->failures);
+	forget_round_end(g);
+	free(g->workers);
+	g->workers = NULL;
 }

@@ -4,13 +4,13 @@
  *
  * A line reaches the console with one writev(2) once its newline has
  * arrived, so lines of different workers never mix. A pipe keeps its
- * unfinished line in a buffer of its own, which grows up to AGENT_LINE_MAX;
+ * unfinished line in a buffer of its own, which grows up to CRUN__LINE_MAX;
  * a last line without a newline gets one at EOF. A line longer than that
  * is written as it comes, the prefix once; meanwhile the pipe owns the
  * console stream and other pipes of that stream hold their output (and
  * stop reading, so their workers feel the back-pressure of a full pipe)
  * until the long line has ended. Memory stays bounded either way. */
-#include "agent/internal.h"
+#include "agent/output.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -24,7 +24,7 @@
 #define INITIAL_CAP 16384
 #define READ_MIN 4096
 
-void agent_console_init(struct console *c, int fd)
+void crun__console_init(struct console *c, int fd)
 {
 	memset(c, 0, sizeof(*c));
 	c->fd = fd;
@@ -69,8 +69,8 @@ static void emit(struct outpipe *p, bool prefix, const char *data, size_t len, b
 	int n = 0;
 
 	if (prefix) {
-		iov[n].iov_base = p->worker->prefix;
-		iov[n++].iov_len = p->worker->prefix_len;
+		iov[n].iov_base = (void *)p->prefix;
+		iov[n++].iov_len = p->prefix_len;
 	}
 	if (len) {
 		iov[n].iov_base = (void *)data;
@@ -181,7 +181,7 @@ static void drain(struct outpipe *p, bool force)
 			off += n;
 			continue;
 		}
-		if (avail >= AGENT_LINE_MAX && (!c->owner || c->owner == p)) {
+		if (avail >= CRUN__LINE_MAX && (!c->owner || c->owner == p)) {
 			c->owner = p;
 			p->long_line = true;
 			emit(p, true, start, avail, false);
@@ -202,7 +202,7 @@ static void pipe_closed(uv_handle_t *h)
 
 	free(p->buf);
 	p->buf = NULL;
-	agent_worker_handle_closed(p->worker, true);
+	p->closed(p);
 }
 
 /* Ends the stream: the rest of the buffer goes out, an open line gets its
@@ -249,13 +249,13 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	size_t want = p->len + READ_MIN;
 
 	(void)suggested;
-	if (p->cap < want && p->cap < AGENT_LINE_MAX + READ_MIN) {
+	if (p->cap < want && p->cap < CRUN__LINE_MAX + READ_MIN) {
 		size_t cap = p->cap ? p->cap : INITIAL_CAP;
 		char *nb;
 		while (cap < want)
 			cap *= 2;
-		if (cap > AGENT_LINE_MAX + READ_MIN)
-			cap = AGENT_LINE_MAX + READ_MIN;
+		if (cap > CRUN__LINE_MAX + READ_MIN)
+			cap = CRUN__LINE_MAX + READ_MIN;
 		nb = realloc(p->buf, cap);
 		if (nb) {
 			p->buf = nb;
@@ -275,7 +275,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	if (nread < 0) {
 		if (nread != UV_EOF)
-			crun_warn("cannot read output of rank %d: %s", p->worker->rank,
+			crun_warn("cannot read output of rank %d: %s", p->rank,
 				  uv_strerror((int)nread));
 		uv_read_stop(s);
 		p->eof = true;
@@ -290,28 +290,32 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	drain(p, false);
 }
 
-int agent_outpipe_init(struct outpipe *p, uv_loop_t *loop, struct worker *w)
+int crun__outpipe_init(struct outpipe *p, uv_loop_t *loop, const char *prefix, int rank,
+		       void (*closed)(struct outpipe *p), void *data)
 {
 	int err;
 
 	memset(p, 0, sizeof(*p));
-	p->worker = w;
+	p->prefix = prefix;
+	p->prefix_len = strlen(prefix);
+	p->rank = rank;
+	p->closed = closed;
+	p->data = data;
 	p->file_fd = -1;
 	err = uv_pipe_init(loop, &p->handle, 0);
 	if (err < 0)
 		return err;
 	p->handle.data = p;
 	p->open = true;
-	w->handles++;
 	return 0;
 }
 
-int agent_outpipe_start(struct outpipe *p)
+int crun__outpipe_start(struct outpipe *p)
 {
 	return uv_read_start((uv_stream_t *)&p->handle, on_alloc, on_read);
 }
 
-void agent_outpipe_close(struct outpipe *p)
+void crun__outpipe_close(struct outpipe *p)
 {
 	struct console *c = p->console;
 

@@ -17,7 +17,7 @@
  *
  * Records on the pipe are 8 bytes (op, pgid), written with one write(2) each
  * so they arrive whole (a pipe write of at most PIPE_BUF bytes is atomic). */
-#include "agent/internal.h"
+#include "agent/reaper.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -31,6 +31,20 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+void agent_remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(dir);
+}
 
 enum {
 	OP_WATCH = 1,

@@ -13,9 +13,9 @@
  * - A request that fails because the connection was lost is ignored here:
  *   the client reports LOST right after failing its requests, and that one
  *   event says what happened.
- * - This file only talks to the store and turns what it hears into group
- *   events; group.c decides what they mean for the workers. */
-#include "agent/internal.h"
+ * - This file only talks to the store and hands what it hears to its
+ *   owner's hooks; group.c decides what it means for the workers. */
+#include "agent/rendezvous.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/aclient.h"
@@ -45,15 +45,16 @@ enum req_kind {
 
 struct rdzv_req {
 	struct rdzv_req *next, *prev;
-	struct agent *a;
+	struct agent_rdzv *r;
 	enum req_kind kind;
 	uint64_t gen;
 	int64_t round;
 };
 
-static void set_error(struct agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(struct agent_rdzv *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
-static void set_error(struct agent *a, const char *fmt, ...)
+static void set_error(struct agent_rdzv *r, const char *fmt, ...)
 {
 	va_list ap;
 	char *s;
@@ -62,8 +63,8 @@ static void set_error(struct agent *a, const char *fmt, ...)
 	if (vasprintf(&s, fmt, ap) < 0)
 		s = NULL;
 	va_end(ap);
-	free(a->rdzv.error_msg);
-	a->rdzv.error_msg = s ? s : strdup("rendezvous failed (out of memory)");
+	free(r->error_msg);
+	r->error_msg = s ? s : strdup("rendezvous failed (out of memory)");
 }
 
 static void item_str(const struct crun_wire_item *it, char *buf, size_t len)
@@ -85,7 +86,6 @@ static struct crun_wire_item str_item(const char *s)
 }
 
 /* ---- local addresses and hosting ---------------------------------------- */
-
 
 static bool is_literal(const char *host)
 {
@@ -164,9 +164,9 @@ static void server_freed(void *arg)
  * with is_host=1 an address that is not this machine's (a floating
  * address, NAT) on the wildcard too. Returns 0, -EADDRINUSE (someone
  * serves it already) or another error (printed). */
-static int host_store(struct agent *a, bool forced)
+static int host_store(struct agent_rdzv *r, bool forced, struct crun_server **server)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun_agent_spec *spec = r->spec;
 	const char *host = spec->rdzv.host;
 	const char *cand[3];
 	struct crun_server_opts opts;
@@ -188,26 +188,26 @@ static int host_store(struct agent *a, bool forced)
 	opts.quiet = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
 	for (int i = 0; i < n; i++) {
-		a->server = crun_server_create(&a->loop, &opts);
-		if (!a->server) {
+		*server = crun_server_create(r->loop, &opts);
+		if (!*server) {
 			crun_error("cannot create the store server: %s", strerror(ENOMEM));
 			return -ENOMEM;
 		}
-		rc = crun_server_listen(a->server, cand[i], spec->rdzv.port, err, sizeof(err));
+		rc = crun_server_listen(*server, cand[i], spec->rdzv.port, err, sizeof(err));
 		if (rc == 0) {
 			crun_info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
-				  a->rdzv.endpoint);
-			a->rdzv.hosting = true;
+				  r->endpoint);
+			r->hosting = true;
 			return 0;
 		}
-		crun_server_destroy(a->server, server_freed, NULL);
-		a->server = NULL;
+		crun_server_destroy(*server, server_freed, NULL);
+		*server = NULL;
 		if (rc == -EADDRINUSE)
 			return rc;
 		if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
 			break;
 	}
-	crun_error("cannot host the rendezvous store on '%s': %s", a->rdzv.endpoint,
+	crun_error("cannot host the rendezvous store on '%s': %s", r->endpoint,
 		   err[0] ? err : strerror(-rc));
 	return rc;
 }
@@ -217,47 +217,47 @@ static int host_store(struct agent *a, bool forced)
 static void on_reply(struct crun_aclient *c, int status, const char *message,
 		     const struct crun_wire_msg *reply, void *arg);
 
-static void req_unlink(struct agent *a, struct rdzv_req *r)
+static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 {
-	if (r->prev)
-		r->prev->next = r->next;
+	if (q->prev)
+		q->prev->next = q->next;
 	else
-		a->rdzv.reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+		r->reqs = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
 }
 
-static int send_req(struct agent *a, enum req_kind kind, const struct crun_wire_msg *m,
+static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_wire_msg *m,
 		    uint32_t *id)
 {
-	struct rdzv_req *r = calloc(1, sizeof(*r));
+	struct rdzv_req *q = calloc(1, sizeof(*q));
 	int rc;
 
-	if (!r)
+	if (!q)
 		return -ENOMEM;
-	r->a = a;
-	r->kind = kind;
-	r->gen = a->rdzv.gen;
-	r->round = a->rdzv.assigned ? a->rdzv.asg.round : 0;
-	rc = crun_aclient_request(a->rdzv.client, m, 0, on_reply, r, id);
+	q->r = r;
+	q->kind = kind;
+	q->gen = r->gen;
+	q->round = r->assigned ? r->asg.round : 0;
+	rc = crun_aclient_request(r->client, m, 0, on_reply, q, id);
 	if (rc < 0) {
-		free(r);
+		free(q);
 		return rc;
 	}
-	r->next = a->rdzv.reqs;
-	if (r->next)
-		r->next->prev = r;
-	a->rdzv.reqs = r;
+	q->next = r->reqs;
+	if (q->next)
+		q->next->prev = q;
+	r->reqs = q;
 	return 0;
 }
 
-static int send_join(struct agent *a)
+static int send_join(struct agent_rdzv *r)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun_agent_spec *spec = r->spec;
 	struct crun_rdzv_node self = {
-		.node_id = a->rdzv.node_id,
-		.host = a->hostname,
-		.addr = a->rdzv.self_addr,
+		.node_id = r->node_id,
+		.host = r->hostname,
+		.addr = r->self_addr,
 		.nproc = spec->nproc_per_node,
 		.node_rank = spec->node_rank,
 	};
@@ -275,190 +275,195 @@ static int send_join(struct agent *a)
 	char scratch[160];
 	int rc;
 
-	a->rdzv.join_wanted = false;
+	r->join_wanted = false;
 	crun_rdzv_join_msg(&self, &conf, &m, items, scratch);
-	rc = send_req(a, REQ_JOIN, &m, &a->rdzv.join_id);
+	rc = send_req(r, REQ_JOIN, &m, &r->join_id);
 	if (rc == -ENOTCONN)
 		return 0; /* the store is lost: LOST says so */
 	if (rc < 0)
-		set_error(a, "cannot join run '%s' at '%s': %s", spec->run_id, a->rdzv.endpoint,
+		set_error(r, "cannot join run '%s' at '%s': %s", spec->run_id, r->endpoint,
 			  strerror(-rc));
 	return rc;
 }
 
-int agent_rdzv_join(struct agent *a)
+int crun__rdzv_join(struct agent_rdzv *r)
 {
-	a->rdzv.gen++;
-	if (a->rdzv.assigned) {
-		crun_rdzv_assignment_finish(&a->rdzv.asg);
-		a->rdzv.assigned = false;
+	r->gen++;
+	if (r->assigned) {
+		crun_rdzv_assignment_finish(&r->asg);
+		r->assigned = false;
 	}
-	a->rdzv.ended = false;
-	a->rdzv.end_reason[0] = '\0';
-	free(a->rdzv.end_msg);
-	a->rdzv.end_msg = NULL;
-	if (!a->rdzv.connected) {
-		a->rdzv.join_wanted = true;
+	r->ended = false;
+	if (!r->connected) {
+		r->join_wanted = true;
 		return 0;
 	}
-	return send_join(a);
+	return send_join(r);
 }
 
-void agent_rdzv_fail(struct agent *a, const char *message)
+void crun__rdzv_fail(struct agent_rdzv *r, const char *message)
 {
 	struct crun_wire_item it = str_item(message);
 	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = &it};
 	int rc;
 
-	if (!a->rdzv.assigned)
+	if (!r->assigned)
 		return;
-	m.num = a->rdzv.asg.round;
-	rc = send_req(a, REQ_FAIL, &m, NULL);
+	m.num = r->asg.round;
+	rc = send_req(r, REQ_FAIL, &m, NULL);
 	if (rc < 0)
 		crun_debug("cannot report the failure to the store: %s", strerror(-rc));
 }
 
-int agent_rdzv_done(struct agent *a)
+int crun__rdzv_done(struct agent_rdzv *r)
 {
 	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_DONE};
 	int rc;
 
-	if (!a->rdzv.assigned)
+	if (!r->assigned)
 		return -EINVAL;
-	m.num = a->rdzv.asg.round;
-	rc = send_req(a, REQ_DONE, &m, NULL);
+	m.num = r->asg.round;
+	rc = send_req(r, REQ_DONE, &m, NULL);
 	if (rc == -ENOTCONN)
 		return 0; /* LOST follows */
 	if (rc < 0)
-		set_error(a, "cannot enter the exit barrier of round %" PRId64 ": %s",
-			  a->rdzv.asg.round, strerror(-rc));
+		set_error(r, "cannot enter the exit barrier of round %" PRId64 ": %s", r->asg.round,
+			  strerror(-rc));
 	return rc;
 }
 
 /* Group rank 0 publishes MASTER_ADDR:MASTER_PORT for the round. */
-static int publish_master(struct agent *a)
+static int publish_master(struct agent_rdzv *r)
 {
-	const struct crun_rdzv_assignment *asg = &a->rdzv.asg;
+	const struct crun_rdzv_assignment *asg = &r->asg;
 	struct crun_wire_item items[2];
 	struct crun_wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	char key[64], value[320];
 	int port = crun_free_port();
 
 	if (port < 0) {
-		set_error(a, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
+		set_error(r, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
 		return port;
 	}
-	snprintf(a->rdzv.master_addr, sizeof(a->rdzv.master_addr), "%s", asg->nodes[0].addr);
-	a->master_port = port;
+	snprintf(r->master_addr, sizeof(r->master_addr), "%s", asg->nodes[0].addr);
+	r->master_port = port;
 	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", asg->round);
 	snprintf(value, sizeof(value), strchr(asg->nodes[0].addr, ':') ? "[%s]:%d" : "%s:%d",
 		 asg->nodes[0].addr, port);
 	items[0] = str_item(key);
 	items[1] = str_item(value);
-	return send_req(a, REQ_SET_MASTER, &m, NULL);
+	return send_req(r, REQ_SET_MASTER, &m, NULL);
 }
 
-static int fetch_master(struct agent *a)
+static int fetch_master(struct agent_rdzv *r)
 {
 	struct crun_wire_item it;
 	struct crun_wire_msg m = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
 	char key[64];
 
-	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", a->rdzv.asg.round);
+	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", r->asg.round);
 	it = str_item(key);
 	/* The store waits for the key (and answers ETIMEDOUT). */
-	m.num = a->spec->rdzv.read_timeout_ms;
-	return send_req(a, REQ_GET_MASTER, &m, NULL);
+	m.num = r->spec->rdzv.read_timeout_ms;
+	return send_req(r, REQ_GET_MASTER, &m, NULL);
+}
+
+static void fail_event(struct agent_rdzv *r)
+{
+	r->hooks.failed(r->hooks.arg, false, r->error_msg);
 }
 
 /* The round is assigned and MASTER_ADDR/PORT known: the attempt's place. */
-static void ready(struct agent *a)
+static void ready(struct agent_rdzv *r)
 {
-	const struct crun_rdzv_assignment *asg = &a->rdzv.asg;
+	const struct crun_rdzv_assignment *asg = &r->asg;
+	struct crun__placement place = {
+		.group_rank = asg->group_rank,
+		.nnodes = asg->nnodes,
+		.world_size = asg->world_size,
+		.rank_offset = asg->rank_offset,
+		.round = asg->round,
+		.restart_count = (int)asg->restart_count,
+		.master_addr = r->master_addr,
+		.master_port = r->master_port,
+	};
 
-	a->group_rank = asg->group_rank;
-	a->nnodes = asg->nnodes;
-	a->world_size = asg->world_size;
-	a->rank_offset = asg->rank_offset;
-	a->round = asg->round;
-	a->restart_count = (int)asg->restart_count;
-	a->master_addr = a->rdzv.master_addr;
 	crun_debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
 		   "master %s:%d",
 		   asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
-		   asg->rank_offset + a->spec->nproc_per_node - 1, asg->world_size,
-		   a->restart_count, a->master_addr, a->master_port);
-	agent_group_event(a, EV_RDZV_READY, NULL, 0);
+		   asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
+		   place.restart_count, place.master_addr, place.master_port);
+	r->hooks.ready(r->hooks.arg, &place);
 }
 
-static void got_assignment(struct agent *a, const struct crun_wire_msg *reply)
+static void got_assignment(struct agent_rdzv *r, const struct crun_wire_msg *reply)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun_agent_spec *spec = r->spec;
 	char err[256];
 	int rc;
 
 	if (reply->type != CRUN_WIRE_VALUES ||
-	    crun_rdzv_parse_assignment(reply, &a->rdzv.asg, err, sizeof(err)) < 0) {
+	    crun_rdzv_parse_assignment(reply, &r->asg, err, sizeof(err)) < 0) {
 		if (reply->type != CRUN_WIRE_VALUES)
 			snprintf(err, sizeof(err), "a %s frame", crun_wire_type_name(reply->type));
-		set_error(a, "bad assignment from the store at '%s': %s", a->rdzv.endpoint, err);
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		set_error(r, "bad assignment from the store at '%s': %s", r->endpoint, err);
+		fail_event(r);
 		return;
 	}
-	a->rdzv.assigned = true;
-	if (strcmp(a->rdzv.asg.nodes[a->rdzv.asg.group_rank].node_id, a->rdzv.node_id) ||
-	    a->rdzv.asg.nodes[a->rdzv.asg.group_rank].nproc != spec->nproc_per_node) {
-		set_error(a,
+	r->assigned = true;
+	if (strcmp(r->asg.nodes[r->asg.group_rank].node_id, r->node_id) ||
+	    r->asg.nodes[r->asg.group_rank].nproc != spec->nproc_per_node) {
+		set_error(r,
 			  "bad assignment from the store at '%s': group rank %d is not this node",
-			  a->rdzv.endpoint, a->rdzv.asg.group_rank);
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+			  r->endpoint, r->asg.group_rank);
+		fail_event(r);
 		return;
 	}
-	rc = a->rdzv.asg.group_rank == 0 ? publish_master(a) : fetch_master(a);
+	rc = r->asg.group_rank == 0 ? publish_master(r) : fetch_master(r);
 	if (rc < 0 && rc != -ENOTCONN) {
-		if (!a->rdzv.error_msg)
-			set_error(a, "cannot share MASTER_ADDR through the store: %s",
+		if (!r->error_msg)
+			set_error(r, "cannot share MASTER_ADDR through the store: %s",
 				  strerror(-rc));
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		fail_event(r);
 	}
 }
 
-static void got_master(struct agent *a, const struct crun_wire_msg *reply)
+static void got_master(struct agent_rdzv *r, const struct crun_wire_msg *reply)
 {
 	char value[320], host[300], err[128];
 	int port;
 
 	if (reply->type != CRUN_WIRE_VALUE || reply->count != 1) {
-		set_error(a, "bad MASTER_ADDR from the store: a %s frame",
+		set_error(r, "bad MASTER_ADDR from the store: a %s frame",
 			  crun_wire_type_name(reply->type));
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		fail_event(r);
 		return;
 	}
 	item_str(&reply->items[0], value, sizeof(value));
 	if (crun_parse_endpoint(value, 0, host, sizeof(host), &port, err, sizeof(err)) < 0 ||
 	    port < 1) {
-		set_error(a, "bad MASTER_ADDR '%s' from the store: %s", value,
+		set_error(r, "bad MASTER_ADDR '%s' from the store: %s", value,
 			  port < 1 ? "no port" : err);
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+		fail_event(r);
 		return;
 	}
-	snprintf(a->rdzv.master_addr, sizeof(a->rdzv.master_addr), "%s", host);
-	a->master_port = port;
-	ready(a);
+	snprintf(r->master_addr, sizeof(r->master_addr), "%s", host);
+	r->master_port = port;
+	ready(r);
 }
 
 static void on_reply(struct crun_aclient *c, int status, const char *message,
 		     const struct crun_wire_msg *reply, void *arg)
 {
-	struct rdzv_req *r = arg;
-	struct agent *a = r->a;
-	enum req_kind kind = r->kind;
-	bool stale = r->gen != a->rdzv.gen;
-	int64_t round = r->round;
+	struct rdzv_req *q = arg;
+	struct agent_rdzv *r = q->r;
+	enum req_kind kind = q->kind;
+	bool stale = q->gen != r->gen;
+	int64_t round = q->round;
 
 	(void)c;
-	req_unlink(a, r);
-	free(r);
+	req_unlink(r, q);
+	free(q);
 	if (status < 0 && !reply)
 		return; /* the connection is lost: LOST follows */
 	switch (kind) {
@@ -466,26 +471,26 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 		if (stale)
 			return;
 		if (status < 0) {
-			set_error(a, "cannot join run '%s' at '%s': %s", a->spec->run_id,
-				  a->rdzv.endpoint, message ? message : strerror(-status));
-			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			set_error(r, "cannot join run '%s' at '%s': %s", r->spec->run_id,
+				  r->endpoint, message ? message : strerror(-status));
+			fail_event(r);
 			return;
 		}
-		got_assignment(a, reply);
+		got_assignment(r, reply);
 		return;
 	case REQ_SET_MASTER:
 		if (stale)
 			return;
 		if (status < 0) {
-			set_error(a, "cannot publish MASTER_ADDR in the store: %s",
+			set_error(r, "cannot publish MASTER_ADDR in the store: %s",
 				  message ? message : strerror(-status));
-			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			fail_event(r);
 			return;
 		}
-		ready(a);
+		ready(r);
 		return;
 	case REQ_GET_MASTER:
-		if (stale || a->rdzv.ended)
+		if (stale || r->ended)
 			return;
 		if (status == -ETIMEDOUT) {
 			char msg[512], t[24];
@@ -494,19 +499,19 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 			 * that every node joins the next one. */
 			snprintf(msg, sizeof(msg),
 				 "node %d (%s) got no MASTER_ADDR from group rank 0 (%s) within %s",
-				 a->rdzv.asg.group_rank, a->hostname, a->rdzv.asg.nodes[0].host,
-				 crun_rdzv_format_ms(a->spec->rdzv.read_timeout_ms, t, sizeof(t)));
+				 r->asg.group_rank, r->hostname, r->asg.nodes[0].host,
+				 crun_rdzv_format_ms(r->spec->rdzv.read_timeout_ms, t, sizeof(t)));
 			crun_warn("%s", msg);
-			agent_rdzv_fail(a, msg);
+			crun__rdzv_fail(r, msg);
 			return;
 		}
 		if (status < 0) {
-			set_error(a, "cannot read MASTER_ADDR from the store: %s",
+			set_error(r, "cannot read MASTER_ADDR from the store: %s",
 				  message ? message : strerror(-status));
-			agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			fail_event(r);
 			return;
 		}
-		got_master(a, reply);
+		got_master(r, reply);
 		return;
 	case REQ_FAIL:
 		if (status < 0)
@@ -517,7 +522,7 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 		if (stale)
 			return;
 		if (status == 0) {
-			agent_group_event(a, EV_RDZV_DONE, NULL, 0);
+			r->hooks.done(r->hooks.arg);
 			return;
 		}
 		if (status == -ECANCELED) {
@@ -527,9 +532,9 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 				   message ? message : "canceled");
 			return;
 		}
-		set_error(a, "the exit barrier of round %" PRId64 " failed: %s", round,
+		set_error(r, "the exit barrier of round %" PRId64 " failed: %s", round,
 			  message ? message : strerror(-status));
-		agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+		fail_event(r);
 		return;
 	}
 }
@@ -538,54 +543,58 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 
 static void on_connect(struct crun_aclient *c, int status, const char *message, void *arg)
 {
-	struct agent *a = arg;
+	struct agent_rdzv *r = arg;
 
 	(void)c;
 	if (status < 0) {
 		if (status == -EACCES)
-			set_error(a,
+			set_error(r,
 				  "the rendezvous store at '%s' refused this node: %s (every node "
 				  "needs the store's job token: --rdzv-conf token_file)",
-				  a->rdzv.endpoint, message ? message : "authentication failed");
+				  r->endpoint, message ? message : "authentication failed");
 		else if (status == -ETIMEDOUT || status == -ECONNREFUSED)
-			set_error(a, "%s", message ? message : strerror(-status));
+			set_error(r, "%s", message ? message : strerror(-status));
 		else
-			set_error(a, "cannot join the rendezvous store at '%s': %s",
-				  a->rdzv.endpoint, message ? message : strerror(-status));
-		agent_group_event(a, EV_RDZV_ERROR, NULL, -status);
+			set_error(r, "cannot join the rendezvous store at '%s': %s", r->endpoint,
+				  message ? message : strerror(-status));
+		fail_event(r);
 		return;
 	}
-	a->rdzv.connected = true;
+	r->connected = true;
 	crun_debug("connected to the rendezvous store at '%s'", crun_aclient_peer(c));
-	if (a->rdzv.join_wanted && send_join(a) < 0)
-		agent_group_event(a, EV_RDZV_ERROR, NULL, 0);
+	if (r->join_wanted && send_join(r) < 0)
+		fail_event(r);
 }
 
-static void round_event(struct agent *a, const struct crun_wire_msg *msg)
+static void round_event(struct agent_rdzv *r, const struct crun_wire_msg *msg)
 {
 	char reason[16], text[1100], count[24];
+	struct crun__round_end end;
 	int64_t n;
 
-	if (!a->rdzv.assigned || a->rdzv.ended || msg->id != a->rdzv.join_id ||
-	    msg->num != a->rdzv.asg.round || msg->count != 3)
+	if (!r->assigned || r->ended || msg->id != r->join_id || msg->num != r->asg.round ||
+	    msg->count != 3)
 		return; /* an earlier round's, or not ours */
 	item_str(&msg->items[0], reason, sizeof(reason));
 	item_str(&msg->items[1], text, sizeof(text));
 	item_str(&msg->items[2], count, sizeof(count));
 	if (crun_parse_int64(count, 0, INT32_MAX, &n, NULL, 0) < 0)
-		n = a->restart_count;
-	a->rdzv.ended = true;
-	snprintf(a->rdzv.end_reason, sizeof(a->rdzv.end_reason), "%s", reason);
-	free(a->rdzv.end_msg);
-	a->rdzv.end_msg = strdup(text);
-	a->rdzv.end_count = n;
-	agent_group_event(a, EV_RDZV_ENDED, NULL, 0);
+		n = r->asg.restart_count;
+	r->ended = true;
+	end = (struct crun__round_end){
+		.round = r->asg.round,
+		.exhausted = !strcmp(reason, "exhausted"),
+		.node_joined = !strcmp(reason, "join"),
+		.restart_count = n,
+		.message = text,
+	};
+	r->hooks.ended(r->hooks.arg, &end);
 }
 
 static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, int err,
 		     const char *message, const struct crun_wire_msg *msg, void *arg)
 {
-	struct agent *a = arg;
+	struct agent_rdzv *r = arg;
 	char why[160], t[24];
 
 	(void)c;
@@ -600,21 +609,21 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 			break;
 		case ETIMEDOUT:
 			snprintf(why, sizeof(why), "no reply for %s",
-				 crun_rdzv_format_ms(a->spec->rdzv.keep_alive_interval_ms *
-							     a->spec->rdzv.keep_alive_max_attempt,
+				 crun_rdzv_format_ms(r->spec->rdzv.keep_alive_interval_ms *
+							     r->spec->rdzv.keep_alive_max_attempt,
 						     t, sizeof(t)));
 			break;
 		default:
 			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
 			break;
 		}
-		set_error(a, "lost the rendezvous store at '%s' (%s); the job cannot continue",
-			  a->rdzv.endpoint, why);
-		a->rdzv.connected = false;
-		agent_group_event(a, EV_STORE_LOST, NULL, -err);
+		set_error(r, "lost the rendezvous store at '%s' (%s); the job cannot continue",
+			  r->endpoint, why);
+		r->connected = false;
+		r->hooks.failed(r->hooks.arg, true, r->error_msg);
 		return;
 	case CRUN_ACLIENT_EV_RDZV:
-		round_event(a, msg);
+		round_event(r, msg);
 		return;
 	case CRUN_ACLIENT_EV_NOTIFY:
 		return;
@@ -623,46 +632,42 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 
 /* ---- setup and teardown ------------------------------------------------------ */
 
-int agent_rdzv_setup(struct agent *a)
+int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_agent_spec *spec,
+		     const char *hostname, const struct crun__rdzv_hooks *hooks,
+		     struct crun_server **server)
 {
-	const struct crun_agent_spec *spec = a->spec;
 	struct crun_aclient_opts o;
 	unsigned char rnd[4];
 	int host = spec->rdzv.is_host, rc;
 
-	snprintf(a->rdzv.endpoint, sizeof(a->rdzv.endpoint),
+	r->loop = loop;
+	r->spec = spec;
+	snprintf(r->hostname, sizeof(r->hostname), "%s", hostname);
+	r->hooks = *hooks;
+	*server = NULL;
+	snprintf(r->endpoint, sizeof(r->endpoint),
 		 strchr(spec->rdzv.host, ':') ? "[%s]:%d" : "%s:%d", spec->rdzv.host,
 		 spec->rdzv.port);
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		memset(rnd, 0, sizeof(rnd));
-	snprintf(a->rdzv.node_id, sizeof(a->rdzv.node_id), "%s:%d:%02x%02x%02x%02x", a->hostname,
+	snprintf(r->node_id, sizeof(r->node_id), "%s:%d:%02x%02x%02x%02x", r->hostname,
 		 (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3]);
 
 	if (host < 0)
-		host = host_is_local(spec->rdzv.host, a->hostname);
+		host = host_is_local(spec->rdzv.host, r->hostname);
 	if (host) {
-		rc = host_store(a, spec->rdzv.is_host == 1);
+		rc = host_store(r, spec->rdzv.is_host == 1, server);
 		if (rc == -EADDRINUSE)
 			crun_debug("'%s' is served already (by another agent on this host or "
 				   "crun-rdzvd): joining it as a client",
-				   a->rdzv.endpoint);
+				   r->endpoint);
 		else if (rc < 0)
 			return rc;
 	}
 	if (spec->local_addr)
-		snprintf(a->rdzv.self_addr, sizeof(a->rdzv.self_addr), "%s", spec->local_addr);
-	else if (a->rdzv.hosting && !crun_addr_is_loopback(spec->rdzv.host))
-		snprintf(a->rdzv.self_addr, sizeof(a->rdzv.self_addr), "%s", spec->rdzv.host);
-
-	if (asprintf(&a->store_env, "CRUN_STORE=%s", a->rdzv.endpoint) < 0) {
-		a->store_env = NULL;
-		return -ENOMEM;
-	}
-	if (spec->token && asprintf(&a->token_env, "CRUN_TOKEN=%.*s", (int)spec->token_len,
-				    (const char *)spec->token) < 0) {
-		a->token_env = NULL;
-		return -ENOMEM;
-	}
+		snprintf(r->self_addr, sizeof(r->self_addr), "%s", spec->local_addr);
+	else if (r->hosting && !crun_addr_is_loopback(spec->rdzv.host))
+		snprintf(r->self_addr, sizeof(r->self_addr), "%s", spec->rdzv.host);
 
 	memset(&o, 0, sizeof(o));
 	o.host = spec->rdzv.host;
@@ -673,39 +678,42 @@ int agent_rdzv_setup(struct agent *a)
 	o.connect_timeout_ms = spec->rdzv.join_timeout_ms;
 	o.keepalive_interval_ms = spec->rdzv.keep_alive_interval_ms;
 	o.keepalive_max_attempt = spec->rdzv.keep_alive_max_attempt;
-	a->rdzv.client = crun_aclient_create(&a->loop, &o, on_event, a);
-	if (!a->rdzv.client) {
-		crun_error("cannot create the store client for '%s'", a->rdzv.endpoint);
+	r->client = crun_aclient_create(r->loop, &o, on_event, r);
+	if (!r->client) {
+		crun_error("cannot create the store client for '%s'", r->endpoint);
 		return -ENOMEM;
 	}
-	rc = crun_aclient_connect(a->rdzv.client, on_connect, a);
+	rc = crun_aclient_connect(r->client, on_connect, r);
 	if (rc < 0) {
-		crun_error("cannot connect to the rendezvous store at '%s': %s", a->rdzv.endpoint,
+		crun_error("cannot connect to the rendezvous store at '%s': %s", r->endpoint,
 			   strerror(-rc));
 		return rc;
 	}
 	return 0;
 }
 
-void agent_rdzv_finish(struct agent *a)
+const char *crun__rdzv_error(const struct agent_rdzv *r)
 {
-	if (a->rdzv.client) {
-		crun_aclient_destroy(a->rdzv.client);
-		a->rdzv.client = NULL;
-	}
-	a->rdzv.connected = false;
-	while (a->rdzv.reqs) {
-		struct rdzv_req *r = a->rdzv.reqs;
+	return r->error_msg;
+}
 
-		a->rdzv.reqs = r->next;
-		free(r);
+void crun__rdzv_finish(struct agent_rdzv *r)
+{
+	if (r->client) {
+		crun_aclient_destroy(r->client);
+		r->client = NULL;
 	}
-	if (a->rdzv.assigned) {
-		crun_rdzv_assignment_finish(&a->rdzv.asg);
-		a->rdzv.assigned = false;
+	r->connected = false;
+	while (r->reqs) {
+		struct rdzv_req *q = r->reqs;
+
+		r->reqs = q->next;
+		free(q);
 	}
-	free(a->rdzv.end_msg);
-	a->rdzv.end_msg = NULL;
-	free(a->rdzv.error_msg);
-	a->rdzv.error_msg = NULL;
+	if (r->assigned) {
+		crun_rdzv_assignment_finish(&r->asg);
+		r->assigned = false;
+	}
+	free(r->error_msg);
+	r->error_msg = NULL;
 }

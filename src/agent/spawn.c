@@ -1,13 +1,13 @@
 /* One worker: its command line, its environment, its log files and its
  * process.
  *
- * The environment every worker shares is built once per job (agent_env_init)
+ * The environment every worker shares is built once per job (crun__spawner_env_init)
  * as an array of pointers into crun's environment, extra_env and a few
  * strings of the agent's own; each spawn only adds the half dozen variables
  * that differ between workers and attempts. uv_spawn copies nothing but
  * uses the array in the child before exec, so it can be freed right after
  * uv_spawn returns. */
-#include "agent/internal.h"
+#include "agent/spawn.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -69,7 +69,7 @@ static bool in_keys(const char *entry, const char *const *keys, size_t n)
 }
 
 /* True when the agent sets this key itself for every worker. */
-static bool reserved(const struct agent *a, const char *entry)
+static bool reserved(const struct crun__spawner *a, const char *entry)
 {
 	if (in_keys(entry, agent_keys, CRUN_ARRAY_SIZE(agent_keys)))
 		return true;
@@ -90,9 +90,10 @@ static const char *find_env(char **env, size_t n, const char *key)
 	return NULL;
 }
 
-static int add_own(struct agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add_own(struct crun__spawner *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
-static int add_own(struct agent *a, const char *fmt, ...)
+static int add_own(struct crun__spawner *a, const char *fmt, ...)
 {
 	va_list ap;
 	char *s;
@@ -110,7 +111,7 @@ static int add_own(struct agent *a, const char *fmt, ...)
 	return 0;
 }
 
-int agent_env_init(struct agent *a)
+int crun__spawner_env_init(struct crun__spawner *a)
 {
 	const struct crun_agent_spec *spec = a->spec;
 	size_t ninherit = 0, nextra = 0;
@@ -181,7 +182,7 @@ int agent_env_init(struct agent *a)
 	return err;
 }
 
-void agent_env_finish(struct agent *a)
+void crun__spawner_env_finish(struct crun__spawner *a)
 {
 	for (int i = 0; i < a->nenv_own; i++)
 		free(a->env_own[i]);
@@ -299,19 +300,21 @@ static void worker_free(struct worker *w)
 	free(w);
 }
 
-void agent_worker_handle_closed(struct worker *w, bool is_pipe)
+/* A handle of w has closed: a pipe is told to the owner unless it has let
+ * go of w, which may free w. */
+static void handle_closed(struct worker *w, bool is_pipe)
 {
 	w->handles--;
 	if (!w->detached) {
 		if (is_pipe)
-			agent_group_event(w->agent, EV_PIPE_CLOSED, w, 0); /* may free w */
+			w->sp->pipe_closed(w, w->sp->arg);
 		return;
 	}
 	if (w->handles == 0)
 		worker_free(w);
 }
 
-void agent_worker_detach(struct worker *w)
+void crun__worker_detach(struct worker *w)
 {
 	w->detached = true;
 	if (w->handles == 0)
@@ -320,10 +323,15 @@ void agent_worker_detach(struct worker *w)
 
 static void proc_closed(uv_handle_t *h)
 {
-	agent_worker_handle_closed(h->data, false);
+	handle_closed(h->data, false);
 }
 
-void agent_worker_abandon(struct worker *w)
+static void pipe_closed(struct outpipe *p)
+{
+	handle_closed(p->data, true);
+}
+
+void crun__worker_abandon(struct worker *w)
 {
 	if (!w->running)
 		return;
@@ -341,7 +349,32 @@ static void worker_exited(uv_process_t *proc, int64_t status, int term_signal)
 	w->term_signal = term_signal;
 	w->exit_wall_ms = crun_wall_ms();
 	uv_close((uv_handle_t *)proc, proc_closed);
-	agent_group_event(w->agent, EV_WORKER_EXITED, w, 0);
+	w->sp->exited(w, w->sp->arg);
+}
+
+/* True when local rank lr's stream (0 out, 1 err) goes to a file / to the
+ * console. */
+static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
+{
+	const struct crun_agent_spec *spec = a->spec;
+	unsigned mask = 0;
+
+	if (!a->log_root)
+		return false;
+	if (spec->redirects)
+		mask |= (unsigned)spec->redirects[lr];
+	if (spec->tee)
+		mask |= (unsigned)spec->tee[lr];
+	return mask & (1u << stream);
+}
+
+static bool stream_to_console(const struct crun_agent_spec *spec, int lr, int stream)
+{
+	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
+		return false;
+	if (spec->console_ranks && !spec->console_ranks[lr])
+		return false;
+	return true;
 }
 
 static int open_log(struct worker *w, int stream, const char *dir)
@@ -365,7 +398,7 @@ static int open_log(struct worker *w, int stream, const char *dir)
 }
 
 /* Log directory, log files and error file of w. */
-static int worker_files(struct agent *a, struct worker *w)
+static int worker_files(struct crun__spawner *a, struct worker *w)
 {
 	char *dir = NULL;
 	int err = 0;
@@ -379,7 +412,7 @@ static int worker_files(struct agent *a, struct worker *w)
 			goto out_free;
 		}
 		for (int s = 0; s < 2; s++) {
-			if (agent_stream_to_file(a, w->local_rank, s)) {
+			if (stream_to_file(a, w->local_rank, s)) {
 				err = open_log(w, s, dir);
 				if (err < 0)
 					goto out_free;
@@ -403,10 +436,11 @@ out_free:
 }
 
 /* The variables that differ per worker, appended to the shared ones. */
-static char **worker_env(struct agent *a, struct worker *w, char **block)
+static char **worker_env(const struct crun__spawner *a, const struct crun__placement *place,
+			 const struct worker *w, char **block)
 {
 	const struct crun_agent_spec *spec = a->spec;
-	size_t size = 1024 + strlen(w->error_file) + strlen(a->master_addr) +
+	size_t size = 1024 + strlen(w->error_file) + strlen(place->master_addr) +
 		      (a->cuda_visible ? strlen(a->cuda_visible) : 0);
 	char **env = calloc(a->nenv + 16, sizeof(char *));
 	char *b = malloc(size), *p;
@@ -428,16 +462,16 @@ static char **worker_env(struct agent *a, struct worker *w, char **block)
 	ADD("LOCAL_RANK=%d", lr);
 	ADD("RANK=%d", w->rank);
 	ADD("ROLE_RANK=%d", w->rank);
-	ADD("GROUP_RANK=%d", a->group_rank);
-	ADD("GROUP_WORLD_SIZE=%d", a->nnodes);
-	ADD("WORLD_SIZE=%d", a->world_size);
-	ADD("ROLE_WORLD_SIZE=%d", a->world_size);
-	ADD("MASTER_ADDR=%s", a->master_addr);
-	ADD("MASTER_PORT=%d", a->master_port);
+	ADD("GROUP_RANK=%d", place->group_rank);
+	ADD("GROUP_WORLD_SIZE=%d", place->nnodes);
+	ADD("WORLD_SIZE=%d", place->world_size);
+	ADD("ROLE_WORLD_SIZE=%d", place->world_size);
+	ADD("MASTER_ADDR=%s", place->master_addr);
+	ADD("MASTER_PORT=%d", place->master_port);
 	ADD("TORCHELASTIC_RESTART_COUNT=%d", w->attempt);
 	ADD("TORCHELASTIC_ERROR_FILE=%s", w->error_file);
 	if (a->store_env)
-		ADD("CRUN_ROUND=%lld", (long long)a->round);
+		ADD("CRUN_ROUND=%lld", (long long)place->round);
 	if (spec->virtual_local_rank) {
 		char dev[128];
 		if (cuda_device(a->cuda_visible, w->local_rank, dev, sizeof(dev)) < 0)
@@ -450,7 +484,8 @@ static char **worker_env(struct agent *a, struct worker *w, char **block)
 	return env;
 }
 
-struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
+struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__placement *place,
+				  int local_rank, int seq, int *errp)
 {
 	const struct crun_agent_spec *spec = a->spec;
 	uv_stdio_container_t stdio[3];
@@ -463,32 +498,32 @@ struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
-	w->agent = a;
+	w->sp = a;
 	w->local_rank = local_rank;
-	w->rank = a->rank_offset + local_rank;
-	w->attempt = a->restart_count;
-	w->seq = a->attempts - 1;
+	w->rank = place->rank_offset + local_rank;
+	w->attempt = place->restart_count;
+	w->seq = seq;
 	if (!strcmp(spec->role, "default"))
 		snprintf(w->prefix, sizeof(w->prefix), "[%d]:", w->rank);
 	else
 		snprintf(w->prefix, sizeof(w->prefix), "[%.64s%d]:", spec->role, w->rank);
-	w->prefix_len = strlen(w->prefix);
 
 	for (int s = 0; s < 2; s++) {
-		err = agent_outpipe_init(&w->out[s], &a->loop, w);
+		err = crun__outpipe_init(&w->out[s], a->loop, w->prefix, w->rank, pipe_closed, w);
 		if (err < 0) {
 			crun_error("cannot create output pipe of rank %d: %s", w->rank,
 				   uv_strerror(err));
 			goto out_close;
 		}
-		if (agent_stream_to_console(a, local_rank, s))
+		w->handles++;
+		if (stream_to_console(a->spec, local_rank, s))
 			w->out[s].console = &a->console[s];
 	}
 	err = worker_files(a, w);
 	if (err < 0)
 		goto out_close;
 	argv = worker_argv(spec, local_rank, &owned);
-	env = argv ? worker_env(a, w, &block) : NULL;
+	env = argv ? worker_env(a, place, w, &block) : NULL;
 	if (!env) {
 		err = -ENOMEM;
 		crun_error("cannot start rank %d: %s", w->rank, strerror(ENOMEM));
@@ -511,7 +546,7 @@ struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
 	opts.stdio = stdio;
 	opts.stdio_count = 3;
 	w->proc.data = w;
-	err = uv_spawn(&a->loop, &w->proc, &opts);
+	err = uv_spawn(a->loop, &w->proc, &opts);
 	w->handles++; /* the process handle is closed even after a failure */
 	if (err < 0) {
 		/* Reported by the group, which knows what it means. */
@@ -522,19 +557,19 @@ struct worker *agent_worker_spawn(struct agent *a, int local_rank, int *errp)
 	w->spawned = true;
 	w->running = true;
 	w->pid = w->proc.pid;
-	agent_reaper_watch(&a->reaper, w->pid);
+	agent_reaper_watch(a->reaper, w->pid);
 	for (int s = 0; s < 2; s++) {
-		int r = agent_outpipe_start(&w->out[s]);
+		int r = crun__outpipe_start(&w->out[s]);
 		if (r < 0) {
 			crun_warn("cannot read output of rank %d: %s", w->rank, uv_strerror(r));
-			agent_outpipe_close(&w->out[s]);
+			crun__outpipe_close(&w->out[s]);
 		}
 	}
 	goto out_free;
 out_close:
 	*errp = err;
 	for (int s = 0; s < 2; s++)
-		agent_outpipe_close(&w->out[s]);
+		crun__outpipe_close(&w->out[s]);
 out_free:
 	for (int i = 0; owned && owned[i]; i++)
 		free(owned[i]);

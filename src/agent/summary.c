@@ -6,13 +6,20 @@
  * agent saw them, so the first is the root cause. The summary follows
  * torchrun's ChildFailedError table, root cause first, and adds the
  * message and traceback that PyTorch's @record left in the worker's
- * TORCHELASTIC_ERROR_FILE. */
-#include "agent/internal.h"
+ * TORCHELASTIC_ERROR_FILE.
+ *
+ * Error files are JSON, read and written with jansson: strict RFC 8259
+ * decoding (any defect gives NULL with the line and column, and the
+ * summary then shows "<N/A>"), strings byte for byte, "\u0000" included
+ * (JSON_ALLOW_NUL), and objects keep the order of their members, so a
+ * worker's document comes back as it was with only errorCode set. */
+#include "agent/summary.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,44 +32,44 @@
 /* Largest error file read; a traceback is far smaller. */
 #define ERROR_FILE_MAX (4 << 20)
 
-int agent_failure_add(struct agent *a, const struct worker *w)
+int crun__failures_add(struct crun__failures *fl, const struct crun__failure *f)
 {
-	struct failure *f;
+	struct crun__failure *c;
 
-	if (a->nfailures == a->cap_failures) {
-		size_t cap = a->cap_failures ? a->cap_failures * 2 : 8;
-		struct failure *nf = realloc(a->failures, cap * sizeof(*nf));
-		if (!nf)
+	if (fl->n == fl->cap) {
+		size_t cap = fl->cap ? fl->cap * 2 : 8;
+		struct crun__failure *nv = realloc(fl->v, cap * sizeof(*nv));
+		if (!nv)
 			return -ENOMEM;
-		a->failures = nf;
-		a->cap_failures = cap;
+		fl->v = nv;
+		fl->cap = cap;
 	}
-	f = &a->failures[a->nfailures];
-	memset(f, 0, sizeof(*f));
-	f->rank = w->rank;
-	f->local_rank = w->local_rank;
-	f->pid = w->pid;
-	f->exit_code = w->exit_code;
-	f->term_signal = w->term_signal;
-	f->wall_ms = w->exit_wall_ms;
-	if (w->error_file)
-		f->error_file = strdup(w->error_file);
-	if (w->log_path[1] || w->log_path[0])
-		f->log_file = strdup(w->log_path[1] ? w->log_path[1] : w->log_path[0]);
-	a->nfailures++;
+	c = &fl->v[fl->n];
+	*c = *f;
+	c->error_file = f->error_file ? strdup(f->error_file) : NULL;
+	c->log_file = f->log_file ? strdup(f->log_file) : NULL;
+	fl->n++;
 	return 0;
 }
 
-void agent_failures_clear(struct agent *a)
+void crun__failures_clear(struct crun__failures *fl)
 {
-	for (size_t i = 0; i < a->nfailures; i++) {
-		free(a->failures[i].error_file);
-		free(a->failures[i].log_file);
+	for (size_t i = 0; i < fl->n; i++) {
+		free(fl->v[i].error_file);
+		free(fl->v[i].log_file);
 	}
-	a->nfailures = 0;
+	fl->n = 0;
 }
 
-static void signal_name(char *buf, size_t len, int sig)
+void crun__failures_finish(struct crun__failures *fl)
+{
+	crun__failures_clear(fl);
+	free(fl->v);
+	fl->v = NULL;
+	fl->cap = 0;
+}
+
+void crun__signal_name(char *buf, size_t len, int sig)
 {
 	const char *abbrev = sigabbrev_np(sig);
 
@@ -77,7 +84,7 @@ void agent_describe_exit(char *buf, size_t len, int exit_code, int term_signal)
 	char name[32];
 
 	if (term_signal) {
-		signal_name(name, sizeof(name), term_signal);
+		crun__signal_name(name, sizeof(name), term_signal);
 		snprintf(buf, len, "was killed by %s", name);
 	} else {
 		snprintf(buf, len, "exited with code %d", exit_code);
@@ -123,16 +130,83 @@ out_close:
 	return err;
 }
 
-static char *dup_string(const struct json *v)
+/* Python's json module writes a lone UTF-16 surrogate (a path that was
+ * not UTF-8, decoded with surrogateescape) as a bare "\udcXX" escape,
+ * which jansson refuses. Such an escape becomes "\ufffd", of the same
+ * length, before parsing: the replacement character Python prints for
+ * it. Only escapes inside strings are touched. */
+static bool hex4(const char *s, size_t avail, unsigned *out)
 {
-	if (!v || v->type != JSON_STRING || !v->len)
+	unsigned v = 0;
+
+	if (avail < 4)
+		return false;
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+		int h = c >= '0' && c <= '9'   ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10
+					       : -1;
+		if (h < 0)
+			return false;
+		v = v * 16 + (unsigned)h;
+	}
+	*out = v;
+	return true;
+}
+
+static void mend_lone_surrogates(char *s, size_t len)
+{
+	bool in_string = false;
+	unsigned cp, lo;
+
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '"') {
+			in_string = !in_string;
+			continue;
+		}
+		if (!in_string || s[i] != '\\' || i + 1 >= len)
+			continue;
+		if (s[i + 1] != 'u' || !hex4(s + i + 2, len - i - 2, &cp)) {
+			i++; /* an escaped character: never a quote that ends */
+			continue;
+		}
+		if (cp >= 0xd800 && cp < 0xdc00 && len - i >= 12 && s[i + 6] == '\\' &&
+		    s[i + 7] == 'u' && hex4(s + i + 8, len - i - 8, &lo) && lo >= 0xdc00 &&
+		    lo < 0xe000) {
+			i += 11; /* a pair */
+			continue;
+		}
+		if (cp >= 0xd800 && cp < 0xe000)
+			memcpy(s + i + 2, "fffd", 4);
+		i += 5;
+	}
+}
+
+/* Parses an error file's text (NUL-terminated, len bytes, changed in
+ * place) as a JSON object; NULL when it is none (why, at debug level). */
+static json_t *parse_doc(char *text, size_t len, const char *what)
+{
+	json_error_t e;
+	json_t *doc;
+
+	mend_lone_surrogates(text, len);
+	doc = json_loadb(text, len, JSON_ALLOW_NUL, &e);
+	if (!doc)
+		crun_debug("%s is not JSON: line %d column %d: %s", what, e.line, e.column, e.text);
+	return doc;
+}
+
+static char *dup_string(const json_t *v)
+{
+	if (!json_is_string(v) || !json_string_length(v))
 		return NULL;
-	return strdup(v->str);
+	return strdup(json_string_value(v));
 }
 
 int agent_error_file_read(const char *path, char **message, char **traceback)
 {
-	struct json *root, *m;
+	json_t *root, *m;
 	char *text;
 	size_t len;
 	int err;
@@ -142,20 +216,20 @@ int agent_error_file_read(const char *path, char **message, char **traceback)
 	err = read_file(path, &text, &len);
 	if (err < 0)
 		return err;
-	root = agent_json_parse(text, len, NULL, 0);
+	root = parse_doc(text, len, path);
 	free(text);
 	if (!root)
 		return -EPROTO;
-	m = agent_json_get(root, "message");
-	if (m && m->type == JSON_STRING) {
+	m = json_object_get(root, "message");
+	if (json_is_string(m)) {
 		/* The newer format: {"message": "text"} */
 		*message = dup_string(m);
-	} else if (m && m->type == JSON_OBJECT) {
-		struct json *extra = agent_json_get(m, "extraInfo");
-		*message = dup_string(agent_json_get(m, "message"));
-		*traceback = dup_string(agent_json_get(extra, "py_callstack"));
+	} else if (json_is_object(m)) {
+		json_t *extra = json_object_get(m, "extraInfo");
+		*message = dup_string(json_object_get(m, "message"));
+		*traceback = dup_string(json_object_get(extra, "py_callstack"));
 	}
-	agent_json_free(root);
+	json_decref(root);
 	return *message || *traceback ? 0 : -EPROTO;
 }
 
@@ -185,91 +259,82 @@ out_free:
 	return err;
 }
 
-static int set_string(struct json *obj, const char *key, const char *s)
+/* A JSON string of s; bytes that are not UTF-8 (a path in another
+ * encoding) become '?', since JSON text is UTF-8. NULL: out of memory. */
+static json_t *text_value(const char *s)
 {
-	struct json *v = agent_json_new_string(s, strlen(s));
+	json_t *v = json_string(s);
+	char *copy;
 
-	return v ? agent_json_set(obj, key, v) : -ENOMEM;
+	if (v)
+		return v;
+	copy = strdup(s);
+	if (!copy)
+		return NULL;
+	for (char *p = copy; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	v = json_string(copy);
+	free(copy);
+	return v;
 }
 
 /* {"message": {"message": ..., "extraInfo": {"py_callstack": ...,
  * "timestamp": ...}, "errorCode": code}}, as @record writes it. */
-static struct json *fallback_doc(const char *message, const char *detail, int code)
+static json_t *fallback_doc(const char *message, const char *detail, int code)
 {
-	struct json *root = agent_json_new(JSON_OBJECT);
-	struct json *m = agent_json_new(JSON_OBJECT);
-	struct json *extra = agent_json_new(JSON_OBJECT);
-	struct json *num = agent_json_new_number(code);
 	char stamp[32];
-	int err;
 
-	if (!root || !m || !extra || !num) {
-		agent_json_free(root);
-		agent_json_free(m);
-		agent_json_free(extra);
-		agent_json_free(num);
+	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun_wall_ms() / 1000));
+	return json_pack("{s:{s:o, s:{s:o, s:s}, s:i}}", "message", "message", text_value(message),
+			 "extraInfo", "py_callstack", text_value(detail), "timestamp", stamp,
+			 "errorCode", code);
+}
+
+/* The worker's own document, with errorCode set to code: NULL when
+ * err_text is not an object with a "message". */
+static json_t *worker_doc(const char *err_text, size_t err_len, int code)
+{
+	char *text = malloc(err_len + 1);
+	json_t *doc, *m;
+
+	if (!text)
+		return NULL;
+	memcpy(text, err_text, err_len);
+	text[err_len] = '\0';
+	doc = parse_doc(text, err_len, "the worker's error file");
+	free(text);
+	m = json_object_get(doc, "message");
+	if (!m) {
+		json_decref(doc);
 		return NULL;
 	}
-	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun_wall_ms() / 1000));
-	err = set_string(extra, "py_callstack", detail);
-	if (!err)
-		err = set_string(extra, "timestamp", stamp);
-	if (!err)
-		err = set_string(m, "message", message);
-	/* From here on the tree owns each part, also on failure. */
-	if (err) {
-		agent_json_free(num);
-		agent_json_free(extra);
-		goto out_free;
+	/* As torchrun: the worker cannot know it died by a signal, so the
+	 * agent fills in the code. */
+	if (json_is_object(m) && code && json_object_set_new(m, "errorCode", json_integer(code))) {
+		json_decref(doc);
+		return NULL;
 	}
-	err = agent_json_set(m, "extraInfo", extra);
-	if (err) {
-		agent_json_free(num);
-		goto out_free;
-	}
-	err = agent_json_set(m, "errorCode", num);
-	if (err)
-		goto out_free;
-	err = agent_json_set(root, "message", m);
-	m = NULL;
-	if (err)
-		goto out_free;
-	return root;
-out_free:
-	agent_json_free(m);
-	agent_json_free(root);
-	return NULL;
+	return doc;
 }
 
 int agent_error_file_write(const char *path, const char *err_text, size_t err_len,
 			   const char *message, const char *detail, int code)
 {
-	struct json *doc = NULL, *m;
+	json_t *doc = NULL;
 	char *out;
 	int err;
 
-	if (err_text) {
-		doc = agent_json_parse(err_text, err_len, NULL, 0);
-		m = agent_json_get(doc, "message");
-		if (!m) {
-			agent_json_free(doc);
-			doc = NULL;
-		} else if (m->type == JSON_OBJECT && code) {
-			/* As torchrun: the worker cannot know it died by a
-			 * signal, so the agent fills in the code. */
-			struct json *c = agent_json_new_number(code);
-			if (!c || agent_json_set(m, "errorCode", c) < 0) {
-				agent_json_free(doc);
-				return -ENOMEM;
-			}
-		}
-	}
+	if (err_text)
+		doc = worker_doc(err_text, err_len, code);
 	if (!doc)
 		doc = fallback_doc(message, detail, code);
 	if (!doc)
 		return -ENOMEM;
-	out = agent_json_dump(doc);
-	agent_json_free(doc);
+	/* One line, with ", " and ": " between members, as Python's
+	 * json.dumps writes it. */
+	out = json_dumps(doc, 0);
+	json_decref(doc);
 	if (!out)
 		return -ENOMEM;
 	err = write_atomic(path, out, strlen(out));
@@ -361,13 +426,8 @@ static void iso_time(char *buf, size_t len, uint64_t wall_ms)
 			 off < 0 ? '-' : '+', labs(off) / 60, labs(off) % 60);
 }
 
-static bool keeps_files(const struct agent *a)
-{
-	return a->log_root != NULL;
-}
-
-static void add_failure(struct text *t, const struct agent *a, const struct failure *f,
-			size_t index)
+static void add_failure(struct text *t, const struct crun__summary_job *job,
+			const struct crun__failure *f, size_t index)
 {
 	char when[64], sig[32];
 	char *message = NULL, *traceback = NULL;
@@ -378,10 +438,10 @@ static void add_failure(struct text *t, const struct agent *a, const struct fail
 		have_error_file = agent_error_file_read(f->error_file, &message, &traceback) == 0;
 	tadd(t, "[%zu]:\n", index);
 	tadd(t, "  %-10s: %s\n", "time", when);
-	tadd(t, "  %-10s: %s\n", "host", a->hostname);
+	tadd(t, "  %-10s: %s\n", "host", job->hostname);
 	tadd(t, "  %-10s: %d (local_rank: %d)\n", "rank", f->rank, f->local_rank);
 	if (f->term_signal) {
-		signal_name(sig, sizeof(sig), f->term_signal);
+		crun__signal_name(sig, sizeof(sig), f->term_signal);
 		tadd(t, "  %-10s: -%d (%s, pid: %d)\n", "exitcode", f->term_signal, sig,
 		     (int)f->pid);
 	} else {
@@ -389,7 +449,7 @@ static void add_failure(struct text *t, const struct agent *a, const struct fail
 	}
 	tadd(t, "  %-10s: %s\n", "log_file", f->log_file ? f->log_file : "<N/A>");
 	tadd(t, "  %-10s: %s\n", "error_file",
-	     have_error_file && keeps_files(a) ? f->error_file : "<N/A>");
+	     have_error_file && job->keeps_files ? f->error_file : "<N/A>");
 	tadd_block(t, "message", message ? message : "");
 	if (traceback)
 		tadd_block(t, "traceback", traceback);
@@ -403,73 +463,73 @@ static const char rule_light[] = "----------------------------------------------
 /* With rendezvous, when no local rank failed in the last round: the root
  * cause as the store reported the round's end (the node that saw the
  * failure prints the full record). */
-static void remote_report(struct agent *a)
+static void remote_report(const struct crun__summary_job *job)
 {
 	struct text t = {0};
-	const char *why = a->rdzv.end_msg;
+	const char *why = job->round_end;
 
 	tadd(&t, "%s", rule_heavy);
-	tadd(&t, "%s FAILED", a->name);
-	if (a->restart_count)
-		tadd(&t, " (after %d restart%s)", a->restart_count,
-		     a->restart_count == 1 ? "" : "s");
+	tadd(&t, "%s FAILED", job->name);
+	if (job->restart_count)
+		tadd(&t, " (after %d restart%s)", job->restart_count,
+		     job->restart_count == 1 ? "" : "s");
 	tadd(&t, "\n%s", rule_light);
 	tadd(&t, "Root Cause (as the rendezvous store reported it):\n");
-	tadd(&t, "  %-10s: %lld\n", "round", (long long)a->rdzv.asg.round);
+	tadd(&t, "  %-10s: %lld\n", "round", (long long)job->round);
 	tadd_block(&t, "message", why);
-	tadd(&t, "  %-10s: %s\n", "this node", a->hostname);
+	tadd(&t, "  %-10s: %s\n", "this node", job->hostname);
 	tadd(&t, "  (no rank on this node failed; the failing node prints its ranks)\n");
 	tadd(&t, "%s", rule_heavy);
 	if (!t.oom)
 		crun_write_all(STDERR_FILENO, t.p, t.len);
-	if (a->own_error_file) {
+	if (job->own_error_file) {
 		char *message = NULL;
 		int err;
 
-		if (asprintf(&message, "%s FAILED: %s", a->name, why) < 0)
+		if (asprintf(&message, "%s FAILED: %s", job->name, why) < 0)
 			message = NULL;
-		err = agent_error_file_write(a->own_error_file, NULL, 0,
+		err = agent_error_file_write(job->own_error_file, NULL, 0,
 					     message ? message : "job failed", t.oom ? "" : t.p, 1);
 		if (err < 0)
-			crun_warn("cannot write error file '%s': %s", a->own_error_file,
+			crun_warn("cannot write error file '%s': %s", job->own_error_file,
 				  strerror(-err));
 		free(message);
 	}
 	free(t.p);
 }
 
-void agent_summary_report(struct agent *a)
+void crun__summary_report(const struct crun__summary_job *job, const struct crun__failures *fl)
 {
 	struct text t = {0};
-	const struct failure *root;
+	const struct crun__failure *root;
 
-	if (!a->nfailures) {
-		if (a->spec->rdzv.enabled && a->rdzv.ended && a->rdzv.end_msg)
-			remote_report(a);
+	if (!fl->n) {
+		if (job->round_end)
+			remote_report(job);
 		return;
 	}
-	root = &a->failures[0];
+	root = &fl->v[0];
 	tadd(&t, "%s", rule_heavy);
-	tadd(&t, "%s FAILED", a->name);
-	if (a->restart_count)
-		tadd(&t, " (after %d restart%s)", a->restart_count,
-		     a->restart_count == 1 ? "" : "s");
+	tadd(&t, "%s FAILED", job->name);
+	if (job->restart_count)
+		tadd(&t, " (after %d restart%s)", job->restart_count,
+		     job->restart_count == 1 ? "" : "s");
 	tadd(&t, "\n%s", rule_light);
 	tadd(&t, "Root Cause (first observed failure):\n");
-	add_failure(&t, a, root, 0);
+	add_failure(&t, job, root, 0);
 	tadd(&t, "%s", rule_light);
 	tadd(&t, "Other Failures:\n");
-	if (a->nfailures == 1)
+	if (fl->n == 1)
 		tadd(&t, "  <NO_OTHER_FAILURES>\n");
-	for (size_t i = 1; i < a->nfailures; i++)
-		add_failure(&t, a, &a->failures[i], i);
+	for (size_t i = 1; i < fl->n; i++)
+		add_failure(&t, job, &fl->v[i], i);
 	tadd(&t, "%s", rule_heavy);
 	if (!t.oom)
 		crun_write_all(STDERR_FILENO, t.p, t.len);
 	else
 		crun_error("job failed (out of memory while writing the failure summary)");
 
-	if (a->own_error_file) {
+	if (job->own_error_file) {
 		char what[64];
 		char *text = NULL, *message = NULL;
 		size_t len = 0;
@@ -477,16 +537,16 @@ void agent_summary_report(struct agent *a)
 		int err;
 
 		agent_describe_exit(what, sizeof(what), root->exit_code, root->term_signal);
-		if (asprintf(&message, "%s FAILED: rank %d (local_rank %d) on %s %s", a->name,
-			     root->rank, root->local_rank, a->hostname, what) < 0)
+		if (asprintf(&message, "%s FAILED: rank %d (local_rank %d) on %s %s", job->name,
+			     root->rank, root->local_rank, job->hostname, what) < 0)
 			message = NULL;
 		if (root->error_file && read_file(root->error_file, &text, &len) < 0)
 			text = NULL;
-		err = agent_error_file_write(a->own_error_file, text, len,
+		err = agent_error_file_write(job->own_error_file, text, len,
 					     message ? message : "job failed", t.oom ? "" : t.p,
 					     code);
 		if (err < 0)
-			crun_warn("cannot write error file '%s': %s", a->own_error_file,
+			crun_warn("cannot write error file '%s': %s", job->own_error_file,
 				  strerror(-err));
 		free(text);
 		free(message);

@@ -1,5 +1,5 @@
-/* Unit tests of the agent: the JSON reader and writer, error files, the
- * failure summary, and whole runs of crun_agent_run() in a forked child
+/* Unit tests of the agent: error files (reading PyTorch's formats, writing
+ * crun's own), the failure summary's parts, and whole runs of crun_agent_run() in a forked child
  * (its stdout and stderr in files) with the worker programs of
  * tests/helpers/, which are built next to this test. The runs cover what
  * needs the agent's insides: the environment, restarts, a worker that
@@ -22,7 +22,9 @@
 
 #include <cmocka.h>
 
-#include "agent/internal.h"
+#include "agent/group.h"
+#include "agent/spawn.h"
+#include "agent/summary.h"
 #include "common/util.h"
 
 static char helper_dir[PATH_MAX];
@@ -61,74 +63,71 @@ static void spit(const char *path, const char *text)
 	fclose(f);
 }
 
-/* ---- JSON ---- */
+/* ---- error files ---- */
 
 static const char record_doc[] =
 	"{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
 	"{\"py_callstack\": \"Traceback (most recent call last):\\n  File \\\"x.py\\\"\\n"
 	"RuntimeError: boom\\n\", \"timestamp\": \"1700000000\"}}}";
 
-static void test_json_record(void **state)
+/* Reads path after writing text there: 0 or the negative errno, message
+ * and traceback in *msg and *tb (to free). */
+static int read_doc(const char *text, char **msg, char **tb)
 {
-	char err[128];
-	struct json *root = agent_json_parse(record_doc, strlen(record_doc), err, sizeof(err));
-	struct json *m, *extra, *tb;
+	char path[PATH_MAX + 32];
+
+	snprintf(path, sizeof(path), "%s/doc.json", scratch);
+	spit(path, text);
+	return agent_error_file_read(path, msg, tb);
+}
+
+static void test_error_file_record(void **state)
+{
+	char *msg, *tb;
 
 	(void)state;
-	assert_non_null(root);
-	m = agent_json_get(root, "message");
-	assert_non_null(m);
-	assert_int_equal(m->type, JSON_OBJECT);
-	assert_string_equal(agent_json_get(m, "message")->str, "RuntimeError: boom");
-	extra = agent_json_get(m, "extraInfo");
-	tb = agent_json_get(extra, "py_callstack");
-	assert_non_null(tb);
+	assert_int_equal(read_doc(record_doc, &msg, &tb), 0);
+	assert_string_equal(msg, "RuntimeError: boom");
 	assert_string_equal(
-		tb->str,
-		"Traceback (most recent call last):\n  File \"x.py\"\nRuntimeError: boom\n");
-	assert_null(agent_json_get(m, "nope"));
-	assert_null(agent_json_get(tb, "message")); /* not an object */
-	agent_json_free(root);
+		tb, "Traceback (most recent call last):\n  File \"x.py\"\nRuntimeError: boom\n");
+	free(msg);
+	free(tb);
+	/* Members of other kinds around the ones read; "message" not a
+	 * string in "extraInfo": no traceback. */
+	assert_int_equal(read_doc("{\"x\": [true, false, null, -12.5e3, 0, {}, []], \"message\": "
+				  "{\"message\": \"m\", \"extraInfo\": {\"py_callstack\": 3}}}",
+				  &msg, &tb),
+			 0);
+	assert_string_equal(msg, "m");
+	assert_null(tb);
+	free(msg);
 }
 
-static void test_json_values(void **state)
+static void test_error_file_strings(void **state)
 {
-	const char *text = " [true, false, null, -12.5e3, 0, \"\\u00e9\\ud83d\\ude00\\/\", "
-			   "{}, [], \"\\ud800x\"] ";
-	struct json *root = agent_json_parse(text, strlen(text), NULL, 0);
-	struct json *v;
+	char *msg, *tb;
 
 	(void)state;
-	assert_non_null(root);
-	assert_int_equal(root->type, JSON_ARRAY);
-	v = root->child;
-	assert_int_equal(v->type, JSON_BOOL);
-	assert_true(v->boolean);
-	v = v->next;
-	assert_int_equal(v->type, JSON_BOOL);
-	assert_false(v->boolean);
-	v = v->next;
-	assert_int_equal(v->type, JSON_NULL);
-	v = v->next;
-	assert_int_equal(v->type, JSON_NUMBER);
-	assert_string_equal(v->str, "-12.5e3");
-	v = v->next;
-	assert_string_equal(v->str, "0");
-	v = v->next;
-	assert_int_equal(v->type, JSON_STRING);
-	assert_string_equal(v->str, "\xc3\xa9\xf0\x9f\x98\x80/");
-	v = v->next;
-	assert_int_equal(v->type, JSON_OBJECT);
-	assert_null(v->child);
-	v = v->next;
-	assert_int_equal(v->type, JSON_ARRAY);
-	v = v->next;
-	assert_string_equal(v->str, "\xef\xbf\xbdx"); /* lone surrogate: U+FFFD */
-	assert_null(v->next);
-	agent_json_free(root);
+	/* Escapes, a surrogate pair, an escaped slash. */
+	assert_int_equal(read_doc("{\"message\": \"\\u00e9\\ud83d\\ude00\\/\\t\"}", &msg, &tb), 0);
+	assert_string_equal(msg, "\xc3\xa9\xf0\x9f\x98\x80/\t");
+	free(msg);
+	/* A lone surrogate (Python's json writes one for a path that was not
+	 * UTF-8) is U+FFFD, as Python prints it; the rest is kept. */
+	assert_int_equal(read_doc("{\"message\": \"a\\ud800x\\udc80\\ud83d\\u0041\"}", &msg, &tb), 0);
+	assert_string_equal(msg, "a\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbd\x41");
+	free(msg);
+	/* "\u0000" is a byte of the string: the message ends there. */
+	assert_int_equal(read_doc("{\"message\": \"ab\\u0000cd\"}", &msg, &tb), 0);
+	assert_string_equal(msg, "ab");
+	free(msg);
+	/* An escaped backslash before a quote does not end the mending. */
+	assert_int_equal(read_doc("{\"message\": \"\\\\\", \"x\": \"\\ud800\"}", &msg, &tb), 0);
+	assert_string_equal(msg, "\\");
+	free(msg);
 }
 
-static void test_json_bad(void **state)
+static void test_error_file_bad(void **state)
 {
 	static const char *const bad[] = {
 		"",	      " ",	     "{",      "}",	      "[1,]",	  "[1 2]",
@@ -137,50 +136,65 @@ static void test_json_bad(void **state)
 		"1e+",	      "tru",	     "nul",    "falsy",	      "\"a\tb\"", "[] []",
 		"{\"a\": [}", "\x01",	     "+1",     ".5",
 	};
-	char deep[2 * JSON_MAX_DEPTH + 8];
-	char err[128];
+	/* Documents: cut off, a raw control character, trailing characters, a
+	 * bad escape, not an object, nothing to show. */
+	static const char *const bad_docs[] = {
+		"{\"message\": {\"message\": \"cut off", "{\"message\": \"a\tb\"}",
+		"{\"message\": \"m\"} {}", "{\"message\": \"\\u12\"}", "[\"message\", \"m\"]",
+		"{\"message\": 1}", "{\"other\": 1}",
+	};
+	char *msg, *tb, *deep;
+	size_t n = 3000;
 
 	(void)state;
-	for (size_t i = 0; i < CRUN_ARRAY_SIZE(bad); i++) {
-		struct json *v = agent_json_parse(bad[i], strlen(bad[i]), err, sizeof(err));
-		if (v)
-			fail_msg("accepted bad JSON '%s'", bad[i]);
-		assert_true(strstr(err, "line 1 column ") == err);
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(bad) + CRUN_ARRAY_SIZE(bad_docs); i++) {
+		const char *doc = i < CRUN_ARRAY_SIZE(bad) ? bad[i] : bad_docs[i - CRUN_ARRAY_SIZE(bad)];
+
+		if (read_doc(doc, &msg, &tb) != -EPROTO)
+			fail_msg("accepted bad error file '%s'", doc);
+		assert_null(msg);
+		assert_null(tb);
 	}
-	/* Nesting is bounded; at the limit it still parses. */
-	memset(deep, '[', JSON_MAX_DEPTH + 2);
-	memset(deep + JSON_MAX_DEPTH + 2, ']', JSON_MAX_DEPTH + 2);
-	assert_null(agent_json_parse(deep, 2 * (JSON_MAX_DEPTH + 2), err, sizeof(err)));
-	assert_non_null(strstr(err, "nested too deeply"));
-	struct json *ok;
-	memset(deep, '[', JSON_MAX_DEPTH + 1);
-	memset(deep + JSON_MAX_DEPTH + 1, ']', JSON_MAX_DEPTH + 1);
-	ok = agent_json_parse(deep, 2 * (JSON_MAX_DEPTH + 1), err, sizeof(err));
-	assert_non_null(ok);
-	agent_json_free(ok);
-	/* Line and column of the defect. */
-	assert_null(agent_json_parse("{\n  \"a\": x}", 11, err, sizeof(err)));
-	assert_string_equal(err, "line 2 column 8: unexpected character");
+	/* Nesting deeper than the parser's limit is refused, not a crash. */
+	deep = malloc(2 * n + 64);
+	assert_non_null(deep);
+	strcpy(deep, "{\"message\": \"m\", \"x\": ");
+	memset(deep + strlen(deep), '[', n);
+	deep[strlen("{\"message\": \"m\", \"x\": ") + n] = '\0';
+	memset(deep + strlen(deep), ']', n);
+	deep[strlen("{\"message\": \"m\", \"x\": ") + 2 * n] = '\0';
+	strcat(deep, "}");
+	assert_int_equal(read_doc(deep, &msg, &tb), -EPROTO);
+	free(deep);
 }
 
-static void test_json_dump(void **state)
+static void test_error_file_large(void **state)
 {
-	const char *text = "{\"a\":[1,true,null],\"b\":{\"c\":\"q\\\"\\\\\\n\\u0001\"}}";
-	struct json *root = agent_json_parse(text, strlen(text), NULL, 0);
-	char *out;
+	char path[PATH_MAX + 32];
+	size_t big = 1 << 20;
+	char *text = malloc(big + 64), *msg, *tb;
+	FILE *f;
 
 	(void)state;
-	assert_non_null(root);
-	assert_int_equal(agent_json_set(root, "a", agent_json_new_number(-7)), 0);
-	assert_int_equal(agent_json_set(root, "d", agent_json_new_string("x", 1)), 0);
-	out = agent_json_dump(root);
-	assert_string_equal(out,
-			    "{\"a\": -7, \"b\": {\"c\": \"q\\\"\\\\\\n\\u0001\"}, \"d\": \"x\"}");
-	free(out);
-	agent_json_free(root);
+	assert_non_null(text);
+	/* A megabyte of traceback is read whole. */
+	strcpy(text, "{\"message\": \"");
+	memset(text + strlen(text), 'x', big);
+	strcpy(text + 13 + big, "\"}");
+	assert_int_equal(read_doc(text, &msg, &tb), 0);
+	assert_int_equal(strlen(msg), big);
+	free(msg);
+	free(text);
+	/* A file over 4 MiB, or not a regular file, is not read at all. */
+	snprintf(path, sizeof(path), "%s/big.json", scratch);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(ftruncate(fileno(f), (4 << 20) + 1), 0);
+	fclose(f);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), -EFBIG);
+	assert_int_equal(agent_error_file_read(scratch, &msg, &tb), -EFBIG);
+	unlink(path);
 }
-
-/* ---- error files ---- */
 
 static void test_error_file_read(void **state)
 {
@@ -213,26 +227,43 @@ static void test_error_file_read(void **state)
 	assert_int_equal(agent_error_file_read(path, &msg, &tb), -ENOENT);
 }
 
+static void expect_written(const char *path, const char *doc, int code, const char *want)
+{
+	char *text;
+
+	assert_int_equal(agent_error_file_write(path, doc, strlen(doc), "unused", "unused", code),
+			 0);
+	text = slurp(path);
+	assert_string_equal(text, want);
+	free(text);
+}
+
 static void test_error_file_write(void **state)
 {
 	char path[PATH_MAX + 32];
 	char *text, *msg, *tb;
-	struct json *root, *m;
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/own.json", scratch);
-	/* The worker's document, with the agent's error code. */
-	assert_int_equal(agent_error_file_write(path, record_doc, strlen(record_doc), "unused",
-						"unused", -11),
-			 0);
-	text = slurp(path);
-	root = agent_json_parse(text, strlen(text), NULL, 0);
-	assert_non_null(root);
-	m = agent_json_get(root, "message");
-	assert_string_equal(agent_json_get(m, "errorCode")->str, "-11");
-	assert_string_equal(agent_json_get(m, "message")->str, "RuntimeError: boom");
-	agent_json_free(root);
-	free(text);
+	/* The worker's document, with the agent's error code, on one line
+	 * as Python's json.dumps writes it. */
+	expect_written(path, record_doc, -11,
+		       "{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+		       "{\"py_callstack\": \"Traceback (most recent call last):\\n  File "
+		       "\\\"x.py\\\"\\nRuntimeError: boom\\n\", \"timestamp\": \"1700000000\"}, "
+		       "\"errorCode\": -11}}");
+	/* Members keep their order; an errorCode there is replaced in place;
+	 * strings come back byte for byte, "\u0000" too. */
+	expect_written(path,
+		       "{\"a\":[1,true,null],\"message\":{\"errorCode\":1,\"m\":\"q\\\"\\\\\\n"
+		       "\\u0001\\u0000\\u00e9\"},\"d\":\"x\"}",
+		       -7,
+		       "{\"a\": [1, true, null], \"message\": {\"errorCode\": -7, \"m\": "
+		       "\"q\\\"\\\\\\n\\u0001\\u0000\xc3\xa9\"}, \"d\": \"x\"}");
+	/* A "message" that is a string, or code 0: the document as it was. */
+	expect_written(path, "{\"message\": \"plain\"}", 9, "{\"message\": \"plain\"}");
+	expect_written(path, "{\"message\": {\"message\": \"m\"}}", 0,
+		       "{\"message\": {\"message\": \"m\"}}");
 
 	/* No usable worker document: one of the agent's own. */
 	assert_int_equal(
@@ -243,9 +274,24 @@ static void test_error_file_write(void **state)
 	free(msg);
 	free(tb);
 	text = slurp(path);
-	assert_non_null(strstr(text, "\"errorCode\": 3"));
-	assert_non_null(strstr(text, "\"timestamp\": \""));
+	assert_true(strstr(text, "{\"message\": {\"message\": \"job FAILED\", \"extraInfo\": "
+				 "{\"py_callstack\": \"line1\\nline2\", \"timestamp\": \"") == text);
+	assert_non_null(strstr(text, "\"}, \"errorCode\": 3}}"));
 	free(text);
+	/* A document with no "message", or not an object: the agent's own. */
+	assert_int_equal(agent_error_file_write(path, "{\"x\": 1}", 8, "m1", "d1", 1), 0);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
+	assert_string_equal(msg, "m1");
+	free(msg);
+	free(tb);
+	/* Bytes that are not UTF-8 (a path in another encoding) become '?'. */
+	assert_int_equal(agent_error_file_write(path, NULL, 0, "job \xff FAILED", "at /a\xfe", 1),
+			 0);
+	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
+	assert_string_equal(msg, "job ? FAILED");
+	assert_string_equal(tb, "at /a?");
+	free(msg);
+	free(tb);
 	unlink(path);
 	/* An unwritable place is an error, not a crash. */
 	assert_true(agent_error_file_write("/nonexistent-dir/x.json", NULL, 0, "m", "d", 1) < 0);
@@ -755,10 +801,10 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_json_record),
-		cmocka_unit_test(test_json_values),
-		cmocka_unit_test(test_json_bad),
-		cmocka_unit_test(test_json_dump),
+		cmocka_unit_test(test_error_file_record),
+		cmocka_unit_test(test_error_file_strings),
+		cmocka_unit_test(test_error_file_bad),
+		cmocka_unit_test(test_error_file_large),
 		cmocka_unit_test(test_error_file_read),
 		cmocka_unit_test(test_error_file_write),
 		cmocka_unit_test(test_describe_exit),

@@ -1,0 +1,85 @@
+/* The worker group's executor: the thin libuv edge around the pure state
+ * machine of group_step.h. It turns what happens on the loop (a worker
+ * reaped, a pipe closed, a signal, its timer, what the rendezvous hears)
+ * into events, asks crun__group_step() what to do, and does it: spawn,
+ * signal, arm the timer, join a round, report.
+ *
+ * Owns: the state machine's state, the workers of the current attempt,
+ * its failure records, its one timer. Uses, not owns: the spawner, the
+ * rendezvous and the guard, which its owner (agent.c) sets up. */
+#ifndef CRUN_AGENT_GROUP_H
+#define CRUN_AGENT_GROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "agent/agent.h"
+#include "agent/group_step.h"
+#include "agent/placement.h"
+#include "agent/rendezvous.h"
+#include "agent/spawn.h"
+#include "agent/summary.h"
+
+struct group {
+	/* Set by the owner before crun__group_init(); not owned. */
+	const struct crun_agent_spec *spec;
+	uv_loop_t *loop;
+	struct crun__spawner *spawner;
+	struct agent_rdzv *rdzv; /* NULL without rendezvous */
+	struct reaper *reaper;
+	const char *name; /* the job's, in the summary */
+	const char *hostname;
+	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE, or NULL */
+	bool keeps_files;	    /* a log directory: error files stay */
+	/* Runs once, from the loop, when the group reaches a final state. */
+	void (*finished)(void *arg, enum crun__group_end end);
+	void *arg;
+
+	/* The executor's own. */
+	struct crun__group_core core;
+	struct worker **workers; /* of the current attempt, by local rank */
+	int nworkers;		 /* created in this attempt */
+	int running;		 /* workers not yet reaped */
+	int open_pipes;		 /* their pipes not yet closed */
+	int attempts;		 /* attempts started (counted restarts or not) */
+	uv_timer_t timer;
+	enum crun__group_timer timer_kind;
+	bool timer_open;
+	struct crun__failures failures;
+	/* The store's word on the end of the assigned round (until the next
+	 * join), and the rendezvous's line during a failure event. */
+	char *round_end;
+	int64_t round_end_round;
+	int64_t round_end_count;
+	bool round_end_joined;
+	const char *rdzv_msg;
+	/* An event an action caused (spawned, a join that failed). */
+	bool busy;
+	bool have_next;
+	struct crun__group_event next;
+};
+
+/* Sets up g at place (the job's without rendezvous): its timer, the
+ * worker array. Takes over the spawner's hooks (exited, pipe_closed).
+ * 0 or a negative errno. */
+int crun__group_init(struct group *g, const struct crun__placement *place);
+/* Fills hooks with the group's handlers, for crun__rdzv_setup(). */
+void crun__group_rdzv_hooks(struct group *g, struct crun__rdzv_hooks *hooks);
+/* Begins the job: the START event. */
+void crun__group_start(struct group *g);
+/* A handled signal arrived. */
+void crun__group_signal(struct group *g, int sig);
+/* crun's exit status (agent.h) once final, else -1. */
+int crun__group_status(const struct group *g);
+/* Closes the timer (its memory goes with g after the loop has run). */
+void crun__group_close(struct group *g);
+/* Frees what g holds; after the loop has run out. */
+void crun__group_finish(struct group *g);
+
+/* Test hook: kill(2) as the group sends signals to worker groups. The
+ * unit test replaces it to simulate a process that survives SIGKILL. */
+extern int (*agent_kill)(pid_t pid, int sig);
+
+#endif

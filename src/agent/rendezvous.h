@@ -1,0 +1,100 @@
+/* The agent's side of the multi-node rendezvous (rendezvous/rdzv.h): the
+ * store it may host, its store client, its rounds.
+ *
+ * Owns: the store client and its outstanding requests, the current
+ * round's assignment and MASTER_ADDR. It decides nothing about workers:
+ * what it learns reaches its owner (the group) through the hooks, each
+ * run from the loop, never from inside a function declared here. */
+#ifndef CRUN_AGENT_RENDEZVOUS_H
+#define CRUN_AGENT_RENDEZVOUS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "agent/agent.h"
+#include "agent/placement.h"
+#include "rendezvous/rdzv.h"
+
+struct crun_server;
+
+/* The end of the assigned round, as the store announced it. */
+struct crun__round_end {
+	int64_t round;
+	bool exhausted;	       /* the restarts are exhausted: the job ends */
+	bool node_joined;      /* a node joined: not counted as a restart */
+	int64_t restart_count; /* the run's restart count after it */
+	const char *message;   /* which rank on which host failed, or which
+				* node left; valid during the hook */
+};
+
+struct crun__rdzv_hooks {
+	/* The round is assigned and MASTER_ADDR/PORT known: the attempt's
+	 * place (its master_addr stays valid until the next join). */
+	void (*ready)(void *arg, const struct crun__placement *place);
+	/* The store ended the assigned round. */
+	void (*ended)(void *arg, const struct crun__round_end *end);
+	/* The exit barrier passed: every node is done. */
+	void (*done)(void *arg);
+	/* The rendezvous failed (connect, join, barrier), or, with lost, the
+	 * connection to the store is lost. message: one whole line. */
+	void (*failed)(void *arg, bool lost, const char *message);
+	void *arg;
+};
+
+/* Outstanding request to the store (freed by its reply, or with the
+ * client). */
+struct rdzv_req;
+
+struct agent_rdzv {
+	uv_loop_t *loop;
+	const struct crun_agent_spec *spec;
+	char hostname[256];
+	struct crun__rdzv_hooks hooks;
+	struct crun_aclient *client;
+	bool connected;
+	bool join_wanted;   /* join as soon as connected */
+	bool hosting;	    /* this agent's server serves the endpoint */
+	char endpoint[300]; /* "host:port" ("[v6]:port"), as given */
+	char node_id[330];
+	char self_addr[300]; /* JOIN's addr: --local-addr, the endpoint when
+			      * hosting it on a non-loopback address, else
+			      * empty (the store uses the peer address) */
+	uint64_t gen;	     /* bumped by every join: older replies are stale */
+	uint32_t join_id;    /* RDZV_EVENTs carry it */
+	bool assigned;
+	struct crun_rdzv_assignment asg;
+	char master_addr[300];
+	int master_port;
+	bool ended; /* the store ended the assigned round */
+	/* Why the last request could not be sent (a whole line). */
+	char *error_msg;
+	struct rdzv_req *reqs; /* outstanding requests */
+};
+
+/* Decides whether this agent hosts the store (and binds it: then *server
+ * is the agent's to destroy, else NULL), creates the store client and
+ * starts connecting (retrying until the join timeout). Prints what failed. 0 or a negative errno.
+ */
+int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_agent_spec *spec,
+		     const char *hostname, const struct crun__rdzv_hooks *hooks,
+		     struct crun_server **server);
+/* Joins the next round (once connected): a new generation; ready, failed,
+ * or ended (when the round ends before MASTER_ADDR is known) follows. 0,
+ * or a negative errno when the request cannot be sent (then
+ * crun__rdzv_error() says why and no hook follows). */
+int crun__rdzv_join(struct agent_rdzv *r);
+/* Tells the store that a local worker failed in the assigned round
+ * (message: "rank 5 (local rank 1) on host-b exited with code 1"); the
+ * round's end follows. */
+void crun__rdzv_fail(struct agent_rdzv *r, const char *message);
+/* Enters the exit barrier: done, or ended when the round ends first. 0,
+ * or a negative errno as crun__rdzv_join. */
+int crun__rdzv_done(struct agent_rdzv *r);
+/* The line that says why the last join or barrier could not be sent. */
+const char *crun__rdzv_error(const struct agent_rdzv *r);
+/* Closes the store client (no more hooks) and frees what r holds. Safe to
+ * call more than once, and on a zeroed r. */
+void crun__rdzv_finish(struct agent_rdzv *r);
+
+#endif
