@@ -22,6 +22,7 @@
 #include "agent/rendezvous.h"
 #include "agent/spawn.h"
 #include "common/log.h"
+#include "common/fs.h"
 #include "common/util.h"
 #include "rendezvous/server.h"
 
@@ -238,7 +239,7 @@ static int setup_dirs(struct agent *a)
 			return -ENOMEM;
 		}
 		free(log_dir);
-		err = agent_mkdir_p(a->log_root);
+		err = crun__mkdir_p(a->log_root, 0777);
 		if (err < 0) {
 			crun_error("cannot create log directory '%s': %s", a->log_root,
 				   strerror(-err));

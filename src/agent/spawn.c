@@ -9,6 +9,7 @@
  * uv_spawn returns. */
 #include "agent/spawn.h"
 #include "common/log.h"
+#include "common/fs.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -261,37 +262,6 @@ out_free:
 	return NULL;
 }
 
-int agent_mkdir_p(const char *path)
-{
-	char *p = strdup(path);
-	int err = 0;
-
-	if (!p)
-		return -ENOMEM;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char c = *s;
-		*s = '\0';
-		if (mkdir(p, 0777) < 0 && errno != EEXIST) {
-			err = -errno;
-			break;
-		}
-		*s = c;
-		if (!c)
-			break;
-	}
-	if (!err) {
-		struct stat st;
-		if (stat(path, &st) < 0)
-			err = -errno;
-		else if (!S_ISDIR(st.st_mode))
-			err = -ENOTDIR;
-	}
-	free(p);
-	return err;
-}
-
 static void worker_free(struct worker *w)
 {
 	free(w->error_file);
@@ -406,7 +376,7 @@ static int worker_files(struct crun__spawner *a, struct worker *w)
 	if (a->log_root) {
 		if (asprintf(&dir, "%s/attempt_%d/%d", a->log_root, w->seq, w->local_rank) < 0)
 			return -ENOMEM;
-		err = agent_mkdir_p(dir);
+		err = crun__mkdir_p(dir, 0777);
 		if (err < 0) {
 			crun_error("cannot create log directory '%s': %s", dir, strerror(-err));
 			goto out_free;

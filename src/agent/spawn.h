@@ -91,7 +91,4 @@ void crun__worker_abandon(struct worker *w);
 /* The owner lets go of w; frees it once its handles have closed. */
 void crun__worker_detach(struct worker *w);
 
-/* mkdir -p with mode 0777 (umask applies). 0 or a negative errno. */
-int agent_mkdir_p(const char *path);
-
 #endif

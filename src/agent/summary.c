@@ -15,6 +15,7 @@
  * worker's document comes back as it was with only errorCode set. */
 #include "agent/summary.h"
 #include "common/log.h"
+#include "common/fs.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -233,32 +234,6 @@ int agent_error_file_read(const char *path, char **message, char **traceback)
 	return *message || *traceback ? 0 : -EPROTO;
 }
 
-static int write_atomic(const char *path, const char *data, size_t len)
-{
-	char *tmp;
-	int fd, err;
-
-	if (asprintf(&tmp, "%s.new.%d", path, (int)getpid()) < 0)
-		return -ENOMEM;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (fd < 0) {
-		err = -errno;
-		goto out_free;
-	}
-	err = crun_write_all(fd, data, len);
-	if (!err && fsync(fd) < 0)
-		err = -errno;
-	if (close(fd) < 0 && !err)
-		err = -errno;
-	if (!err && rename(tmp, path) < 0)
-		err = -errno;
-	if (err)
-		unlink(tmp);
-out_free:
-	free(tmp);
-	return err;
-}
-
 /* A JSON string of s; bytes that are not UTF-8 (a path in another
  * encoding) become '?', since JSON text is UTF-8. NULL: out of memory. */
 static json_t *text_value(const char *s)
@@ -337,7 +312,7 @@ int agent_error_file_write(const char *path, const char *err_text, size_t err_le
 	json_decref(doc);
 	if (!out)
 		return -ENOMEM;
-	err = write_atomic(path, out, strlen(out));
+	err = crun__write_atomic(path, out, strlen(out), 0666);
 	free(out);
 	return err;
 }

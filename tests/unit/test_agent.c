@@ -25,6 +25,7 @@
 #include "agent/group.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
+#include "common/fs.h"
 #include "common/util.h"
 
 static char helper_dir[PATH_MAX];
@@ -314,12 +315,12 @@ static void test_mkdir_p(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/a/b//c/", scratch);
-	assert_int_equal(agent_mkdir_p(path), 0);
-	assert_int_equal(agent_mkdir_p(path), 0);
+	assert_int_equal(crun__mkdir_p(path, 0777), 0);
+	assert_int_equal(crun__mkdir_p(path, 0777), 0);
 	snprintf(file, sizeof(file), "%s/a/file", scratch);
 	spit(file, "x");
 	strcat(file, "/sub");
-	assert_int_equal(agent_mkdir_p(file), -ENOTDIR);
+	assert_int_equal(crun__mkdir_p(file, 0777), -ENOTDIR);
 }
 
 /* ---- whole runs ---- */
