@@ -4,17 +4,11 @@
  * - One thread, one loop: the store and every round are touched only from
  *   libuv callbacks, so nothing is locked.
  * - This file only moves bytes: it accepts, reads and frames (wire.h),
- *   runs the handshake, hands each request to the store (or, for
- *   rendezvous requests, to store_rdzv.h) and writes what they answer.
- *   Every key-value decision is in store.c.
- * - Reads land in one 64 KiB scratch buffer shared by every connection;
- *   only the tail of a frame that is still arriving is copied into a
- *   per-connection buffer. An idle connection therefore costs a few hundred
- *   bytes, and the common case (whole frames per read) copies nothing.
+ *   runs the handshake, hands each request to the store (rendezvous
+ *   requests to store_rdzv.h) and queues what they answer. Every key-value
+ *   decision is in store.c; buffers and sockets are netio.h's.
  * - Replies produced while handling one read (or one timer, or one close)
- *   are appended to the connection's output buffer and written once at the
- *   end of the callback (flush_dirty), first with uv_try_write so that the
- *   usual case needs no write request at all.
+ *   are queued and written once at the end of the callback (flush_dirty).
  * - Every waiting request shares one timer, set after each callback to the
  *   store's earliest deadline.
  * - Closing is deferred: the store and the rounds, which run inside list
@@ -26,20 +20,19 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/netio.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/round.h"
 #include "rendezvous/store.h"
@@ -50,11 +43,6 @@
 /* A HELLO is 12 + 3 * 4 bytes plus run id, nonce and mac: allow a run id
  * of up to 8 KiB before the peer has proven anything. */
 #define HELLO_MAX_PAYLOAD (8 * 1024 + 128)
-#define RBUF_MIN 4096
-#define OBUF_MIN 256
-/* Buffers above this size are freed when they become empty, so a burst
- * does not leave a big allocation behind on an idle connection. */
-#define BUF_KEEP (64 * 1024)
 /* How long a closing connection may take to flush its last error. */
 #define LINGER_MS 2000
 #define ITEMS_MIN 64
@@ -83,11 +71,8 @@ struct conn {
 	struct crun__store_client sc; /* the store's view: run, keys, waits */
 	struct crun__list link;       /* srv->conns */
 	struct conn *dirty_next;
-	uint8_t *rbuf; /* tail of a frame still arriving */
-	size_t rlen, rcap;
-	uint8_t *obuf; /* output not yet handed to the kernel or libuv */
-	size_t olen, ocap;
-	size_t inflight;      /* bytes in uv_write requests not yet done */
+	struct crun__inbuf in;
+	struct crun__outq out;
 	int64_t keepalive_ms; /* from its last RDZV_JOIN; 0: none */
 	enum conn_state state;
 	uint8_t open_handles;
@@ -100,12 +85,6 @@ struct conn {
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
 	char peer[64];
 	char peer_ip[INET6_ADDRSTRLEN]; /* the address in peer, no port */
-};
-
-struct write_req {
-	uv_write_t req;
-	uint8_t *mem;
-	size_t len;
 };
 
 struct crun_server {
@@ -207,141 +186,77 @@ static void drop_conn(struct conn *c, const char *reason)
 	mark_dirty(c);
 }
 
-static void on_write(uv_write_t *req, int status)
+static void drop_write_failed(struct conn *c, int err)
 {
-	struct write_req *w = container_of(req, struct write_req, req);
-	struct conn *c = req->handle->data;
+	char why[96];
+
+	if (err == -ENOMEM) {
+		drop_conn(c, "out of memory");
+		return;
+	}
+	snprintf(why, sizeof(why), "write failed: %s", uv_strerror(err));
+	drop_conn(c, why);
+}
+
+static void on_written(struct crun__outq *q, int status)
+{
+	struct conn *c = container_of(q, struct conn, out);
 	struct crun_server *srv = c->srv;
 
-	c->inflight -= w->len;
-	free(w->mem);
-	free(w);
 	if (srv->destroying)
 		return;
-	if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING) {
-		char why[96];
-
-		snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
-		drop_conn(c, why);
-	}
-	if (c->state == CONN_CLOSING && !c->inflight)
+	if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING)
+		drop_write_failed(c, status);
+	if (c->state == CONN_CLOSING && !c->out.inflight)
 		mark_dirty(c);
 	flush_dirty(srv);
 }
 
-/* Hands c's output to the kernel (uv_try_write) or, for what it does not
- * take, to libuv (uv_write). Never closes anything: a failure marks c
- * for dropping. */
+/* Hands c's output to the kernel or libuv. Never closes anything: a
+ * failure marks c for dropping. */
 static void flush_conn(struct conn *c)
 {
-	struct write_req *w;
-	uv_buf_t b;
-	size_t off = 0;
-	int n;
-
-	if (!c->olen || c->drop || c->handles_closing)
-		return;
-	if (!c->inflight) {
-		b = uv_buf_init((char *)c->obuf, (unsigned int)c->olen);
-		n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-		if (n >= 0 && (size_t)n == c->olen) {
-			c->olen = 0;
-			if (c->ocap > BUF_KEEP) {
-				free(c->obuf);
-				c->obuf = NULL;
-				c->ocap = 0;
-			}
-			return;
-		}
-		if (n < 0 && n != UV_EAGAIN) {
-			char why[96];
-
-			snprintf(why, sizeof(why), "write failed: %s", uv_strerror(n));
-			drop_conn(c, why);
-			return;
-		}
-		if (n > 0)
-			off = (size_t)n;
-	}
-	w = malloc(sizeof(*w));
-	if (!w) {
-		drop_conn(c, "out of memory");
-		return;
-	}
-	w->mem = c->obuf;
-	w->len = c->olen - off;
-	b = uv_buf_init((char *)c->obuf + off, (unsigned int)w->len);
-	n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-	if (n < 0) {
-		char why[96];
-
-		free(w);
-		snprintf(why, sizeof(why), "write failed: %s", uv_strerror(n));
-		drop_conn(c, why);
-		return;
-	}
-	c->inflight += w->len;
-	c->obuf = NULL;
-	c->olen = c->ocap = 0;
-}
-
-static int obuf_reserve(struct conn *c, size_t n)
-{
-	size_t cap;
-	uint8_t *p;
-
-	if (c->ocap - c->olen >= n)
-		return 0;
-	cap = c->ocap ? c->ocap : OBUF_MIN;
-	while (cap - c->olen < n)
-		cap *= 2;
-	p = realloc(c->obuf, cap);
-	if (!p)
-		return -ENOMEM;
-	c->obuf = p;
-	c->ocap = cap;
-	return 0;
-}
-
-/* Makes room for size more bytes of output within the connection's
- * limit. 0; -ENOBUFS when size alone can never fit; -EPIPE when c is
- * (now) being dropped. */
-static int out_room(struct conn *c, size_t size)
-{
-	uint64_t max = c->srv->limits.max_conn_buffer;
+	int rc;
 
 	if (c->drop || c->handles_closing)
-		return -EPIPE;
-	if (size > max)
-		return -ENOBUFS;
-	if (c->olen + c->inflight + size > max) {
-		flush_conn(c);
-		if (c->drop)
-			return -EPIPE;
-		if (c->olen + c->inflight + size > max) {
-			char why[128];
+		return;
+	rc = crun__outq_flush(&c->out, (uv_stream_t *)&c->tcp, on_written);
+	if (rc < 0)
+		drop_write_failed(c, rc);
+}
 
-			snprintf(why, sizeof(why),
-				 "not reading its replies (%zu bytes waiting, limit %" PRIu64 ")",
-				 c->olen + c->inflight, max);
-			drop_conn(c, why);
-			return -EPIPE;
-		}
+/* Queues m, len bytes encoded (or, when m is NULL, the len bytes at raw).
+ * 0 when queued, or discarded because c is (now) being dropped; -ENOBUFS
+ * when it can never fit c's buffer. */
+static int enqueue(struct conn *c, const struct crun_wire_msg *m, const void *raw, size_t len)
+{
+	uint64_t max = c->srv->limits.max_conn_buffer;
+	char why[128];
+	int rc;
+
+	if (c->drop || c->handles_closing)
+		return 0;
+	rc = crun__outq_put(&c->out, max, m, raw, len);
+	if (rc == -EAGAIN) {
+		flush_conn(c);
+		rc = c->drop ? 0 : crun__outq_put(&c->out, max, m, raw, len);
 	}
-	if (obuf_reserve(c, size) < 0) {
+	if (rc == -EAGAIN) {
+		snprintf(why, sizeof(why),
+			 "not reading its replies (%zu bytes waiting, limit %" PRIu64 ")",
+			 c->out.len + c->out.inflight, max);
+		drop_conn(c, why);
+	} else if (rc == -ENOMEM) {
 		drop_conn(c, "out of memory");
-		return -EPIPE;
+	} else if (rc == 0) {
+		mark_dirty(c);
 	}
-	return 0;
+	return rc == -ENOBUFS ? rc : 0;
 }
 
 static void send_raw(struct conn *c, const void *data, size_t len)
 {
-	if (out_room(c, len) < 0)
-		return;
-	memcpy(c->obuf + c->olen, data, len);
-	c->olen += len;
-	mark_dirty(c);
+	enqueue(c, NULL, data, len);
 }
 
 /* Queues one frame. 0 when queued (or silently discarded because c is
@@ -358,40 +273,15 @@ static int send_frame(struct conn *c, uint8_t type, uint32_t id, int64_t num,
 		.items = (struct crun_wire_item *)items,
 	};
 	size_t size = crun_wire_encoded_size(&m);
-	int rc;
 
 	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD || count > CRUN_WIRE_MAX_ITEMS)
 		return -ENOBUFS;
-	rc = out_room(c, size);
-	if (rc == -ENOBUFS)
-		return rc;
-	if (rc < 0)
-		return 0;
-	c->olen += crun_wire_encode(&m, c->obuf + c->olen);
-	mark_dirty(c);
-	return 0;
+	return enqueue(c, &m, NULL, size);
 }
 
-static void reply_err(struct conn *c, uint32_t id, int errnum, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void reply_err(struct conn *c, uint32_t id, int errnum, const char *fmt, ...)
-{
-	struct crun_wire_item it;
-	char msg[256];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	if ((size_t)n >= sizeof(msg))
-		n = sizeof(msg) - 1;
-	it = item(msg, (size_t)n);
-	send_frame(c, CRUN_WIRE_ERROR, id, errnum, &it, 1);
-}
+/* An ERROR reply to request id (printf format), formatted as the store's. */
+#define reply_err(c, id, errnum, ...)                                                             \
+	crun__store_reply_error((c)->srv->store, &(c)->sc, id, errnum, __VA_ARGS__)
 
 /* ---- the store's and the rounds' way out ------------------------------------ */
 
@@ -415,16 +305,10 @@ static void store_drop(void *ctx, struct crun__store_client *c, const char *reas
 	drop_conn(client_conn(c), reason);
 }
 
-static void store_run_freed(void *ctx, void *round)
-{
-	(void)ctx;
-	crun__store_rdzv_free(round);
-}
-
 static const struct crun__store_ops store_ops = {
 	.send = store_send,
 	.drop = store_drop,
-	.run_freed = store_run_freed,
+	.run_freed = crun__store_rdzv_free,
 };
 
 static int round_send(void *peer, uint8_t type, uint32_t id, int64_t num,
@@ -470,24 +354,13 @@ static void keepalive_reset(struct conn *c)
 		uv_timer_stop(&c->timer);
 }
 
-static void log_request(const struct conn *c, const struct crun_wire_msg *m)
-{
-	char k[300] = "";
-
-	if (m->count && m->type != CRUN_WIRE_PING)
-		show_item(k, sizeof(k), &m->items[0]);
-	crun_debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->peer,
-		   crun_wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
-		   m->count);
-}
-
 static void handle_request(struct conn *c, const struct crun_wire_msg *m)
 {
 	struct crun_server *srv = c->srv;
 	int64_t keepalive_ms = -1;
 
 	if (crun_log_enabled(CRUN_LOG_DEBUG))
-		log_request(c, m);
+		crun__store_log_request(&c->sc, m);
 	if (crun__store_apply(srv->store, &c->sc, m, uv_now(srv->loop)) != -EINVAL)
 		return;
 	if (m->type < CRUN_WIRE_RDZV_JOIN || m->type > CRUN_WIRE_RDZV_DONE)
@@ -703,8 +576,8 @@ static void on_conn_closed(uv_handle_t *h)
 
 	if (--c->open_handles == 0) {
 		crun__list_del(&c->link);
-		free(c->rbuf);
-		free(c->obuf);
+		crun__inbuf_finish(&c->in);
+		crun__outq_finish(&c->out);
 		free(c);
 	}
 	handle_closed(srv);
@@ -760,10 +633,6 @@ static void begin_close(struct conn *c, bool graceful)
 		close_handles(c);
 }
 
-/* Writes the output of every connection touched since the last call and
- * carries out the closes that were deferred. Runs at the end of every
- * libuv callback; closing one connection can touch others (ephemeral keys
- * deleted, watchers notified), which simply puts them on the list too. */
 static void on_wait_timer(uv_timer_t *t)
 {
 	struct crun_server *srv = t->data;
@@ -791,6 +660,10 @@ static void arm_wait_timer(struct crun_server *srv)
 	uv_timer_start(&srv->wait_timer, on_wait_timer, next > now ? next - now : 0, 0);
 }
 
+/* Writes the output of every connection touched since the last call and
+ * carries out the closes that were deferred. Runs at the end of every
+ * libuv callback; closing one connection can touch others (ephemeral keys
+ * deleted, watchers notified), which simply puts them on the list too. */
 static void flush_dirty(struct crun_server *srv)
 {
 	struct conn *c;
@@ -808,7 +681,7 @@ static void flush_dirty(struct crun_server *srv)
 		}
 		if (c->state != CONN_CLOSING)
 			continue;
-		if (!c->inflight)
+		if (!c->out.inflight)
 			close_handles(c);
 		else
 			uv_timer_start(&c->timer, on_conn_timer, LINGER_MS, 0);
@@ -845,56 +718,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	struct conn *c = h->data;
 	uint64_t cap = c->state == CONN_READY ? c->srv->limits.max_conn_buffer
 					      : HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN;
-	uint64_t want;
 
-	if (!c->rlen) {
-		*buf = uv_buf_init((char *)c->srv->scratch, SCRATCH_SIZE);
-		return;
-	}
-	/* The frame in rbuf is incomplete. Grow towards its announced size
-	 * (already checked against the cap), but no faster than the data
-	 * arrives, so an announced size alone allocates little. */
-	want = c->rlen + RBUF_MIN;
-	if (c->rlen >= CRUN_WIRE_HEADER_LEN && c->state != CONN_PREAMBLE) {
-		uint64_t total = CRUN_WIRE_HEADER_LEN + (((uint64_t)c->rbuf[0] << 24) |
-							 ((uint64_t)c->rbuf[1] << 16) |
-							 ((uint64_t)c->rbuf[2] << 8) | c->rbuf[3]);
-		uint64_t step = 2 * (uint64_t)c->rlen + SCRATCH_SIZE;
-
-		if (total > want)
-			want = total < step ? total : step;
-	}
-	if (want > cap)
-		want = cap;
-	if (want > c->rcap) {
-		uint8_t *p = realloc(c->rbuf, want);
-
-		if (!p) {
-			*buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-			return;
-		}
-		c->rbuf = p;
-		c->rcap = want;
-	}
-	*buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned int)(c->rcap - c->rlen));
-}
-
-static void keep_tail(struct conn *c, const uint8_t *p, size_t n)
-{
-	if (n > c->rcap) {
-		size_t cap = n < RBUF_MIN ? RBUF_MIN : n;
-		uint8_t *q = malloc(cap);
-
-		if (!q) {
-			drop_conn(c, "out of memory");
-			return;
-		}
-		free(c->rbuf);
-		c->rbuf = q;
-		c->rcap = cap;
-	}
-	memcpy(c->rbuf, p, n);
-	c->rlen = n;
+	crun__inbuf_alloc(&c->in, c->srv->scratch, SCRATCH_SIZE, cap, c->state != CONN_PREAMBLE,
+			  buf);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -923,25 +749,17 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	if (buf->base == (char *)srv->scratch) {
 		used = process(c, srv->scratch, (size_t)nread);
-		if (c->state != CONN_CLOSING && used < (size_t)nread)
-			keep_tail(c, srv->scratch + used, (size_t)nread - used);
-		if (used && c->keepalive_ms)
-			keepalive_reset(c);
+		if (c->state != CONN_CLOSING && used < (size_t)nread &&
+		    crun__inbuf_keep(&c->in, srv->scratch + used, (size_t)nread - used) < 0)
+			drop_conn(c, "out of memory");
 	} else {
-		c->rlen += (size_t)nread;
-		used = process(c, c->rbuf, c->rlen);
-		if (used && c->keepalive_ms)
-			keepalive_reset(c);
-		if (used) {
-			memmove(c->rbuf, c->rbuf + used, c->rlen - used);
-			c->rlen -= used;
-		}
-		if (!c->rlen && c->rcap > BUF_KEEP) {
-			free(c->rbuf);
-			c->rbuf = NULL;
-			c->rcap = 0;
-		}
+		c->in.len += (size_t)nread;
+		used = process(c, c->in.buf, c->in.len);
 	}
+	if (used && c->keepalive_ms)
+		keepalive_reset(c);
+	if (buf->base != (char *)srv->scratch)
+		crun__inbuf_consume(&c->in, used);
 	flush_dirty(srv);
 }
 
@@ -1040,8 +858,8 @@ struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server
 	else
 		crun_server_limits_default(&srv->limits);
 	/* A frame needs at least a header and a minimal payload. */
-	if (srv->limits.max_conn_buffer < RBUF_MIN)
-		srv->limits.max_conn_buffer = RBUF_MIN;
+	if (srv->limits.max_conn_buffer < CRUN__NETIO_RBUF_MIN)
+		srv->limits.max_conn_buffer = CRUN__NETIO_RBUF_MIN;
 	/* libuv buffers carry an unsigned int length. */
 	if (srv->limits.max_conn_buffer > 2ull * CRUN_WIRE_MAX_PAYLOAD)
 		srv->limits.max_conn_buffer = 2ull * CRUN_WIRE_MAX_PAYLOAD;
@@ -1101,99 +919,29 @@ out_free:
 	return NULL;
 }
 
-static bool sockaddr_is_loopback(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *s4 = (const void *)sa;
-
-		return (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)sa;
-		const uint8_t *a = s6->sin6_addr.s6_addr;
-		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-		if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr))
-			return true;
-		return !memcmp(a, mapped, sizeof(mapped)) && a[12] == 127;
-	}
-	return false;
-}
-
-static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *ss)
-{
-	struct addrinfo hints, *res;
-	uv_getaddrinfo_t req;
-	int rc;
-
-	memset(ss, 0, sizeof(*ss));
-	if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-		return 0;
-	if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-		return 0;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	rc = uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints);
-	if (rc < 0)
-		return rc;
-	res = req.addrinfo;
-	if (!res) {
-		rc = UV_EAI_NONAME;
-	} else {
-		memcpy(ss, res->ai_addr, res->ai_addrlen);
-		if (ss->ss_family == AF_INET)
-			((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-		else
-			((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-	}
-	uv_freeaddrinfo(res);
-	return rc;
-}
-
 int crun_server_listen(struct crun_server *srv, const char *host, int port, char *err,
 		       size_t errlen)
 {
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
+	bool loopback, used;
 	char shown[320];
-	const char *fmt;
 	int rc;
 
 	if (!host || !*host)
 		host = "0.0.0.0";
-	fmt = strchr(host, ':') ? "[%s]:%d" : "%s:%d";
-	snprintf(shown, sizeof(shown), fmt, host, port);
 	if (srv->listening || srv->listen_failed) {
+		crun__net_endpoint(shown, sizeof(shown), host, port);
 		snprintf(err, errlen, "cannot listen on '%s': the server is already set up", shown);
 		return -EALREADY;
 	}
-	if (port < 0 || port > 65535) {
-		snprintf(err, errlen, "cannot listen on '%s': port out of range 0-65535", shown);
-		return -EINVAL;
-	}
-	rc = resolve(srv->loop, host, port, &ss);
+	rc = crun__net_listen(&srv->listener, host, port, on_connection, &srv->port, &loopback,
+			      &used, err, errlen);
 	if (rc < 0) {
-		snprintf(err, errlen, "cannot resolve '%s': %s", host, uv_strerror(rc));
-		/* getaddrinfo's codes are not errnos */
-		return rc > -4000 ? rc : -EADDRNOTAVAIL;
-	}
-	rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, 4096, on_connection);
-	if (rc == 0)
-		rc = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len);
-	if (rc < 0) {
-		srv->listen_failed = true;
-		snprintf(err, errlen, "cannot listen on '%s': %s", shown, uv_strerror(rc));
+		srv->listen_failed = used;
 		return rc;
 	}
-	srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-						   : ((struct sockaddr_in *)&ss)->sin_port);
 	srv->listening = true;
-	if (!srv->token && !sockaddr_is_loopback((const struct sockaddr *)&ss)) {
-		snprintf(shown, sizeof(shown), fmt, host, srv->port);
+	if (!srv->token && !loopback) {
+		crun__net_endpoint(shown, sizeof(shown), host, srv->port);
 		crun_warn("listening on %s without a token: anyone who can reach this port can "
 			  "join and change the job's keys; set %s",
 			  shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");

@@ -129,6 +129,17 @@ static uint32_t hash_item(const struct crun__store *st, const struct crun_wire_i
 	return crun__hash_bytes(st->seed, it->data, it->len);
 }
 
+void crun__store_log_request(const struct crun__store_client *c, const struct crun_wire_msg *m)
+{
+	char k[300] = "";
+
+	if (m->count && m->type != CRUN_WIRE_PING)
+		show_item(k, sizeof(k), &m->items[0]);
+	crun_debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->name,
+		   crun_wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
+		   m->count);
+}
+
 /* ---- replies ------------------------------------------------------------- */
 
 static int send(struct crun__store *st, struct crun__store_client *c, uint8_t type, uint32_t id,

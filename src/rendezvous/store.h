@@ -145,6 +145,10 @@ void crun__store_reply_error(struct crun__store *st, struct crun__store_client *
 void crun__store_refuse(struct crun__store *st, struct crun__store_client *c, uint32_t id,
 			int errnum, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* Logs m, a request of c, at debug level (one line: type, id, first key,
+ * num, number of items). */
+void crun__store_log_request(const struct crun__store_client *c, const struct crun_wire_msg *m);
+
 /* A byte string fit for a message into out: printable ASCII as is, other
  * bytes (and \ and ') as \xNN, cut after 64 bytes with "...". Returns
  * out. */

@@ -110,7 +110,8 @@ void crun__store_rdzv_lost(struct crun__store_client *c, const char *why)
 		crun_round_apply(*crun__store_run_data(c), &ev);
 }
 
-void crun__store_rdzv_free(void *round)
+void crun__store_rdzv_free(void *ctx, void *round)
 {
+	(void)ctx;
 	crun_round_destroy(round);
 }

@@ -38,7 +38,8 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
  * it (why: "connection closed", ...). */
 void crun__store_rdzv_lost(struct crun__store_client *c, const char *why);
 
-/* Frees a round found in a run's data slot (the store's run_freed). */
-void crun__store_rdzv_free(void *round);
+/* Frees a round found in a run's data slot: fit for the store's
+ * ops->run_freed (ctx is not used). */
+void crun__store_rdzv_free(void *ctx, void *round);
 
 #endif
