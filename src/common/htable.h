@@ -23,7 +23,7 @@ struct crun__hnode {
 /* All zero is an empty table (crun__htable_init does that). */
 struct crun__htable {
 	struct crun__hnode **buckets; /* NULL until the first insert */
-	size_t mask;                  /* number of buckets - 1 */
+	size_t mask;		      /* number of buckets - 1 */
 	size_t count;
 };
 

@@ -14,8 +14,8 @@ struct crun__list {
 };
 
 /* The struct of type that holds member at ptr. */
-#define crun__container_of(ptr, type, member)                                                    \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+#define crun__container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 /* Makes l an empty list (or an element linked to nothing). */
 static inline void crun__list_init(struct crun__list *l)

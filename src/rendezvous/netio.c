@@ -19,8 +19,8 @@ struct write_req {
 	size_t len;
 };
 
-void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size,
-		       uint64_t cap, bool framed, uv_buf_t *buf)
+void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size, uint64_t cap,
+		       bool framed, uv_buf_t *buf)
 {
 	uint64_t want;
 
@@ -200,7 +200,7 @@ static bool is_loopback(const struct sockaddr *sa)
 	if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const void *)sa;
 		const uint8_t *a = s6->sin6_addr.s6_addr;
-		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 		if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr))
 			return true;

@@ -35,8 +35,8 @@ struct crun__inbuf {
  * announced size (when framed and a 12-byte header is in: its big-endian
  * u32 length plus 12) but no faster than the data arrives, and never
  * beyond cap. On no memory *buf is empty (libuv then reports UV_ENOBUFS). */
-void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size,
-		       uint64_t cap, bool framed, uv_buf_t *buf);
+void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size, uint64_t cap,
+		       bool framed, uv_buf_t *buf);
 
 /* Keeps the n bytes at p (an unfinished frame read into scratch) as in's
  * tail, which must be empty. 0 or -ENOMEM. */

@@ -69,17 +69,17 @@ struct conn {
 	uv_timer_t timer; /* handshake timeout, liveness, linger while closing */
 	struct crun_server *srv;
 	struct crun__store_client sc; /* the store's view: run, keys, waits */
-	struct crun__list link;       /* srv->conns */
+	struct crun__list link;	      /* srv->conns */
 	struct conn *dirty_next;
 	struct crun__inbuf in;
 	struct crun__outq out;
 	int64_t keepalive_ms; /* from its last RDZV_JOIN; 0: none */
 	enum conn_state state;
 	uint8_t open_handles;
-	bool counted;    /* counts against max_connections */
+	bool counted;	 /* counts against max_connections */
 	bool hello_done; /* joined a run: the disconnect hook runs */
-	bool dirty;      /* on srv->dirty */
-	bool drop;       /* close without flushing, at the next flush_dirty */
+	bool dirty;	 /* on srv->dirty */
+	bool drop;	 /* close without flushing, at the next flush_dirty */
 	bool handles_closing;
 	bool alive_expired; /* dropped for want of keep-alives */
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
@@ -90,7 +90,7 @@ struct conn {
 struct crun_server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
-	uv_timer_t wait_timer;  /* the store's earliest deadline */
+	uv_timer_t wait_timer;	/* the store's earliest deadline */
 	uint64_t wait_deadline; /* what wait_timer is set to; UINT64_MAX: off */
 	struct crun__store *store;
 	struct crun__store_rdzv_env rdzv;
@@ -136,7 +136,7 @@ static const char *show_item(char *out, size_t outlen, const struct crun_wire_it
 
 static struct crun_wire_item item(const void *data, size_t len)
 {
-	struct crun_wire_item it = { data, (uint32_t)len };
+	struct crun_wire_item it = {data, (uint32_t)len};
 
 	return it;
 }
@@ -280,7 +280,7 @@ static int send_frame(struct conn *c, uint8_t type, uint32_t id, int64_t num,
 }
 
 /* An ERROR reply to request id (printf format), formatted as the store's. */
-#define reply_err(c, id, errnum, ...)                                                             \
+#define reply_err(c, id, errnum, ...) \
 	crun__store_reply_error((c)->srv->store, &(c)->sc, id, errnum, __VA_ARGS__)
 
 /* ---- the store's and the rounds' way out ------------------------------------ */
@@ -954,8 +954,7 @@ int crun_server_port(const struct crun_server *srv)
 	return srv && srv->listening ? srv->port : 0;
 }
 
-void crun_server_set_disconnect_cb(struct crun_server *srv, crun_server_disconnect_cb cb,
-				   void *arg)
+void crun_server_set_disconnect_cb(struct crun_server *srv, crun_server_disconnect_cb cb, void *arg)
 {
 	srv->disconnect_cb = cb;
 	srv->disconnect_arg = arg;
@@ -995,4 +994,3 @@ void crun_server_destroy(struct crun_server *srv, void (*done)(void *arg), void 
 	uv_close((uv_handle_t *)&srv->wait_timer, on_listener_closed);
 	uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
 }
-

@@ -31,9 +31,9 @@
 #define HEAP_MIN 16
 
 struct entry {
-	struct crun__hnode hn;             /* first member: tables hold hnodes */
+	struct crun__hnode hn;		  /* first member: tables hold hnodes */
 	struct crun__store_client *owner; /* set for an ephemeral key */
-	struct crun__list owned;           /* in owner->owned */
+	struct crun__list owned;	  /* in owner->owned */
 	uint8_t *val;
 	uint32_t vlen, vcap;
 	uint8_t key[];
@@ -44,7 +44,7 @@ struct crun__store_run {
 	struct crun__htable keys;
 	struct crun__list waiters; /* struct waiter.run_link */
 	struct crun__list watches; /* struct watch.run_link */
-	void *data;                /* the edge's (crun__store_run_data) */
+	void *data;		   /* the edge's (crun__store_run_data) */
 	uint32_t nclients;
 	char id[]; /* NUL-terminated; hn.key points here */
 };
@@ -59,7 +59,7 @@ struct waiter {
 	uint32_t id;
 	uint8_t type;
 	uint32_t count;
-	size_t bytes;                /* key bytes held, in client->sub_bytes */
+	size_t bytes;		     /* key bytes held, in client->sub_bytes */
 	struct crun_wire_item *keys; /* in the same allocation, after the struct */
 };
 
@@ -114,7 +114,7 @@ static const char *show_item(char *out, size_t outlen, const struct crun_wire_it
 
 static struct crun_wire_item item(const void *data, size_t len)
 {
-	struct crun_wire_item it = { data, (uint32_t)len };
+	struct crun_wire_item it = {data, (uint32_t)len};
 
 	return it;
 }
@@ -215,8 +215,7 @@ static void reply_value_num(struct crun__store *st, struct crun__store_client *c
 
 /* ---- runs and entries ---------------------------------------------------- */
 
-static struct crun__store_run *run_acquire(struct crun__store *st, const uint8_t *id,
-					   uint32_t len)
+static struct crun__store_run *run_acquire(struct crun__store *st, const uint8_t *id, uint32_t len)
 {
 	uint32_t h = crun__hash_bytes(st->seed, id, len);
 	struct crun__hnode *n = crun__htable_find(&st->runs, id, len, h);
@@ -406,7 +405,7 @@ static void heap_remove(struct crun__store *st, struct waiter *w)
 static void notify(struct crun__store *st, struct crun__store_run *r, const uint8_t *key,
 		   uint32_t klen, int64_t event, const uint8_t *val, uint32_t vlen)
 {
-	struct crun_wire_item items[2] = { item(key, klen), item(val, vlen) };
+	struct crun_wire_item items[2] = {item(key, klen), item(val, vlen)};
 
 	for (struct crun__list *l = r->watches.next; l != &r->watches; l = l->next) {
 		struct watch *w = crun__container_of(l, struct watch, run_link);
@@ -433,7 +432,7 @@ static void waiter_remove(struct crun__store *st, struct waiter *w)
 static void answer_read(struct crun__store *st, struct crun__store_client *c, uint8_t type,
 			uint32_t id, const struct crun_wire_item *keys, uint32_t count)
 {
-	struct crun_wire_item stack[MGET_STACK] = { { NULL, 0 } }, *vals = stack;
+	struct crun_wire_item stack[MGET_STACK] = {{NULL, 0}}, *vals = stack;
 	struct crun__store_run *r = c->run;
 	struct entry *e;
 
@@ -577,8 +576,8 @@ static void add_waiter(struct crun__store *st, struct crun__store_client *c,
 	w->count = m->count;
 	w->bytes = bytes;
 	/* UINT64_MAX means "nothing waits": a deadline stops short of it. */
-	w->deadline = (uint64_t)m->num < UINT64_MAX - 1 - now ? now + (uint64_t)m->num
-							       : UINT64_MAX - 1;
+	w->deadline =
+		(uint64_t)m->num < UINT64_MAX - 1 - now ? now + (uint64_t)m->num : UINT64_MAX - 1;
 	w->seq = st->next_seq++;
 	if (heap_insert(st, w) < 0) {
 		free(w);
@@ -646,10 +645,9 @@ static bool check_room(struct crun__store *st, struct crun__store_client *c, uin
 
 	if (c->run->keys.count + new_keys <= max)
 		return true;
-	crun__store_refuse(st, c, id, ENOSPC, "run '%s' holds the limit of %" PRIu64 " keys",
-			   crun__store_show(r, sizeof(r), (const uint8_t *)c->run->id,
-					    c->run->hn.klen),
-			   max);
+	crun__store_refuse(
+		st, c, id, ENOSPC, "run '%s' holds the limit of %" PRIu64 " keys",
+		crun__store_show(r, sizeof(r), (const uint8_t *)c->run->id, c->run->hn.klen), max);
 	return false;
 }
 

@@ -38,11 +38,11 @@ struct crun__store;
 struct crun__store_run;
 
 struct crun__store_limits {
-	uint32_t max_key_size;     /* bytes (also the run id's cap at HELLO) */
-	uint32_t max_value_size;   /* bytes */
+	uint32_t max_key_size;	 /* bytes (also the run id's cap at HELLO) */
+	uint32_t max_value_size; /* bytes */
 	uint64_t max_keys_per_run;
-	uint64_t max_sub_bytes;    /* key bytes one client's waits and watches
-	                            * may hold */
+	uint64_t max_sub_bytes; /* key bytes one client's waits and watches
+				 * may hold */
 };
 
 /* One connection as the store sees it. The edge embeds it in its own
@@ -50,14 +50,14 @@ struct crun__store_limits {
  * connection again from the pointer the ops receive (container_of). Every
  * field but name belongs to the store. */
 struct crun__store_client {
-	const char *name;            /* for log lines; the edge's, kept as is */
+	const char *name;	     /* for log lines; the edge's, kept as is */
 	struct crun__store_run *run; /* NULL until crun__store_join */
 	struct crun__list owned;     /* its ephemeral keys */
 	struct crun__list waiters;   /* its waiting GET/MGET/WAIT */
 	struct crun__list watches;
-	uint32_t nsubs;              /* waiters plus watches */
-	uint64_t sub_bytes;          /* key bytes they hold */
-	uint32_t nrefused;           /* requests refused for a limit */
+	uint32_t nsubs;	    /* waiters plus watches */
+	uint64_t sub_bytes; /* key bytes they hold */
+	uint32_t nrefused;  /* requests refused for a limit */
 };
 
 /* What the store asks of its edge. Each runs synchronously inside the
@@ -138,7 +138,8 @@ void crun__store_expire(struct crun__store *st, uint64_t now);
 
 /* An ERROR reply to request id of c (printf format). */
 void crun__store_reply_error(struct crun__store *st, struct crun__store_client *c, uint32_t id,
-			     int errnum, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+			     int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 
 /* An ERROR reply to a request refused for a limit or for bad input, also
  * logged (the first CRUN__STORE_REFUSALS_LOGGED times per client). */

@@ -7,9 +7,8 @@
 #include "rendezvous/rdzv.h"
 
 /* The round of c's run, made on first use; NULL after an error reply. */
-static struct crun_round *run_round(const struct crun__store_rdzv_env *env,
-				    struct crun__store *st, struct crun__store_client *c,
-				    uint32_t id)
+static struct crun_round *run_round(const struct crun__store_rdzv_env *env, struct crun__store *st,
+				    struct crun__store_client *c, uint32_t id)
 {
 	void **slot = crun__store_run_data(c);
 	char shown[300];
@@ -30,7 +29,7 @@ static void join(const struct crun__store_rdzv_env *env, struct crun__store *st,
 		 struct crun__store_client *c, const struct crun_wire_msg *m, const char *peer_ip,
 		 int64_t *keepalive_ms)
 {
-	struct crun_round_event ev = { .type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id };
+	struct crun_round_event ev = {.type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id};
 	struct crun_rdzv_node node;
 	struct crun_rdzv_conf conf;
 	struct crun_round *round;
@@ -68,7 +67,7 @@ out_finish:
 static void end(const struct crun__store_rdzv_env *env, struct crun__store *st,
 		struct crun__store_client *c, const struct crun_wire_msg *m)
 {
-	struct crun_round_event ev = { .peer = c, .id = m->id, .num = m->num };
+	struct crun_round_event ev = {.peer = c, .id = m->id, .num = m->num};
 	struct crun_round *round = run_round(env, st, c, m->id);
 	char msg[1024];
 
@@ -104,7 +103,7 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 
 void crun__store_rdzv_lost(struct crun__store_client *c, const char *why)
 {
-	struct crun_round_event ev = { .type = CRUN_ROUND_EV_LOST, .peer = c, .message = why };
+	struct crun_round_event ev = {.type = CRUN_ROUND_EV_LOST, .peer = c, .message = why};
 
 	if (c->run && *crun__store_run_data(c))
 		crun_round_apply(*crun__store_run_data(c), &ev);

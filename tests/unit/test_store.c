@@ -42,7 +42,7 @@ struct rec {
 	void *freed[8];
 	size_t nfreed;
 	size_t max_frame; /* a frame but ERROR with more item bytes: -ENOBUFS;
-	                   * 0: no cap */
+			   * 0: no cap */
 };
 
 static int rec_send(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
@@ -162,7 +162,7 @@ static void req(struct fixture *fx, struct crun__store_client *c, uint8_t type, 
 		uint32_t id, int64_t num, uint64_t now, ...)
 {
 	struct crun_wire_item items[MAX_ITEMS];
-	struct crun_wire_msg m = { type, flags, id, num, 0, items };
+	struct crun_wire_msg m = {type, flags, id, num, 0, items};
 	char err[160];
 	const char *s;
 	va_list ap;
@@ -179,7 +179,7 @@ static void req(struct fixture *fx, struct crun__store_client *c, uint8_t type, 
 }
 
 static void want(struct rec *r, struct crun__store_client *to, uint8_t type, uint32_t id,
-		   int64_t num)
+		 int64_t num)
 {
 	struct sent *s = next_frame(r);
 
@@ -190,7 +190,7 @@ static void want(struct rec *r, struct crun__store_client *to, uint8_t type, uin
 }
 
 static void want_value(struct rec *r, struct crun__store_client *to, uint32_t id, int64_t num,
-			 const char *value)
+		       const char *value)
 {
 	struct sent *s = next_frame(r);
 
@@ -204,7 +204,7 @@ static void want_value(struct rec *r, struct crun__store_client *to, uint32_t id
 
 /* An ERROR with this errno whose message contains msg (NULL: any). */
 static void want_error(struct rec *r, struct crun__store_client *to, uint32_t id, int errnum,
-			 const char *msg)
+		       const char *msg)
 {
 	struct sent *s = next_frame(r);
 
@@ -217,7 +217,7 @@ static void want_error(struct rec *r, struct crun__store_client *to, uint32_t id
 }
 
 static void want_notify(struct rec *r, struct crun__store_client *to, uint32_t id, int64_t ev,
-			  const char *key, const char *val)
+			const char *key, const char *val)
 {
 	struct sent *s = next_frame(r);
 
@@ -232,7 +232,10 @@ static void want_notify(struct rec *r, struct crun__store_client *to, uint32_t i
 
 /* ---- one client, one request, one reply: a table ---------------------------- */
 
-#define K(...) { __VA_ARGS__, NULL }
+#define K(...)                    \
+	{                         \
+		__VA_ARGS__, NULL \
+	}
 #define NONE 0xff /* no item expected */
 
 struct step {
@@ -246,64 +249,64 @@ struct step {
 
 static const struct step steps[] = {
 	/* SET, GET, overwrite, empty value, missing key */
-	{ CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_ERROR, ENOENT, K("key 'k' not found") },
-	{ CRUN_WIRE_SET, 0, 0, K("k", "v1"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_VALUE, 0, K("v1") },
-	{ CRUN_WIRE_SET, 0, 0, K("k", "a longer second value"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_VALUE, 0, K("a longer second value") },
-	{ CRUN_WIRE_SET, 0, 0, K("empty", ""), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("empty"), CRUN_WIRE_VALUE, 0, K("") },
+	{CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_ERROR, ENOENT, K("key 'k' not found")},
+	{CRUN_WIRE_SET, 0, 0, K("k", "v1"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_VALUE, 0, K("v1")},
+	{CRUN_WIRE_SET, 0, 0, K("k", "a longer second value"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_VALUE, 0, K("a longer second value")},
+	{CRUN_WIRE_SET, 0, 0, K("empty", ""), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("empty"), CRUN_WIRE_VALUE, 0, K("")},
 	/* CHECK, and WAIT on keys that exist */
-	{ CRUN_WIRE_CHECK, 0, 0, K("k", "empty"), CRUN_WIRE_INT, 1, K(NULL) },
-	{ CRUN_WIRE_CHECK, 0, 0, K("k", "nope"), CRUN_WIRE_INT, 0, K(NULL) },
-	{ CRUN_WIRE_WAIT, 0, 1000, K("k"), CRUN_WIRE_OK, 0, K(NULL) },
+	{CRUN_WIRE_CHECK, 0, 0, K("k", "empty"), CRUN_WIRE_INT, 1, K(NULL)},
+	{CRUN_WIRE_CHECK, 0, 0, K("k", "nope"), CRUN_WIRE_INT, 0, K(NULL)},
+	{CRUN_WIRE_WAIT, 0, 1000, K("k"), CRUN_WIRE_OK, 0, K(NULL)},
 	/* ADD: decimal ASCII, a missing key counts as 0, errors */
-	{ CRUN_WIRE_ADD, 0, 5, K("n"), CRUN_WIRE_INT, 5, K(NULL) },
-	{ CRUN_WIRE_ADD, 0, -7, K("n"), CRUN_WIRE_INT, -2, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("n"), CRUN_WIRE_VALUE, 0, K("-2") },
-	{ CRUN_WIRE_ADD, 0, 1, K("k"), CRUN_WIRE_ERROR, EINVAL, K("not a decimal integer") },
-	{ CRUN_WIRE_SET, 0, 0, K("big", "9223372036854775807"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_ADD, 0, 1, K("big"), CRUN_WIRE_ERROR, ERANGE, K("overflows int64") },
-	{ CRUN_WIRE_ADD, 0, 0, K("big"), CRUN_WIRE_INT, INT64_MAX, K(NULL) },
-	{ CRUN_WIRE_SET, 0, 0, K("huge", "99999999999999999999"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_ADD, 0, 1, K("huge"), CRUN_WIRE_ERROR, ERANGE, K("out of the int64 range") },
-	{ CRUN_WIRE_SET, 0, 0, K("plus", "+4"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_ADD, 0, 1, K("plus"), CRUN_WIRE_INT, 5, K(NULL) },
-	{ CRUN_WIRE_SET, 0, 0, K("sign", "-"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_ADD, 0, 1, K("sign"), CRUN_WIRE_ERROR, EINVAL, K(NULL) },
+	{CRUN_WIRE_ADD, 0, 5, K("n"), CRUN_WIRE_INT, 5, K(NULL)},
+	{CRUN_WIRE_ADD, 0, -7, K("n"), CRUN_WIRE_INT, -2, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("n"), CRUN_WIRE_VALUE, 0, K("-2")},
+	{CRUN_WIRE_ADD, 0, 1, K("k"), CRUN_WIRE_ERROR, EINVAL, K("not a decimal integer")},
+	{CRUN_WIRE_SET, 0, 0, K("big", "9223372036854775807"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_ADD, 0, 1, K("big"), CRUN_WIRE_ERROR, ERANGE, K("overflows int64")},
+	{CRUN_WIRE_ADD, 0, 0, K("big"), CRUN_WIRE_INT, INT64_MAX, K(NULL)},
+	{CRUN_WIRE_SET, 0, 0, K("huge", "99999999999999999999"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_ADD, 0, 1, K("huge"), CRUN_WIRE_ERROR, ERANGE, K("out of the int64 range")},
+	{CRUN_WIRE_SET, 0, 0, K("plus", "+4"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_ADD, 0, 1, K("plus"), CRUN_WIRE_INT, 5, K(NULL)},
+	{CRUN_WIRE_SET, 0, 0, K("sign", "-"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_ADD, 0, 1, K("sign"), CRUN_WIRE_ERROR, EINVAL, K(NULL)},
 	/* CAS, torch's compareSet semantics */
-	{ CRUN_WIRE_CAS, 0, 0, K("cas", "x", "y"), CRUN_WIRE_VALUE, 0, K("x") },
-	{ CRUN_WIRE_GET, 0, 0, K("cas"), CRUN_WIRE_ERROR, ENOENT, K(NULL) },
-	{ CRUN_WIRE_CAS, 0, 0, K("cas", "", "first"), CRUN_WIRE_VALUE, 1, K("first") },
-	{ CRUN_WIRE_CAS, 0, 0, K("cas", "wrong", "z"), CRUN_WIRE_VALUE, 0, K("first") },
-	{ CRUN_WIRE_CAS, 0, 0, K("cas", "first", "second"), CRUN_WIRE_VALUE, 1, K("second") },
-	{ CRUN_WIRE_CAS, CRUN_WIRE_FL_EXPECT_ABSENT, 0, K("cas", "", "third"), CRUN_WIRE_VALUE, 0,
-	  K("second") },
-	{ CRUN_WIRE_CAS, CRUN_WIRE_FL_EXPECT_ABSENT, 0, K("cas2", "ignored", "new"),
-	  CRUN_WIRE_VALUE, 1, K("new") },
-	{ CRUN_WIRE_GET, 0, 0, K("cas2"), CRUN_WIRE_VALUE, 0, K("new") },
+	{CRUN_WIRE_CAS, 0, 0, K("cas", "x", "y"), CRUN_WIRE_VALUE, 0, K("x")},
+	{CRUN_WIRE_GET, 0, 0, K("cas"), CRUN_WIRE_ERROR, ENOENT, K(NULL)},
+	{CRUN_WIRE_CAS, 0, 0, K("cas", "", "first"), CRUN_WIRE_VALUE, 1, K("first")},
+	{CRUN_WIRE_CAS, 0, 0, K("cas", "wrong", "z"), CRUN_WIRE_VALUE, 0, K("first")},
+	{CRUN_WIRE_CAS, 0, 0, K("cas", "first", "second"), CRUN_WIRE_VALUE, 1, K("second")},
+	{CRUN_WIRE_CAS, CRUN_WIRE_FL_EXPECT_ABSENT, 0, K("cas", "", "third"), CRUN_WIRE_VALUE, 0,
+	 K("second")},
+	{CRUN_WIRE_CAS, CRUN_WIRE_FL_EXPECT_ABSENT, 0, K("cas2", "ignored", "new"), CRUN_WIRE_VALUE,
+	 1, K("new")},
+	{CRUN_WIRE_GET, 0, 0, K("cas2"), CRUN_WIRE_VALUE, 0, K("new")},
 	/* DELETE */
-	{ CRUN_WIRE_DELETE, 0, 0, K("k"), CRUN_WIRE_INT, 1, K(NULL) },
-	{ CRUN_WIRE_DELETE, 0, 0, K("k"), CRUN_WIRE_INT, 0, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_ERROR, ENOENT, K(NULL) },
+	{CRUN_WIRE_DELETE, 0, 0, K("k"), CRUN_WIRE_INT, 1, K(NULL)},
+	{CRUN_WIRE_DELETE, 0, 0, K("k"), CRUN_WIRE_INT, 0, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("k"), CRUN_WIRE_ERROR, ENOENT, K(NULL)},
 	/* APPEND creates, then appends */
-	{ CRUN_WIRE_APPEND, 0, 0, K("log", "ab"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_APPEND, 0, 0, K("log", "cd"), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_APPEND, 0, 0, K("log", ""), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_GET, 0, 0, K("log"), CRUN_WIRE_VALUE, 0, K("abcd") },
+	{CRUN_WIRE_APPEND, 0, 0, K("log", "ab"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_APPEND, 0, 0, K("log", "cd"), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_APPEND, 0, 0, K("log", ""), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_GET, 0, 0, K("log"), CRUN_WIRE_VALUE, 0, K("abcd")},
 	/* MSET, MGET, COUNT, LIST */
-	{ CRUN_WIRE_MSET, 0, 0, K("b", "2", "a", "1", "c", ""), CRUN_WIRE_OK, 0, K(NULL) },
-	{ CRUN_WIRE_MGET, 0, 0, K("a", "b", "c"), CRUN_WIRE_VALUES, 0, K("1", "2", "") },
-	{ CRUN_WIRE_MGET, 0, 0, K("a", "nope"), CRUN_WIRE_ERROR, ENOENT, K("'nope'") },
+	{CRUN_WIRE_MSET, 0, 0, K("b", "2", "a", "1", "c", ""), CRUN_WIRE_OK, 0, K(NULL)},
+	{CRUN_WIRE_MGET, 0, 0, K("a", "b", "c"), CRUN_WIRE_VALUES, 0, K("1", "2", "")},
+	{CRUN_WIRE_MGET, 0, 0, K("a", "nope"), CRUN_WIRE_ERROR, ENOENT, K("'nope'")},
 	/* keys: empty n big huge plus sign cas cas2 log a b c */
-	{ CRUN_WIRE_COUNT, 0, 0, K(NULL), CRUN_WIRE_INT, 12, K(NULL) },
-	{ CRUN_WIRE_LIST, 0, 0, K(NULL), CRUN_WIRE_VALUES, 0,
-	  K("a", "b", "big", "c", "cas", "cas2", "empty", "huge", "log", "n", "plus", "sign") },
+	{CRUN_WIRE_COUNT, 0, 0, K(NULL), CRUN_WIRE_INT, 12, K(NULL)},
+	{CRUN_WIRE_LIST, 0, 0, K(NULL), CRUN_WIRE_VALUES, 0,
+	 K("a", "b", "big", "c", "cas", "cas2", "empty", "huge", "log", "n", "plus", "sign")},
 	/* PING echoes */
-	{ CRUN_WIRE_PING, 0, 0, K(NULL), CRUN_WIRE_VALUE, 0, K("") },
-	{ CRUN_WIRE_PING, 0, 0, K("hi"), CRUN_WIRE_VALUE, 0, K("hi") },
+	{CRUN_WIRE_PING, 0, 0, K(NULL), CRUN_WIRE_VALUE, 0, K("")},
+	{CRUN_WIRE_PING, 0, 0, K("hi"), CRUN_WIRE_VALUE, 0, K("hi")},
 	/* UNWATCH of nothing is fine */
-	{ CRUN_WIRE_UNWATCH, 0, 0, K("k"), CRUN_WIRE_OK, 0, K(NULL) },
+	{CRUN_WIRE_UNWATCH, 0, 0, K("k"), CRUN_WIRE_OK, 0, K(NULL)},
 };
 
 static uint32_t nitems(const char *const *v)
@@ -324,8 +327,8 @@ static void test_operations(void **state)
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(steps); i++) {
 		const struct step *s = &steps[i];
 		struct crun_wire_item items[16];
-		struct crun_wire_msg m = { s->type, s->flags, (uint32_t)i, s->num,
-					   nitems(s->items), items };
+		struct crun_wire_msg m = {s->type, s->flags,	     (uint32_t)i,
+					  s->num,  nitems(s->items), items};
 		struct sent *r;
 		uint32_t nwant = nitems(s->want);
 
@@ -357,10 +360,10 @@ static void test_operations(void **state)
 /* Binary keys and values go through untouched. */
 static void test_binary(void **state)
 {
-	static const uint8_t bin[] = { 0, 1, 2, 0xff, '\n', 0 };
-	struct crun_wire_item kv[2] = { { bin, 3 }, { bin, sizeof(bin) } };
-	struct crun_wire_msg set = { CRUN_WIRE_SET, 0, 1, 0, 2, kv };
-	struct crun_wire_msg get = { CRUN_WIRE_GET, 0, 2, 0, 1, kv };
+	static const uint8_t bin[] = {0, 1, 2, 0xff, '\n', 0};
+	struct crun_wire_item kv[2] = {{bin, 3}, {bin, sizeof(bin)}};
+	struct crun_wire_msg set = {CRUN_WIRE_SET, 0, 1, 0, 2, kv};
+	struct crun_wire_msg get = {CRUN_WIRE_GET, 0, 2, 0, 1, kv};
 	struct fixture fx;
 	struct sent *s;
 
@@ -379,14 +382,15 @@ static void test_binary(void **state)
 /* Requests that are not key-value requests are not the store's. */
 static void test_not_store_requests(void **state)
 {
-	static const uint8_t types[] = { CRUN_WIRE_HELLO, CRUN_WIRE_RDZV_JOIN, CRUN_WIRE_RDZV_FAIL,
-					 CRUN_WIRE_RDZV_DONE, CRUN_WIRE_OK, CRUN_WIRE_NOTIFY };
+	static const uint8_t types[] = {CRUN_WIRE_HELLO,     CRUN_WIRE_RDZV_JOIN,
+					CRUN_WIRE_RDZV_FAIL, CRUN_WIRE_RDZV_DONE,
+					CRUN_WIRE_OK,	     CRUN_WIRE_NOTIFY};
 	struct fixture fx;
 
 	(void)state;
 	fixture_start(&fx, NULL);
 	for (size_t i = 0; i < sizeof(types); i++) {
-		struct crun_wire_msg m = { types[i], 0, 1, 0, 0, NULL };
+		struct crun_wire_msg m = {types[i], 0, 1, 0, 0, NULL};
 
 		assert_int_equal(crun__store_apply(fx.st, &fx.a, &m, 0), -EINVAL);
 	}
@@ -550,7 +554,7 @@ static void test_mget_many(void **state)
 {
 	enum { N = 40 };
 	struct crun_wire_item keys[N];
-	struct crun_wire_msg m = { CRUN_WIRE_MGET, 0, 99, 1000, N, keys };
+	struct crun_wire_msg m = {CRUN_WIRE_MGET, 0, 99, 1000, N, keys};
 	char names[N][8];
 	struct fixture fx;
 	struct sent *s;
@@ -694,7 +698,7 @@ static void test_leave_cleans(void **state)
 	req(&fx, &fx.a, CRUN_WIRE_GET, 0, 7, 0, 0, "kept", NULL);
 	want_value(&fx.rec, &fx.a, 7, 0, "x");
 	/* and is freed, its data handed back, once it has neither */
-	for (const char *const *k = (const char *const[]){ "never", "w", "kept", NULL }; *k; k++)
+	for (const char *const *k = (const char *const[]){"never", "w", "kept", NULL}; *k; k++)
 		req(&fx, &fx.a, CRUN_WIRE_DELETE, 0, 8, 0, 0, *k, NULL);
 	crun__store_leave(fx.st, &fx.a);
 	assert_int_equal(fx.rec.nfreed, 1);
@@ -898,7 +902,7 @@ static void test_destroy_busy(void **state)
 {
 	struct crun__store_limits l;
 	struct crun__store *st;
-	struct rec rec = { 0 };
+	struct rec rec = {0};
 	struct crun__store_client c[3];
 	static int data;
 
@@ -907,11 +911,11 @@ static void test_destroy_busy(void **state)
 	st = crun__store_create(&l, 7, &rec_ops, &rec);
 	assert_non_null(st);
 	for (int i = 0; i < 3; i++) {
-		struct crun_wire_item k[2] = { { (const uint8_t *)"key", 3 },
-					       { (const uint8_t *)"v", 1 } };
-		struct crun_wire_msg get = { CRUN_WIRE_GET, 0, 1, 1000, 1, k };
-		struct crun_wire_msg watch = { CRUN_WIRE_WATCH, 0, 2, 0, 1, k };
-		struct crun_wire_msg eph = { CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 3, 0, 2, k };
+		struct crun_wire_item k[2] = {{(const uint8_t *)"key", 3},
+					      {(const uint8_t *)"v", 1}};
+		struct crun_wire_msg get = {CRUN_WIRE_GET, 0, 1, 1000, 1, k};
+		struct crun_wire_msg watch = {CRUN_WIRE_WATCH, 0, 2, 0, 1, k};
+		struct crun_wire_msg eph = {CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 3, 0, 2, k};
 
 		crun__store_client_init(&c[i], "c");
 		k[0].data = (const uint8_t *)(i == 2 ? "r2" : "r1");
@@ -940,19 +944,19 @@ static void test_show(void **state)
 		size_t len;
 		const char *want;
 	} cases[] = {
-		{ "plain", 5, "plain" },
-		{ "a\\b'c", 5, "a\\x5cb\\x27c" },
-		{ "\x00\x01\xff", 3, "\\x00\\x01\\xff" },
-		{ "", 0, "" },
-		{ "0123456789012345678901234567890123456789012345678901234567890123456789", 70,
-		  "0123456789012345678901234567890123456789012345678901234567890123..." },
+		{"plain", 5, "plain"},
+		{"a\\b'c", 5, "a\\x5cb\\x27c"},
+		{"\x00\x01\xff", 3, "\\x00\\x01\\xff"},
+		{"", 0, ""},
+		{"0123456789012345678901234567890123456789012345678901234567890123456789", 70,
+		 "0123456789012345678901234567890123456789012345678901234567890123..."},
 	};
 	char out[300], tiny[8];
 
 	(void)state;
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++)
-		assert_string_equal(crun__store_show(out, sizeof(out),
-						     (const uint8_t *)cases[i].in, cases[i].len),
+		assert_string_equal(crun__store_show(out, sizeof(out), (const uint8_t *)cases[i].in,
+						     cases[i].len),
 				    cases[i].want);
 	/* a small buffer is never overrun */
 	assert_true(strlen(crun__store_show(tiny, sizeof(tiny), (const uint8_t *)"\xff\xff\xff",
