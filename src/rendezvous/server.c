@@ -599,6 +599,7 @@ static void close_handles(struct conn *c)
 static void begin_close(struct conn *c, bool graceful)
 {
 	struct crun_server *srv = c->srv;
+	char why[64], t[24];
 
 	if (c->state == CONN_CLOSING) {
 		if (!graceful)
@@ -613,16 +614,12 @@ static void begin_close(struct conn *c, bool graceful)
 		c->counted = false;
 	}
 	crun__store_detach(srv->store, &c->sc);
-	if (c->sc.run) {
-		char why[64], t[24];
-
-		if (c->alive_expired)
-			snprintf(why, sizeof(why), "no keep-alive for %s",
-				 crun_rdzv_format_ms(c->keepalive_ms, t, sizeof(t)));
-		else
-			snprintf(why, sizeof(why), "connection closed");
-		crun__store_rdzv_lost(&c->sc, why);
-	}
+	if (c->alive_expired)
+		snprintf(why, sizeof(why), "no keep-alive for %s",
+			 crun_rdzv_format_ms(c->keepalive_ms, t, sizeof(t)));
+	else
+		snprintf(why, sizeof(why), "connection closed");
+	crun__store_rdzv_lost(&c->sc, why);
 	if (c->hello_done && srv->disconnect_cb)
 		srv->disconnect_cb(srv, crun__store_run_id(&c->sc, NULL), c->peer,
 				   srv->disconnect_arg);

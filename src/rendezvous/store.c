@@ -1115,7 +1115,7 @@ const char *crun__store_run_id(const struct crun__store_client *c, uint32_t *len
 
 void **crun__store_run_data(struct crun__store_client *c)
 {
-	return &c->run->data;
+	return c->run ? &c->run->data : NULL;
 }
 
 uint64_t crun__store_run_keys(const struct crun__store_client *c)

@@ -113,7 +113,8 @@ void crun__store_leave(struct crun__store *st, struct crun__store_client *c);
 const char *crun__store_run_id(const struct crun__store_client *c, uint32_t *len);
 
 /* A pointer the edge may keep per run (the rendezvous round): NULL until
- * set; handed to ops->run_freed when the run goes. c must be in a run. */
+ * set; handed to ops->run_freed when the run goes. Returns the slot of
+ * c's run, or NULL for a client in no run. */
 void **crun__store_run_data(struct crun__store_client *c);
 
 /* Number of keys in c's run (0 for a client in no run). */

@@ -104,9 +104,10 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 void crun__store_rdzv_lost(struct crun__store_client *c, const char *why)
 {
 	struct crun_round_event ev = {.type = CRUN_ROUND_EV_LOST, .peer = c, .message = why};
+	void **slot = crun__store_run_data(c);
 
-	if (c->run && *crun__store_run_data(c))
-		crun_round_apply(*crun__store_run_data(c), &ev);
+	if (slot && *slot)
+		crun_round_apply(*slot, &ev);
 }
 
 void crun__store_rdzv_free(void *ctx, void *round)
