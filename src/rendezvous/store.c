@@ -142,7 +142,7 @@ void crun__store_log_request(const struct crun__store_client *c, const struct cr
 
 /* ---- replies ------------------------------------------------------------- */
 
-static int send(struct crun__store *st, struct crun__store_client *c, uint8_t type, uint32_t id,
+static int emit(struct crun__store *st, struct crun__store_client *c, uint8_t type, uint32_t id,
 		int64_t num, const struct crun_wire_item *items, uint32_t count)
 {
 	return st->ops->send(st->ctx, c, type, id, num, items, count);
@@ -161,7 +161,7 @@ static void reply_errv(struct crun__store *st, struct crun__store_client *c, uin
 	if ((size_t)n >= sizeof(msg))
 		n = sizeof(msg) - 1;
 	it = item(msg, (size_t)n);
-	send(st, c, CRUN_WIRE_ERROR, id, errnum, &it, 1);
+	emit(st, c, CRUN_WIRE_ERROR, id, errnum, &it, 1);
 }
 
 void crun__store_reply_error(struct crun__store *st, struct crun__store_client *c, uint32_t id,
@@ -209,7 +209,7 @@ static void reply_value_num(struct crun__store *st, struct crun__store_client *c
 {
 	struct crun_wire_item it = item(data, len);
 
-	if (send(st, c, CRUN_WIRE_VALUE, id, num, &it, 1) == -ENOBUFS)
+	if (emit(st, c, CRUN_WIRE_VALUE, id, num, &it, 1) == -ENOBUFS)
 		reply_too_big(st, c, id);
 }
 
@@ -412,7 +412,7 @@ static void notify(struct crun__store *st, struct crun__store_run *r, const uint
 
 		if (w->klen != klen || memcmp(w->key, key, klen))
 			continue;
-		if (send(st, w->client, CRUN_WIRE_NOTIFY, w->id, event, items, 2) == -ENOBUFS)
+		if (emit(st, w->client, CRUN_WIRE_NOTIFY, w->id, event, items, 2) == -ENOBUFS)
 			st->ops->drop(st->ctx, w->client,
 				      "a watched value is too large for its buffer");
 	}
@@ -453,13 +453,13 @@ static void answer_read(struct crun__store *st, struct crun__store_client *c, ui
 			e = entry_find(r, &keys[i], hash_item(st, &keys[i]));
 			vals[i] = item(e->val, e->vlen);
 		}
-		if (send(st, c, CRUN_WIRE_VALUES, id, 0, vals, count) == -ENOBUFS)
+		if (emit(st, c, CRUN_WIRE_VALUES, id, 0, vals, count) == -ENOBUFS)
 			reply_too_big(st, c, id);
 		if (vals != stack)
 			free(vals);
 		break;
 	default:
-		send(st, c, CRUN_WIRE_OK, id, 0, NULL, 0);
+		emit(st, c, CRUN_WIRE_OK, id, 0, NULL, 0);
 		break;
 	}
 }
@@ -707,7 +707,7 @@ static void op_set(struct crun__store *st, struct crun__store_client *c,
 		return;
 	}
 	entry_set_owner(e, (m->flags & CRUN_WIRE_FL_EPHEMERAL) ? c : NULL);
-	send(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 	changed(st, c->run, e);
 }
 
@@ -798,7 +798,7 @@ static void op_add(struct crun__store *st, struct crun__store_client *c,
 		store_failed(st, c, m->id, e);
 		return;
 	}
-	send(st, c, CRUN_WIRE_INT, m->id, now, NULL, 0);
+	emit(st, c, CRUN_WIRE_INT, m->id, now, NULL, 0);
 	changed(st, c->run, e);
 }
 
@@ -844,7 +844,7 @@ static void op_delete(struct crun__store *st, struct crun__store_client *c,
 {
 	struct entry *e = entry_find(c->run, &m->items[0], hash_item(st, &m->items[0]));
 
-	send(st, c, CRUN_WIRE_INT, m->id, e != NULL, NULL, 0);
+	emit(st, c, CRUN_WIRE_INT, m->id, e != NULL, NULL, 0);
 	if (e)
 		entry_delete(st, c->run, e);
 }
@@ -885,7 +885,7 @@ static void op_append(struct crun__store *st, struct crun__store_client *c,
 	if (val->len)
 		memcpy(e->val + e->vlen, val->data, val->len);
 	e->vlen = (uint32_t)len;
-	send(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 	changed(st, c->run, e);
 }
 
@@ -922,7 +922,7 @@ static void op_mset(struct crun__store *st, struct crun__store_client *c,
 		entry_set_owner(e, NULL);
 		changed(st, c->run, e);
 	}
-	send(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 }
 
 static int cmp_keys(const void *a, const void *b)
@@ -958,7 +958,7 @@ static void op_list(struct crun__store *st, struct crun__store_client *c,
 	for (h = crun__htable_first(t, &b); h; h = crun__htable_next(t, h, &b))
 		keys[n++] = item(h->key, h->klen);
 	qsort(keys, n, sizeof(*keys), cmp_keys);
-	if (send(st, c, CRUN_WIRE_VALUES, m->id, 0, keys, (uint32_t)n) == -ENOBUFS)
+	if (emit(st, c, CRUN_WIRE_VALUES, m->id, 0, keys, (uint32_t)n) == -ENOBUFS)
 		reply_too_big(st, c, m->id);
 	free(keys);
 }
@@ -984,7 +984,7 @@ static void op_watch(struct crun__store *st, struct crun__store_client *c,
 	crun__list_add_tail(&c->watches, &w->client_link);
 	c->nsubs++;
 	c->sub_bytes += key->len;
-	send(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 }
 
 static void watch_free(struct watch *w)
@@ -1008,7 +1008,7 @@ static void op_unwatch(struct crun__store *st, struct crun__store_client *c,
 		if (item_eq(&m->items[0], w->key, w->klen))
 			watch_free(w);
 	}
-	send(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 }
 
 int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
@@ -1028,7 +1028,7 @@ int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
 		op_read(st, c, m, now);
 		break;
 	case CRUN_WIRE_CHECK:
-		send(st, c, CRUN_WIRE_INT, m->id,
+		emit(st, c, CRUN_WIRE_INT, m->id,
 		     first_missing(st, c->run, m->items, m->count) == m->count, NULL, 0);
 		break;
 	case CRUN_WIRE_ADD:
@@ -1044,7 +1044,7 @@ int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
 		op_append(st, c, m);
 		break;
 	case CRUN_WIRE_COUNT:
-		send(st, c, CRUN_WIRE_INT, m->id, (int64_t)c->run->keys.count, NULL, 0);
+		emit(st, c, CRUN_WIRE_INT, m->id, (int64_t)c->run->keys.count, NULL, 0);
 		break;
 	case CRUN_WIRE_MSET:
 		op_mset(st, c, m);
