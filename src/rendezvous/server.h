@@ -4,7 +4,8 @@
  * speaks the protocol in wire.h, keeps keys per run id, answers waiting
  * GET/WAIT/MGET requests when their keys arrive (timers, never polling),
  * pushes NOTIFY frames to watchers, enforces the limits below, and drops a
- * misbehaving client without disturbing anyone else.
+ * misbehaving client without disturbing anyone else. The key-value
+ * semantics are store.h's, which does no I/O; this server is its libuv edge.
  *
  * Logging: one info line per connection event (accepted, authenticated,
  * refused, closed); one debug line per request when the log level is

@@ -19,6 +19,8 @@
 
 #include "common/fnv.h"
 #include "common/fs.h"
+#include "common/htable.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "common/yaml.h"
@@ -839,6 +841,142 @@ static void test_yaml_files(void **state)
 	assert_memory_equal(err, want, strlen(want));
 }
 
+/* ---- list and hash table --------------------------------------------------- */
+
+struct litem {
+	int v;
+	struct crun__list link;
+};
+
+static void test_list(void **state)
+{
+	struct litem items[4] = { { .v = 0 }, { .v = 1 }, { .v = 2 }, { .v = 3 } };
+	struct crun__list head, *l;
+	int seen[4], n = 0;
+
+	(void)state;
+	crun__list_init(&head);
+	assert_true(crun__list_empty(&head));
+	for (int i = 0; i < 4; i++)
+		crun__list_add_tail(&head, &items[i].link);
+	assert_false(crun__list_empty(&head));
+	crun__list_del(&items[1].link);
+	assert_true(crun__list_empty(&items[1].link)); /* re-initialised */
+	crun__list_del(&items[1].link);                /* and safe to delete again */
+	for (l = head.next; l != &head; l = l->next)
+		seen[n++] = crun__container_of(l, struct litem, link)->v;
+	assert_int_equal(n, 3);
+	assert_int_equal(seen[0], 0);
+	assert_int_equal(seen[1], 2);
+	assert_int_equal(seen[2], 3);
+	assert_ptr_equal(head.prev, &items[3].link);
+	while (!crun__list_empty(&head))
+		crun__list_del(head.next);
+	assert_true(crun__list_empty(&head));
+}
+
+static void test_hash_bytes(void **state)
+{
+	static const struct {
+		uint32_t seed;
+		const char *s;
+		uint32_t want;
+	} cases[] = {
+		/* FNV-1a's published values with seed 0 */
+		{ 0, "", 0x811c9dc5u },
+		{ 0, "a", 0xe40c292cu },
+		{ 0, "foobar", 0xbf9cf968u },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++)
+		assert_int_equal(crun__hash_bytes(cases[i].seed, (const uint8_t *)cases[i].s,
+						  strlen(cases[i].s)),
+				 cases[i].want);
+	/* another seed moves the hash */
+	assert_int_not_equal(crun__hash_bytes(1, (const uint8_t *)"a", 1), 0xe40c292cu);
+}
+
+struct hitem {
+	struct crun__hnode hn;
+	char key[16];
+	bool freed;
+};
+
+static void hitem_key(struct hitem *it, uint32_t seed, int i)
+{
+	snprintf(it->key, sizeof(it->key), "key%d", i);
+	it->hn.key = (const uint8_t *)it->key;
+	it->hn.klen = (uint32_t)strlen(it->key);
+	it->hn.hash = crun__hash_bytes(seed, it->hn.key, it->hn.klen);
+}
+
+static void hitem_mark(struct crun__hnode *n, void *arg)
+{
+	(*(int *)arg)++;
+	((struct hitem *)n)->freed = true;
+}
+
+static void test_htable(void **state)
+{
+	enum { N = 1000 };
+	static struct hitem items[N];
+	struct crun__htable t;
+	struct crun__hnode *n;
+	uint32_t seed = 0x5eed;
+	size_t b, walked = 0;
+	int cleared = 0;
+
+	(void)state;
+	crun__htable_init(&t);
+	assert_null(crun__htable_find(&t, (const uint8_t *)"key1", 4, 1));
+	assert_null(crun__htable_first(&t, &b));
+	for (int i = 0; i < N; i++) {
+		hitem_key(&items[i], seed, i);
+		assert_int_equal(crun__htable_insert(&t, &items[i].hn), 0);
+	}
+	assert_int_equal(t.count, N);
+	assert_true(t.mask + 1 >= N); /* grew: no more nodes than buckets */
+	for (int i = 0; i < N; i++) {
+		struct hitem probe;
+
+		hitem_key(&probe, seed, i);
+		assert_ptr_equal(crun__htable_find(&t, probe.hn.key, probe.hn.klen, probe.hn.hash),
+				 &items[i].hn);
+	}
+	/* same hash, other key; same key, other hash: not found */
+	assert_null(crun__htable_find(&t, (const uint8_t *)"nope", 4, items[0].hn.hash));
+	assert_null(crun__htable_find(&t, items[0].hn.key, items[0].hn.klen,
+				      items[0].hn.hash + 1));
+	/* unlink through a link, remove by node */
+	assert_non_null(crun__htable_link(&t, items[5].hn.key, items[5].hn.klen,
+					  items[5].hn.hash));
+	crun__htable_unlink(&t, crun__htable_link(&t, items[5].hn.key, items[5].hn.klen,
+						  items[5].hn.hash));
+	crun__htable_remove(&t, &items[6].hn);
+	assert_int_equal(t.count, N - 2);
+	assert_null(crun__htable_find(&t, items[5].hn.key, items[5].hn.klen, items[5].hn.hash));
+	assert_null(crun__htable_find(&t, items[6].hn.key, items[6].hn.klen, items[6].hn.hash));
+	assert_non_null(crun__htable_find(&t, items[7].hn.key, items[7].hn.klen,
+					  items[7].hn.hash));
+	/* a walk sees every node once */
+	for (n = crun__htable_first(&t, &b); n; n = crun__htable_next(&t, n, &b)) {
+		assert_false(((struct hitem *)n)->freed);
+		((struct hitem *)n)->freed = true;
+		walked++;
+	}
+	assert_int_equal(walked, N - 2);
+	for (int i = 0; i < N; i++)
+		items[i].freed = false;
+	crun__htable_clear(&t, hitem_mark, &cleared);
+	assert_int_equal(cleared, N - 2);
+	assert_false(items[5].freed);
+	assert_true(items[7].freed);
+	assert_int_equal(t.count, 0);
+	assert_null(t.buckets);
+	crun__htable_clear(&t, NULL, NULL); /* an empty table clears too */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -858,6 +996,9 @@ int main(void)
 		cmocka_unit_test(test_yaml_tree),
 		cmocka_unit_test(test_yaml_errors),
 		cmocka_unit_test_setup_teardown(test_yaml_files, scratch_setup, scratch_teardown),
+		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_hash_bytes),
+		cmocka_unit_test(test_htable),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

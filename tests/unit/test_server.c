@@ -490,6 +490,48 @@ static void test_wait_timeout(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* Waits with different deadlines share one timer in the server: each
+ * still times out on its own, in deadline order, also after the earliest
+ * one was answered. */
+static void test_wait_deadlines(void **state)
+{
+	struct harness h;
+	int fd;
+	struct crun_wire_item k1 = its("d1"), k2 = its("d2"), k3 = its("d3"), k4 = its("d4");
+	uint64_t t0;
+	struct rmsg r;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	fd = client(h.port, "deadlines");
+	t0 = now_ms();
+	send_frame(fd, CRUN_WIRE_GET, 0, 1, 300, &k1, 1);
+	send_frame(fd, CRUN_WIRE_GET, 0, 2, 100, &k2, 1);
+	send_frame(fd, CRUN_WIRE_GET, 0, 3, 200, &k3, 1);
+	send_frame(fd, CRUN_WIRE_GET, 0, 4, 50, &k4, 1);
+	set(fd, "d4", "here"); /* answers the earliest before it expires */
+	assert_int_equal(trecv(fd, &r), 0);
+	assert_int_equal(r.m.id, 4);
+	assert_int_equal(r.m.type, CRUN_WIRE_VALUE);
+	rmsg_finish(&r);
+	for (uint32_t want = 2; want <= 3; want++) {
+		assert_int_equal(trecv(fd, &r), 0);
+		assert_int_equal(r.m.id, want);
+		assert_int_equal(r.m.type, CRUN_WIRE_ERROR);
+		assert_int_equal(r.m.num, ETIMEDOUT);
+		rmsg_finish(&r);
+		assert_true(now_ms() - t0 >= 100 * (want - 1) - 10);
+	}
+	assert_int_equal(trecv(fd, &r), 0);
+	assert_int_equal(r.m.id, 1);
+	assert_int_equal(r.m.num, ETIMEDOUT);
+	rmsg_finish(&r);
+	assert_true(now_ms() - t0 >= 290);
+	assert_true(now_ms() - t0 < 3000);
+	close(fd);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 static void expect_notify(int fd, uint32_t id, int64_t ev, const char *key, const char *val)
 {
 	struct rmsg r;
@@ -1153,6 +1195,7 @@ int main(void)
 		cmocka_unit_test(test_operations),
 		cmocka_unit_test(test_waiting_reads),
 		cmocka_unit_test(test_wait_timeout),
+		cmocka_unit_test(test_wait_deadlines),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_runs_isolated),
 		cmocka_unit_test(test_limits),

@@ -1,0 +1,45 @@
+/* Rendezvous requests of store clients: the glue between the store's runs
+ * (store.h) and the rounds (round.h).
+ *
+ * Each run that sees a rendezvous request gets a round, kept in the run's
+ * data slot (crun__store_run_data); the edge's run_freed hook hands it to
+ * crun__store_rdzv_free. The round's peers are store clients: the edge's
+ * round ops receive a struct crun__store_client * as peer. Errors in a
+ * request (a bad RDZV_JOIN, no memory) are answered through the store
+ * (crun__store_refuse, crun__store_reply_error). */
+#ifndef CRUN_RENDEZVOUS_STORE_RDZV_H
+#define CRUN_RENDEZVOUS_STORE_RDZV_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "rendezvous/round.h"
+#include "rendezvous/store.h"
+#include "rendezvous/wire.h"
+
+/* What a new round needs from the edge: the loop for its timer and the
+ * ops (with their ctx) that reach its peers. */
+struct crun__store_rdzv_env {
+	uv_loop_t *loop;
+	const struct crun_round_ops *ops;
+	void *ctx;
+};
+
+/* Applies an RDZV_JOIN, RDZV_FAIL or RDZV_DONE request of c (in a run; m
+ * validated); peer_ip is c's address as the edge sees it (no port), for a
+ * JOIN without an address of its own. When this JOIN made the round admit
+ * c, *keepalive_ms is set to the keep-alive window it asked for (0: none),
+ * which the edge must then enforce; otherwise it is left alone. */
+void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun__store *st,
+			    struct crun__store_client *c, const struct crun_wire_msg *m,
+			    const char *peer_ip, int64_t *keepalive_ms);
+
+/* c, still in its run, is closing: its round, if the run has one, loses
+ * it (why: "connection closed", ...). */
+void crun__store_rdzv_lost(struct crun__store_client *c, const char *why);
+
+/* Frees a round found in a run's data slot: fit for the store's
+ * ops->run_freed (ctx is not used). */
+void crun__store_rdzv_free(void *ctx, void *round);
+
+#endif
