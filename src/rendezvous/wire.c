@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -421,4 +422,84 @@ bool crun_wire_mac_equal(const uint8_t *a, const uint8_t *b)
 int crun_wire_random(uint8_t *buf, size_t len)
 {
 	return RAND_bytes(buf, (int)len) == 1 ? 0 : -EIO;
+}
+
+long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
+			    struct crun_wire_msg *msg, struct crun_wire_item **items,
+			    uint32_t *items_cap, char *err, size_t errlen)
+{
+	for (;;) {
+		uint32_t cap = *items_cap;
+		long n = crun_wire_decode(buf, len, max_payload, msg, *items, &cap, err, errlen);
+		struct crun_wire_item *p;
+
+		if (n != -ENOBUFS)
+			return n;
+		p = realloc(*items, (size_t)cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		*items = p;
+		*items_cap = cap;
+	}
+}
+
+size_t crun__wire_frame_size(const uint8_t *buf, size_t len, uint32_t max_payload)
+{
+	uint32_t plen;
+
+	if (len < CRUN_WIRE_HEADER_LEN ||
+	    crun_wire_check_header(buf, max_payload, &plen, NULL, 0) < 0)
+		return 0;
+	return CRUN_WIRE_HEADER_LEN + (size_t)plen;
+}
+
+int crun__wire_check_reply(const struct crun_wire_msg *msg, char *err, size_t errlen)
+{
+	if (!crun_wire_is_reply(msg->type)) {
+		crun_seterr(err, errlen, "unexpected %s", crun_wire_type_name(msg->type));
+		return -EPROTO;
+	}
+	return crun_wire_validate(msg, err, errlen);
+}
+
+int crun__wire_frame_errno(const struct crun_wire_msg *msg)
+{
+	/* crun_wire_validate keeps num in range; a frame it has not seen may
+	 * not, and a number that is no errno is the peer breaking the
+	 * protocol. */
+	return msg->num > 0 && msg->num <= CRUN_WIRE_ERRNO_MAX ? (int)-msg->num : -EPROTO;
+}
+
+const char *crun__wire_error_text(const struct crun_wire_msg *msg, char *buf, size_t buflen,
+				  char **heap)
+{
+	size_t n = msg->count ? msg->items[0].len : 0;
+	char *out = buf;
+
+	if (heap)
+		*heap = NULL;
+	if (!buflen)
+		return "";
+	if (n >= buflen) {
+		if (heap)
+			*heap = malloc(n + 1);
+		if (heap && *heap)
+			out = *heap;
+		else
+			n = buflen - 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = (char)msg->items[0].data[i];
+
+		out[i] = (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+	}
+	out[n] = '\0';
+	return out;
+}
+
+uint32_t crun__wire_next_id(uint32_t *last_id)
+{
+	if (++*last_id == 0)
+		*last_id = 1;
+	return *last_id;
 }
