@@ -1,4 +1,6 @@
-/* Asynchronous store client (aclient.h).
+/* Asynchronous store client (aclient.h): a libuv transport. What the
+ * handshake sends and accepts is hello.c's, the frames are wire.c's; this
+ * file resolves, connects, retries, reads, writes and times out.
  *
  * State machine (enum state; one transition per event):
  *
@@ -267,10 +269,10 @@ static int wreq_send(struct crun_aclient *c, struct wreq *w)
 /* Encodes msg (already valid) and queues it. 0 or a negative errno. */
 static int send_msg(struct crun_aclient *c, const struct crun_wire_msg *msg)
 {
-	size_t size = crun_wire_encoded_size(msg);
 	struct wreq *w;
+	size_t size;
 
-	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD || size > UINT32_MAX)
+	if (crun__wire_sendable_size(msg, &size) < 0)
 		return -E2BIG;
 	w = wreq_new(c, size);
 	if (!w)

@@ -3,9 +3,9 @@
  * libcrun's client (include/crun/store.h) blocks; the agent cannot, since
  * its loop also supervises workers and may host the store itself (then the
  * server and this client share one loop). This client speaks the same
- * protocol (wire.h) without blocking: requests are sent at once and their
- * replies delivered to callbacks; pushed frames (NOTIFY, RDZV_EVENT) go to
- * the event callback.
+ * protocol with the same codec (wire.h) and handshake (hello.h), without
+ * blocking: requests are sent at once and their replies delivered to
+ * callbacks; pushed frames (NOTIFY, RDZV_EVENT) go to the event callback.
  *
  * Lifecycle: create -> connect (once) -> connect_cb(0) -> requests ... ->
  * LOST (optional) -> destroy. The client connects at most once and never

@@ -1,4 +1,6 @@
-/* libcrun's store client: blocking calls over one TCP connection.
+/* libcrun's store client: blocking calls over one TCP connection. What the
+ * handshake sends and accepts is hello.c's, the frames are wire.c's; this
+ * file carries them over a socket and maps them to store.h's calls.
  *
  * Plain POSIX sockets and poll() rather than libuv, so that a native worker
  * linking libcrun needs nothing but libc and libcrypto. The socket is
@@ -331,12 +333,13 @@ static void consume_pending(struct crun_store *s)
  * when complete, says how long it is). */
 static int make_room(struct crun_store *s)
 {
-	size_t avail, need = RBUF_MIN;
+	size_t avail, frame, need = RBUF_MIN;
 
 	consume_pending(s);
 	avail = s->rlen - s->rpos;
-	if (crun__wire_frame_size(s->rbuf + s->rpos, avail, CRUN_WIRE_MAX_PAYLOAD) > need)
-		need = crun__wire_frame_size(s->rbuf + s->rpos, avail, CRUN_WIRE_MAX_PAYLOAD);
+	frame = crun__wire_frame_size(s->rbuf + s->rpos, avail, CRUN_WIRE_MAX_PAYLOAD);
+	if (frame > need)
+		need = frame;
 	if (s->rpos && s->rpos + need > s->rcap) {
 		memmove(s->rbuf, s->rbuf + s->rpos, avail);
 		s->rpos = 0;
@@ -523,10 +526,10 @@ static int await_reply(struct crun_store *s, uint32_t id, uint64_t deadline)
 static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uint64_t deadline,
 		      bool *sent_any)
 {
-	size_t size = crun_wire_encoded_size(req), off = 0;
+	size_t size, off = 0;
 
 	*sent_any = false;
-	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD) {
+	if (crun__wire_sendable_size(req, &size) < 0) {
 		seterr(s, "request of %zu bytes exceeds the protocol limit", size);
 		return -E2BIG;
 	}

@@ -14,14 +14,14 @@
 bool crun__hello_retryable(int err)
 {
 	return err == -ECONNREFUSED || err == -ENETUNREACH || err == -EHOSTUNREACH ||
-	       err == -ETIMEDOUT || err == -ECONNRESET || err == -EPIPE ||
-	       err == -ECONNABORTED || err == -EAGAIN || err == -ENETDOWN;
+	       err == -ETIMEDOUT || err == -ECONNRESET || err == -EPIPE || err == -ECONNABORTED ||
+	       err == -EAGAIN || err == -ENETDOWN;
 }
 
 int crun__hello_next_backoff(int backoff_ms)
 {
 	return backoff_ms * 2 > CRUN__HELLO_BACKOFF_MAX_MS ? CRUN__HELLO_BACKOFF_MAX_MS
-							  : backoff_ms * 2;
+							   : backoff_ms * 2;
 }
 
 /* ---- client --------------------------------------------------------------- */
@@ -29,7 +29,7 @@ int crun__hello_next_backoff(int backoff_ms)
 int crun__hello_client_init(struct crun__hello_client *h, const char *run_id, const void *token,
 			    size_t token_len)
 {
-	*h = (struct crun__hello_client){ 0 };
+	*h = (struct crun__hello_client){0};
 	h->run_id = strdup(run_id);
 	if (!h->run_id)
 		return -ENOMEM;
@@ -77,8 +77,9 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 		return 0;
 	rc = crun_wire_parse_server_preamble(buf, &version, &flags, h->snonce);
 	if (rc == -EPROTONOSUPPORT) {
-		crun_seterr(err, errlen, "the store at '%s' speaks protocol version %u, this client %u",
-			    h->peer, version, CRUN_WIRE_VERSION);
+		crun_seterr(err, errlen,
+			    "the store at '%s' speaks protocol version %u, this client %u", h->peer,
+			    version, CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
@@ -100,13 +101,12 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 		}
 	}
 	h->id = id;
-	h->items[0] = (struct crun_wire_item){ (const uint8_t *)h->run_id,
-					       (uint32_t)strlen(h->run_id) };
-	h->items[1] = (struct crun_wire_item){ h->cnonce, CRUN_WIRE_NONCE_LEN };
-	h->items[2] = (struct crun_wire_item){ h->mac, h->auth ? CRUN_WIRE_MAC_LEN : 0 };
+	h->items[0] =
+		(struct crun_wire_item){(const uint8_t *)h->run_id, (uint32_t)strlen(h->run_id)};
+	h->items[1] = (struct crun_wire_item){h->cnonce, CRUN_WIRE_NONCE_LEN};
+	h->items[2] = (struct crun_wire_item){h->mac, h->auth ? CRUN_WIRE_MAC_LEN : 0};
 	*hello = (struct crun_wire_msg){
-		.type = CRUN_WIRE_HELLO, .id = id, .count = 3, .items = h->items
-	};
+		.type = CRUN_WIRE_HELLO, .id = id, .count = 3, .items = h->items};
 	return CRUN_WIRE_SERVER_PREAMBLE;
 }
 
@@ -115,8 +115,8 @@ void crun__hello_client_sent(struct crun__hello_client *h)
 	OPENSSL_cleanse(h->mac, sizeof(h->mac));
 }
 
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m,
-			     char *err, size_t errlen)
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m, char *err,
+			     size_t errlen)
 {
 	uint8_t want[CRUN_WIRE_MAC_LEN];
 	bool proved;
@@ -157,8 +157,9 @@ long crun__hello_server_preamble(const uint8_t *buf, size_t len, char *why, size
 		return 0;
 	rc = crun_wire_parse_client_preamble(buf, &version);
 	if (rc == -EPROTONOSUPPORT) {
-		crun_seterr(why, whylen, "protocol version %u is not supported (this server speaks %d)",
-			    version, CRUN_WIRE_VERSION);
+		crun_seterr(why, whylen,
+			    "protocol version %u is not supported (this server speaks %d)", version,
+			    CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
@@ -176,7 +177,7 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 	uint8_t want[CRUN_WIRE_MAC_LEN];
 	bool proved;
 
-	*reply = (struct crun_wire_item){ NULL, 0 };
+	*reply = (struct crun_wire_item){NULL, 0};
 	if (m->type != CRUN_WIRE_HELLO || m->count != 3) {
 		crun_seterr(why, whylen, "expected HELLO, got %s", crun_wire_type_name(m->type));
 		return -EPROTO;
@@ -196,8 +197,8 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 	if (!hs->token)
 		return 0;
 	proved = mac->len == CRUN_WIRE_MAC_LEN && cnonce->len == CRUN_WIRE_NONCE_LEN &&
-		 crun_wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data,
-			       want) == 0 &&
+		 crun_wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data, want) ==
+			 0 &&
 		 crun_wire_mac_equal(want, mac->data);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
@@ -209,6 +210,6 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 		crun_seterr(why, whylen, "cannot compute the server mac");
 		return -EIO;
 	}
-	*reply = (struct crun_wire_item){ mac_out, CRUN_WIRE_MAC_LEN };
+	*reply = (struct crun_wire_item){mac_out, CRUN_WIRE_MAC_LEN};
 	return 0;
 }

@@ -15,8 +15,9 @@
  *          crun__hello_server_hello(first frame) -> OK's item or error
  *
  * Error messages are whole lines for the user ("authentication failed: the
- * store requires a token and none was given"); the client's name the
- * store by the peer string given to crun__hello_client_init. */
+ * store requires a token and none was given"); the client's messages name
+ * the store by the peer string given to crun__hello_client_begin. Both
+ * clients also share the retry rule and backoff below. */
 #ifndef CRUN_RENDEZVOUS_HELLO_H
 #define CRUN_RENDEZVOUS_HELLO_H
 
@@ -37,12 +38,12 @@ int crun__hello_next_backoff(int backoff_ms);
 
 /* One client's credentials and the progress of its current handshake. */
 struct crun__hello_client {
-	char *run_id; /* owned */
+	char *run_id;	/* owned */
 	uint8_t *token; /* owned; NULL: none */
 	size_t token_len;
 	const char *peer; /* the store's name in messages; not owned */
-	bool auth;        /* the store asked for the token */
-	uint32_t id;      /* of the HELLO sent */
+	bool auth;	  /* the store asked for the token */
+	uint32_t id;	  /* of the HELLO sent */
 	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
 	uint8_t snonce[CRUN_WIRE_NONCE_LEN];
 	uint8_t mac[CRUN_WIRE_MAC_LEN];
@@ -88,8 +89,8 @@ void crun__hello_client_sent(struct crun__hello_client *h);
  *            token"
  *   -EPROTO  "bad frame from the store at 'PEER': VALUE with id 7 during
  *            the handshake" (any other frame) */
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m,
-			     char *err, size_t errlen);
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m, char *err,
+			     size_t errlen);
 
 /* The client's preamble, len bytes of it in buf. Returns 0 when fewer than
  * CRUN_WIRE_CLIENT_PREAMBLE bytes are in; CRUN_WIRE_CLIENT_PREAMBLE when
@@ -104,8 +105,8 @@ long crun__hello_server_preamble(const uint8_t *buf, size_t len, char *why, size
 struct crun__hello_server {
 	const void *token; /* NULL: no authentication */
 	size_t token_len;
-	const uint8_t *nonce;   /* the one in our preamble (with a token) */
-	uint32_t max_run_id;    /* longest run id accepted, in bytes */
+	const uint8_t *nonce; /* the one in our preamble (with a token) */
+	uint32_t max_run_id;  /* longest run id accepted, in bytes */
 };
 
 /* The first frame of a connection, a request crun_wire_validate passed.

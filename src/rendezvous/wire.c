@@ -424,6 +424,12 @@ int crun_wire_random(uint8_t *buf, size_t len)
 	return RAND_bytes(buf, (int)len) == 1 ? 0 : -EIO;
 }
 
+int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size)
+{
+	*size = crun_wire_encoded_size(msg);
+	return *size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD ? -E2BIG : 0;
+}
+
 long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
 			    struct crun_wire_msg *msg, struct crun_wire_item **items,
 			    uint32_t *items_cap, char *err, size_t errlen)

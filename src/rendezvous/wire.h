@@ -215,6 +215,10 @@ size_t crun_wire_encoded_size(const struct crun_wire_msg *msg);
  * bytes. Returns the number of bytes written. */
 size_t crun_wire_encode(const struct crun_wire_msg *msg, uint8_t *out);
 
+/* The size encoding msg takes in *size; 0, or -E2BIG when the payload is
+ * above CRUN_WIRE_MAX_PAYLOAD, which every peer refuses. */
+int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size);
+
 /* Decodes as crun_wire_decode, growing *items (malloc'd, *items_cap
  * entries) when the frame has more items than it holds. Returns what
  * crun_wire_decode does, or -ENOMEM. */

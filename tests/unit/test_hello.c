@@ -22,8 +22,8 @@
 #define RUN "run-1"
 #define HELLO_ID 7
 
-static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
-static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = { 9, 8, 7, 6, 5, 4, 3, 2, 1 };
+static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
 static const uint8_t zeros[CRUN_WIRE_MAC_LEN];
 
 static void put_u16(uint8_t *p, uint16_t v)
@@ -73,25 +73,24 @@ static void test_client_preamble(void **state)
 		long rc;
 		const char *err;
 	} cases[] = {
-		{ "open store, no token", "CRUN", 1, 0, 40, NULL, 40, NULL },
-		{ "open store, client has a token", "CRUN", 1, 0, 40, TOKEN, 40, NULL },
-		{ "auth store, token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, TOKEN, 40, NULL },
-		{ "more bytes than the preamble", "CRUN", 1, 0, 60, NULL, 40, NULL },
-		{ "auth store, no token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, NULL, -EACCES,
-		  "authentication failed: the store requires a token and none was given" },
-		{ "bad magic", "HTTP", 1, 0, 40, NULL, -EPROTO,
-		  "'" PEER "' is not a crun store" },
-		{ "other version", "CRUN", 2, 0, 40, TOKEN, -EPROTONOSUPPORT,
-		  "the store at '" PEER "' speaks protocol version 2, this client 1" },
-		{ "truncated", "CRUN", 1, 0, 39, NULL, 0, NULL },
-		{ "nothing yet", "CRUN", 1, 0, 0, NULL, 0, NULL },
+		{"open store, no token", "CRUN", 1, 0, 40, NULL, 40, NULL},
+		{"open store, client has a token", "CRUN", 1, 0, 40, TOKEN, 40, NULL},
+		{"auth store, token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, TOKEN, 40, NULL},
+		{"more bytes than the preamble", "CRUN", 1, 0, 60, NULL, 40, NULL},
+		{"auth store, no token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, NULL, -EACCES,
+		 "authentication failed: the store requires a token and none was given"},
+		{"bad magic", "HTTP", 1, 0, 40, NULL, -EPROTO, "'" PEER "' is not a crun store"},
+		{"other version", "CRUN", 2, 0, 40, TOKEN, -EPROTONOSUPPORT,
+		 "the store at '" PEER "' speaks protocol version 2, this client 1"},
+		{"truncated", "CRUN", 1, 0, 39, NULL, 0, NULL},
+		{"nothing yet", "CRUN", 1, 0, 0, NULL, 0, NULL},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct crun__hello_client h;
-		struct crun_wire_msg hello = { 0 };
-		uint8_t buf[64] = { 0 }, want[CRUN_WIRE_MAC_LEN];
+		struct crun_wire_msg hello = {0};
+		uint8_t buf[64] = {0}, want[CRUN_WIRE_MAC_LEN];
 		char err[256] = "";
 		char why[160];
 		long rc;
@@ -143,42 +142,42 @@ static void test_client_reply(void **state)
 		int rc;
 		const char *err;
 	} cases[] = {
-		{ "open store, OK", false, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL, 0, NULL },
-		{ "open store, OK with an item", false, CRUN_WIRE_OK, HELLO_ID, 0, MAC_WRONG, NULL, 0,
-		  NULL },
-		{ "auth store proves the token", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_RIGHT, NULL, 0,
-		  NULL },
-		{ "auth store, wrong mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_WRONG, NULL, -EACCES,
-		  "authentication failed: the store did not prove it knows the token" },
-		{ "auth store, no mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL, -EACCES,
-		  "authentication failed: the store did not prove it knows the token" },
-		{ "auth store, short mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_SHORT, NULL, -EACCES,
-		  "authentication failed: the store did not prove it knows the token" },
-		{ "ERROR to HELLO", true, CRUN_WIRE_ERROR, HELLO_ID, EACCES, MAC_NONE,
-		  "authentication failed", -EACCES, "authentication failed" },
-		{ "ERROR with id 0", false, CRUN_WIRE_ERROR, 0, EMFILE, MAC_NONE,
-		  "too many connections", -EMFILE, "too many connections" },
-		{ "ERROR with unprintable text", false, CRUN_WIRE_ERROR, 0, EINVAL, MAC_NONE,
-		  "bad\n\x01run", -EINVAL, "bad??run" },
-		{ "ERROR with an empty text", false, CRUN_WIRE_ERROR, HELLO_ID, EIO, MAC_NONE, "",
-		  -EIO, "" },
-		{ "ERROR whose num is no errno", false, CRUN_WIRE_ERROR, HELLO_ID, 5000, MAC_NONE,
-		  "x", -EPROTO, "x" },
-		{ "ERROR to another id", false, CRUN_WIRE_ERROR, 99, EINVAL, MAC_NONE, "x", -EPROTO,
-		  "bad frame from the store at '" PEER "': ERROR with id 99 during the handshake" },
-		{ "VALUE to HELLO", false, CRUN_WIRE_VALUE, HELLO_ID, 0, MAC_WRONG, NULL, -EPROTO,
-		  "bad frame from the store at '" PEER "': VALUE with id 7 during the handshake" },
-		{ "OK to another id", true, CRUN_WIRE_OK, 8, 0, MAC_RIGHT, NULL, -EPROTO,
-		  "bad frame from the store at '" PEER "': OK with id 8 during the handshake" },
-		{ "NOTIFY", false, CRUN_WIRE_NOTIFY, HELLO_ID, CRUN_WIRE_EV_SET, MAC_WRONG, NULL,
-		  -EPROTO,
-		  "bad frame from the store at '" PEER "': NOTIFY with id 7 during the handshake" },
+		{"open store, OK", false, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL, 0, NULL},
+		{"open store, OK with an item", false, CRUN_WIRE_OK, HELLO_ID, 0, MAC_WRONG, NULL,
+		 0, NULL},
+		{"auth store proves the token", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_RIGHT, NULL, 0,
+		 NULL},
+		{"auth store, wrong mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_WRONG, NULL, -EACCES,
+		 "authentication failed: the store did not prove it knows the token"},
+		{"auth store, no mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL, -EACCES,
+		 "authentication failed: the store did not prove it knows the token"},
+		{"auth store, short mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_SHORT, NULL, -EACCES,
+		 "authentication failed: the store did not prove it knows the token"},
+		{"ERROR to HELLO", true, CRUN_WIRE_ERROR, HELLO_ID, EACCES, MAC_NONE,
+		 "authentication failed", -EACCES, "authentication failed"},
+		{"ERROR with id 0", false, CRUN_WIRE_ERROR, 0, EMFILE, MAC_NONE,
+		 "too many connections", -EMFILE, "too many connections"},
+		{"ERROR with unprintable text", false, CRUN_WIRE_ERROR, 0, EINVAL, MAC_NONE,
+		 "bad\n\x01run", -EINVAL, "bad??run"},
+		{"ERROR with an empty text", false, CRUN_WIRE_ERROR, HELLO_ID, EIO, MAC_NONE, "",
+		 -EIO, ""},
+		{"ERROR whose num is no errno", false, CRUN_WIRE_ERROR, HELLO_ID, 5000, MAC_NONE,
+		 "x", -EPROTO, "x"},
+		{"ERROR to another id", false, CRUN_WIRE_ERROR, 99, EINVAL, MAC_NONE, "x", -EPROTO,
+		 "bad frame from the store at '" PEER "': ERROR with id 99 during the handshake"},
+		{"VALUE to HELLO", false, CRUN_WIRE_VALUE, HELLO_ID, 0, MAC_WRONG, NULL, -EPROTO,
+		 "bad frame from the store at '" PEER "': VALUE with id 7 during the handshake"},
+		{"OK to another id", true, CRUN_WIRE_OK, 8, 0, MAC_RIGHT, NULL, -EPROTO,
+		 "bad frame from the store at '" PEER "': OK with id 8 during the handshake"},
+		{"NOTIFY", false, CRUN_WIRE_NOTIFY, HELLO_ID, CRUN_WIRE_EV_SET, MAC_WRONG, NULL,
+		 -EPROTO,
+		 "bad frame from the store at '" PEER "': NOTIFY with id 7 during the handshake"},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct crun__hello_client h;
-		struct crun_wire_msg hello, reply = { 0 };
+		struct crun_wire_msg hello, reply = {0};
 		struct crun_wire_item items[2];
 		uint8_t buf[40], smac[CRUN_WIRE_MAC_LEN];
 		char err[256] = "stale";
@@ -195,16 +194,15 @@ static void test_client_reply(void **state)
 		reply.num = cases[i].num;
 		reply.items = items;
 		if (cases[i].text) {
-			items[0] = (struct crun_wire_item){ (const uint8_t *)cases[i].text,
-							    (uint32_t)strlen(cases[i].text) };
+			items[0] = (struct crun_wire_item){(const uint8_t *)cases[i].text,
+							   (uint32_t)strlen(cases[i].text)};
 			reply.count = 1;
 		} else if (cases[i].mac != MAC_NONE) {
 			if (cases[i].mac == MAC_WRONG)
 				smac[0] ^= 1;
-			items[0] = (struct crun_wire_item){
-				smac, cases[i].mac == MAC_SHORT ? CRUN_WIRE_MAC_LEN - 1
-								: CRUN_WIRE_MAC_LEN
-			};
+			items[0] = (struct crun_wire_item){smac, cases[i].mac == MAC_SHORT
+									 ? CRUN_WIRE_MAC_LEN - 1
+									 : CRUN_WIRE_MAC_LEN};
 			items[1] = items[0];
 			reply.count = cases[i].type == CRUN_WIRE_NOTIFY ? 2 : 1;
 		}
@@ -250,20 +248,20 @@ static void test_server_preamble(void **state)
 		long rc;
 		const char *why;
 	} cases[] = {
-		{ "good", "CRUN", 1, 0, 8, 8, NULL },
-		{ "good, a frame behind it", "CRUN", 1, 0, 20, 8, NULL },
-		{ "truncated", "CRUN", 1, 0, 7, 0, NULL },
-		{ "nothing yet", "CRUN", 1, 0, 0, 0, NULL },
-		{ "bad magic", "GET ", 1, 0, 8, -EPROTO, "bad magic: not a crun store client" },
-		{ "other version", "CRUN", 2, 0, 8, -EPROTONOSUPPORT,
-		  "protocol version 2 is not supported (this server speaks 1)" },
-		{ "reserved field set", "CRUN", 1, 1, 8, -EPROTO,
-		  "bad magic: not a crun store client" },
+		{"good", "CRUN", 1, 0, 8, 8, NULL},
+		{"good, a frame behind it", "CRUN", 1, 0, 20, 8, NULL},
+		{"truncated", "CRUN", 1, 0, 7, 0, NULL},
+		{"nothing yet", "CRUN", 1, 0, 0, 0, NULL},
+		{"bad magic", "GET ", 1, 0, 8, -EPROTO, "bad magic: not a crun store client"},
+		{"other version", "CRUN", 2, 0, 8, -EPROTONOSUPPORT,
+		 "protocol version 2 is not supported (this server speaks 1)"},
+		{"reserved field set", "CRUN", 1, 1, 8, -EPROTO,
+		 "bad magic: not a crun store client"},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		uint8_t buf[32] = { 0 };
+		uint8_t buf[32] = {0};
 		char why[128] = "";
 
 		print_message("case: %s\n", cases[i].name);
@@ -290,35 +288,35 @@ static void test_server_hello(void **state)
 		int rc;
 		const char *why;
 	} cases[] = {
-		{ "open server", NULL, CRUN_WIRE_HELLO, RUN, 0, MAC_NONE, 0, NULL },
-		{ "open server ignores a mac", NULL, CRUN_WIRE_HELLO, RUN, 0, MAC_WRONG, 0, NULL },
-		{ "token, right mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_RIGHT, 0, NULL },
-		{ "token, wrong mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_WRONG, -EACCES,
-		  "authentication failed" },
-		{ "token, no mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_NONE, -EACCES,
-		  "authentication failed" },
-		{ "token, short mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_SHORT, -EACCES,
-		  "authentication failed" },
-		{ "another token's mac", "other-token", CRUN_WIRE_HELLO, RUN, 0, MAC_RIGHT, -EACCES,
-		  "authentication failed" },
-		{ "run id at the limit", NULL, CRUN_WIRE_HELLO, "0123456789abcdef", 0, MAC_NONE, 0,
-		  NULL },
-		{ "run id too long", TOKEN, CRUN_WIRE_HELLO, long_run, 0, MAC_RIGHT, -E2BIG,
-		  "run id of 23 bytes exceeds the limit of 16 bytes" },
-		{ "NUL in the run id", NULL, CRUN_WIRE_HELLO, "ru\0n", 4, MAC_NONE, -EINVAL,
-		  "run id contains a NUL byte" },
-		{ "not a HELLO", NULL, CRUN_WIRE_SET, RUN, 0, MAC_NONE, -EPROTO,
-		  "expected HELLO, got SET" },
-		{ "PING first", TOKEN, CRUN_WIRE_PING, RUN, 0, MAC_RIGHT, -EPROTO,
-		  "expected HELLO, got PING" },
+		{"open server", NULL, CRUN_WIRE_HELLO, RUN, 0, MAC_NONE, 0, NULL},
+		{"open server ignores a mac", NULL, CRUN_WIRE_HELLO, RUN, 0, MAC_WRONG, 0, NULL},
+		{"token, right mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_RIGHT, 0, NULL},
+		{"token, wrong mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_WRONG, -EACCES,
+		 "authentication failed"},
+		{"token, no mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_NONE, -EACCES,
+		 "authentication failed"},
+		{"token, short mac", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_SHORT, -EACCES,
+		 "authentication failed"},
+		{"another token's mac", "other-token", CRUN_WIRE_HELLO, RUN, 0, MAC_RIGHT, -EACCES,
+		 "authentication failed"},
+		{"run id at the limit", NULL, CRUN_WIRE_HELLO, "0123456789abcdef", 0, MAC_NONE, 0,
+		 NULL},
+		{"run id too long", TOKEN, CRUN_WIRE_HELLO, long_run, 0, MAC_RIGHT, -E2BIG,
+		 "run id of 23 bytes exceeds the limit of 16 bytes"},
+		{"NUL in the run id", NULL, CRUN_WIRE_HELLO, "ru\0n", 4, MAC_NONE, -EINVAL,
+		 "run id contains a NUL byte"},
+		{"not a HELLO", NULL, CRUN_WIRE_SET, RUN, 0, MAC_NONE, -EPROTO,
+		 "expected HELLO, got SET"},
+		{"PING first", TOKEN, CRUN_WIRE_PING, RUN, 0, MAC_RIGHT, -EPROTO,
+		 "expected HELLO, got PING"},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *tok = cases[i].server_token;
-		struct crun__hello_server hs = { tok, tok ? strlen(tok) : 0, snonce, 16 };
-		struct crun_wire_item items[3], reply = { (const uint8_t *)"stale", 5 };
-		struct crun_wire_msg m = { .type = cases[i].type, .id = 3, .items = items };
+		struct crun__hello_server hs = {tok, tok ? strlen(tok) : 0, snonce, 16};
+		struct crun_wire_item items[3], reply = {(const uint8_t *)"stale", 5};
+		struct crun_wire_msg m = {.type = cases[i].type, .id = 3, .items = items};
 		uint8_t cmac[CRUN_WIRE_MAC_LEN], smac[CRUN_WIRE_MAC_LEN], want[CRUN_WIRE_MAC_LEN];
 		char why[128] = "";
 		int rc;
@@ -327,14 +325,16 @@ static void test_server_hello(void **state)
 		mac(TOKEN, "client", snonce, cnonce, cmac);
 		if (cases[i].mac == MAC_WRONG)
 			cmac[5] ^= 0x40;
-		items[0] = (struct crun_wire_item){ (const uint8_t *)cases[i].run,
-						    cases[i].run_len ? cases[i].run_len
-								     : (uint32_t)strlen(cases[i].run) };
-		items[1] = (struct crun_wire_item){ cnonce, CRUN_WIRE_NONCE_LEN };
-		items[2] = (struct crun_wire_item){ cmac, cases[i].mac == MAC_NONE    ? 0
-							  : cases[i].mac == MAC_SHORT ? 31
-										      : 32 };
-		m.count = cases[i].type == CRUN_WIRE_HELLO ? 3 : cases[i].type == CRUN_WIRE_SET ? 2 : 1;
+		items[0] = (struct crun_wire_item){
+			(const uint8_t *)cases[i].run,
+			cases[i].run_len ? cases[i].run_len : (uint32_t)strlen(cases[i].run)};
+		items[1] = (struct crun_wire_item){cnonce, CRUN_WIRE_NONCE_LEN};
+		items[2] = (struct crun_wire_item){cmac, cases[i].mac == MAC_NONE    ? 0
+							 : cases[i].mac == MAC_SHORT ? 31
+										     : 32};
+		m.count = cases[i].type == CRUN_WIRE_HELLO ? 3
+			  : cases[i].type == CRUN_WIRE_SET ? 2
+							   : 1;
 		rc = crun__hello_server_hello(&hs, &m, smac, &reply, why, sizeof(why));
 		assert_int_equal(rc, cases[i].rc);
 		if (cases[i].why)
@@ -379,17 +379,17 @@ static void test_both_sides(void **state)
 		const char *server_token, *client_token;
 		int client_rc, server_rc, reply_rc;
 	} cases[] = {
-		{ "no tokens", NULL, NULL, 40, 0, 0 },
-		{ "same token", TOKEN, TOKEN, 40, 0, 0 },
-		{ "token on the client only", NULL, TOKEN, 40, 0, 0 },
-		{ "token on the server only", TOKEN, NULL, -EACCES, 0, 0 },
-		{ "different tokens", TOKEN, "other", 40, -EACCES, -EACCES },
+		{"no tokens", NULL, NULL, 40, 0, 0},
+		{"same token", TOKEN, TOKEN, 40, 0, 0},
+		{"token on the client only", NULL, TOKEN, 40, 0, 0},
+		{"token on the server only", TOKEN, NULL, -EACCES, 0, 0},
+		{"different tokens", TOKEN, "other", 40, -EACCES, -EACCES},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *st = cases[i].server_token;
-		struct crun__hello_server hs = { st, st ? strlen(st) : 0, snonce, 256 };
+		struct crun__hello_server hs = {st, st ? strlen(st) : 0, snonce, 256};
 		struct crun__hello_client h;
 		struct crun_wire_item store[4], reply_item;
 		struct crun_wire_msg hello, got, reply;
@@ -418,17 +418,18 @@ static void test_both_sides(void **state)
 		assert_int_equal(rc, cases[i].server_rc);
 		if (rc < 0) {
 			/* The server answers with an ERROR, the client reports it. */
-			reply_item = (struct crun_wire_item){ (const uint8_t *)why,
-							      (uint32_t)strlen(why) };
-			reply = (struct crun_wire_msg){ .type = CRUN_WIRE_ERROR,
-							.id = got.id,
-							.num = -rc,
-							.count = 1,
-							.items = &reply_item };
+			reply_item = (struct crun_wire_item){(const uint8_t *)why,
+							     (uint32_t)strlen(why)};
+			reply = (struct crun_wire_msg){.type = CRUN_WIRE_ERROR,
+						       .id = got.id,
+						       .num = -rc,
+						       .count = 1,
+						       .items = &reply_item};
 		} else {
-			reply = (struct crun_wire_msg){
-				.type = CRUN_WIRE_OK, .id = got.id, .count = 1, .items = &reply_item
-			};
+			reply = (struct crun_wire_msg){.type = CRUN_WIRE_OK,
+						       .id = got.id,
+						       .count = 1,
+						       .items = &reply_item};
 		}
 		through_codec(&reply, buf, sizeof(buf), &got, store);
 		assert_int_equal(crun__wire_check_reply(&got, err, sizeof(err)), 0);
@@ -448,13 +449,13 @@ static void test_retry_policy(void **state)
 		int err;
 		bool retry;
 	} cases[] = {
-		{ -ECONNREFUSED, true }, { -ENETUNREACH, true }, { -EHOSTUNREACH, true },
-		{ -ETIMEDOUT, true },	 { -ECONNRESET, true },	 { -EPIPE, true },
-		{ -ECONNABORTED, true }, { -EAGAIN, true },	 { -ENETDOWN, true },
-		{ -EACCES, false },	 { -EPROTO, false },	 { -EPROTONOSUPPORT, false },
-		{ -EMFILE, false },	 { -ENOMEM, false },	 { 0, false },
+		{-ECONNREFUSED, true}, {-ENETUNREACH, true}, {-EHOSTUNREACH, true},
+		{-ETIMEDOUT, true},    {-ECONNRESET, true},  {-EPIPE, true},
+		{-ECONNABORTED, true}, {-EAGAIN, true},	     {-ENETDOWN, true},
+		{-EACCES, false},      {-EPROTO, false},     {-EPROTONOSUPPORT, false},
+		{-EMFILE, false},      {-ENOMEM, false},     {0, false},
 	};
-	static const int waits[] = { 10, 20, 40, 80, 160, 320, 640, 1000, 1000 };
+	static const int waits[] = {10, 20, 40, 80, 160, 320, 640, 1000, 1000};
 	int b = CRUN__HELLO_BACKOFF_FIRST_MS;
 
 	(void)state;
@@ -469,7 +470,7 @@ static void test_retry_policy(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_client_preamble), cmocka_unit_test(test_client_reply),
+		cmocka_unit_test(test_client_preamble),	 cmocka_unit_test(test_client_reply),
 		cmocka_unit_test(test_client_lifecycle), cmocka_unit_test(test_server_preamble),
 		cmocka_unit_test(test_server_hello),	 cmocka_unit_test(test_both_sides),
 		cmocka_unit_test(test_retry_policy),

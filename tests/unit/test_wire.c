@@ -1006,6 +1006,15 @@ static void test_decode_grow(void **state)
 	assert_ptr_equal(out.items, store);
 	assert_same_msg(&m, &out);
 	free(store);
+
+	/* Sizes a peer accepts, and one it refuses (never allocated). */
+	in[0] = it(buf, CRUN_WIRE_MAX_PAYLOAD - CRUN_WIRE_PAYLOAD_MIN - 4);
+	m.count = 1;
+	assert_int_equal(crun__wire_sendable_size(&m, &size), 0);
+	assert_int_equal(size, CRUN_WIRE_HEADER_LEN + CRUN_WIRE_MAX_PAYLOAD);
+	in[0].len++;
+	assert_int_equal(crun__wire_sendable_size(&m, &size), -E2BIG);
+	assert_int_equal(size, CRUN_WIRE_HEADER_LEN + CRUN_WIRE_MAX_PAYLOAD + 1);
 	free(buf);
 
 	assert_int_equal(crun__wire_next_id(&last), UINT32_MAX);
