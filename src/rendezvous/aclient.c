@@ -50,7 +50,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-
 /* connect_timeout_ms 0 tries once; this bounds that one try. */
 #define TRY_ONCE_TIMEOUT_MS 10000
 #define RBUF_MIN (16 * 1024)
@@ -135,7 +134,7 @@ struct crun_aclient {
 	char msg[MSG_LEN];
 
 	uv_tcp_t tcp;
-	bool tcp_live; /* initialised and its close callback not yet run */
+	bool tcp_live;	       /* initialised and its close callback not yet run */
 	uv_timer_t conn_timer; /* connect deadline and backoff */
 	uv_timer_t ka_timer;
 	uv_timer_t req_timer;
@@ -188,7 +187,6 @@ static void fmt_duration(char *out, size_t len, int64_t ms)
 	else
 		snprintf(out, len, "%" PRId64 "ms", ms);
 }
-
 
 static const char *reason(int err)
 {
@@ -427,14 +425,13 @@ static void on_ka_timer(uv_timer_t *t)
 
 		if (!bytes_waiting(c)) {
 			fmt_duration(d, sizeof(d), (int64_t)window);
-			lose(c, -ETIMEDOUT, "no reply from the store at '%s' for %s", c->peer,
-			     d);
+			lose(c, -ETIMEDOUT, "no reply from the store at '%s' for %s", c->peer, d);
 			return;
 		}
 		c->last_rx = now;
 	}
 	if (now >= c->next_ping) {
-		struct crun_wire_msg ping = { .type = CRUN_WIRE_PING, .id = next_id(c) };
+		struct crun_wire_msg ping = {.type = CRUN_WIRE_PING, .id = next_id(c)};
 		int rc = send_msg(c, &ping);
 
 		if (rc < 0) {
@@ -553,7 +550,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 /* Starts resolving host. 0 or a negative errno (nothing started). */
 static int resolve(struct crun_aclient *c)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct resolve *r = malloc(sizeof(*r));
 	char port[8];
 	int rc;
@@ -945,9 +942,9 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	struct in6_addr a6;
 	struct in_addr a4;
 
-	if (!loop || !opts || !opts->host || !*opts->host || opts->port < 1 ||
-	    opts->port > 65535 || !opts->run_id || !*opts->run_id ||
-	    opts->connect_timeout_ms < 0 || opts->keepalive_interval_ms < 0 ||
+	if (!loop || !opts || !opts->host || !*opts->host || opts->port < 1 || opts->port > 65535 ||
+	    !opts->run_id || !*opts->run_id || opts->connect_timeout_ms < 0 ||
+	    opts->keepalive_interval_ms < 0 ||
 	    (opts->keepalive_interval_ms > 0 && opts->keepalive_max_attempt < 1) ||
 	    (opts->token && !opts->token_len))
 		return NULL;
@@ -989,8 +986,8 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	}
 	if (c->literal)
 		c->naddrs = 1;
-	snprintf(c->target, sizeof(c->target), strchr(c->host, ':') ? "[%s]:%d" : "%s:%d",
-		 c->host, c->port);
+	snprintf(c->target, sizeof(c->target), strchr(c->host, ':') ? "[%s]:%d" : "%s:%d", c->host,
+		 c->port);
 	memcpy(c->peer, c->target, sizeof(c->peer));
 
 	uv_timer_init(loop, &c->conn_timer);
@@ -1063,8 +1060,7 @@ int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg
 	}
 	if (rc < 0) {
 		free(p);
-		lose(c, rc, "connection to the store at '%s' failed: %s", c->peer,
-		     uv_strerror(rc));
+		lose(c, rc, "connection to the store at '%s' failed: %s", c->peer, uv_strerror(rc));
 		return rc;
 	}
 	p->id = m.id;

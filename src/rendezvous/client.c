@@ -71,7 +71,7 @@ struct event_node {
 struct crun_store {
 	char *host;
 	int port;
-	char peer[PEER_LEN]; /* "host:port", for messages */
+	char peer[PEER_LEN];		 /* "host:port", for messages */
 	struct crun__hello_client hello; /* run id, token, handshake */
 	int connect_timeout_ms;
 	int timeout_ms;
@@ -235,7 +235,7 @@ static int remaining_ms(uint64_t deadline)
 static int wait_fd(int fd, short events, uint64_t deadline, short *revents)
 {
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = events };
+		struct pollfd p = {.fd = fd, .events = events};
 		int ms = remaining_ms(deadline), rc;
 
 		if (ms == 0)
@@ -292,7 +292,6 @@ static void append_event(struct crun_store *s, struct event_node *n)
 	s->ev_tail = n;
 	s->ev_bytes += n->bytes;
 }
-
 
 /* Closes the connection; watches and queued events are kept so that the
  * next connection can restore the watches. */
@@ -475,8 +474,8 @@ static int scan(struct crun_store *s, uint32_t want)
 
 		consume_pending(s);
 		n = crun__wire_decode_grow(s->rbuf + s->rpos, s->rlen - s->rpos,
-					   CRUN_WIRE_MAX_PAYLOAD, &s->msg, &s->items,
-					   &s->items_cap, err, sizeof(err));
+					   CRUN_WIRE_MAX_PAYLOAD, &s->msg, &s->items, &s->items_cap,
+					   err, sizeof(err));
 		if (n == -ENOMEM)
 			return -ENOMEM;
 		if (n == 0)
@@ -582,7 +581,7 @@ static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uin
 /* One TCP connection attempt to every address of host, in order. */
 static int tcp_connect(struct crun_store *s, uint64_t deadline)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res, *ai;
 	char port[8];
 	int rc, last = -ECONNREFUSED;
@@ -674,8 +673,8 @@ static int handshake(struct crun_store *s, uint64_t deadline)
 		seterr(s, "cannot compute the handshake: %s", strerror(-rc));
 		return rc;
 	}
-	while ((n = crun__hello_client_preamble(&s->hello, s->rbuf, s->rlen, cnonce, id,
-						&hello, s->errmsg, sizeof(s->errmsg))) == 0) {
+	while ((n = crun__hello_client_preamble(&s->hello, s->rbuf, s->rlen, cnonce, id, &hello,
+						s->errmsg, sizeof(s->errmsg))) == 0) {
 		rc = fill(s, deadline);
 		if (rc < 0) {
 			if (rc == -ETIMEDOUT)
@@ -708,9 +707,9 @@ static int handshake(struct crun_store *s, uint64_t deadline)
 static int rewatch(struct crun_store *s, uint64_t deadline)
 {
 	for (size_t i = 0; i < s->nwatches; i++) {
-		struct crun_wire_item it = { (const uint8_t *)s->watches[i],
-					     (uint32_t)strlen(s->watches[i]) };
-		struct crun_wire_msg req = { .type = CRUN_WIRE_WATCH, .count = 1, .items = &it };
+		struct crun_wire_item it = {(const uint8_t *)s->watches[i],
+					    (uint32_t)strlen(s->watches[i])};
+		struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 		bool sent;
 		int rc;
 
@@ -863,8 +862,9 @@ static int transact(struct crun_store *s, struct call *c)
 		if (rc == -ETIMEDOUT || !is_conn_error(rc))
 			return rc;
 		if (sent && !c->repeatable) {
-			seterr(s, "connection lost before the store answered; the %s may have "
-				  "been applied",
+			seterr(s,
+			       "connection lost before the store answered; the %s may have "
+			       "been applied",
 			       crun_wire_type_name(c->req->type));
 			return -ECONNRESET;
 		}
@@ -881,7 +881,7 @@ static int call_timeout(const struct crun_store *s, int timeout_ms)
 static int simple_call(struct crun_store *s, struct crun_wire_msg *req, bool repeatable,
 		       int timeout_ms)
 {
-	struct call c = { req, repeatable, deadline_after(call_timeout(s, timeout_ms)), 0 };
+	struct call c = {req, repeatable, deadline_after(call_timeout(s, timeout_ms)), 0};
 
 	return transact(s, &c);
 }
@@ -962,7 +962,7 @@ int crun_store_set_flags(struct crun_store *s, const char *key, const void *val,
 			 int flags, int timeout_ms)
 {
 	struct crun_wire_item items[2];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_SET, .count = 2, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1002,16 +1002,15 @@ static void wait_call(struct crun_store *s, struct call *c, int wait_ms)
 	c->deadline = c->wait_end + WAIT_GRACE_MS;
 }
 
-int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out,
-		   int wait_ms)
+int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out, int wait_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_GET, .count = 1, .items = &it };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
+	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
 	if (out)
-		*out = (struct crun_store_buf){ NULL, 0 };
+		*out = (struct crun_store_buf){NULL, 0};
 	if (!s || !out)
 		return -EINVAL;
 	rc = key_item(s, &it, key);
@@ -1029,7 +1028,7 @@ int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf 
 int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_CHECK };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_CHECK};
 	int rc;
 
 	if (!s)
@@ -1054,8 +1053,8 @@ int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, in
 int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_WAIT };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_WAIT};
+	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
 	if (!s)
@@ -1086,7 +1085,7 @@ int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t
 		   int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_ADD, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_ADD, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1108,11 +1107,11 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 		   int timeout_ms)
 {
 	struct crun_wire_item items[3];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_CAS, .count = 3, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_CAS, .count = 3, .items = items};
 	int rc;
 
 	if (current)
-		*current = (struct crun_store_buf){ NULL, 0 };
+		*current = (struct crun_store_buf){NULL, 0};
 	if (!s)
 		return -EINVAL;
 	if (flags & ~CRUN_STORE_EXPECT_ABSENT) {
@@ -1140,7 +1139,7 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_DELETE, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_DELETE, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1158,7 +1157,7 @@ int crun_store_append(struct crun_store *s, const char *key, const void *val, si
 		      int timeout_ms)
 {
 	struct crun_wire_item items[2];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_APPEND, .count = 2, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_APPEND, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1174,7 +1173,7 @@ int crun_store_append(struct crun_store *s, const char *key, const void *val, si
 
 int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_COUNT };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_COUNT};
 	int rc;
 
 	if (!s)
@@ -1191,15 +1190,15 @@ int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
 		    struct crun_store_buf *vals, int wait_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_MGET };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_MGET};
+	struct call c = {.req = &req, .repeatable = true};
 	size_t i = 0;
 	int rc;
 
 	if (!s || (n && !vals))
 		return -EINVAL;
 	for (size_t j = 0; j < n; j++)
-		vals[j] = (struct crun_store_buf){ NULL, 0 };
+		vals[j] = (struct crun_store_buf){NULL, 0};
 	if (n == 0)
 		return 0;
 	items = keys_items(s, keys, n, stack, CRUN_ARRAY_SIZE(stack), &rc);
@@ -1230,7 +1229,7 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 		    const size_t *lens, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[16], *items = stack;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_MSET };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_MSET};
 	int rc = 0;
 
 	if (!s || (n && (!keys || !vals || !lens)))
@@ -1265,7 +1264,7 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 
 int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_LIST };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_LIST};
 	char **out;
 	uint32_t i;
 	int rc;
@@ -1300,7 +1299,7 @@ int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_m
 
 int64_t crun_store_ping(struct crun_store *s, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_PING };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_PING};
 	uint64_t t0;
 	int rc;
 
@@ -1332,7 +1331,7 @@ static ssize_t find_watch(const struct crun_store *s, const char *key)
 int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_WATCH, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 	char *copy;
 	int rc;
 
@@ -1371,7 +1370,7 @@ int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it};
 	ssize_t i;
 	int rc;
 
@@ -1412,7 +1411,7 @@ int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev, int
 	int rc, reconnects = 0;
 
 	if (ev)
-		*ev = (struct crun_store_event){ 0 };
+		*ev = (struct crun_store_event){0};
 	if (!s || !ev)
 		return -EINVAL;
 	if (s->ev_head)
@@ -1471,10 +1470,12 @@ struct crun_store *crun_store_create(const struct crun_store_opts *opts)
 	s->connect_timeout_ms =
 		opts->connect_timeout_ms ? opts->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
 	s->timeout_ms = opts->timeout_ms ? opts->timeout_ms : CRUN_WIRE_DEFAULT_TIMEOUT_MS;
-	s->max_event_bytes = opts->max_event_bytes ? opts->max_event_bytes : DEFAULT_MAX_EVENT_BYTES;
+	s->max_event_bytes =
+		opts->max_event_bytes ? opts->max_event_bytes : DEFAULT_MAX_EVENT_BYTES;
 	s->host = strdup(opts->host ? opts->host : DEFAULT_HOST);
-	if (!s->host || crun__hello_client_init(&s->hello, opts->run_id ? opts->run_id : DEFAULT_RUN_ID,
-						 opts->token, opts->token_len) < 0)
+	if (!s->host ||
+	    crun__hello_client_init(&s->hello, opts->run_id ? opts->run_id : DEFAULT_RUN_ID,
+				    opts->token, opts->token_len) < 0)
 		goto out_destroy;
 	snprintf(s->peer, sizeof(s->peer), "%s:%d", s->host, s->port);
 	s->rbuf = malloc(RBUF_MIN);
@@ -1526,7 +1527,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		free(file_token);
 		file_token = NULL;
 	}
-	*opts = (struct crun_store_opts){ 0 };
+	*opts = (struct crun_store_opts){0};
 	if (crun_parse_endpoint(store ? store : DEFAULT_HOST, DEFAULT_PORT, host, sizeof(host),
 				&port, why, sizeof(why)) < 0) {
 		if (err)

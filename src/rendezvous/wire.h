@@ -138,7 +138,7 @@ enum crun_wire_type {
 };
 
 enum crun_wire_flag {
-	CRUN_WIRE_FL_EPHEMERAL = 0x01,     /* SET */
+	CRUN_WIRE_FL_EPHEMERAL = 0x01,	   /* SET */
 	CRUN_WIRE_FL_EXPECT_ABSENT = 0x02, /* CAS */
 };
 

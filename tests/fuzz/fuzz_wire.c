@@ -89,9 +89,9 @@ static void preambles(const uint8_t *data, size_t size)
  * client's HELLO: each step accepts or says why. */
 static void handshake(const struct crun_wire_msg *msg)
 {
-	static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = { 7 };
-	static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = { 9 };
-	const struct crun__hello_server hs = { "token", 5, snonce, 4096 };
+	static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = {7};
+	static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = {9};
+	const struct crun__hello_server hs = {"token", 5, snonce, 4096};
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], mac[CRUN_WIRE_MAC_LEN];
 	struct crun__hello_client h;
 	struct crun_wire_msg hello;
