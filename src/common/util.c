@@ -312,6 +312,29 @@ bool crun_addr_is_loopback(const char *host)
 	return false;
 }
 
+void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip)
+{
+	char buf[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)sa;
+
+		if (!inet_ntop(AF_INET6, &s6->sin6_addr, buf, sizeof(buf)))
+			snprintf(buf, sizeof(buf), "?");
+		snprintf(out, outlen, "[%s]:%u", buf, ntohs(s6->sin6_port));
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)sa;
+
+		if (!inet_ntop(AF_INET, &s4->sin_addr, buf, sizeof(buf)))
+			snprintf(buf, sizeof(buf), "?");
+		snprintf(out, outlen, "%s:%u", buf, ntohs(s4->sin_port));
+	} else {
+		snprintf(out, outlen, "unknown");
+	}
+	if (ip)
+		memcpy(ip, buf, sizeof(buf));
+}
+
 int crun_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

@@ -55,6 +55,12 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
  * "localhost"). */
 bool crun_addr_is_loopback(const char *host);
 
+struct sockaddr;
+/* A socket address as "1.2.3.4:5678" or "[::1]:5678" ("unknown" for other
+ * families) into out; the bare address ("?" when none) into ip, which
+ * holds INET6_ADDRSTRLEN bytes, unless ip is NULL. */
+void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip);
+
 /* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
 int crun_write_all(int fd, const void *buf, size_t len);
 

@@ -1,4 +1,6 @@
-/* Asynchronous store client (aclient.h).
+/* Asynchronous store client (aclient.h): a libuv transport. What the
+ * handshake sends and accepts is hello.c's, the frames are wire.c's; this
+ * file resolves, connects, retries, reads, writes and times out.
  *
  * State machine (enum state; one transition per event):
  *
@@ -36,6 +38,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/hello.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -47,10 +50,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <openssl/crypto.h>
-
-#define BACKOFF_FIRST_MS 10
-#define BACKOFF_MAX_MS 1000
 /* connect_timeout_ms 0 tries once; this bounds that one try. */
 #define TRY_ONCE_TIMEOUT_MS 10000
 #define RBUF_MIN (16 * 1024)
@@ -108,9 +107,7 @@ struct crun_aclient {
 
 	char *host;
 	int port;
-	char *run_id;
-	uint8_t *token;
-	size_t token_len;
+	struct crun__hello_client hello; /* run id, token, handshake */
 	int64_t connect_timeout_ms;
 	int64_t ka_interval_ms;
 	int ka_max_attempt;
@@ -130,10 +127,6 @@ struct crun_aclient {
 	uint64_t deadline;
 	int backoff_ms;
 	uv_connect_t creq;
-	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
-	uint8_t snonce[CRUN_WIRE_NONCE_LEN];
-	bool auth;
-	uint32_t hello_id;
 	/* The failure being reported: err, and msg either complete (plain)
 	 * or a reason that finish_connect prefixes. */
 	int err;
@@ -141,7 +134,7 @@ struct crun_aclient {
 	char msg[MSG_LEN];
 
 	uv_tcp_t tcp;
-	bool tcp_live; /* initialised and its close callback not yet run */
+	bool tcp_live;	       /* initialised and its close callback not yet run */
 	uv_timer_t conn_timer; /* connect deadline and backoff */
 	uv_timer_t ka_timer;
 	uv_timer_t req_timer;
@@ -195,60 +188,6 @@ static void fmt_duration(char *out, size_t len, int64_t ms)
 		snprintf(out, len, "%" PRId64 "ms", ms);
 }
 
-static void format_addr(const struct sockaddr *sa, char *out, size_t outlen)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)sa;
-
-		uv_ip6_name(s6, ip, sizeof(ip));
-		snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
-	} else {
-		const struct sockaddr_in *s4 = (const void *)sa;
-
-		uv_ip4_name(s4, ip, sizeof(ip));
-		snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
-	}
-}
-
-/* A server's message item as a printable C string: in buf when it fits,
- * else malloc'd (*heap is set; the caller frees it). */
-static const char *item_text(const struct crun_wire_item *it, char *buf, size_t buflen,
-			     char **heap)
-{
-	size_t n = it->len;
-	char *out = buf;
-
-	*heap = NULL;
-	if (n >= buflen) {
-		*heap = malloc(n + 1);
-		if (*heap)
-			out = *heap;
-		else
-			n = buflen - 1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char ch = (char)it->data[i];
-
-		out[i] = (ch >= 0x20 && ch < 0x7f) ? ch : '?';
-	}
-	out[n] = '\0';
-	return out;
-}
-
-static int frame_errno(const struct crun_wire_msg *m)
-{
-	return m->num > 0 && m->num <= CRUN_WIRE_ERRNO_MAX ? (int)-m->num : -EPROTO;
-}
-
-static bool retryable(int err)
-{
-	return err == -ECONNREFUSED || err == -ENETUNREACH || err == -EHOSTUNREACH ||
-	       err == -ETIMEDOUT || err == -ECONNRESET || err == -EPIPE ||
-	       err == -ECONNABORTED || err == -EAGAIN || err == -ENETDOWN;
-}
-
 static const char *reason(int err)
 {
 	switch (err) {
@@ -265,9 +204,7 @@ static const char *reason(int err)
 
 static uint32_t next_id(struct crun_aclient *c)
 {
-	if (++c->last_id == 0)
-		c->last_id = 1;
-	return c->last_id;
+	return crun__wire_next_id(&c->last_id);
 }
 
 static void maybe_free(struct crun_aclient *c)
@@ -277,7 +214,7 @@ static void maybe_free(struct crun_aclient *c)
 	free(c->rbuf);
 	free(c->items);
 	free(c->host);
-	free(c->run_id);
+	crun__hello_client_finish(&c->hello);
 	free(c);
 }
 
@@ -330,10 +267,10 @@ static int wreq_send(struct crun_aclient *c, struct wreq *w)
 /* Encodes msg (already valid) and queues it. 0 or a negative errno. */
 static int send_msg(struct crun_aclient *c, const struct crun_wire_msg *msg)
 {
-	size_t size = crun_wire_encoded_size(msg);
 	struct wreq *w;
+	size_t size;
 
-	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD || size > UINT32_MAX)
+	if (crun__wire_sendable_size(msg, &size) < 0)
 		return -E2BIG;
 	w = wreq_new(c, size);
 	if (!w)
@@ -488,14 +425,13 @@ static void on_ka_timer(uv_timer_t *t)
 
 		if (!bytes_waiting(c)) {
 			fmt_duration(d, sizeof(d), (int64_t)window);
-			lose(c, -ETIMEDOUT, "no reply from the store at '%s' for %s", c->peer,
-			     d);
+			lose(c, -ETIMEDOUT, "no reply from the store at '%s' for %s", c->peer, d);
 			return;
 		}
 		c->last_rx = now;
 	}
 	if (now >= c->next_ping) {
-		struct crun_wire_msg ping = { .type = CRUN_WIRE_PING, .id = next_id(c) };
+		struct crun_wire_msg ping = {.type = CRUN_WIRE_PING, .id = next_id(c)};
 		int rc = send_msg(c, &ping);
 
 		if (rc < 0) {
@@ -551,7 +487,7 @@ static void attempt_again_or_fail(struct crun_aclient *c)
 	uint64_t now = uv_now(c->loop);
 	uint64_t left = c->deadline > now ? c->deadline - now : 0;
 
-	if (!retryable(c->err) || c->once) {
+	if (!crun__hello_retryable(c->err) || c->once) {
 		finish_connect(c, c->err);
 		return;
 	}
@@ -562,7 +498,7 @@ static void attempt_again_or_fail(struct crun_aclient *c)
 	c->state = ST_BACKOFF;
 	uv_timer_start(&c->conn_timer, on_conn_timer,
 		       (uint64_t)c->backoff_ms < left ? (uint64_t)c->backoff_ms : left, 0);
-	c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+	c->backoff_ms = crun__hello_next_backoff(c->backoff_ms);
 }
 
 /* An attempt failed after the socket was set up: close it; the close
@@ -578,7 +514,7 @@ static void attempt_failed(struct crun_aclient *c, int err, bool plain, const ch
 	va_start(ap, fmt);
 	vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
 	va_end(ap);
-	c->state = (!connected || retryable(err)) ? ST_RETRY_CLOSE : ST_FAIL_CLOSE;
+	c->state = (!connected || crun__hello_retryable(err)) ? ST_RETRY_CLOSE : ST_FAIL_CLOSE;
 	if (c->state == ST_FAIL_CLOSE)
 		uv_timer_stop(&c->conn_timer);
 	uv_close((uv_handle_t *)&c->tcp, on_tcp_close);
@@ -614,7 +550,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 /* Starts resolving host. 0 or a negative errno (nothing started). */
 static int resolve(struct crun_aclient *c)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct resolve *r = malloc(sizeof(*r));
 	char port[8];
 	int rc;
@@ -773,9 +709,11 @@ static void on_connected(uv_connect_t *req, int status)
 	}
 	uv_tcp_nodelay(&c->tcp, 1);
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-		format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+		crun__format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), NULL);
 	else
-		format_addr((struct sockaddr *)&c->addrs[c->cur], c->peer, sizeof(c->peer));
+		crun__format_addr((struct sockaddr *)&c->addrs[c->cur], c->peer, sizeof(c->peer),
+				  NULL);
+	crun__hello_client_begin(&c->hello, c->peer);
 	c->state = ST_PREAMBLE;
 	w = wreq_new(c, CRUN_WIRE_CLIENT_PREAMBLE);
 	if (!w) {
@@ -790,84 +728,50 @@ static void on_connected(uv_connect_t *req, int status)
 		attempt_failed(c, rc, false, "%s", reason(rc));
 }
 
-/* Answers the server's preamble (the first 40 bytes read) with HELLO. */
-static void send_hello(struct crun_aclient *c)
+/* Answers the server's preamble with HELLO (hello.c's step). The bytes
+ * consumed, 0 while the preamble is incomplete, or < 0 when the attempt
+ * failed. */
+static long send_hello(struct crun_aclient *c)
 {
-	struct crun_wire_item items[3];
-	struct crun_wire_msg hello = { .type = CRUN_WIRE_HELLO, .count = 3, .items = items };
-	uint8_t mac[CRUN_WIRE_MAC_LEN];
-	uint16_t version, flags;
+	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
+	struct crun_wire_msg hello;
+	char err[MSG_LEN];
+	long n;
 	int rc;
 
-	rc = crun_wire_parse_server_preamble(c->rbuf, &version, &flags, c->snonce);
-	if (rc == -EPROTONOSUPPORT) {
-		attempt_failed(c, rc, true,
-			       "the store at '%s' speaks protocol version %u, this client %u",
-			       c->peer, version, CRUN_WIRE_VERSION);
-		return;
-	}
-	if (rc < 0) {
-		attempt_failed(c, -EPROTO, true, "'%s' is not a crun store", c->peer);
-		return;
-	}
-	c->auth = flags & CRUN_WIRE_F_AUTH;
-	if (c->auth && !c->token) {
-		attempt_failed(c, -EACCES, true,
-			       "authentication failed: the store requires a token and none "
-			       "was given");
-		return;
-	}
-	rc = crun_wire_random(c->cnonce, sizeof(c->cnonce));
-	if (rc == 0 && c->auth)
-		rc = crun_wire_mac(c->token, c->token_len, "client", c->snonce, c->cnonce, mac);
+	if (c->rlen < CRUN_WIRE_SERVER_PREAMBLE)
+		return 0;
+	rc = crun_wire_random(cnonce, sizeof(cnonce));
 	if (rc < 0) {
 		attempt_failed(c, rc, true, "cannot compute the handshake: %s", strerror(-rc));
-		return;
+		return rc;
 	}
-	items[0] = (struct crun_wire_item){ (const uint8_t *)c->run_id,
-					    (uint32_t)strlen(c->run_id) };
-	items[1] = (struct crun_wire_item){ c->cnonce, CRUN_WIRE_NONCE_LEN };
-	items[2] = (struct crun_wire_item){ mac, c->auth ? CRUN_WIRE_MAC_LEN : 0 };
-	c->hello_id = hello.id = next_id(c);
+	n = crun__hello_client_preamble(&c->hello, c->rbuf, c->rlen, cnonce, next_id(c), &hello,
+					err, sizeof(err));
+	if (n < 0) {
+		attempt_failed(c, (int)n, true, "%s", err);
+		return n;
+	}
 	c->state = ST_HELLO;
 	rc = send_msg(c, &hello);
-	OPENSSL_cleanse(mac, sizeof(mac));
-	if (rc < 0)
+	crun__hello_client_sent(&c->hello);
+	if (rc < 0) {
 		attempt_failed(c, rc, false, "%s", reason(rc));
+		return rc;
+	}
+	return n;
 }
 
 /* A frame while HELLO waits for its answer. */
 static void handshake_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
 {
-	uint8_t want[CRUN_WIRE_MAC_LEN];
-	char buf[MSG_LEN], *heap;
-	const char *text;
+	char err[MSG_LEN];
+	int rc = crun__hello_client_reply(&c->hello, m, err, sizeof(err));
 
-	if (m->type == CRUN_WIRE_ERROR && (m->id == c->hello_id || m->id == 0)) {
-		text = item_text(&m->items[0], buf, sizeof(buf), &heap);
-		attempt_failed(c, frame_errno(m), true, "%s", text);
-		free(heap);
-		return;
-	}
-	if (m->id != c->hello_id || m->type != CRUN_WIRE_OK) {
-		attempt_failed(c, -EPROTO, true,
-			       "bad frame from the store at '%s': %s with id %u during the "
-			       "handshake",
-			       c->peer, crun_wire_type_name(m->type), m->id);
-		return;
-	}
-	if (c->auth) {
-		if (crun_wire_mac(c->token, c->token_len, "server", c->cnonce, c->snonce, want) <
-			    0 ||
-		    m->count < 1 || m->items[0].len != CRUN_WIRE_MAC_LEN ||
-		    !crun_wire_mac_equal(m->items[0].data, want)) {
-			attempt_failed(c, -EACCES, true,
-				       "authentication failed: the store did not prove it knows "
-				       "the token");
-			return;
-		}
-	}
-	finish_connect(c, 0);
+	if (rc < 0)
+		attempt_failed(c, rc, true, "%s", err);
+	else
+		finish_connect(c, 0);
 }
 
 /* A frame on a ready connection. May run user callbacks. */
@@ -888,8 +792,8 @@ static void ready_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
 				    0, NULL, m, c->event_arg);
 		return;
 	case CRUN_WIRE_ERROR:
-		text = item_text(&m->items[0], buf, sizeof(buf), &heap);
-		status = frame_errno(m);
+		text = crun__wire_error_text(m, buf, sizeof(buf), &heap);
+		status = crun__wire_frame_errno(m);
 		if (m->id == 0) {
 			/* Said before the server closes this connection. */
 			lose(c, status, "the store at '%s' closed the connection: %s", c->peer,
@@ -915,15 +819,13 @@ static void ready_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct crun_aclient *c = h->data;
-	size_t need = RBUF_MIN;
-	uint32_t plen;
+	size_t need = RBUF_MIN, frame;
 
 	(void)suggested;
 	/* Room for the whole frame whose header is in, no more. */
-	if (c->rlen >= CRUN_WIRE_HEADER_LEN && c->state != ST_PREAMBLE &&
-	    crun_wire_check_header(c->rbuf, c->max_frame, &plen, NULL, 0) == 0 &&
-	    CRUN_WIRE_HEADER_LEN + (size_t)plen > need)
-		need = CRUN_WIRE_HEADER_LEN + (size_t)plen;
+	frame = c->state == ST_PREAMBLE ? 0 : crun__wire_frame_size(c->rbuf, c->rlen, c->max_frame);
+	if (frame > need)
+		need = frame;
 	if (need > c->rcap) {
 		uint8_t *p = realloc(c->rbuf, need);
 
@@ -968,35 +870,24 @@ static void process(struct crun_aclient *c)
 	char err[160];
 
 	if (c->state == ST_PREAMBLE) {
-		if (c->rlen < CRUN_WIRE_SERVER_PREAMBLE)
+		long n = send_hello(c);
+
+		if (n <= 0)
 			return;
-		send_hello(c);
-		pos = CRUN_WIRE_SERVER_PREAMBLE;
+		pos = (size_t)n;
 	}
 	while (c->state == ST_HELLO || c->state == ST_READY) {
-		uint32_t cap = c->items_cap;
-		long n = crun_wire_decode(c->rbuf + pos, c->rlen - pos, c->max_frame, &m, c->items,
-					  &cap, err, sizeof(err));
+		long n = crun__wire_decode_grow(c->rbuf + pos, c->rlen - pos, c->max_frame, &m,
+						&c->items, &c->items_cap, err, sizeof(err));
 
-		if (n == -ENOBUFS) {
-			struct crun_wire_item *p = realloc(c->items, (size_t)cap * sizeof(*p));
-
-			if (!p) {
-				conn_error(c, UV_ENOBUFS);
-				return;
-			}
-			c->items = p;
-			c->items_cap = cap;
-			continue;
+		if (n == -ENOMEM) {
+			conn_error(c, UV_ENOBUFS);
+			return;
 		}
 		if (n == 0)
 			break;
-		if (n > 0 && crun_wire_is_request(m.type)) {
-			snprintf(err, sizeof(err), "unexpected %s", crun_wire_type_name(m.type));
+		if (n > 0 && crun__wire_check_reply(&m, err, sizeof(err)) < 0)
 			n = -EPROTO;
-		} else if (n > 0) {
-			n = crun_wire_validate(&m, err, sizeof(err)) < 0 ? -EPROTO : n;
-		}
 		if (n < 0) {
 			if (c->state == ST_READY)
 				lose(c, -EPROTO, "bad frame from the store at '%s': %s", c->peer,
@@ -1051,9 +942,9 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	struct in6_addr a6;
 	struct in_addr a4;
 
-	if (!loop || !opts || !opts->host || !*opts->host || opts->port < 1 ||
-	    opts->port > 65535 || !opts->run_id || !*opts->run_id ||
-	    opts->connect_timeout_ms < 0 || opts->keepalive_interval_ms < 0 ||
+	if (!loop || !opts || !opts->host || !*opts->host || opts->port < 1 || opts->port > 65535 ||
+	    !opts->run_id || !*opts->run_id || opts->connect_timeout_ms < 0 ||
+	    opts->keepalive_interval_ms < 0 ||
 	    (opts->keepalive_interval_ms > 0 && opts->keepalive_max_attempt < 1) ||
 	    (opts->token && !opts->token_len))
 		return NULL;
@@ -1063,17 +954,10 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	c->loop = loop;
 	c->port = opts->port;
 	c->host = strdup(opts->host);
-	c->run_id = strdup(opts->run_id);
 	c->items = calloc(ITEMS_MIN, sizeof(*c->items));
-	if (!c->host || !c->run_id || !c->items)
+	if (!c->host || !c->items ||
+	    crun__hello_client_init(&c->hello, opts->run_id, opts->token, opts->token_len) < 0)
 		goto out_free;
-	if (opts->token) {
-		c->token = malloc(opts->token_len);
-		if (!c->token)
-			goto out_free;
-		memcpy(c->token, opts->token, opts->token_len);
-		c->token_len = opts->token_len;
-	}
 	c->items_cap = ITEMS_MIN;
 	c->connect_timeout_ms = opts->connect_timeout_ms;
 	c->once = opts->connect_timeout_ms == 0;
@@ -1102,8 +986,8 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	}
 	if (c->literal)
 		c->naddrs = 1;
-	snprintf(c->target, sizeof(c->target), strchr(c->host, ':') ? "[%s]:%d" : "%s:%d",
-		 c->host, c->port);
+	snprintf(c->target, sizeof(c->target), strchr(c->host, ':') ? "[%s]:%d" : "%s:%d", c->host,
+		 c->port);
 	memcpy(c->peer, c->target, sizeof(c->peer));
 
 	uv_timer_init(loop, &c->conn_timer);
@@ -1113,10 +997,9 @@ struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_acli
 	c->refs = 3;
 	return c;
 out_free:
-	free(c->token);
+	crun__hello_client_finish(&c->hello);
 	free(c->items);
 	free(c->host);
-	free(c->run_id);
 	free(c);
 	return NULL;
 }
@@ -1134,7 +1017,7 @@ int crun_aclient_connect(struct crun_aclient *c, crun_aclient_connect_cb cb, voi
 	c->connect_arg = arg;
 	now = uv_now(c->loop);
 	c->deadline = now + (uint64_t)(c->once ? TRY_ONCE_TIMEOUT_MS : c->connect_timeout_ms);
-	c->backoff_ms = BACKOFF_FIRST_MS;
+	c->backoff_ms = CRUN__HELLO_BACKOFF_FIRST_MS;
 	c->cur = 0;
 	if (!c->literal) {
 		rc = resolve(c);
@@ -1177,8 +1060,7 @@ int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg
 	}
 	if (rc < 0) {
 		free(p);
-		lose(c, rc, "connection to the store at '%s' failed: %s", c->peer,
-		     uv_strerror(rc));
+		lose(c, rc, "connection to the store at '%s' failed: %s", c->peer, uv_strerror(rc));
 		return rc;
 	}
 	p->id = m.id;
@@ -1222,11 +1104,7 @@ void crun_aclient_destroy(struct crun_aclient *c)
 		pending_unlink(c, p);
 		free(p);
 	}
-	if (c->token) {
-		OPENSSL_cleanse(c->token, c->token_len);
-		free(c->token);
-		c->token = NULL;
-	}
+	crun__hello_client_finish(&c->hello);
 	uv_close((uv_handle_t *)&c->conn_timer, on_handle_close);
 	uv_close((uv_handle_t *)&c->ka_timer, on_handle_close);
 	uv_close((uv_handle_t *)&c->req_timer, on_handle_close);

@@ -3,9 +3,9 @@
  * libcrun's client (include/crun/store.h) blocks; the agent cannot, since
  * its loop also supervises workers and may host the store itself (then the
  * server and this client share one loop). This client speaks the same
- * protocol (wire.h) without blocking: requests are sent at once and their
- * replies delivered to callbacks; pushed frames (NOTIFY, RDZV_EVENT) go to
- * the event callback.
+ * protocol with the same codec (wire.h) and handshake (hello.h), without
+ * blocking: requests are sent at once and their replies delivered to
+ * callbacks; pushed frames (NOTIFY, RDZV_EVENT) go to the event callback.
  *
  * Lifecycle: create -> connect (once) -> connect_cb(0) -> requests ... ->
  * LOST (optional) -> destroy. The client connects at most once and never
@@ -43,20 +43,20 @@ struct crun_aclient;
 
 struct crun_aclient_opts {
 	const char *host; /* name or address (IPv4/IPv6, no brackets) */
-	int port;         /* 1..65535 */
+	int port;	  /* 1..65535 */
 	const char *run_id;
 	const void *token; /* NULL: none; copied */
 	size_t token_len;
-	int64_t connect_timeout_ms; /* keep retrying refused/unreachable
-	                             * connections (10 ms backoff doubling to
-	                             * 1 s) this long; 0: try once (each
-	                             * address of host once, the whole attempt
-	                             * bounded by 10 s) */
+	int64_t connect_timeout_ms;    /* keep retrying refused/unreachable
+					* connections (10 ms backoff doubling to
+					* 1 s) this long; 0: try once (each
+					* address of host once, the whole attempt
+					* bounded by 10 s) */
 	int64_t keepalive_interval_ms; /* 0: no keep-alive */
 	int keepalive_max_attempt;     /* >= 1 (ignored without keep-alive) */
-	uint32_t max_frame; /* largest reply payload accepted, in bytes;
-	                     * 0: 64 MiB. A larger frame loses the
-	                     * connection with -EPROTO. */
+	uint32_t max_frame;	       /* largest reply payload accepted, in bytes;
+					* 0: 64 MiB. A larger frame loses the
+					* connection with -EPROTO. */
 };
 
 enum crun_aclient_event_type {
@@ -67,9 +67,8 @@ enum crun_aclient_event_type {
 
 /* msg and its items are valid only during the callback; err is 0 and
  * message NULL for NOTIFY and RDZV, msg NULL for LOST. */
-typedef void (*crun_aclient_event_cb)(struct crun_aclient *c,
-				      enum crun_aclient_event_type type, int err,
-				      const char *message, const struct crun_wire_msg *msg,
+typedef void (*crun_aclient_event_cb)(struct crun_aclient *c, enum crun_aclient_event_type type,
+				      int err, const char *message, const struct crun_wire_msg *msg,
 				      void *arg);
 
 /* Called exactly once when connect finishes: status 0 (message NULL), or a
@@ -84,8 +83,8 @@ typedef void (*crun_aclient_event_cb)(struct crun_aclient *c,
  *   -EMFILE      the store is at its connection limit (its message)
  *   -EPROTO / -EPROTONOSUPPORT  not a crun store / another version.
  * Not called when the client is destroyed first. */
-typedef void (*crun_aclient_connect_cb)(struct crun_aclient *c, int status,
-					const char *message, void *arg);
+typedef void (*crun_aclient_connect_cb)(struct crun_aclient *c, int status, const char *message,
+					void *arg);
 
 /* Called exactly once per request (unless the client is destroyed first):
  * status 0 with the reply (OK, VALUE, INT, VALUES; message NULL), or a
@@ -94,9 +93,8 @@ typedef void (*crun_aclient_connect_cb)(struct crun_aclient *c, int status,
  * the store at '...' to GET within 100ms"; a later reply is dropped), or
  * the connection's error when it was lost (reply NULL then). reply and its
  * items are valid only during the callback. */
-typedef void (*crun_aclient_reply_cb)(struct crun_aclient *c, int status,
-				      const char *message, const struct crun_wire_msg *reply,
-				      void *arg);
+typedef void (*crun_aclient_reply_cb)(struct crun_aclient *c, int status, const char *message,
+				      const struct crun_wire_msg *reply, void *arg);
 
 /* NULL on bad options (no host, port outside 1..65535, no run id, negative
  * timeouts, keep-alive without max_attempt >= 1, a token of length 0) or

@@ -1,4 +1,6 @@
-/* libcrun's store client: blocking calls over one TCP connection.
+/* libcrun's store client: blocking calls over one TCP connection. What the
+ * handshake sends and accepts is hello.c's, the frames are wire.c's; this
+ * file carries them over a socket and maps them to store.h's calls.
  *
  * Plain POSIX sockets and poll() rather than libuv, so that a native worker
  * linking libcrun needs nothing but libc and libcrypto. The socket is
@@ -18,6 +20,7 @@
 #include <crun/store.h>
 
 #include "common/util.h"
+#include "rendezvous/hello.h"
 #include "rendezvous/wire.h"
 
 #include <errno.h>
@@ -41,13 +44,10 @@
 #define DEFAULT_PORT 29400
 #define DEFAULT_RUN_ID "default"
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
-#define DEFAULT_TIMEOUT_MS 300000
 #define DEFAULT_MAX_EVENT_BYTES ((size_t)64 << 20)
 /* A server-side wait is also enforced here, this much later, in case the
  * server never answers. */
 #define WAIT_GRACE_MS 500
-#define BACKOFF_FIRST_MS 10
-#define BACKOFF_MAX_MS 1000
 /* How many times one call reconnects and resends a request that is safe
  * to repeat before it gives up (each bounded by the call's deadline). */
 #define MAX_ATTEMPTS 4
@@ -57,6 +57,7 @@
 #define ITEMS_MIN 16
 #define TOKEN_MAX 4096
 #define ERRMSG_LEN 256
+#define PEER_LEN 300
 
 struct event_node {
 	struct event_node *next;
@@ -70,9 +71,8 @@ struct event_node {
 struct crun_store {
 	char *host;
 	int port;
-	char *run_id;
-	uint8_t *token;
-	size_t token_len;
+	char peer[PEER_LEN];		 /* "host:port", for messages */
+	struct crun__hello_client hello; /* run id, token, handshake */
 	int connect_timeout_ms;
 	int timeout_ms;
 
@@ -235,7 +235,7 @@ static int remaining_ms(uint64_t deadline)
 static int wait_fd(int fd, short events, uint64_t deadline, short *revents)
 {
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = events };
+		struct pollfd p = {.fd = fd, .events = events};
 		int ms = remaining_ms(deadline), rc;
 
 		if (ms == 0)
@@ -293,7 +293,6 @@ static void append_event(struct crun_store *s, struct event_node *n)
 	s->ev_bytes += n->bytes;
 }
 
-
 /* Closes the connection; watches and queued events are kept so that the
  * next connection can restore the watches. */
 static void drop_conn(struct crun_store *s)
@@ -307,9 +306,7 @@ static void drop_conn(struct crun_store *s)
 
 static uint32_t next_id(struct crun_store *s)
 {
-	if (++s->last_id == 0)
-		s->last_id = 1;
-	return s->last_id;
+	return crun__wire_next_id(&s->last_id);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -335,18 +332,13 @@ static void consume_pending(struct crun_store *s)
  * when complete, says how long it is). */
 static int make_room(struct crun_store *s)
 {
-	size_t avail, need = RBUF_MIN;
+	size_t avail, frame, need = RBUF_MIN;
 
 	consume_pending(s);
 	avail = s->rlen - s->rpos;
-	if (avail >= CRUN_WIRE_HEADER_LEN) {
-		uint32_t plen;
-
-		if (crun_wire_check_header(s->rbuf + s->rpos, CRUN_WIRE_MAX_PAYLOAD, &plen, NULL,
-					   0) == 0 &&
-		    CRUN_WIRE_HEADER_LEN + (size_t)plen > need)
-			need = CRUN_WIRE_HEADER_LEN + (size_t)plen;
-	}
+	frame = crun__wire_frame_size(s->rbuf + s->rpos, avail, CRUN_WIRE_MAX_PAYLOAD);
+	if (frame > need)
+		need = frame;
 	if (s->rpos && s->rpos + need > s->rcap) {
 		memmove(s->rbuf, s->rbuf + s->rpos, avail);
 		s->rpos = 0;
@@ -458,27 +450,14 @@ out_free_node:
 	return -ENOMEM;
 }
 
-/* The negative errno an ERROR frame carries; a number that is no errno is
- * the peer breaking the protocol. */
-static int frame_errno(const struct crun_wire_msg *m)
+/* The server's text of an ERROR as the call's message; the errno's own
+ * words when the server sent none. Returns the errno. */
+static int save_server_error(struct crun_store *s, const struct crun_wire_msg *m)
 {
-	return m->num > 0 && m->num < 4096 ? (int)-m->num : -EPROTO;
-}
-
-static void save_server_error(struct crun_store *s, const struct crun_wire_msg *m)
-{
-	size_t n = m->count ? m->items[0].len : 0;
-
-	if (n >= sizeof(s->errmsg))
-		n = sizeof(s->errmsg) - 1;
-	for (size_t i = 0; i < n; i++) {
-		char c = (char)m->items[0].data[i];
-
-		s->errmsg[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
-	}
-	s->errmsg[n] = '\0';
-	if (!n)
-		seterr(s, "%s", crun_store_strerror(frame_errno(m)));
+	crun__wire_error_text(m, s->errmsg, sizeof(s->errmsg), NULL);
+	if (!s->errmsg[0])
+		seterr(s, "%s", crun_store_strerror(crun__wire_frame_errno(m)));
+	return crun__wire_frame_errno(m);
 }
 
 /* Decodes the frames already buffered: NOTIFY frames are queued, stale
@@ -494,31 +473,19 @@ static int scan(struct crun_store *s, uint32_t want)
 		int rc;
 
 		consume_pending(s);
-		n = crun_wire_decode(s->rbuf + s->rpos, s->rlen - s->rpos, CRUN_WIRE_MAX_PAYLOAD,
-				     &s->msg, s->items, &s->items_cap, err, sizeof(err));
-		if (n == -ENOBUFS) {
-			struct crun_wire_item *p =
-				realloc(s->items, (size_t)s->items_cap * sizeof(*p));
-
-			if (!p)
-				return -ENOMEM;
-			s->items = p;
-			continue;
+		n = crun__wire_decode_grow(s->rbuf + s->rpos, s->rlen - s->rpos,
+					   CRUN_WIRE_MAX_PAYLOAD, &s->msg, &s->items, &s->items_cap,
+					   err, sizeof(err));
+		if (n == -ENOMEM)
+			return -ENOMEM;
+		if (n == 0)
+			return 0;
+		if (n > 0) {
+			s->rconsume = (size_t)n;
+			n = crun__wire_check_reply(&s->msg, err, sizeof(err));
 		}
 		if (n < 0) {
 			seterr(s, "bad frame from the store: %s", err);
-			return -EPROTO;
-		}
-		if (n == 0)
-			return 0;
-		s->rconsume = (size_t)n;
-		if (!crun_wire_is_reply(s->msg.type) ||
-		    crun_wire_validate(&s->msg, err, sizeof(err)) < 0) {
-			if (crun_wire_is_reply(s->msg.type))
-				seterr(s, "bad frame from the store: %s", err);
-			else
-				seterr(s, "bad frame from the store: unexpected %s",
-				       crun_wire_type_name(s->msg.type));
 			return -EPROTO;
 		}
 		if (s->msg.type == CRUN_WIRE_NOTIFY) {
@@ -529,10 +496,8 @@ static int scan(struct crun_store *s, uint32_t want)
 		}
 		if (want && s->msg.id == want)
 			return 1;
-		if (s->msg.id == 0 && s->msg.type == CRUN_WIRE_ERROR) {
-			save_server_error(s, &s->msg);
-			s->conn_err = frame_errno(&s->msg);
-		}
+		if (s->msg.id == 0 && s->msg.type == CRUN_WIRE_ERROR)
+			s->conn_err = save_server_error(s, &s->msg);
 		/* Anything else answers a request that already timed out. */
 	}
 }
@@ -560,10 +525,10 @@ static int await_reply(struct crun_store *s, uint32_t id, uint64_t deadline)
 static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uint64_t deadline,
 		      bool *sent_any)
 {
-	size_t size = crun_wire_encoded_size(req), off = 0;
+	size_t size, off = 0;
 
 	*sent_any = false;
-	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD) {
+	if (crun__wire_sendable_size(req, &size) < 0) {
 		seterr(s, "request of %zu bytes exceeds the protocol limit", size);
 		return -E2BIG;
 	}
@@ -613,17 +578,10 @@ static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uin
 
 /* ---- connecting ------------------------------------------------------- */
 
-static bool connect_retryable(int rc)
-{
-	return rc == -ECONNREFUSED || rc == -ENETUNREACH || rc == -EHOSTUNREACH ||
-	       rc == -ETIMEDOUT || rc == -ECONNRESET || rc == -EPIPE || rc == -ECONNABORTED ||
-	       rc == -EAGAIN || rc == -ENETDOWN;
-}
-
 /* One TCP connection attempt to every address of host, in order. */
 static int tcp_connect(struct crun_store *s, uint64_t deadline)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res, *ai;
 	char port[8];
 	int rc, last = -ECONNREFUSED;
@@ -673,7 +631,7 @@ static int tcp_connect(struct crun_store *s, uint64_t deadline)
 		return 0;
 	}
 	freeaddrinfo(res);
-	seterr(s, "cannot connect to '%s:%d': %s", s->host, s->port, crun_store_strerror(last));
+	seterr(s, "cannot connect to '%s': %s", s->peer, crun_store_strerror(last));
 	return last;
 }
 
@@ -690,104 +648,68 @@ static int salvage_error(struct crun_store *s, int rc)
 	return s->conn_err ? s->conn_err : rc;
 }
 
-/* Exchanges preambles and HELLO on the fresh connection in s->fd. */
+/* Exchanges preambles and HELLO on the fresh connection in s->fd; the
+ * steps are hello.c's, this carries their bytes. */
 static int handshake(struct crun_store *s, uint64_t deadline)
 {
-	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], snonce[CRUN_WIRE_NONCE_LEN];
-	uint8_t cnonce[CRUN_WIRE_NONCE_LEN], mac[CRUN_WIRE_MAC_LEN], want[CRUN_WIRE_MAC_LEN];
-	struct crun_wire_item items[3];
-	struct crun_wire_msg hello = { .type = CRUN_WIRE_HELLO, .count = 3, .items = items };
-	uint16_t version, flags;
-	bool auth, sent;
+	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], cnonce[CRUN_WIRE_NONCE_LEN];
+	struct crun_wire_msg hello;
+	uint32_t id = next_id(s);
+	bool sent;
+	long n;
 	int rc;
 
+	crun__hello_client_begin(&s->hello, s->peer);
 	crun_wire_client_preamble(pre);
 	rc = crun_write_all(s->fd, pre, CRUN_WIRE_CLIENT_PREAMBLE);
 	if (rc == -EAGAIN) /* 8 bytes into an empty socket buffer */
 		rc = -EPIPE;
 	if (rc < 0) {
-		seterr(s, "cannot connect to '%s:%d': %s", s->host, s->port, strerror(-rc));
+		seterr(s, "cannot connect to '%s': %s", s->peer, strerror(-rc));
 		return rc;
 	}
-	while (s->rlen < CRUN_WIRE_SERVER_PREAMBLE) {
+	rc = crun_wire_random(cnonce, sizeof(cnonce));
+	if (rc < 0) {
+		seterr(s, "cannot compute the handshake: %s", strerror(-rc));
+		return rc;
+	}
+	while ((n = crun__hello_client_preamble(&s->hello, s->rbuf, s->rlen, cnonce, id, &hello,
+						s->errmsg, sizeof(s->errmsg))) == 0) {
 		rc = fill(s, deadline);
 		if (rc < 0) {
 			if (rc == -ETIMEDOUT)
-				seterr(s, "cannot connect to '%s:%d': no answer to the handshake",
-				       s->host, s->port);
+				seterr(s, "cannot connect to '%s': no answer to the handshake",
+				       s->peer);
 			return rc;
 		}
 	}
-	rc = crun_wire_parse_server_preamble(s->rbuf, &version, &flags, snonce);
-	if (rc == -EPROTONOSUPPORT) {
-		seterr(s, "the store at '%s:%d' speaks protocol version %u, this client %u",
-		       s->host, s->port, version, CRUN_WIRE_VERSION);
-		return rc;
-	}
-	if (rc < 0) {
-		seterr(s, "'%s:%d' is not a crun store", s->host, s->port);
-		return -EPROTO;
-	}
-	s->rpos = CRUN_WIRE_SERVER_PREAMBLE;
-
-	auth = flags & CRUN_WIRE_F_AUTH;
-	if (auth && !s->token) {
-		seterr(s, "authentication failed: the store requires a token and none was given");
-		return -EACCES;
-	}
-	rc = crun_wire_random(cnonce, sizeof(cnonce));
-	if (rc < 0)
-		return rc;
-	items[0] = (struct crun_wire_item){ (const uint8_t *)s->run_id,
-					    (uint32_t)strlen(s->run_id) };
-	items[1] = (struct crun_wire_item){ cnonce, CRUN_WIRE_NONCE_LEN };
-	items[2] = (struct crun_wire_item){ mac, 0 };
-	if (auth) {
-		rc = crun_wire_mac(s->token, s->token_len, "client", snonce, cnonce, mac);
-		if (rc < 0)
-			return rc;
-		items[2].len = CRUN_WIRE_MAC_LEN;
-	}
-	hello.id = next_id(s);
+	if (n < 0)
+		return (int)n;
+	s->rpos = (size_t)n;
 	rc = send_frame(s, &hello, deadline, &sent);
+	crun__hello_client_sent(&s->hello);
 	if (rc == 0)
 		rc = await_reply(s, hello.id, deadline);
 	if (rc < 0 && is_conn_error(rc))
 		rc = salvage_error(s, rc);
 	if (rc < 0) {
 		if (rc == -ETIMEDOUT)
-			seterr(s, "cannot connect to '%s:%d': no answer to the handshake",
-			       s->host, s->port);
+			seterr(s, "cannot connect to '%s': no answer to the handshake", s->peer);
 		return rc;
 	}
-	if (s->msg.type == CRUN_WIRE_ERROR) {
-		save_server_error(s, &s->msg);
-		return frame_errno(&s->msg);
-	}
-	if (s->msg.type != CRUN_WIRE_OK) {
-		seterr(s, "unexpected %s reply to HELLO", crun_wire_type_name(s->msg.type));
-		return -EPROTO;
-	}
-	if (!auth)
-		return 0; /* nothing to verify: see store.h on tokens */
-	rc = crun_wire_mac(s->token, s->token_len, "server", cnonce, snonce, want);
-	if (rc < 0)
-		return rc;
-	if (s->msg.count < 1 || s->msg.items[0].len != CRUN_WIRE_MAC_LEN ||
-	    !crun_wire_mac_equal(s->msg.items[0].data, want)) {
-		seterr(s, "authentication failed: the store did not prove it knows the token");
-		return -EACCES;
-	}
-	return 0;
+	rc = crun__hello_client_reply(&s->hello, &s->msg, s->errmsg, sizeof(s->errmsg));
+	if (rc < 0 && !s->errmsg[0])
+		seterr(s, "%s", crun_store_strerror(rc));
+	return rc;
 }
 
 /* Sends WATCH again for every key after a reconnect. */
 static int rewatch(struct crun_store *s, uint64_t deadline)
 {
 	for (size_t i = 0; i < s->nwatches; i++) {
-		struct crun_wire_item it = { (const uint8_t *)s->watches[i],
-					     (uint32_t)strlen(s->watches[i]) };
-		struct crun_wire_msg req = { .type = CRUN_WIRE_WATCH, .count = 1, .items = &it };
+		struct crun_wire_item it = {(const uint8_t *)s->watches[i],
+					    (uint32_t)strlen(s->watches[i])};
+		struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 		bool sent;
 		int rc;
 
@@ -797,10 +719,8 @@ static int rewatch(struct crun_store *s, uint64_t deadline)
 			rc = await_reply(s, req.id, deadline);
 		if (rc < 0)
 			return rc;
-		if (s->msg.type == CRUN_WIRE_ERROR) {
-			save_server_error(s, &s->msg);
-			return frame_errno(&s->msg);
-		}
+		if (s->msg.type == CRUN_WIRE_ERROR)
+			return save_server_error(s, &s->msg);
 	}
 	return 0;
 }
@@ -810,7 +730,7 @@ static int rewatch(struct crun_store *s, uint64_t deadline)
  * until deadline. */
 static int do_connect(struct crun_store *s, uint64_t deadline)
 {
-	int backoff = BACKOFF_FIRST_MS, rc;
+	int backoff = CRUN__HELLO_BACKOFF_FIRST_MS, rc;
 
 	for (;;) {
 		s->rpos = s->rlen = s->rconsume = 0;
@@ -824,16 +744,15 @@ static int do_connect(struct crun_store *s, uint64_t deadline)
 				return 0;
 			drop_conn(s);
 		}
-		if (!connect_retryable(rc) || remaining_ms(deadline) == 0)
+		if (!crun__hello_retryable(rc) || remaining_ms(deadline) == 0)
 			break;
 		sleep_ms(backoff < remaining_ms(deadline) ? backoff : remaining_ms(deadline));
-		backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+		backoff = crun__hello_next_backoff(backoff);
 		if (remaining_ms(deadline) == 0)
 			break;
 	}
 	if (rc == -ECONNRESET || rc == -EPIPE || rc == -ETIMEDOUT)
-		seterr(s, "cannot connect to '%s:%d': %s", s->host, s->port,
-		       crun_store_strerror(rc));
+		seterr(s, "cannot connect to '%s': %s", s->peer, crun_store_strerror(rc));
 	return rc;
 }
 
@@ -888,8 +807,7 @@ static int reply_error(struct crun_store *s)
 {
 	if (s->msg.type != CRUN_WIRE_ERROR)
 		return 0;
-	save_server_error(s, &s->msg);
-	return frame_errno(&s->msg);
+	return save_server_error(s, &s->msg);
 }
 
 /* Sends c->req and waits for its reply, left in s->msg. Reconnects and
@@ -944,8 +862,9 @@ static int transact(struct crun_store *s, struct call *c)
 		if (rc == -ETIMEDOUT || !is_conn_error(rc))
 			return rc;
 		if (sent && !c->repeatable) {
-			seterr(s, "connection lost before the store answered; the %s may have "
-				  "been applied",
+			seterr(s,
+			       "connection lost before the store answered; the %s may have "
+			       "been applied",
 			       crun_wire_type_name(c->req->type));
 			return -ECONNRESET;
 		}
@@ -962,7 +881,7 @@ static int call_timeout(const struct crun_store *s, int timeout_ms)
 static int simple_call(struct crun_store *s, struct crun_wire_msg *req, bool repeatable,
 		       int timeout_ms)
 {
-	struct call c = { req, repeatable, deadline_after(call_timeout(s, timeout_ms)), 0 };
+	struct call c = {req, repeatable, deadline_after(call_timeout(s, timeout_ms)), 0};
 
 	return transact(s, &c);
 }
@@ -1043,7 +962,7 @@ int crun_store_set_flags(struct crun_store *s, const char *key, const void *val,
 			 int flags, int timeout_ms)
 {
 	struct crun_wire_item items[2];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_SET, .count = 2, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1083,16 +1002,15 @@ static void wait_call(struct crun_store *s, struct call *c, int wait_ms)
 	c->deadline = c->wait_end + WAIT_GRACE_MS;
 }
 
-int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out,
-		   int wait_ms)
+int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out, int wait_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_GET, .count = 1, .items = &it };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
+	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
 	if (out)
-		*out = (struct crun_store_buf){ NULL, 0 };
+		*out = (struct crun_store_buf){NULL, 0};
 	if (!s || !out)
 		return -EINVAL;
 	rc = key_item(s, &it, key);
@@ -1110,7 +1028,7 @@ int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf 
 int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_CHECK };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_CHECK};
 	int rc;
 
 	if (!s)
@@ -1135,8 +1053,8 @@ int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, in
 int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_WAIT };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_WAIT};
+	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
 	if (!s)
@@ -1167,7 +1085,7 @@ int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t
 		   int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_ADD, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_ADD, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1189,11 +1107,11 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 		   int timeout_ms)
 {
 	struct crun_wire_item items[3];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_CAS, .count = 3, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_CAS, .count = 3, .items = items};
 	int rc;
 
 	if (current)
-		*current = (struct crun_store_buf){ NULL, 0 };
+		*current = (struct crun_store_buf){NULL, 0};
 	if (!s)
 		return -EINVAL;
 	if (flags & ~CRUN_STORE_EXPECT_ABSENT) {
@@ -1221,7 +1139,7 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_DELETE, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_DELETE, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1239,7 +1157,7 @@ int crun_store_append(struct crun_store *s, const char *key, const void *val, si
 		      int timeout_ms)
 {
 	struct crun_wire_item items[2];
-	struct crun_wire_msg req = { .type = CRUN_WIRE_APPEND, .count = 2, .items = items };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_APPEND, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1255,7 +1173,7 @@ int crun_store_append(struct crun_store *s, const char *key, const void *val, si
 
 int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_COUNT };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_COUNT};
 	int rc;
 
 	if (!s)
@@ -1272,15 +1190,15 @@ int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
 		    struct crun_store_buf *vals, int wait_ms)
 {
 	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_MGET };
-	struct call c = { .req = &req, .repeatable = true };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_MGET};
+	struct call c = {.req = &req, .repeatable = true};
 	size_t i = 0;
 	int rc;
 
 	if (!s || (n && !vals))
 		return -EINVAL;
 	for (size_t j = 0; j < n; j++)
-		vals[j] = (struct crun_store_buf){ NULL, 0 };
+		vals[j] = (struct crun_store_buf){NULL, 0};
 	if (n == 0)
 		return 0;
 	items = keys_items(s, keys, n, stack, CRUN_ARRAY_SIZE(stack), &rc);
@@ -1311,7 +1229,7 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 		    const size_t *lens, size_t n, int timeout_ms)
 {
 	struct crun_wire_item stack[16], *items = stack;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_MSET };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_MSET};
 	int rc = 0;
 
 	if (!s || (n && (!keys || !vals || !lens)))
@@ -1346,7 +1264,7 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 
 int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_LIST };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_LIST};
 	char **out;
 	uint32_t i;
 	int rc;
@@ -1381,7 +1299,7 @@ int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_m
 
 int64_t crun_store_ping(struct crun_store *s, int timeout_ms)
 {
-	struct crun_wire_msg req = { .type = CRUN_WIRE_PING };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_PING};
 	uint64_t t0;
 	int rc;
 
@@ -1413,7 +1331,7 @@ static ssize_t find_watch(const struct crun_store *s, const char *key)
 int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_WATCH, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 	char *copy;
 	int rc;
 
@@ -1452,7 +1370,7 @@ int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms)
 {
 	struct crun_wire_item it;
-	struct crun_wire_msg req = { .type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it };
+	struct crun_wire_msg req = {.type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it};
 	ssize_t i;
 	int rc;
 
@@ -1493,7 +1411,7 @@ int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev, int
 	int rc, reconnects = 0;
 
 	if (ev)
-		*ev = (struct crun_store_event){ 0 };
+		*ev = (struct crun_store_event){0};
 	if (!s || !ev)
 		return -EINVAL;
 	if (s->ev_head)
@@ -1551,19 +1469,15 @@ struct crun_store *crun_store_create(const struct crun_store_opts *opts)
 	s->port = opts->port ? opts->port : DEFAULT_PORT;
 	s->connect_timeout_ms =
 		opts->connect_timeout_ms ? opts->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
-	s->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
-	s->max_event_bytes = opts->max_event_bytes ? opts->max_event_bytes : DEFAULT_MAX_EVENT_BYTES;
+	s->timeout_ms = opts->timeout_ms ? opts->timeout_ms : CRUN_WIRE_DEFAULT_TIMEOUT_MS;
+	s->max_event_bytes =
+		opts->max_event_bytes ? opts->max_event_bytes : DEFAULT_MAX_EVENT_BYTES;
 	s->host = strdup(opts->host ? opts->host : DEFAULT_HOST);
-	s->run_id = strdup(opts->run_id ? opts->run_id : DEFAULT_RUN_ID);
-	if (!s->host || !s->run_id)
+	if (!s->host ||
+	    crun__hello_client_init(&s->hello, opts->run_id ? opts->run_id : DEFAULT_RUN_ID,
+				    opts->token, opts->token_len) < 0)
 		goto out_destroy;
-	if (opts->token) {
-		s->token = malloc(opts->token_len);
-		if (!s->token)
-			goto out_destroy;
-		memcpy(s->token, opts->token, opts->token_len);
-		s->token_len = opts->token_len;
-	}
+	snprintf(s->peer, sizeof(s->peer), "%s:%d", s->host, s->port);
 	s->rbuf = malloc(RBUF_MIN);
 	s->items = calloc(ITEMS_MIN, sizeof(*s->items));
 	if (!s->rbuf || !s->items)
@@ -1581,10 +1495,7 @@ void crun_store_destroy(struct crun_store *s)
 	if (!s)
 		return;
 	drop_conn(s);
-	if (s->token) {
-		OPENSSL_cleanse(s->token, s->token_len);
-		free(s->token);
-	}
+	crun__hello_client_finish(&s->hello);
 	free_events(s);
 	for (size_t i = 0; i < s->nwatches; i++)
 		free(s->watches[i]);
@@ -1593,7 +1504,6 @@ void crun_store_destroy(struct crun_store *s)
 	free(s->rbuf);
 	free(s->items);
 	free(s->host);
-	free(s->run_id);
 	free(s);
 }
 
@@ -1617,7 +1527,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		free(file_token);
 		file_token = NULL;
 	}
-	*opts = (struct crun_store_opts){ 0 };
+	*opts = (struct crun_store_opts){0};
 	if (crun_parse_endpoint(store ? store : DEFAULT_HOST, DEFAULT_PORT, host, sizeof(host),
 				&port, why, sizeof(why)) < 0) {
 		if (err)

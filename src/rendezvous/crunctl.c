@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "rendezvous/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -518,7 +519,8 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 		return usage_error("empty run id");
 	if (!c->timeout_given) {
 		v = crun_env_get("CRUN_TIMEOUT");
-		rc = parse_timeout("CRUN_TIMEOUT", v ? v : "300s", &c->timeout_ms);
+		c->timeout_ms = CRUN_WIRE_DEFAULT_TIMEOUT_MS;
+		rc = v ? parse_timeout("CRUN_TIMEOUT", v, &c->timeout_ms) : 0;
 		if (rc)
 			return rc;
 	}

@@ -29,9 +29,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <openssl/crypto.h>
+
 #include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/hello.h"
 #include "rendezvous/netio.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/round.h"
@@ -132,33 +135,6 @@ void crun_server_limits_default(struct crun_server_limits *limits)
 static const char *show_item(char *out, size_t outlen, const struct crun_wire_item *it)
 {
 	return crun__store_show(out, outlen, it->data, it->len);
-}
-
-static struct crun_wire_item item(const void *data, size_t len)
-{
-	struct crun_wire_item it = {data, (uint32_t)len};
-
-	return it;
-}
-
-/* "1.2.3.4:5678" or "[::1]:5678" into out, the bare address into ip
- * (INET6_ADDRSTRLEN bytes). */
-static void format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip)
-{
-	snprintf(ip, INET6_ADDRSTRLEN, "?");
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const void *)sa;
-
-		uv_ip6_name(s6, ip, INET6_ADDRSTRLEN);
-		snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
-	} else if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *s4 = (const void *)sa;
-
-		uv_ip4_name(s4, ip, INET6_ADDRSTRLEN);
-		snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
-	} else {
-		snprintf(out, outlen, "unknown");
-	}
 }
 
 static void handle_closed(struct crun_server *srv);
@@ -384,62 +360,41 @@ static void fail_conn(struct conn *c, uint32_t id, int errnum, const char *what,
 
 static void handle_preamble(struct conn *c, const uint8_t *p)
 {
-	uint16_t version = 0;
 	char why[128];
-	int rc = crun_wire_parse_client_preamble(p, &version);
+	long rc = crun__hello_server_preamble(p, CRUN_WIRE_CLIENT_PREAMBLE, why, sizeof(why));
 
-	if (rc == -EPROTONOSUPPORT) {
-		snprintf(why, sizeof(why),
-			 "protocol version %u is not supported (this server speaks %d)", version,
-			 CRUN_WIRE_VERSION);
-		fail_conn(c, 0, EPROTONOSUPPORT, "refused", why);
-		return;
-	}
 	if (rc < 0) {
-		fail_conn(c, 0, EPROTO, "protocol error", "bad magic: not a crun store client");
+		fail_conn(c, 0, (int)-rc, rc == -EPROTO ? "protocol error" : "refused", why);
 		return;
 	}
 	c->state = CONN_HELLO;
 }
 
+/* The first frame: the steps are hello.c's. */
 static void handle_hello(struct conn *c, const struct crun_wire_msg *m)
 {
 	struct crun_server *srv = c->srv;
-	const struct crun_wire_item *run_id = &m->items[0], *cnonce = &m->items[1],
-				    *mac = &m->items[2];
-	uint8_t want[CRUN_WIRE_MAC_LEN], server_mac[CRUN_WIRE_MAC_LEN];
+	const struct crun__hello_server hs = { srv->token, srv->token_len, c->nonce,
+					       srv->limits.max_key_size };
+	const struct crun_wire_item *run_id = &m->items[0];
+	uint8_t server_mac[CRUN_WIRE_MAC_LEN];
 	struct crun_wire_item reply;
 	char r[300], why[128];
+	int rc;
 
+	rc = crun__hello_server_hello(&hs, m, server_mac, &reply, why, sizeof(why));
+	if (rc == -EACCES) {
+		crun_info("%s: authentication failed (run '%s')", c->peer,
+			  show_item(r, sizeof(r), run_id));
+		reply_err(c, m->id, EACCES, "%s", why);
+		begin_close(c, true);
+		return;
+	}
+	if (rc < 0) {
+		fail_conn(c, m->id, -rc, rc == -EPROTO ? "protocol error" : "refused", why);
+		return;
+	}
 	show_item(r, sizeof(r), run_id);
-	if (run_id->len > srv->limits.max_key_size) {
-		snprintf(why, sizeof(why), "run id of %u bytes exceeds the limit of %u bytes",
-			 run_id->len, srv->limits.max_key_size);
-		fail_conn(c, m->id, E2BIG, "refused", why);
-		return;
-	}
-	if (memchr(run_id->data, '\0', run_id->len)) {
-		fail_conn(c, m->id, EINVAL, "refused", "run id contains a NUL byte");
-		return;
-	}
-	reply = item(NULL, 0);
-	if (srv->token) {
-		if (mac->len != CRUN_WIRE_MAC_LEN ||
-		    crun_wire_mac(srv->token, srv->token_len, "client", c->nonce, cnonce->data,
-				  want) < 0 ||
-		    !crun_wire_mac_equal(want, mac->data)) {
-			crun_info("%s: authentication failed (run '%s')", c->peer, r);
-			reply_err(c, m->id, EACCES, "authentication failed");
-			begin_close(c, true);
-			return;
-		}
-		if (crun_wire_mac(srv->token, srv->token_len, "server", cnonce->data, c->nonce,
-				  server_mac) < 0) {
-			fail_conn(c, m->id, EIO, "refused", "cannot compute the server mac");
-			return;
-		}
-		reply = item(server_mac, sizeof(server_mac));
-	}
 	if (crun__store_join(srv->store, &c->sc, run_id->data, run_id->len) < 0) {
 		fail_conn(c, m->id, ENOMEM, "refused", "out of memory");
 		return;
@@ -448,7 +403,9 @@ static void handle_hello(struct conn *c, const struct crun_wire_msg *m)
 	c->state = CONN_READY;
 	uv_timer_stop(&c->timer);
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
-	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r, srv->token ? " (authenticated)" : "");
+	OPENSSL_cleanse(server_mac, sizeof(server_mac));
+	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
+		 srv->token ? " (authenticated)" : "");
 }
 
 static void handle_frame(struct conn *c, const struct crun_wire_msg *m)
@@ -466,12 +423,6 @@ static void handle_frame(struct conn *c, const struct crun_wire_msg *m)
 		return;
 	}
 	if (c->state == CONN_HELLO) {
-		if (m->type != CRUN_WIRE_HELLO) {
-			snprintf(err, sizeof(err), "expected HELLO, got %s",
-				 crun_wire_type_name(m->type));
-			fail_conn(c, m->id, EPROTO, "protocol error", err);
-			return;
-		}
 		handle_hello(c, m);
 		return;
 	}
@@ -805,7 +756,7 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-		format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
+		crun__format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
 	uv_tcp_nodelay(&c->tcp, 1);
 
 	if (srv->nconns >= srv->limits.max_connections) {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -69,36 +70,36 @@ struct type_rule {
 };
 
 static const struct type_rule rules[256] = {
-	[CRUN_WIRE_HELLO] = { "HELLO", 3, 3, 0, NUM_ZERO, true },
-	[CRUN_WIRE_SET] = { "SET", 2, 2, CRUN_WIRE_FL_EPHEMERAL, NUM_ZERO, true },
-	[CRUN_WIRE_GET] = { "GET", 1, 1, 0, NUM_WAIT, true },
-	[CRUN_WIRE_CHECK] = { "CHECK", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_ZERO, true },
-	[CRUN_WIRE_WAIT] = { "WAIT", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_POSITIVE, true },
-	[CRUN_WIRE_ADD] = { "ADD", 1, 1, 0, NUM_ANY, true },
-	[CRUN_WIRE_CAS] = { "CAS", 3, 3, CRUN_WIRE_FL_EXPECT_ABSENT, NUM_ZERO, true },
-	[CRUN_WIRE_DELETE] = { "DELETE", 1, 1, 0, NUM_ZERO, true },
-	[CRUN_WIRE_APPEND] = { "APPEND", 2, 2, 0, NUM_ZERO, true },
-	[CRUN_WIRE_COUNT] = { "COUNT", 0, 0, 0, NUM_ZERO, false },
-	[CRUN_WIRE_MGET] = { "MGET", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_WAIT, true },
-	[CRUN_WIRE_MSET] = { "MSET", 2, CRUN_WIRE_MAX_ITEMS, 0, NUM_ZERO, true },
-	[CRUN_WIRE_LIST] = { "LIST", 0, 0, 0, NUM_ZERO, false },
-	[CRUN_WIRE_PING] = { "PING", 0, 1, 0, NUM_ZERO, false },
-	[CRUN_WIRE_WATCH] = { "WATCH", 1, 1, 0, NUM_ZERO, true },
-	[CRUN_WIRE_UNWATCH] = { "UNWATCH", 1, 1, 0, NUM_ZERO, true },
+	[CRUN_WIRE_HELLO] = {"HELLO", 3, 3, 0, NUM_ZERO, true},
+	[CRUN_WIRE_SET] = {"SET", 2, 2, CRUN_WIRE_FL_EPHEMERAL, NUM_ZERO, true},
+	[CRUN_WIRE_GET] = {"GET", 1, 1, 0, NUM_WAIT, true},
+	[CRUN_WIRE_CHECK] = {"CHECK", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_ZERO, true},
+	[CRUN_WIRE_WAIT] = {"WAIT", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_POSITIVE, true},
+	[CRUN_WIRE_ADD] = {"ADD", 1, 1, 0, NUM_ANY, true},
+	[CRUN_WIRE_CAS] = {"CAS", 3, 3, CRUN_WIRE_FL_EXPECT_ABSENT, NUM_ZERO, true},
+	[CRUN_WIRE_DELETE] = {"DELETE", 1, 1, 0, NUM_ZERO, true},
+	[CRUN_WIRE_APPEND] = {"APPEND", 2, 2, 0, NUM_ZERO, true},
+	[CRUN_WIRE_COUNT] = {"COUNT", 0, 0, 0, NUM_ZERO, false},
+	[CRUN_WIRE_MGET] = {"MGET", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_WAIT, true},
+	[CRUN_WIRE_MSET] = {"MSET", 2, CRUN_WIRE_MAX_ITEMS, 0, NUM_ZERO, true},
+	[CRUN_WIRE_LIST] = {"LIST", 0, 0, 0, NUM_ZERO, false},
+	[CRUN_WIRE_PING] = {"PING", 0, 1, 0, NUM_ZERO, false},
+	[CRUN_WIRE_WATCH] = {"WATCH", 1, 1, 0, NUM_ZERO, true},
+	[CRUN_WIRE_UNWATCH] = {"UNWATCH", 1, 1, 0, NUM_ZERO, true},
 	/* Rendezvous (rdzv.h): JOIN's num is its join timeout, item 0 the
 	 * node id; FAIL and DONE name a round; the items' contents are
 	 * checked by crun_rdzv_parse_join on the server. */
-	[CRUN_WIRE_RDZV_JOIN] = { "RDZV_JOIN", 10, 10, 0, NUM_POSITIVE, true },
-	[CRUN_WIRE_RDZV_FAIL] = { "RDZV_FAIL", 1, 1, 0, NUM_ROUND, false },
-	[CRUN_WIRE_RDZV_DONE] = { "RDZV_DONE", 0, 0, 0, NUM_ROUND, false },
-	[CRUN_WIRE_OK] = { "OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false },
-	[CRUN_WIRE_ERROR] = { "ERROR", 1, 1, 0, NUM_ANY, false },
-	[CRUN_WIRE_VALUE] = { "VALUE", 1, 1, 0, NUM_ANY, false },
-	[CRUN_WIRE_INT] = { "INT", 0, 0, 0, NUM_ANY, false },
-	[CRUN_WIRE_VALUES] = { "VALUES", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false },
-	[CRUN_WIRE_NOTIFY] = { "NOTIFY", 2, 2, 0, NUM_ANY, true },
+	[CRUN_WIRE_RDZV_JOIN] = {"RDZV_JOIN", 10, 10, 0, NUM_POSITIVE, true},
+	[CRUN_WIRE_RDZV_FAIL] = {"RDZV_FAIL", 1, 1, 0, NUM_ROUND, false},
+	[CRUN_WIRE_RDZV_DONE] = {"RDZV_DONE", 0, 0, 0, NUM_ROUND, false},
+	[CRUN_WIRE_OK] = {"OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false},
+	[CRUN_WIRE_ERROR] = {"ERROR", 1, 1, 0, NUM_ANY, false},
+	[CRUN_WIRE_VALUE] = {"VALUE", 1, 1, 0, NUM_ANY, false},
+	[CRUN_WIRE_INT] = {"INT", 0, 0, 0, NUM_ANY, false},
+	[CRUN_WIRE_VALUES] = {"VALUES", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false},
+	[CRUN_WIRE_NOTIFY] = {"NOTIFY", 2, 2, 0, NUM_ANY, true},
 	/* [reason, message, restart_count]; num = the round that ended */
-	[CRUN_WIRE_RDZV_EVENT] = { "RDZV_EVENT", 3, 3, 0, NUM_ROUND, true },
+	[CRUN_WIRE_RDZV_EVENT] = {"RDZV_EVENT", 3, 3, 0, NUM_ROUND, true},
 };
 
 const char *crun_wire_type_name(uint8_t type)
@@ -134,12 +135,12 @@ int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *p
 	}
 	if (len > max_payload) {
 		crun_seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
-		       max_payload);
+			    max_payload);
 		return -EMSGSIZE;
 	}
 	if (len < CRUN_WIRE_PAYLOAD_MIN) {
 		crun_seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
-		       CRUN_WIRE_PAYLOAD_MIN);
+			    CRUN_WIRE_PAYLOAD_MIN);
 		return -EPROTO;
 	}
 	*payload_len = len;
@@ -192,8 +193,8 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		n = get_u32(p);
 		p += 4;
 		if ((size_t)(end - p) < n) {
-			crun_seterr(err, errlen, "item %u of %u bytes runs past the end of the frame",
-			       i, n);
+			crun_seterr(err, errlen,
+				    "item %u of %u bytes runs past the end of the frame", i, n);
 			return -EPROTO;
 		}
 		items_store[i].data = p;
@@ -217,7 +218,7 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	}
 	if (msg->count < r->min_items || msg->count > r->max_items) {
 		crun_seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
-		       r->max_items, msg->count);
+			    r->max_items, msg->count);
 		return -EPROTO;
 	}
 	if (msg->flags & ~r->flags) {
@@ -228,7 +229,7 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	case NUM_ZERO:
 		if (msg->num != 0) {
 			crun_seterr(err, errlen, "%s takes no number, got %lld", r->name,
-			       (long long)msg->num);
+				    (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -247,7 +248,7 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	case NUM_ROUND:
 		if (msg->num < 0) {
 			crun_seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
-			       (long long)msg->num);
+				    (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -270,12 +271,13 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 			return -EPROTO;
 		}
 		if (msg->items[1].len != CRUN_WIRE_NONCE_LEN) {
-			crun_seterr(err, errlen, "HELLO nonce must be %d bytes", CRUN_WIRE_NONCE_LEN);
+			crun_seterr(err, errlen, "HELLO nonce must be %d bytes",
+				    CRUN_WIRE_NONCE_LEN);
 			return -EPROTO;
 		}
 		if (msg->items[2].len != 0 && msg->items[2].len != CRUN_WIRE_MAC_LEN) {
 			crun_seterr(err, errlen, "HELLO mac must be empty or %d bytes",
-			       CRUN_WIRE_MAC_LEN);
+				    CRUN_WIRE_MAC_LEN);
 			return -EPROTO;
 		}
 		break;
@@ -291,7 +293,7 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	case CRUN_WIRE_MSET:
 		if (msg->count % 2) {
 			crun_seterr(err, errlen, "MSET takes key/value pairs, got %u items",
-			       msg->count);
+				    msg->count);
 			return -EPROTO;
 		}
 		for (uint32_t i = 0; i < msg->count; i += 2)
@@ -305,13 +307,14 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 		 * success, a huge one would not fit an int. */
 		if (msg->num <= 0 || msg->num > CRUN_WIRE_ERRNO_MAX) {
 			crun_seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
-			       (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
+				    (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
 			return -EPROTO;
 		}
 		break;
 	case CRUN_WIRE_NOTIFY:
 		if (msg->num != CRUN_WIRE_EV_SET && msg->num != CRUN_WIRE_EV_DELETE) {
-			crun_seterr(err, errlen, "NOTIFY with unknown event %lld", (long long)msg->num);
+			crun_seterr(err, errlen, "NOTIFY with unknown event %lld",
+				    (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -421,4 +424,90 @@ bool crun_wire_mac_equal(const uint8_t *a, const uint8_t *b)
 int crun_wire_random(uint8_t *buf, size_t len)
 {
 	return RAND_bytes(buf, (int)len) == 1 ? 0 : -EIO;
+}
+
+int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size)
+{
+	*size = crun_wire_encoded_size(msg);
+	return *size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD ? -E2BIG : 0;
+}
+
+long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
+			    struct crun_wire_msg *msg, struct crun_wire_item **items,
+			    uint32_t *items_cap, char *err, size_t errlen)
+{
+	for (;;) {
+		uint32_t cap = *items_cap;
+		long n = crun_wire_decode(buf, len, max_payload, msg, *items, &cap, err, errlen);
+		struct crun_wire_item *p;
+
+		if (n != -ENOBUFS)
+			return n;
+		p = realloc(*items, (size_t)cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		*items = p;
+		*items_cap = cap;
+	}
+}
+
+size_t crun__wire_frame_size(const uint8_t *buf, size_t len, uint32_t max_payload)
+{
+	uint32_t plen;
+
+	if (len < CRUN_WIRE_HEADER_LEN ||
+	    crun_wire_check_header(buf, max_payload, &plen, NULL, 0) < 0)
+		return 0;
+	return CRUN_WIRE_HEADER_LEN + (size_t)plen;
+}
+
+int crun__wire_check_reply(const struct crun_wire_msg *msg, char *err, size_t errlen)
+{
+	if (!crun_wire_is_reply(msg->type)) {
+		crun_seterr(err, errlen, "unexpected %s", crun_wire_type_name(msg->type));
+		return -EPROTO;
+	}
+	return crun_wire_validate(msg, err, errlen);
+}
+
+int crun__wire_frame_errno(const struct crun_wire_msg *msg)
+{
+	/* crun_wire_validate keeps num in range; a frame it has not seen may
+	 * not, and a number that is no errno is the peer breaking the
+	 * protocol. */
+	return msg->num > 0 && msg->num <= CRUN_WIRE_ERRNO_MAX ? (int)-msg->num : -EPROTO;
+}
+
+const char *crun__wire_error_text(const struct crun_wire_msg *msg, char *buf, size_t buflen,
+				  char **heap)
+{
+	size_t n = msg->count ? msg->items[0].len : 0;
+	char *out = buf;
+
+	if (heap)
+		*heap = NULL;
+	if (!buflen)
+		return "";
+	if (n >= buflen) {
+		if (heap)
+			*heap = malloc(n + 1);
+		if (heap && *heap)
+			out = *heap;
+		else
+			n = buflen - 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = (char)msg->items[0].data[i];
+
+		out[i] = (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+	}
+	out[n] = '\0';
+	return out;
+}
+
+uint32_t crun__wire_next_id(uint32_t *last_id)
+{
+	if (++*last_id == 0)
+		*last_id = 1;
+	return *last_id;
 }

@@ -102,6 +102,9 @@
 #define CRUN_WIRE_MAX_PAYLOAD (1u << 30)
 /* An ERROR frame's num is a positive errno no larger than this. */
 #define CRUN_WIRE_ERRNO_MAX 4095
+/* A client's timeout of one call when the caller gives none (libcrun's
+ * crun_store_opts.timeout_ms 0, crunctl without --timeout). */
+#define CRUN_WIRE_DEFAULT_TIMEOUT_MS 300000
 
 enum crun_wire_type {
 	CRUN_WIRE_HELLO = 1,
@@ -135,7 +138,7 @@ enum crun_wire_type {
 };
 
 enum crun_wire_flag {
-	CRUN_WIRE_FL_EPHEMERAL = 0x01,     /* SET */
+	CRUN_WIRE_FL_EPHEMERAL = 0x01,	   /* SET */
 	CRUN_WIRE_FL_EXPECT_ABSENT = 0x02, /* CAS */
 };
 
@@ -211,6 +214,41 @@ size_t crun_wire_encoded_size(const struct crun_wire_msg *msg);
 /* Encodes msg into out, which must hold crun_wire_encoded_size(msg)
  * bytes. Returns the number of bytes written. */
 size_t crun_wire_encode(const struct crun_wire_msg *msg, uint8_t *out);
+
+/* The size encoding msg takes in *size; 0, or -E2BIG when the payload is
+ * above CRUN_WIRE_MAX_PAYLOAD, which every peer refuses. */
+int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size);
+
+/* Decodes as crun_wire_decode, growing *items (malloc'd, *items_cap
+ * entries) when the frame has more items than it holds. Returns what
+ * crun_wire_decode does, or -ENOMEM. */
+long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
+			    struct crun_wire_msg *msg, struct crun_wire_item **items,
+			    uint32_t *items_cap, char *err, size_t errlen);
+
+/* Total size (header and payload) of the frame whose header starts buf,
+ * when its len bytes hold a header that crun_wire_check_header accepts
+ * with max_payload; else 0. Tells a reader how much room the frame needs. */
+size_t crun__wire_frame_size(const uint8_t *buf, size_t len, uint32_t max_payload);
+
+/* A decoded frame as a client must see it from the server: a reply (a
+ * request is "unexpected SET") that crun_wire_validate accepts. 0 or
+ * -EPROTO with a reason. */
+int crun__wire_check_reply(const struct crun_wire_msg *msg, char *err, size_t errlen);
+
+/* The negative errno a validated ERROR frame carries. */
+int crun__wire_frame_errno(const struct crun_wire_msg *msg);
+
+/* An ERROR frame's message as a printable C string (bytes outside ASCII
+ * 0x20..0x7e become '?'): in buf, cut to buflen - 1 bytes, unless heap is
+ * not NULL and the text does not fit; then it is malloc'd, *heap points to
+ * it and the caller frees it (*heap is NULL otherwise). */
+const char *crun__wire_error_text(const struct crun_wire_msg *msg, char *buf, size_t buflen,
+				  char **heap);
+
+/* The id after *last_id for a client's next request (never 0, which
+ * frames about no request carry); stores it in *last_id. */
+uint32_t crun__wire_next_id(uint32_t *last_id);
 
 /* Preambles. encode writes exactly CRUN_WIRE_CLIENT_PREAMBLE /
  * CRUN_WIRE_SERVER_PREAMBLE bytes. parse returns 0, or -EPROTO for a bad

@@ -26,6 +26,7 @@
 #include <crun/worker.h>
 
 #include "common/util.h"
+#include "rendezvous/wire.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -35,8 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* crun_store's default per-call timeout (client.c), for timeouts <= 0. */
-#define DEFAULT_TIMEOUT_MS 300000
 #define KEY_LEN 160
 #define BASE_LEN 128
 #define MSG_LEN 512
@@ -158,7 +157,7 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	w->local_world_size = (int)e.local_world_size;
 	w->group_rank = (int)e.group_rank;
 	w->round = e.round;
-	w->default_timeout_ms = opts.timeout_ms ? opts.timeout_ms : DEFAULT_TIMEOUT_MS;
+	w->default_timeout_ms = opts.timeout_ms ? opts.timeout_ms : CRUN_WIRE_DEFAULT_TIMEOUT_MS;
 	w->state = WORKER_READY;
 	snprintf(w->prefix, sizeof(w->prefix), "round/%lld/", (long long)w->round);
 

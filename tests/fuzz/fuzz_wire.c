@@ -10,6 +10,9 @@
  *  - every refusal says why (err is set);
  *  - re-encoding a decoded frame gives the same bytes, which decode to the
  *    same message and validate the same way;
+ *  - the handshake's steps (hello.h) answer every preamble and every valid
+ *    frame, as the server's first frame and as the reply to a client's
+ *    HELLO, with success or an error that says why;
  *  - a valid RDZV_JOIN or VALUES frame goes through the rendezvous parsers
  *    (rdzv.h): they accept or refuse with a reason, what they accept is
  *    within the documented ranges, and a parsed JOIN encodes back to a
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rendezvous/hello.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/wire.h"
 
@@ -55,6 +59,13 @@ static void preambles(const uint8_t *data, size_t size)
 	uint16_t version = 0, flags = 0;
 	int rc;
 
+	{
+		char why[128] = "";
+		long n = crun__hello_server_preamble(data, size, why, sizeof(why));
+
+		CHECK(n == (size < CRUN_WIRE_CLIENT_PREAMBLE ? 0 : n < 0 ? n : 8));
+		CHECK(n >= 0 || why[0]);
+	}
 	if (size >= CRUN_WIRE_CLIENT_PREAMBLE) {
 		rc = crun_wire_parse_client_preamble(data, &version);
 		CHECK(rc == 0 || rc == -EPROTO || rc == -EPROTONOSUPPORT);
@@ -72,6 +83,47 @@ static void preambles(const uint8_t *data, size_t size)
 			CHECK(!memcmp(out, data, CRUN_WIRE_SERVER_PREAMBLE));
 		}
 	}
+}
+
+/* A valid frame as the first one a server reads, and as the reply to a
+ * client's HELLO: each step accepts or says why. */
+static void handshake(const struct crun_wire_msg *msg)
+{
+	static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = {7};
+	static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = {9};
+	const struct crun__hello_server hs = {"token", 5, snonce, 4096};
+	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], mac[CRUN_WIRE_MAC_LEN];
+	struct crun__hello_client h;
+	struct crun_wire_msg hello;
+	struct crun_wire_item reply;
+	char why[256] = "";
+	int rc;
+
+	if (crun_wire_is_request(msg->type)) {
+		rc = crun__hello_server_hello(&hs, msg, mac, &reply, why, sizeof(why));
+		CHECK(rc == 0 || why[0]);
+		CHECK(rc < 0 || msg->type == CRUN_WIRE_HELLO);
+		CHECK(reply.len == (rc == 0 ? CRUN_WIRE_MAC_LEN : 0));
+		return;
+	}
+	if (crun__hello_client_init(&h, "run", "token", 5) < 0)
+		return;
+	crun__hello_client_begin(&h, "peer");
+	crun_wire_server_preamble(pre, CRUN_WIRE_F_AUTH, snonce);
+	CHECK(crun__hello_client_preamble(&h, pre, sizeof(pre), cnonce, msg->id, &hello, why,
+					  sizeof(why)) == CRUN_WIRE_SERVER_PREAMBLE);
+	why[0] = '\0';
+	rc = crun__hello_client_reply(&h, msg, why, sizeof(why));
+	/* Only an OK with this token's mac gets through; an ERROR may say
+	 * nothing. */
+	if (rc == 0) {
+		CHECK(crun_wire_mac("token", 5, "server", cnonce, snonce, mac) == 0);
+		CHECK(msg->type == CRUN_WIRE_OK && msg->count >= 1);
+		CHECK(msg->items[0].len == CRUN_WIRE_MAC_LEN &&
+		      !memcmp(msg->items[0].data, mac, CRUN_WIRE_MAC_LEN));
+	}
+	CHECK(rc == 0 || why[0] || msg->type == CRUN_WIRE_ERROR);
+	crun__hello_client_finish(&h);
 }
 
 /* Re-encodes a decoded frame and checks it is the same frame. */
@@ -218,6 +270,8 @@ static void frames(const uint8_t *data, size_t size)
 		CHECK(vrc == 0 || vrc == -EPROTO);
 		CHECK(vrc == 0 || err[0]);
 		reencode(&msg, p, (size_t)rc, vrc);
+		if (vrc == 0)
+			handshake(&msg);
 		if (vrc == 0 && msg.type == CRUN_WIRE_RDZV_JOIN)
 			rdzv_join(&msg);
 		if (vrc == 0 && msg.type == CRUN_WIRE_VALUES)

@@ -906,6 +906,122 @@ static void test_random(void **state)
 	assert_int_equal(crun_wire_random(x, 0), 0);
 }
 
+
+/* What a client makes of an ERROR frame: its errno and its text. */
+static void test_frame_error(void **state)
+{
+	static const struct {
+		int64_t num;
+		int rc;
+	} nums[] = {
+		{ EACCES, -EACCES }, { 1, -1 },		{ CRUN_WIRE_ERRNO_MAX, -CRUN_WIRE_ERRNO_MAX },
+		{ 0, -EPROTO },	     { -5, -EPROTO }, { CRUN_WIRE_ERRNO_MAX + 1, -EPROTO },
+		{ INT64_MAX, -EPROTO },
+	};
+	struct crun_wire_item item = its("bad\tkey\x7f 'k'");
+	struct crun_wire_msg m = mk(CRUN_WIRE_ERROR, 0, 1, EINVAL, &item, 1);
+	char buf[64], small[5], *heap;
+	const char *text;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+		m.num = nums[i].num;
+		assert_int_equal(crun__wire_frame_errno(&m), nums[i].rc);
+	}
+	/* Unprintable bytes become '?'. */
+	text = crun__wire_error_text(&m, buf, sizeof(buf), &heap);
+	assert_ptr_equal(text, buf);
+	assert_null(heap);
+	assert_string_equal(text, "bad?key? 'k'");
+	/* Too long for buf: cut without heap, whole with it. */
+	assert_string_equal(crun__wire_error_text(&m, small, sizeof(small), NULL), "bad?");
+	text = crun__wire_error_text(&m, small, sizeof(small), &heap);
+	assert_non_null(heap);
+	assert_ptr_equal(text, heap);
+	assert_string_equal(text, "bad?key? 'k'");
+	free(heap);
+	/* No text. */
+	m.count = 0;
+	assert_string_equal(crun__wire_error_text(&m, buf, sizeof(buf), &heap), "");
+	assert_null(heap);
+}
+
+/* A client accepts only valid replies from the server. */
+static void test_check_reply(void **state)
+{
+	struct crun_wire_item items[2] = { its("k"), its("v") };
+	static const struct {
+		uint8_t type;
+		int64_t num;
+		uint32_t count;
+		int rc;
+		const char *err;
+	} cases[] = {
+		{ CRUN_WIRE_OK, 0, 0, 0, NULL },
+		{ CRUN_WIRE_VALUE, 0, 1, 0, NULL },
+		{ CRUN_WIRE_NOTIFY, CRUN_WIRE_EV_SET, 2, 0, NULL },
+		{ CRUN_WIRE_SET, 0, 2, -EPROTO, "unexpected SET" },
+		{ CRUN_WIRE_HELLO, 0, 2, -EPROTO, "unexpected HELLO" },
+		{ CRUN_WIRE_ERROR, 0, 1, -EPROTO, "ERROR with errno 0 outside 1..4095" },
+		{ CRUN_WIRE_VALUE, 0, 2, -EPROTO, "VALUE takes 1 to 1 items, got 2" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct crun_wire_msg m = mk(cases[i].type, 0, 1, cases[i].num, items,
+					    cases[i].count);
+		char err[160] = "";
+
+		assert_int_equal(crun__wire_check_reply(&m, err, sizeof(err)), cases[i].rc);
+		if (cases[i].err)
+			assert_string_equal(err, cases[i].err);
+	}
+}
+
+/* Decoding into a store that grows; the size a frame needs; request ids. */
+static void test_decode_grow(void **state)
+{
+	struct crun_wire_item in[40], *store = calloc(2, sizeof(*store));
+	struct crun_wire_msg m = mk(CRUN_WIRE_VALUES, 0, 5, 0, in, 40), out;
+	uint32_t cap = 2, last = UINT32_MAX - 1;
+	size_t size;
+	uint8_t *buf;
+	char err[160];
+
+	(void)state;
+	assert_non_null(store);
+	for (int i = 0; i < 40; i++)
+		in[i] = its("value");
+	buf = encode(&m, &size);
+	assert_int_equal(crun__wire_frame_size(buf, CRUN_WIRE_HEADER_LEN - 1, MAXP), 0);
+	assert_int_equal(crun__wire_frame_size(buf, CRUN_WIRE_HEADER_LEN, MAXP), size);
+	assert_int_equal(crun__wire_frame_size(buf, size, 16), 0); /* over the cap */
+	assert_int_equal(crun__wire_decode_grow(buf, size - 1, MAXP, &out, &store, &cap, err,
+						sizeof(err)),
+			 0);
+	assert_int_equal(crun__wire_decode_grow(buf, size, MAXP, &out, &store, &cap, err,
+						sizeof(err)),
+			 (long)size);
+	assert_int_equal(cap, 40);
+	assert_ptr_equal(out.items, store);
+	assert_same_msg(&m, &out);
+	free(store);
+
+	/* Sizes a peer accepts, and one it refuses (never allocated). */
+	in[0] = it(buf, CRUN_WIRE_MAX_PAYLOAD - CRUN_WIRE_PAYLOAD_MIN - 4);
+	m.count = 1;
+	assert_int_equal(crun__wire_sendable_size(&m, &size), 0);
+	assert_int_equal(size, CRUN_WIRE_HEADER_LEN + CRUN_WIRE_MAX_PAYLOAD);
+	in[0].len++;
+	assert_int_equal(crun__wire_sendable_size(&m, &size), -E2BIG);
+	assert_int_equal(size, CRUN_WIRE_HEADER_LEN + CRUN_WIRE_MAX_PAYLOAD + 1);
+	free(buf);
+
+	assert_int_equal(crun__wire_next_id(&last), UINT32_MAX);
+	assert_int_equal(crun__wire_next_id(&last), 1); /* 0 is skipped */
+	assert_int_equal(crun__wire_next_id(&last), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -927,6 +1043,9 @@ int main(void)
 		cmocka_unit_test(test_preambles),
 		cmocka_unit_test(test_mac),
 		cmocka_unit_test(test_random),
+		cmocka_unit_test(test_frame_error),
+		cmocka_unit_test(test_check_reply),
+		cmocka_unit_test(test_decode_grow),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
