@@ -1,6 +1,6 @@
-/* cudasim: the subset of cuBLAS that crun-train uses, on the CPU. Values
- * and signatures as in CUDA 12's cublas_api.h. Matrices are column-major,
- * as in cuBLAS; products accumulate in float32. */
+/* cudasim: its subset of cuBLAS (tests/cudasim/README.md lists it), on
+ * the CPU. Values and signatures as in CUDA 12's cublas_api.h. Matrices
+ * are column-major, as in cuBLAS; products accumulate in float32. */
 #ifndef CUDASIM_CUBLAS_V2_H
 #define CUDASIM_CUBLAS_V2_H
 

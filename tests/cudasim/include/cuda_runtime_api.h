@@ -1,5 +1,5 @@
-/* cudasim: the subset of the CUDA runtime API that crun-train uses, run on
- * the CPU (tests/cudasim/README.md). Names, values and signatures follow
+/* cudasim: its subset of the CUDA runtime API (tests/cudasim/README.md
+ * lists it), run on the CPU. Names, values and signatures follow
  * CUDA 12's cuda_runtime_api.h and driver_types.h; nothing here needs a
  * GPU, a driver or the CUDA toolkit. */
 #ifndef CUDASIM_CUDA_RUNTIME_API_H

@@ -1,7 +1,7 @@
-/* cudasim: the subset of NCCL that crun-train uses, between the processes
- * of one host through shared memory (tests/cudasim/nccl.cpp). Values and
- * signatures as in NCCL 2.28's nccl.h, except ncclConfig_t: the 2.17 layout,
- * whose fields are all crun-train sets. */
+/* cudasim: its subset of NCCL (tests/cudasim/README.md lists it), between
+ * the processes of one host through shared memory (tests/cudasim/nccl.cpp).
+ * Values and signatures as in NCCL 2.28's nccl.h, except ncclConfig_t: the
+ * 2.17 layout, whose fields are all crun-train sets. */
 #ifndef CUDASIM_NCCL_H
 #define CUDASIM_NCCL_H
 
@@ -61,12 +61,9 @@ typedef struct ncclConfig_v21700 {
 			NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT                         \
 	}
 
+/* cudasim reduces by sum only */
 typedef enum {
 	ncclSum = 0,
-	ncclProd = 1,
-	ncclMax = 2,
-	ncclMin = 3,
-	ncclAvg = 4,
 } ncclRedOp_t;
 
 typedef enum {
