@@ -232,7 +232,7 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 	char name[32], what[64];
 
 	if (ev->kind == CRUN__GEV_SIGNAL)
-		crun__signal_name(name, sizeof(name), ev->signal);
+		crun__signal_format(name, sizeof(name), ev->signal);
 	switch (note) {
 	case CRUN__GNOTE_STOPPING:
 		crun_info("got %s; stopping", name);

@@ -70,7 +70,7 @@ void crun__failures_finish(struct crun__failures *fl)
 	fl->cap = 0;
 }
 
-void crun__signal_name(char *buf, size_t len, int sig)
+void crun__signal_format(char *buf, size_t len, int sig)
 {
 	const char *abbrev = sigabbrev_np(sig);
 
@@ -85,7 +85,7 @@ void agent_describe_exit(char *buf, size_t len, int exit_code, int term_signal)
 	char name[32];
 
 	if (term_signal) {
-		crun__signal_name(name, sizeof(name), term_signal);
+		crun__signal_format(name, sizeof(name), term_signal);
 		snprintf(buf, len, "was killed by %s", name);
 	} else {
 		snprintf(buf, len, "exited with code %d", exit_code);
@@ -416,7 +416,7 @@ static void add_failure(struct text *t, const struct crun__summary_job *job,
 	tadd(t, "  %-10s: %s\n", "host", job->hostname);
 	tadd(t, "  %-10s: %d (local_rank: %d)\n", "rank", f->rank, f->local_rank);
 	if (f->term_signal) {
-		crun__signal_name(sig, sizeof(sig), f->term_signal);
+		crun__signal_format(sig, sizeof(sig), f->term_signal);
 		tadd(t, "  %-10s: -%d (%s, pid: %d)\n", "exitcode", f->term_signal, sig,
 		     (int)f->pid);
 	} else {

@@ -39,7 +39,7 @@ void crun__failures_finish(struct crun__failures *fl);
 /* "exited with code 3" / "was killed by SIGSEGV" */
 void agent_describe_exit(char *buf, size_t len, int exit_code, int term_signal);
 /* "SIGTERM", or "signal 70" for one without a name. */
-void crun__signal_name(char *buf, size_t len, int sig);
+void crun__signal_format(char *buf, size_t len, int sig);
 
 /* What the summary says about the job. */
 struct crun__summary_job {
