@@ -1,8 +1,8 @@
 /* Rendezvous rounds: the protocol and its semantics.
  *
  * The round's state lives in the store server (round.c, driven by
- * server.c), which sees every agent's connection: a node whose connection
- * drops, or whose keep-alives stop, is gone at once, and every other
+ * store_rdzv.c), which sees every agent's connection: a node whose
+ * connection drops, or whose keep-alives stop, is gone at once, and every other
  * member is told by a push (RDZV_EVENT), never by polling. Agents talk to
  * it with the asynchronous client (aclient.h) on their libuv loop; the
  * helpers below encode requests and decode replies for both sides.

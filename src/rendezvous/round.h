@@ -1,5 +1,5 @@
 /* Rendezvous rounds of one run, inside the store server (internal to
- * src/rendezvous: server.c drives it, nothing else includes it).
+ * src/rendezvous: store_rdzv.c drives it, nothing else includes it).
  *
  * One struct crun_round per run that has seen a rendezvous request. It is
  * an explicit state machine (OPEN, RUNNING, CLOSED; see rdzv.h for the
