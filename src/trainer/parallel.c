@@ -172,16 +172,6 @@ const struct crun__layout *crun__parallel_layout(const struct crun_parallel *par
 	return &par->lay;
 }
 
-void crun_parallel_segment(const struct crun_parallel *par, int s, struct crun_segment *out)
-{
-	*out = par->seg[s];
-}
-
-int crun_parallel_unit_segment(const struct crun_parallel *par, int u)
-{
-	return par->unit_seg[u];
-}
-
 void crun_parallel_arrays(struct crun_parallel *par, struct crun_parallel_arrays *out)
 {
 	out->p = par->p_full ? par->p_full : par->p_shard;

@@ -119,7 +119,7 @@ struct crun_parallel *crun_parallel_create_storage(const struct crun_model *mode
 						   struct crun_comm *comm,
 						   const struct crun_parallel_opts *opts);
 
-/* Segment s: its flat range [start, start+len), the per-rank chunk, its
+/* A segment: its flat range [start, start+len), the per-rank chunk, its
  * offsets in padded full-size buffers and in shard buffers, and its units. */
 struct crun_segment {
 	size_t start, len;
@@ -128,10 +128,6 @@ struct crun_segment {
 	size_t shard_off;
 	int unit_first, unit_last;
 };
-void crun_parallel_segment(const struct crun_parallel *par, int s, struct crun_segment *out);
-/* The segment that holds unit u. */
-int crun_parallel_unit_segment(const struct crun_parallel *par, int u);
-
 /* The whole layout, for the schedule and the devices (device.h); valid
  * while par lives. */
 struct crun__layout {
