@@ -8,7 +8,9 @@
  * while compute goes on with the next bucket (two bucket buffers); zero3
  * gathers the next unit's parameters into a second buffer while the
  * current unit computes (two gather buffers). A device with one buffer of
- * each runs the same list with nothing to overlap. */
+ * each runs the same list with nothing to overlap.
+ *
+ * At the end: what every device shares (open, attach, close). */
 #include "trainer/device.h"
 
 #include <math.h>
