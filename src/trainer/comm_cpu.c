@@ -24,8 +24,8 @@
  * thread runs the send side of large plans instead; on the 2-core
  * reference machine, with 2 and 4 ranks, the two gave the same bandwidth
  * within the noise (scripts/bench/collectives), so the default stays with
- * one thread, as STYLE.md asks; the thread is for hosts with cores to
- * spare per rank.
+ * one thread per process; the thread is for hosts with cores to spare per
+ * rank.
  *
  * Every collective starts with a 24-byte header on each link it uses, so
  * that ranks calling different collectives or sizes fail with a message

@@ -9,14 +9,10 @@
 #include "trainer/comm.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/device.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
-#ifdef CRUN_HAVE_CUDA
-#include "trainer/comm_nccl.h"
-#include "trainer/cuda/parallel.h"
-#include "trainer/cuda/runtime.h"
-#endif
 
 #include <cblas.h>
 #include <errno.h>
@@ -67,12 +63,8 @@ struct run {
 	struct crun_data data;
 	struct crun_sampler sampler;
 	struct crun_model *model;
-	struct crun_parallel *par;
-	bool cuda; /* train.device cuda: par is the host copy of gpu's state */
-#ifdef CRUN_HAVE_CUDA
-	struct crun_cuda_ctx *gpu_ctx;
-	struct crun_cuda_parallel *gpu;
-#endif
+	struct crun_parallel *par; /* the host copy: layout, parameters, optimizer state */
+	struct crun__device *dev;  /* train.device, attached to par */
 	struct crun_optim optim;
 	enum crun_strategy strategy;
 	int accum, micro;
@@ -118,51 +110,6 @@ static int comm_failed(struct run *r, const char *what)
 	return EXIT_FAILED;
 }
 
-
-/* The step and the forward pass on the configured device. */
-static int par_step(struct run *r, int64_t t, double lr, double *loss, double *gnorm)
-{
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu)
-		return crun_cuda_parallel_step(r->gpu, &r->optim, r->tokens, r->global_batch, t,
-					       lr, loss, gnorm);
-#endif
-	return crun_parallel_step(r->par, &r->optim, r->tokens, r->global_batch, t, lr, loss,
-				  gnorm);
-}
-
-static int par_forward(struct run *r, int rows, double *loss_sum)
-{
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu)
-		return crun_cuda_parallel_forward(r->gpu, r->tokens, rows, loss_sum);
-#endif
-	return crun_parallel_forward(r->par, r->tokens, rows, loss_sum);
-}
-
-/* With train.device cuda, r->par holds the host copy that checkpoints and
- * param_l2 read: these bring the two copies in line. */
-static void state_to_host(struct run *r, bool optim)
-{
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu)
-		crun_cuda_parallel_download(r->gpu, optim);
-#else
-	(void)r;
-	(void)optim;
-#endif
-}
-
-static void state_to_device(struct run *r)
-{
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu)
-		crun_cuda_parallel_upload(r->gpu);
-#else
-	(void)r;
-#endif
-}
-
 /* Rows of step (0-based) for this rank: grad_accum micro-steps of micro
  * rows, from rank's positions of the epoch's shuffled order. */
 static void fill_batch(struct run *r, int64_t step)
@@ -205,7 +152,7 @@ static int evaluate(struct run *r, double *out)
 					 (size_t)((double)q * (double)r->data.n_val / (double)E),
 					 r->tokens + (size_t)rows * row);
 		}
-		rc = par_forward(r, rows, &sum);
+		rc = crun__schedule_forward(r->dev, r->tokens, rows, &sum);
 		if (rc)
 			return rc;
 	}
@@ -294,7 +241,7 @@ static int resume(struct run *r)
 		return EXIT_USAGE;
 	if (flag[0] > 0)
 		return EXIT_FAILED;
-	state_to_device(r);
+	crun__schedule_upload(r->dev);
 	r->step = step;
 	r->resumed_from = step;
 	out_line(r,
@@ -317,7 +264,7 @@ static int save(struct run *r)
 	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun_strategy_name(r->strategy));
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
-	state_to_host(r, true);
+	crun__schedule_download(r->dev, true);
 	rc = crun_ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
 			    r->err, sizeof(r->err));
 	if (rc) {
@@ -378,7 +325,8 @@ static int train_loop(struct run *r)
 		double val = NAN;
 
 		fill_batch(r, s);
-		rc = par_step(r, s + 1, lr, &loss, &gnorm);
+		rc = crun__schedule_step(r->dev, &r->optim, r->tokens, r->global_batch, s + 1, lr,
+					 &loss, &gnorm);
 		if (rc)
 			return comm_failed(r, "training step");
 		if (!isfinite(loss)) {
@@ -447,78 +395,67 @@ static int train_loop(struct run *r)
 	return 0;
 }
 
-/* The device's fields of the summary (empty on the cpu): the bytes are
- * device memory, the largest over the ranks. Collective. */
-static int gpu_summary(struct run *r, double *pbytes, double *gbytes, double *obytes, char *buf,
-		       size_t len)
+/* The summary's fields of a device that mirrors the host's state (empty
+ * on the cpu): the largest over the ranks. Collective. */
+static int device_summary(struct run *r, char *buf, size_t len)
 {
-	buf[0] = '\0';
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu) {
-		struct crun_cuda_memory gm;
-		struct crun_cuda_times gt;
-		double peak, used, act, tc, tm, tu, n;
-		int rc;
+	struct crun__device_memory dm;
+	struct crun__device_times dt;
+	double peak, used, act, tc, tm, tu, n;
+	int rc;
 
-		crun_cuda_parallel_memory(r->gpu, &gm);
-		rc = max_over_ranks(r, (double)(gm.param_bytes + gm.gather_bytes), pbytes);
-		if (!rc)
-			rc = max_over_ranks(r, (double)gm.grad_bytes, gbytes);
-		if (!rc)
-			rc = max_over_ranks(r, (double)gm.optim_bytes, obytes);
-		if (!rc)
-			rc = max_over_ranks(r, (double)gm.act_bytes, &act);
-		if (!rc)
-			rc = max_over_ranks(r, (double)gm.peak_bytes, &peak);
-		if (!rc)
-			rc = max_over_ranks(r, (double)gm.used_bytes, &used);
-		crun_cuda_parallel_times(r->gpu, &gt);
-		n = gt.steps ? (double)gt.steps : 1.0;
-		if (!rc)
-			rc = max_over_ranks(r, gt.compute_ms / n, &tc);
-		if (!rc)
-			rc = max_over_ranks(r, gt.comm_ms / n, &tm);
-		if (!rc)
-			rc = max_over_ranks(r, gt.update_ms / n, &tu);
-		if (rc)
-			return rc;
-		snprintf(buf, len,
-			 " device=cuda precision=%s reduce_dtype=%s backend=%s act_bytes_per_rank=%.0f "
-			 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f "
-			 "gpu_ms_compute=%.3f gpu_ms_exposed_comm=%.3f gpu_ms_update=%.3f",
-			 r->cfg->train.precision, r->cfg->parallel.reduce_dtype,
-			 crun_comm_backend(r->comm), act, peak, used, tc, tm, tu);
-	}
-#else
-	(void)r;
-	(void)pbytes;
-	(void)gbytes;
-	(void)obytes;
-	(void)len;
-#endif
+	buf[0] = '\0';
+	if (!r->dev->ops->mirrors)
+		return 0;
+	r->dev->ops->memory(r->dev, &dm);
+	r->dev->ops->times(r->dev, &dt);
+	n = dt.steps ? (double)dt.steps : 1.0;
+	rc = max_over_ranks(r, (double)dm.act_bytes, &act);
+	if (!rc)
+		rc = max_over_ranks(r, (double)dm.peak_bytes, &peak);
+	if (!rc)
+		rc = max_over_ranks(r, (double)dm.used_bytes, &used);
+	if (!rc)
+		rc = max_over_ranks(r, dt.compute_ms / n, &tc);
+	if (!rc)
+		rc = max_over_ranks(r, dt.comm_ms / n, &tm);
+	if (!rc)
+		rc = max_over_ranks(r, dt.update_ms / n, &tu);
+	if (rc)
+		return rc;
+	snprintf(buf, len,
+		 " device=%s precision=%s reduce_dtype=%s backend=%s act_bytes_per_rank=%.0f "
+		 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f "
+		 "gpu_ms_compute=%.3f gpu_ms_exposed_comm=%.3f gpu_ms_update=%.3f",
+		 r->dev->ops->name, r->cfg->train.precision, r->cfg->parallel.reduce_dtype,
+		 crun_comm_backend(r->comm), act, peak, used, tc, tm, tu);
 	return 0;
 }
 
 static int summarize(struct run *r, double elapsed, int64_t trained)
 {
-	struct crun_parallel_memory mem;
+	struct crun__device_memory dm;
 	double l2, rss, pbytes, gbytes, obytes;
-	char gpu[512];
+	char dev[512];
 	int rc;
 
-	state_to_host(r, false);
+	crun__schedule_download(r->dev, false);
 	rc = crun_parallel_param_l2(r->par, &l2);
-	crun_parallel_memory(r->par, &mem);
+	r->dev->ops->memory(r->dev, &dm);
+	/* a mirroring device keeps its gather buffers for the run: they count
+	 * with the parameters */
+	if (r->dev->ops->mirrors)
+		dm.param_bytes += dm.gather_bytes;
 	if (!rc)
 		rc = max_over_ranks(r, peak_rss_mib(), &rss);
 	if (!rc)
-		rc = max_over_ranks(r, (double)mem.param_bytes, &pbytes);
+		rc = max_over_ranks(r, (double)dm.param_bytes, &pbytes);
 	if (!rc)
-		rc = max_over_ranks(r, (double)mem.grad_bytes, &gbytes);
+		rc = max_over_ranks(r, (double)dm.grad_bytes, &gbytes);
 	if (!rc)
-		rc = max_over_ranks(r, (double)mem.optim_bytes, &obytes);
+		rc = max_over_ranks(r, (double)dm.optim_bytes, &obytes);
 	if (!rc)
-		rc = gpu_summary(r, &pbytes, &gbytes, &obytes, gpu, sizeof(gpu));
+		rc = device_summary(r, dev, sizeof(dev));
 	if (rc)
 		return comm_failed(r, "summary");
 	out_line(r,
@@ -530,44 +467,8 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 		 r->unigram_bits, l2,
 		 elapsed > 0 ? (double)trained * (double)r->global_batch / elapsed : 0.0, elapsed,
 		 rss, crun_strategy_name(r->strategy), r->world, r->accum, pbytes,
-		 mem.total_param_bytes, gbytes, obytes, (long long)r->resumed_from, gpu);
-	return 0;
-}
-
-/* train.device cuda: the device's copy of the strategy's state. Returns
- * an exit status or 0. */
-static int setup_gpu(struct run *r, const struct crun_parallel_opts *po)
-{
-#ifdef CRUN_HAVE_CUDA
-	const struct crun_train_config *cfg = r->cfg;
-	struct crun_cuda_parallel_opts co;
-	bool bf16 = !strcmp(cfg->train.precision, "bf16");
-	bool nccl = !strcmp(crun_comm_backend(r->comm), "nccl");
-
-	if (!r->cuda)
-		return 0;
-	co.compute = bf16 ? CRUN_DTYPE_BF16 : CRUN_DTYPE_F32;
-	co.reduce_fp32 = !strcmp(cfg->parallel.reduce_dtype, "fp32");
-	co.recompute = cfg->model.checkpoint_activations;
-	r->gpu = crun_cuda_parallel_create(r->gpu_ctx, r->model, r->par, r->comm, po, &co, r->err,
-					   sizeof(r->err));
-	if (!r->gpu) {
-		crun_error("%s", r->err);
-		return EXIT_USAGE;
-	}
-	crun_cuda_parallel_upload(r->gpu);
-	out_line(r,
-		 "device: cuda:%d %s (%.1f GiB); %s%s; gradients reduced in %s over %s%s",
-		 r->gpu_ctx->device, r->gpu_ctx->name,
-		 (double)r->gpu_ctx->total_bytes / (1u << 30),
-		 bf16 ? "bf16 compute with fp32 master weights" : "fp32 compute",
-		 cfg->model.checkpoint_activations ? ", activation checkpointing" : "",
-		 bf16 && nccl && !co.reduce_fp32 ? "bf16" : "fp32", crun_comm_backend(r->comm),
-		 nccl ? " (communication overlapped with backward)" : "");
-#else
-	(void)r;
-	(void)po;
-#endif
+		 r->model->n_params * sizeof(float), gbytes, obytes, (long long)r->resumed_from,
+		 dev);
 	return 0;
 }
 
@@ -575,9 +476,9 @@ static int setup(struct run *r)
 {
 	const struct crun_train_config *cfg = r->cfg;
 	struct crun_parallel_opts po;
-	struct crun_parallel_memory mem;
+	struct crun__device_memory mem;
 	struct crun_model_config mc;
-	char pb[32], gb[32], ob[32], xb[32];
+	char pb[32], gb[32], ob[32], xb[32], line[512];
 	int rc;
 
 	rc = crun_data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
@@ -616,29 +517,23 @@ static int setup(struct run *r)
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
-	r->par = r->cuda ? crun_parallel_create_storage(r->model, r->comm, &po)
-			 : crun_parallel_create(r->model, r->comm, &po);
+	r->par = crun_parallel_create_storage(r->model, r->comm, &po);
 	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
 	if (!r->par || !r->tokens) {
 		crun_error("out of memory for the model and its buffers");
 		return EXIT_FAILED;
 	}
 	crun_parallel_init_params(r->par, (uint64_t)cfg->model.seed);
-	rc = setup_gpu(r, &po);
-	if (rc)
-		return rc;
-	crun_parallel_memory(r->par, &mem);
-#ifdef CRUN_HAVE_CUDA
-	if (r->gpu) {
-		struct crun_cuda_memory gm;
-
-		crun_cuda_parallel_memory(r->gpu, &gm);
-		mem.param_bytes = gm.param_bytes;
-		mem.param_gather_bytes = gm.gather_bytes;
-		mem.grad_bytes = gm.grad_bytes;
-		mem.optim_bytes = gm.optim_bytes;
+	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
+	if (rc) {
+		crun_error("%s", r->err);
+		return rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED;
 	}
-#endif
+	crun__schedule_upload(r->dev);
+	r->dev->ops->describe(r->dev, line, sizeof(line));
+	if (line[0])
+		out_line(r, "%s", line);
+	r->dev->ops->memory(r->dev, &mem);
 	out_line(r,
 		 "model: context %d, embed_dim %d, width %d, layers %d, ffn_mult %d: "
 		 "%zu parameters in %d units",
@@ -647,15 +542,15 @@ static int setup(struct run *r)
 	fmt_bytes(mem.param_bytes, pb, sizeof(pb));
 	fmt_bytes(mem.grad_bytes, gb, sizeof(gb));
 	fmt_bytes(mem.optim_bytes, ob, sizeof(ob));
-	fmt_bytes(mem.param_gather_bytes, xb, sizeof(xb));
+	fmt_bytes(mem.gather_bytes, xb, sizeof(xb));
 	out_line(r,
 		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
 		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",
 		 crun_strategy_name(r->strategy), r->world, r->world == 1 ? "" : "s",
 		 crun_parallel_n_segments(r->par), crun_parallel_n_segments(r->par) == 1 ? "" : "s",
 		 (long long)r->global_batch, r->world, r->accum, r->micro, pb,
-		 mem.param_gather_bytes ? " (+ " : "", mem.param_gather_bytes ? xb : "",
-		 mem.param_gather_bytes ? " for the gathered unit)" : "", gb, ob);
+		 mem.gather_bytes ? " (+ " : "", mem.gather_bytes ? xb : "",
+		 mem.gather_bytes ? " for the gathered unit)" : "", gb, ob);
 
 	r->optim.lr = cfg->optim.lr;
 	r->optim.schedule = (enum crun_lr_schedule)crun_lr_schedule_parse(cfg->optim.schedule);
@@ -671,6 +566,8 @@ static int setup(struct run *r)
 
 static int train(const struct crun_train_config *cfg, const struct crun_comm_opts *copts)
 {
+	struct crun__device_opts dopts;
+	const struct crun__device_ops *dev_ops;
 	struct run r;
 	uint64_t t0;
 	int64_t trained;
@@ -687,32 +584,30 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	r.world = copts->world_size;
 	r.rank = copts->rank;
 	r.micro = (int)(r.global_batch / r.world / r.accum);
-	r.cuda = !strcmp(cfg->train.device, "cuda");
 	if (cfg->train.threads > 0)
 		openblas_set_num_threads((int)cfg->train.threads);
-#ifdef CRUN_HAVE_CUDA
-	if (r.cuda) {
-		bool shared = strcmp(cfg->parallel.backend, "nccl") != 0;
-		int dev;
-
-		if (crun_cuda_pick_device(copts->local_rank, shared, &dev, r.err, sizeof(r.err))) {
-			crun_error("train.device cuda: %s", r.err);
-			return EXIT_FAILED;
-		}
-		r.gpu_ctx = crun_cuda_ctx_create(dev, r.err, sizeof(r.err));
-		if (!r.gpu_ctx) {
-			crun_error("train.device cuda: %s", r.err);
-			return EXIT_FAILED;
-		}
+	/* the device first: a rank without its GPU fails before the group forms */
+	dev_ops = crun__device_find(cfg->train.device);
+	if (!dev_ops) {
+		crun_error("train.device %s: not in this build", cfg->train.device);
+		return EXIT_USAGE;
 	}
-#endif
+	memset(&dopts, 0, sizeof(dopts));
+	dopts.local_rank = copts->local_rank;
+	dopts.shared = strcmp(cfg->parallel.backend, "nccl") != 0;
+	dopts.bf16 = !strcmp(cfg->train.precision, "bf16");
+	dopts.reduce_fp32 = !strcmp(cfg->parallel.reduce_dtype, "fp32");
+	dopts.recompute = cfg->model.checkpoint_activations;
+	r.dev = crun__device_open(dev_ops, &dopts, r.err, sizeof(r.err));
+	if (!r.dev) {
+		crun_error("train.device %s: %s", cfg->train.device, r.err);
+		return EXIT_FAILED;
+	}
 
 	r.comm = crun_comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
 		crun_error("cannot join the collective group: %s", r.err);
-#ifdef CRUN_HAVE_CUDA
-		crun_cuda_ctx_destroy(r.gpu_ctx);
-#endif
+		crun__device_close(r.dev);
 		return EXIT_FAILED;
 	}
 	rc = setup(&r);
@@ -742,17 +637,12 @@ out:
 		rc = EXIT_FAILED;
 	}
 	free(r.tokens);
-#ifdef CRUN_HAVE_CUDA
-	crun_cuda_parallel_destroy(r.gpu);
-#endif
+	crun__device_close(r.dev);
 	crun_parallel_destroy(r.par);
 	crun_model_destroy(r.model);
 	crun_sampler_finish(&r.sampler);
 	crun_data_finish(&r.data);
 	crun_comm_destroy(r.comm);
-#ifdef CRUN_HAVE_CUDA
-	crun_cuda_ctx_destroy(r.gpu_ctx);
-#endif
 	return rc;
 }
 

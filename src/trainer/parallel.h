@@ -20,7 +20,10 @@
  * before the last one (like FSDP's no_sync), since communication happens
  * on the last micro-step only. zero3 gathers each unit's parameters into a
  * buffer the size of the largest unit before that unit's forward, and
- * again before its backward.
+ * again before its backward unless the buffer still holds them.
+ *
+ * The schedule (device.h, schedule.c) runs on a compute device: the cpu
+ * (crun_parallel_create) or one attached to a storage-only crun_parallel.
  *
  * Every rank must call the functions below in the same order with the
  * same arguments apart from the token rows (collectives inside). They
@@ -29,6 +32,7 @@
 #ifndef CRUN_TRAINER_PARALLEL_H
 #define CRUN_TRAINER_PARALLEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,17 +108,18 @@ void crun_parallel_owned(struct crun_parallel *par, int s, struct crun_view *out
 void crun_parallel_held(struct crun_parallel *par, int s, struct crun_view *params,
 			struct crun_view *optim);
 
-/* For a compute device that mirrors these buffers (train.device cuda,
- * cuda/parallel.h): a crun_parallel that holds only the parameters and the
- * optimizer state, in the layout above, as the host copy that checkpoints
- * read and write. It allocates no gradients and no activations, so
- * crun_parallel_step and crun_parallel_forward must not be called on it;
- * init_params, owned, held, param_l2 and memory work as usual. */
+/* A crun_parallel that holds only the parameters and the optimizer state,
+ * in the layout above: the host copy that checkpoints read and write, for
+ * a compute device to attach to (device.h). It allocates no gradients and
+ * no activations, so crun_parallel_step and crun_parallel_forward must not
+ * be called on it; init_params, owned, held, param_l2 and memory work as
+ * usual. crun_parallel_create is such a storage with the cpu device
+ * attached. */
 struct crun_parallel *crun_parallel_create_storage(const struct crun_model *model,
 						   struct crun_comm *comm,
 						   const struct crun_parallel_opts *opts);
 
-/* Segment s: its flat range [start, start+len), the per-rank chunk, its
+/* A segment: its flat range [start, start+len), the per-rank chunk, its
  * offsets in padded full-size buffers and in shard buffers, and its units. */
 struct crun_segment {
 	size_t start, len;
@@ -123,9 +128,28 @@ struct crun_segment {
 	size_t shard_off;
 	int unit_first, unit_last;
 };
-void crun_parallel_segment(const struct crun_parallel *par, int s, struct crun_segment *out);
-/* The segment that holds unit u. */
-int crun_parallel_unit_segment(const struct crun_parallel *par, int u);
+/* The whole layout, for the schedule and the devices (device.h); valid
+ * while par lives. */
+struct crun__layout {
+	enum crun_strategy strategy;
+	int world, rank;
+	int accum, micro;
+	int n_seg;
+	const struct crun_segment *seg; /* in flat order */
+	const int *unit_seg;		/* n_units entries */
+	size_t pad_len;			/* sum of W * chunk */
+	size_t shard_len;		/* sum of chunk */
+	size_t max_chunk;
+	size_t p_len;	  /* parameters held: pad_len, or shard_len for zero3 */
+	size_t optim_len; /* each moment: pad_len for ddp, else shard_len */
+	bool grads_full;  /* gradients in a pad_len buffer (ddp, zero1, or
+			   * grad_accum > 1), else bucket by bucket */
+};
+const struct crun__layout *crun__parallel_layout(const struct crun_parallel *par);
+
+/* Elements of segment s this rank owns, and their flat index in *flat (0
+ * at the padded end of a small segment). */
+size_t crun__layout_owned(const struct crun__layout *lay, int s, size_t *flat);
 
 /* The whole host arrays: parameters (pad_len floats, or shard_len for
  * zero3) and the two moments (pad_len for ddp, else shard_len). */

@@ -749,7 +749,7 @@ static void check_steps(const struct step_case *sc)
 	assert_non_null(host);
 	crun_parallel_init_params(cpu, 70);
 	crun_parallel_init_params(host, 70);
-	gpu = crun_cuda_parallel_create(ctx, m, host, gc, &po, &co, err, sizeof(err));
+	gpu = crun_cuda_parallel_create(ctx, m, host, gc, &co, err, sizeof(err));
 	if (!gpu)
 		fail_msg("%s: %s", what, err);
 	crun_cuda_parallel_upload(gpu);

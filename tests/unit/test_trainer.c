@@ -20,6 +20,7 @@
 #include "trainer/comm.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/device.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -543,6 +544,348 @@ static void test_parallel_memory(void **state)
 	crun_comm_destroy(comm);
 }
 
+/* ---- the schedule on a recording device ---- */
+
+/* A device that computes nothing: it writes the passes and collectives
+ * the schedule issues into a trace, and checks the queue order a device
+ * with two queues relies on (every collective sees what compute queued
+ * before it, compute reads what comm wrote only after waiting for it, a
+ * gather buffer is read only after its gather and refilled only after
+ * compute released it). */
+struct rec_device {
+	struct crun__device d;
+	struct crun__device_ops ops;
+	char trace[1024];
+	int n_compute, n_comm;	     /* operations queued so far */
+	int computed, communicated;  /* counts at the last signal of each */
+	int comm_sees, compute_sees; /* counts the other queue waited for */
+	int params_at;		     /* n_compute after the last params_changed */
+	bool gathered_ok[2], freed[2];
+};
+
+static struct rec_device *rec(struct crun__device *d)
+{
+	return (struct rec_device *)d;
+}
+
+static void rec_put(struct crun__device *d, const char *fmt, ...)
+{
+	struct rec_device *r = rec(d);
+	size_t n = strlen(r->trace);
+	va_list ap;
+
+	if (n)
+		r->trace[n++] = ' ';
+	va_start(ap, fmt);
+	vsnprintf(r->trace + n, sizeof(r->trace) - n, fmt, ap);
+	va_end(ap);
+}
+
+static struct crun__device *rec_open(const struct crun__device_opts *o, char *err, size_t len)
+{
+	struct rec_device *r = calloc(1, sizeof(*r));
+
+	(void)o, (void)err, (void)len;
+	return &r->d;
+}
+
+static int rec_attach(struct crun__device *d, char *err, size_t len)
+{
+	(void)err, (void)len;
+	rec(d)->freed[0] = rec(d)->freed[1] = true;
+	return 0;
+}
+
+static void rec_close(struct crun__device *d)
+{
+	free(d);
+}
+
+static void rec_nop(struct crun__device *d)
+{
+	(void)d;
+}
+
+static void rec_download(struct crun__device *d, bool optim)
+{
+	(void)d, (void)optim;
+}
+
+static void rec_signal(struct crun__device *d, enum crun__queue q, enum crun__event ev, int slot)
+{
+	struct rec_device *r = rec(d);
+
+	if (ev == CRUN__EV_COMPUTED)
+		r->computed = r->n_compute;
+	if (ev == CRUN__EV_COMMUNICATED)
+		r->communicated = r->n_comm;
+	if (ev == CRUN__EV_FREED) {
+		assert_int_equal(q, CRUN__QUEUE_COMPUTE);
+		r->freed[slot] = true;
+	}
+}
+
+static void rec_wait(struct crun__device *d, enum crun__queue q, enum crun__event ev, int slot)
+{
+	struct rec_device *r = rec(d);
+
+	if (ev == CRUN__EV_COMPUTED && q == CRUN__QUEUE_COMM)
+		r->comm_sees = r->computed;
+	if (ev == CRUN__EV_COMMUNICATED && q == CRUN__QUEUE_COMPUTE)
+		r->compute_sees = r->communicated;
+	if (ev == CRUN__EV_GATHERED && q == CRUN__QUEUE_COMPUTE)
+		r->gathered_ok[slot] = true;
+}
+
+static void rec_mark(struct crun__device *d, enum crun__mark m)
+{
+	(void)d, (void)m;
+}
+
+static void rec_begin(struct crun__device *d, const uint8_t *tokens, size_t bytes)
+{
+	(void)tokens, (void)bytes;
+	rec(d)->n_compute++;
+}
+
+/* p as the schedule named it: a gather buffer must be full. */
+static void rec_reads(struct crun__device *d, struct crun__ref p)
+{
+	if (p.buf == CRUN__BUF_GATHER)
+		assert_true(rec(d)->gathered_ok[p.slot]);
+}
+
+static void rec_forward(struct crun__device *d, int unit, struct crun__ref p, size_t row, int rows)
+{
+	(void)row, (void)rows;
+	rec_reads(d, p);
+	rec(d)->n_compute++;
+	rec_put(d, "F%d", unit);
+}
+
+static void rec_backward(struct crun__device *d, int unit, struct crun__ref p, struct crun__ref g,
+			 size_t row, int rows, float scale)
+{
+	(void)g, (void)row, (void)rows, (void)scale;
+	rec_reads(d, p);
+	rec(d)->n_compute++;
+	rec_put(d, "B%d", unit);
+}
+
+static void rec_zero(struct crun__device *d, struct crun__ref x, size_t n)
+{
+	(void)x, (void)n;
+	rec(d)->n_compute++;
+}
+
+/* A collective that reads what compute wrote. */
+static void rec_collective(struct crun__device *d, const char *name)
+{
+	struct rec_device *r = rec(d);
+
+	assert_int_equal(r->comm_sees, r->n_compute);
+	r->n_comm++;
+	rec_put(d, "%s", name);
+}
+
+static int rec_allreduce(struct crun__device *d, struct crun__ref x, size_t chunk)
+{
+	(void)x, (void)chunk;
+	rec_collective(d, "A");
+	return 0;
+}
+
+static int rec_reduce_scatter(struct crun__device *d, struct crun__ref in, struct crun__ref out,
+			      size_t chunk)
+{
+	(void)in, (void)out, (void)chunk;
+	rec_collective(d, "S");
+	return 0;
+}
+
+static int rec_gather(struct crun__device *d, struct crun__ref in, struct crun__ref out,
+		      size_t chunk)
+{
+	struct rec_device *r = rec(d);
+
+	(void)chunk;
+	if (out.buf != CRUN__BUF_GATHER) {
+		rec_collective(d, "G");
+		return 0;
+	}
+	/* zero3: the compute copy is current and the buffer was released */
+	assert_int_equal(in.buf, CRUN__BUF_COMPUTE);
+	assert_true(r->comm_sees >= r->params_at);
+	assert_true(r->freed[out.slot]);
+	r->freed[out.slot] = false;
+	r->gathered_ok[out.slot] = false;
+	r->n_comm++;
+	rec_put(d, "G%d:%d", out.slot,
+		d->lay->seg[d->lay->unit_seg[0]].shard_off == in.off ? 0 : -1);
+	return 0;
+}
+
+static void rec_sumsq(struct crun__device *d, int part, struct crun__ref x, size_t n)
+{
+	(void)part, (void)x, (void)n;
+	assert_int_equal(rec(d)->compute_sees, rec(d)->n_comm);
+	rec(d)->n_compute++;
+}
+
+static void rec_sumsq_total(struct crun__device *d, int n_parts)
+{
+	(void)n_parts;
+	rec(d)->n_compute++;
+}
+
+static int rec_sumsq_allreduce(struct crun__device *d)
+{
+	rec_collective(d, "N");
+	return 0;
+}
+
+static void rec_clip(struct crun__device *d, const struct crun_optim *o)
+{
+	(void)o;
+	assert_int_equal(rec(d)->compute_sees, rec(d)->n_comm);
+	rec(d)->n_compute++;
+}
+
+static void rec_adamw(struct crun__device *d, const struct crun_optim *o, size_t flat, size_t n,
+		      struct crun__ref p, struct crun__ref g, size_t moff, int64_t t, double lr)
+{
+	(void)o, (void)flat, (void)n, (void)p, (void)g, (void)moff, (void)t, (void)lr;
+	assert_int_equal(rec(d)->compute_sees, rec(d)->n_comm);
+	rec(d)->n_compute++;
+	rec_put(d, "U");
+}
+
+static void rec_params_changed(struct crun__device *d)
+{
+	struct rec_device *r = rec(d);
+
+	assert_int_equal(r->compute_sees, r->n_comm);
+	r->params_at = ++r->n_compute;
+}
+
+static int rec_finish(struct crun__device *d, double *loss, double *sumsq)
+{
+	(void)d;
+	*loss = 1;
+	if (sumsq)
+		*sumsq = 1;
+	return 0;
+}
+
+static void rec_memory(const struct crun__device *d, struct crun__device_memory *out)
+{
+	(void)d;
+	memset(out, 0, sizeof(*out));
+}
+
+static void rec_times(const struct crun__device *d, struct crun__device_times *out)
+{
+	(void)d;
+	memset(out, 0, sizeof(*out));
+}
+
+static void rec_describe(const struct crun__device *d, char *buf, size_t len)
+{
+	(void)d, (void)len;
+	buf[0] = '\0';
+}
+
+static const struct crun__device_ops rec_ops = {
+	.name = "rec",
+	.open = rec_open,
+	.attach = rec_attach,
+	.close = rec_close,
+	.upload = rec_nop,
+	.download = rec_download,
+	.signal = rec_signal,
+	.wait = rec_wait,
+	.mark = rec_mark,
+	.begin = rec_begin,
+	.forward = rec_forward,
+	.backward = rec_backward,
+	.zero = rec_zero,
+	.allreduce = rec_allreduce,
+	.reduce_scatter = rec_reduce_scatter,
+	.gather = rec_gather,
+	.sumsq = rec_sumsq,
+	.sumsq_total = rec_sumsq_total,
+	.sumsq_allreduce = rec_sumsq_allreduce,
+	.clip = rec_clip,
+	.adamw = rec_adamw,
+	.params_changed = rec_params_changed,
+	.finish = rec_finish,
+	.memory = rec_memory,
+	.times = rec_times,
+	.describe = rec_describe,
+};
+
+/* One step of a 3-unit model (embedding, one block, head) on one rank, as
+ * the schedule issues it: F/B forward/backward of a unit, A all-reduce, S
+ * reduce-scatter, G all-gather (zero3: Gslot:0 when it gathers unit 0's
+ * segment), N the norm's all-reduce, U an AdamW range. */
+static void test_schedule_trace(void **state)
+{
+	static const struct {
+		enum crun_strategy st;
+		int accum, slots;
+		size_t bucket;
+		const char *trace;
+	} cases[] = {
+		/* one bucket: reduced once the backward pass is through */
+		{CRUN_STRATEGY_DDP, 1, 1, 1 << 20, "F0 F1 F2 B2 B1 B0 A U"},
+		/* a bucket per unit, reduced as soon as it is complete; only
+		 * the last micro-step communicates */
+		{CRUN_STRATEGY_DDP, 2, 2, 1, "F0 F1 F2 B2 B1 B0 F0 F1 F2 B2 A B1 A B0 A U U U"},
+		{CRUN_STRATEGY_ZERO1, 1, 1, 1, "F0 F1 F2 B2 S B1 S B0 S N U U U G G G"},
+		{CRUN_STRATEGY_ZERO2, 1, 2, 1, "F0 F1 F2 B2 S B1 S B0 S N U U U G G G"},
+		/* one gather buffer: each unit before it computes, the head
+		 * kept from its forward for its backward */
+		{CRUN_STRATEGY_ZERO3, 1, 1, 1,
+		 "G0:0 F0 G0:-1 F1 G0:-1 F2 B2 S G0:-1 B1 S G0:0 B0 S N U U U"},
+		/* two: the next unit's gather is queued before this one computes */
+		{CRUN_STRATEGY_ZERO3, 1, 2, 1,
+		 "G1:0 G0:-1 F0 G1:-1 F1 F2 B2 S G1:0 B1 S B0 S N U U U"},
+	};
+	struct crun_comm *comm = single_comm();
+	struct crun_model *m = small_model(8, 4, 16, 1, 4);
+	uint8_t tokens[16 * 9];
+	char err[256];
+
+	(void)state;
+	assert_int_equal(m->n_units, 3);
+	memset(tokens, 1, sizeof(tokens));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct crun_parallel_opts po = {cases[i].st, cases[i].accum, 16 / cases[i].accum,
+						cases[i].bucket};
+		struct crun_parallel *host = crun_parallel_create_storage(m, comm, &po);
+		struct crun__device_ops ops = rec_ops;
+		struct crun__device *d;
+		double loss, gnorm;
+
+		ops.gather_slots = ops.bucket_slots = cases[i].slots;
+		assert_non_null(host);
+		d = crun__device_open(&ops, NULL, err, sizeof(err));
+		assert_non_null(d);
+		assert_int_equal(crun__device_attach(d, m, host, comm, err, sizeof(err)), 0);
+		assert_int_equal(
+			crun__schedule_step(d, &test_optim_cfg, tokens, 16, 1, 1e-3, &loss, &gnorm),
+			0);
+		if (strcmp(rec(d)->trace, cases[i].trace))
+			fail_msg("%s, grad_accum %d, %d slots:\n  got  %s\n  want %s",
+				 crun_strategy_name(cases[i].st), cases[i].accum, cases[i].slots,
+				 rec(d)->trace, cases[i].trace);
+		crun__device_close(d);
+		crun_parallel_destroy(host);
+	}
+	crun_model_destroy(m);
+	crun_comm_destroy(comm);
+}
+
 static void corrupt_byte(const char *path, long off)
 {
 	FILE *f = fopen(path, "r+b");
@@ -685,6 +1028,7 @@ int main(void)
 		cmocka_unit_test(test_optim),
 		cmocka_unit_test(test_strategies_one_rank),
 		cmocka_unit_test(test_parallel_memory),
+		cmocka_unit_test(test_schedule_trace),
 		cmocka_unit_test(test_checkpoint),
 	};
 

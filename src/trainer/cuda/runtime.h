@@ -6,9 +6,9 @@
  * A failed CUDA call is not recoverable inside a rank (a fault poisons the
  * context), so the checks print "crun-train: CUDA call 'f' failed at
  * file:line: reason" and exit(1), as llm.c does; crun then restarts the
- * group (STYLE.md allows this in the trainer only). Running out of device
- * memory at setup is not such a failure: crun_cuda_alloc returns NULL and
- * the caller says what it was allocating. */
+ * group (the trainer is the one place below main() that may exit). Running
+ * out of device memory at setup is not such a failure: crun_cuda_alloc
+ * returns NULL and the caller says what it was allocating. */
 #ifndef CRUN_TRAINER_CUDA_RUNTIME_H
 #define CRUN_TRAINER_CUDA_RUNTIME_H
 
