@@ -34,8 +34,8 @@ static int size_arg(const char *opt, const char *v, uint64_t *out)
 {
 	char err[160];
 
-	if (crun_parse_size(v, out, err, sizeof(err)) < 0 || *out < 4) {
-		crun_error("invalid value '%s' for %s: %s", v, opt,
+	if (crun__parse_size(v, out, err, sizeof(err)) < 0 || *out < 4) {
+		crun__error("invalid value '%s' for %s: %s", v, opt,
 			   *out < 4 ? "expected at least 4 bytes" : err);
 		return -EINVAL;
 	}
@@ -46,8 +46,8 @@ static int int_arg(const char *opt, const char *v, int64_t min, int64_t max, int
 {
 	char err[160];
 
-	if (crun_parse_int64(v, min, max, out, err, sizeof(err)) < 0) {
-		crun_error("invalid value '%s' for %s: %s", v, opt, err);
+	if (crun__parse_int64(v, min, max, out, err, sizeof(err)) < 0) {
+		crun__error("invalid value '%s' for %s: %s", v, opt, err);
 		return -EINVAL;
 	}
 	return 0;
@@ -65,12 +65,12 @@ int main(int argc, char **argv)
 {
 	uint64_t min = 1 << 20, max = 256u << 20;
 	int64_t factor = 4, iters = 20, warmup = 2, budget = 4000;
-	struct crun_comm_opts o;
-	struct crun_comm *comm;
+	struct crun__comm_opts o;
+	struct crun__comm *comm;
 	char err[512];
 	int rc = 0;
 
-	crun_log_init("bench_allreduce", CRUN_LOG_WARN);
+	crun__log_init("bench_allreduce", CRUN_LOG_WARN);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad;
@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 			return 0;
 		}
 		if (!v) {
-			crun_error("option '%s' needs a value", a);
+			crun__error("option '%s' needs a value", a);
 			return 2;
 		}
 		if (!strcmp(a, "--min"))
@@ -96,7 +96,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--budget"))
 			bad = int_arg(a, v, 0, 3600000, &budget);
 		else {
-			crun_error("unknown option '%s'", a);
+			crun__error("unknown option '%s'", a);
 			usage(stderr);
 			return 2;
 		}
@@ -104,18 +104,18 @@ int main(int argc, char **argv)
 			return 2;
 		i++;
 	}
-	if (crun_comm_opts_from_env(&o, err, sizeof(err)) < 0) {
-		crun_error("%s", err);
+	if (crun__comm_opts_from_env(&o, err, sizeof(err)) < 0) {
+		crun__error("%s", err);
 		return 2;
 	}
-	comm = crun_comm_create(&o, err, sizeof(err));
+	comm = crun__comm_create(&o, err, sizeof(err));
 	if (!comm) {
-		crun_error("%s", err);
+		crun__error("%s", err);
 		return 1;
 	}
 	if (o.rank == 0)
 		printf("# ranks=%d backend=%s\n# %12s %12s %11s %11s\n", o.world_size,
-		       crun_comm_backend(comm), "bytes", "median_us", "algbw_GBps", "busbw_GBps");
+		       crun__comm_backend(comm), "bytes", "median_us", "algbw_GBps", "busbw_GBps");
 	for (uint64_t bytes = min; bytes <= max && rc == 0; bytes *= (uint64_t)factor) {
 		size_t count = bytes / sizeof(float);
 		float *buf = malloc(count * sizeof(float));
@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 		uint64_t t0;
 
 		if (!buf || !t) {
-			crun_error("out of memory for %llu bytes", (unsigned long long)bytes);
+			crun__error("out of memory for %llu bytes", (unsigned long long)bytes);
 			rc = 1;
 			free(buf);
 			free(t);
@@ -132,15 +132,15 @@ int main(int argc, char **argv)
 		}
 		for (size_t i = 0; i < count; i++)
 			buf[i] = (float)(o.rank + 1);
-		t0 = crun_now_ns();
+		t0 = crun__now_ns();
 		for (int64_t w = 0; w < warmup && rc == 0; w++) {
-			if (crun_comm_allreduce_f32(comm, buf, count) < 0) {
+			if (crun__comm_allreduce_f32(comm, buf, count) < 0) {
 				rc = 1;
 				break;
 			}
 			if (w == 0 && (buf[0] != (float)(n * (n + 1) / 2) ||
 				       buf[count - 1] != (float)(n * (n + 1) / 2))) {
-				crun_error("wrong all-reduce result %g, expected %d", buf[0],
+				crun__error("wrong all-reduce result %g, expected %d", buf[0],
 					   n * (n + 1) / 2);
 				rc = 1;
 			}
@@ -149,27 +149,27 @@ int main(int argc, char **argv)
 		/* Everybody runs as many iterations as rank 0 decides. */
 		n_iters = (double)iters;
 		if (rc == 0 && budget > 0) {
-			double per = (double)(crun_now_ns() - t0) / 1e6 / (double)warmup;
+			double per = (double)(crun__now_ns() - t0) / 1e6 / (double)warmup;
 
 			if (per * n_iters > (double)budget)
 				n_iters =
 					(double)budget / per < 3 ? 3 : (int)((double)budget / per);
-			if (crun_comm_broadcast(comm, &n_iters, sizeof(n_iters), 0) < 0)
+			if (crun__comm_broadcast(comm, &n_iters, sizeof(n_iters), 0) < 0)
 				rc = 1;
 		}
 		for (int k = 0; k < (int)n_iters && rc == 0; k++) {
 			uint64_t s;
 
-			if (crun_comm_barrier(comm) < 0) {
+			if (crun__comm_barrier(comm) < 0) {
 				rc = 1;
 				break;
 			}
-			s = crun_now_ns();
-			if (crun_comm_allreduce_f32(comm, buf, count) < 0) {
+			s = crun__now_ns();
+			if (crun__comm_allreduce_f32(comm, buf, count) < 0) {
 				rc = 1;
 				break;
 			}
-			t[k] = (double)(crun_now_ns() - s) / 1e3;
+			t[k] = (double)(crun__now_ns() - s) / 1e3;
 		}
 		if (rc == 0 && o.rank == 0) {
 			double med, alg;
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 		free(t);
 	}
 	if (rc)
-		crun_error("rank %d: %s", o.rank, crun_comm_errmsg(comm));
-	crun_comm_destroy(comm);
+		crun__error("rank %d: %s", o.rank, crun__comm_errmsg(comm));
+	crun__comm_destroy(comm);
 	return rc;
 }

@@ -1,4 +1,4 @@
-/* crun_agent_run(): sets up what the worker group needs — the guard, the
+/* crun__agent_run(): sets up what the worker group needs — the guard, the
  * loop, the handled signals, the embedded store or the rendezvous, log and
  * error-file directories, the shared worker environment — starts the
  * group, runs the loop until the group reaches a final state, and tears
@@ -36,7 +36,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-void crun_agent_spec_init(struct crun_agent_spec *spec)
+void crun__agent_spec_init(struct crun__agent_spec *spec)
 {
 	memset(spec, 0, sizeof(*spec));
 	spec->nproc_per_node = 1;
@@ -65,7 +65,7 @@ void crun_agent_spec_init(struct crun_agent_spec *spec)
 
 struct agent {
 	uv_loop_t loop;
-	const struct crun_agent_spec *spec;
+	const struct crun__agent_spec *spec;
 	char hostname[256];
 	uv_signal_t *signals;
 	int nsignals;
@@ -76,7 +76,7 @@ struct agent {
 
 	struct console console[2];
 	struct reaper reaper;
-	struct crun_server *server;
+	struct crun__server *server;
 	char *store_env; /* CRUN_STORE=host:port */
 	char *token_env; /* CRUN_TOKEN=... */
 	char *log_root;	 /* <log_dir>/<run_id>, or NULL */
@@ -87,7 +87,7 @@ struct agent {
 	struct group group;
 };
 
-static bool any_file_stream(const struct crun_agent_spec *spec)
+static bool any_file_stream(const struct crun__agent_spec *spec)
 {
 	for (int lr = 0; lr < spec->nproc_per_node; lr++)
 		if ((spec->redirects && spec->redirects[lr]) || (spec->tee && spec->tee[lr]))
@@ -95,55 +95,55 @@ static bool any_file_stream(const struct crun_agent_spec *spec)
 	return false;
 }
 
-static int check_rdzv(const struct crun_agent_spec *spec)
+static int check_rdzv(const struct crun__agent_spec *spec)
 {
-	const struct crun_agent_rdzv *r = &spec->rdzv;
+	const struct crun__agent_rdzv *r = &spec->rdzv;
 
 	if (!r->host || !r->host[0] || r->port < 1 || r->port > 65535) {
-		crun_error("invalid rendezvous endpoint");
+		crun__error("invalid rendezvous endpoint");
 		return -EINVAL;
 	}
 	if (r->min_nodes < 1 || r->min_nodes > r->max_nodes || r->max_nodes > CRUN_RDZV_MAX_NODES ||
 	    spec->nproc_per_node > CRUN_RDZV_MAX_NPROC || spec->node_rank < -1 ||
 	    spec->node_rank >= r->max_nodes) {
-		crun_error("invalid node counts: nnodes %d:%d, node rank %d, nproc-per-node %d",
+		crun__error("invalid node counts: nnodes %d:%d, node rank %d, nproc-per-node %d",
 			   r->min_nodes, r->max_nodes, spec->node_rank, spec->nproc_per_node);
 		return -EINVAL;
 	}
 	if (r->join_timeout_ms <= 0 || r->last_call_timeout_ms < 0 || r->close_timeout_ms < 0 ||
 	    r->keep_alive_interval_ms <= 0 || r->keep_alive_max_attempt < 1 ||
 	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1) {
-		crun_error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
+		crun__error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
 		return -EINVAL;
 	}
 	if (strlen(spec->run_id) > CRUN_RDZV_MAX_STR) {
-		crun_error("run id is too long");
+		crun__error("run id is too long");
 		return -EINVAL;
 	}
 	return 0;
 }
 
-static int check_spec(const struct crun_agent_spec *spec)
+static int check_spec(const struct crun__agent_spec *spec)
 {
 	if (!spec->argv || spec->argc < 1 || !spec->argv[0] || !spec->argv[0][0]) {
-		crun_error("no command to run");
+		crun__error("no command to run");
 		return -EINVAL;
 	}
 	if (spec->rdzv.enabled) {
 		if (spec->nproc_per_node < 1 || !spec->run_id || !spec->run_id[0] ||
 		    check_rdzv(spec) < 0) {
 			if (spec->nproc_per_node < 1 || !spec->run_id || !spec->run_id[0])
-				crun_error("invalid worker count or run id");
+				crun__error("invalid worker count or run id");
 			return -EINVAL;
 		}
 	} else if (spec->nproc_per_node < 1 || spec->nnodes < 1 || spec->node_rank < 0 ||
 		   spec->node_rank >= spec->nnodes) {
-		crun_error("invalid worker counts: nproc-per-node %d, nnodes %d, node rank %d",
+		crun__error("invalid worker counts: nproc-per-node %d, nnodes %d, node rank %d",
 			   spec->nproc_per_node, spec->nnodes, spec->node_rank);
 		return -EINVAL;
 	}
 	if (!spec->rdzv.enabled && (int64_t)spec->nnodes * spec->nproc_per_node > 1 << 24) {
-		crun_error("world size %lld is too large",
+		crun__error("world size %lld is too large",
 			   (long long)spec->nnodes * spec->nproc_per_node);
 		return -EINVAL;
 	}
@@ -151,16 +151,16 @@ static int check_spec(const struct crun_agent_spec *spec)
 	    spec->nsignals < 0 || spec->nsignals > CRUN_AGENT_MAX_SIGNALS ||
 	    spec->master_port < 0 || spec->master_port > 65535 || spec->store_port < 0 ||
 	    spec->store_port > 65535) {
-		crun_error("invalid agent settings (restarts, timeouts, signals or ports)");
+		crun__error("invalid agent settings (restarts, timeouts, signals or ports)");
 		return -EINVAL;
 	}
 	if (!spec->role || !spec->role[0] || !spec->run_id || !spec->run_id[0]) {
-		crun_error("role and run id must not be empty");
+		crun__error("role and run id must not be empty");
 		return -EINVAL;
 	}
 	if (spec->token && (memchr(spec->token, '\0', spec->token_len) ||
 			    memchr(spec->token, '\n', spec->token_len))) {
-		crun_error("the store token must be text without NUL or newline");
+		crun__error("the store token must be text without NUL or newline");
 		return -EINVAL;
 	}
 	return 0;
@@ -169,7 +169,7 @@ static int check_spec(const struct crun_agent_spec *spec)
 /* The name of the job when the launcher gives none: for an interpreter
  * ("python3 -u train.py", "python3 -m pkg.main") the script or module,
  * else the program. */
-static const char *default_name(const struct crun_agent_spec *spec)
+static const char *default_name(const struct crun__agent_spec *spec)
 {
 	const char *base = strrchr(spec->argv[0], '/');
 
@@ -208,7 +208,7 @@ static char *make_temp_dir(const char *what)
 	if (asprintf(&path, "%s/crun-%s-XXXXXX", tmp, what) < 0)
 		return NULL;
 	if (!mkdtemp(path)) {
-		crun_error("cannot create a directory in '%s': %s", tmp, strerror(errno));
+		crun__error("cannot create a directory in '%s': %s", tmp, strerror(errno));
 		free(path);
 		return NULL;
 	}
@@ -218,7 +218,7 @@ static char *make_temp_dir(const char *what)
 /* Log root and the private directory for error files. */
 static int setup_dirs(struct agent *a)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 	char *log_dir = NULL;
 	int err;
 
@@ -228,7 +228,7 @@ static int setup_dirs(struct agent *a)
 		log_dir = make_temp_dir("logs");
 		if (!log_dir)
 			return -EIO;
-		crun_info("log directory: '%s'", log_dir);
+		crun__info("log directory: '%s'", log_dir);
 	}
 	if (spec->log_dir && !log_dir)
 		return -ENOMEM;
@@ -241,7 +241,7 @@ static int setup_dirs(struct agent *a)
 		free(log_dir);
 		err = crun__mkdir_p(a->log_root, 0777);
 		if (err < 0) {
-			crun_error("cannot create log directory '%s': %s", a->log_root,
+			crun__error("cannot create log directory '%s': %s", a->log_root,
 				   strerror(-err));
 			return err;
 		}
@@ -253,8 +253,8 @@ static int setup_dirs(struct agent *a)
 
 static int setup_store(struct agent *a)
 {
-	const struct crun_agent_spec *spec = a->spec;
-	struct crun_server_opts opts;
+	const struct crun__agent_spec *spec = a->spec;
+	struct crun__server_opts opts;
 	const char *host = spec->store_host ? spec->store_host : "127.0.0.1";
 	char token[65], err[256];
 	const char *tok = spec->token;
@@ -264,7 +264,7 @@ static int setup_store(struct agent *a)
 	if (!tok) {
 		unsigned char raw[16];
 		if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-			crun_error("cannot make a job token: %s", strerror(errno));
+			crun__error("cannot make a job token: %s", strerror(errno));
 			return -EIO;
 		}
 		for (size_t i = 0; i < sizeof(raw); i++)
@@ -273,24 +273,24 @@ static int setup_store(struct agent *a)
 		toklen = 2 * sizeof(raw);
 	}
 	memset(&opts, 0, sizeof(opts));
-	crun_server_limits_default(&opts.limits);
+	crun__server_limits_default(&opts.limits);
 	opts.token = tok;
 	opts.token_len = toklen;
 	opts.quiet = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
-	a->server = crun_server_create(&a->loop, &opts);
+	a->server = crun__server_create(&a->loop, &opts);
 	if (!a->server) {
-		crun_error("cannot create the store server");
+		crun__error("cannot create the store server");
 		return -ENOMEM;
 	}
-	r = crun_server_listen(a->server, host, spec->store_port, err, sizeof(err));
+	r = crun__server_listen(a->server, host, spec->store_port, err, sizeof(err));
 	if (r < 0) {
-		crun_error("cannot listen for the store on '%s:%d': %s", host, spec->store_port,
+		crun__error("cannot listen for the store on '%s:%d': %s", host, spec->store_port,
 			   err[0] ? err : strerror(-r));
 		return r;
 	}
 	if (asprintf(&a->store_env, strchr(host, ':') ? "CRUN_STORE=[%s]:%d" : "CRUN_STORE=%s:%d",
-		     host, crun_server_port(a->server)) < 0 ||
+		     host, crun__server_port(a->server)) < 0 ||
 	    asprintf(&a->token_env, "CRUN_TOKEN=%.*s", (int)toklen, tok) < 0) {
 		explicit_bzero(token, sizeof(token));
 		return -ENOMEM;
@@ -301,7 +301,7 @@ static int setup_store(struct agent *a)
 
 static int setup_signals(struct agent *a)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 
 	a->signals = calloc((size_t)spec->nsignals + 1, sizeof(*a->signals));
 	if (!a->signals)
@@ -314,7 +314,7 @@ static int setup_signals(struct agent *a)
 		a->signals[i].data = a;
 		err = uv_signal_start(&a->signals[i], on_signal, spec->signals[i]);
 		if (err < 0) {
-			crun_error("cannot handle signal %d: %s", spec->signals[i],
+			crun__error("cannot handle signal %d: %s", spec->signals[i],
 				   uv_strerror(err));
 			return err;
 		}
@@ -338,7 +338,7 @@ static void close_handles(struct agent *a)
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
 	if (a->server) {
-		crun_server_destroy(a->server, server_gone, NULL);
+		crun__server_destroy(a->server, server_gone, NULL);
 		a->server = NULL;
 	}
 }
@@ -351,13 +351,13 @@ static void linger_over(uv_timer_t *t)
 /* The hosting agent after the job: each node left closes its connection;
  * when none is left (the server's hook may not destroy the server, so the
  * timer does it on the next turn of the loop). */
-static void node_left(struct crun_server *srv, const char *run_id, const char *peer, void *arg)
+static void node_left(struct crun__server *srv, const char *run_id, const char *peer, void *arg)
 {
 	struct agent *a = arg;
 
 	(void)run_id;
 	(void)peer;
-	if (a->lingering && crun_server_connections(srv) == 0)
+	if (a->lingering && crun__server_connections(srv) == 0)
 		uv_timer_start(&a->linger, linger_over, 0, 0);
 }
 
@@ -374,10 +374,10 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	 * hear that the run failed: serve them until they have left, for
 	 * close_timeout at most. Not after a signal: then crun goes now. */
 	if (serve_others && a->server && a->rdzv.hosting && a->spec->rdzv.close_timeout_ms > 0 &&
-	    crun_server_connections(a->server) > 0) {
+	    crun__server_connections(a->server) > 0) {
 		a->lingering = true;
-		crun_server_set_disconnect_cb(a->server, node_left, a);
-		crun_debug("serving the store until the other nodes have left (%lld ms at most)",
+		crun__server_set_disconnect_cb(a->server, node_left, a);
+		crun__debug("serving the store until the other nodes have left (%lld ms at most)",
 			   (long long)a->spec->rdzv.close_timeout_ms);
 		uv_timer_start(&a->linger, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms,
 			       0);
@@ -403,7 +403,7 @@ static void group_finished(void *arg, enum crun__group_end end)
 }
 
 /* The job's place without rendezvous (with it, each round brings one). */
-static int fixed_placement(const struct crun_agent_spec *spec, struct crun__placement *place)
+static int fixed_placement(const struct crun__agent_spec *spec, struct crun__placement *place)
 {
 	*place = (struct crun__placement){
 		.group_rank = spec->node_rank,
@@ -415,9 +415,9 @@ static int fixed_placement(const struct crun_agent_spec *spec, struct crun__plac
 	};
 	if (spec->rdzv.enabled || place->master_port)
 		return 0;
-	place->master_port = crun_free_port();
+	place->master_port = crun__free_port();
 	if (place->master_port < 0) {
-		crun_error("cannot find a free port for MASTER_PORT: %s",
+		crun__error("cannot find a free port for MASTER_PORT: %s",
 			   strerror(-place->master_port));
 		return place->master_port;
 	}
@@ -427,7 +427,7 @@ static int fixed_placement(const struct crun_agent_spec *spec, struct crun__plac
 /* With rendezvous: CRUN_STORE names the endpoint, CRUN_TOKEN the token. */
 static int rdzv_env(struct agent *a)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 
 	if (asprintf(&a->store_env, "CRUN_STORE=%s", a->rdzv.endpoint) < 0) {
 		a->store_env = NULL;
@@ -441,7 +441,7 @@ static int rdzv_env(struct agent *a)
 	return 0;
 }
 
-int crun_agent_run(const struct crun_agent_spec *spec)
+int crun__agent_run(const struct crun__agent_spec *spec)
 {
 	struct crun__rdzv_hooks hooks;
 	struct crun__placement place;
@@ -453,7 +453,7 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 		return 2;
 	a = calloc(1, sizeof(*a));
 	if (!a) {
-		crun_error("out of memory");
+		crun__error("out of memory");
 		return 1;
 	}
 	g = &a->group;
@@ -484,12 +484,12 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	/* The guard first: it must hold none of what follows. */
 	err = agent_reaper_start(&a->reaper, (size_t)spec->nproc_per_node + 16, a->tmp_dir);
 	if (err < 0) {
-		crun_error("cannot start the orphan guard: %s", strerror(-err));
+		crun__error("cannot start the orphan guard: %s", strerror(-err));
 		goto out_dirs;
 	}
 	err = uv_loop_init(&a->loop);
 	if (err < 0) {
-		crun_error("cannot create the event loop: %s", uv_strerror(err));
+		crun__error("cannot create the event loop: %s", uv_strerror(err));
 		goto out_reaper;
 	}
 	crun__console_init(&a->console[0], STDOUT_FILENO);
@@ -504,7 +504,7 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	a->spawner.reaper = &a->reaper;
 	err = crun__group_init(g, &place);
 	if (err < 0) {
-		crun_error("cannot set up the worker group: %s", uv_strerror(err));
+		crun__error("cannot set up the worker group: %s", uv_strerror(err));
 		goto out_loop;
 	}
 	if (setup_signals(a) < 0)
@@ -514,7 +514,7 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
 		if (rdzv_env(a) < 0) {
-			crun_error("out of memory");
+			crun__error("out of memory");
 			goto out_loop;
 		}
 	} else if (spec->host_store && setup_store(a) < 0) {
@@ -523,7 +523,7 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	a->spawner.store_env = a->store_env;
 	a->spawner.token_env = a->token_env;
 	if (crun__spawner_env_init(&a->spawner) < 0) {
-		crun_error("out of memory");
+		crun__error("out of memory");
 		goto out_loop;
 	}
 
@@ -531,11 +531,11 @@ int crun_agent_run(const struct crun_agent_spec *spec)
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	status = crun__group_status(g);
 	if (status < 0) {
-		crun_error("internal error: the worker group ended in state '%s'",
+		crun__error("internal error: the worker group ended in state '%s'",
 			   crun__group_state_name(g->core.state));
 		status = 1;
 	}
-	crun_debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
+	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
 		   status);
 	goto out_close;
 
@@ -546,7 +546,7 @@ out_close:
 	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&a->loop) < 0)
-		crun_debug("event loop still had handles at exit");
+		crun__debug("event loop still had handles at exit");
 out_reaper:
 	agent_reaper_stop(&a->reaper);
 out_dirs:

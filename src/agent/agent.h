@@ -1,7 +1,7 @@
 /* The agent: runs one node's worker group and supervises it.
  *
- * crun's launcher parses flags and config into a struct crun_agent_spec
- * and calls crun_agent_run(), which owns the process until the job ends:
+ * crun's launcher parses flags and config into a struct crun__agent_spec
+ * and calls crun__agent_run(), which owns the process until the job ends:
  * one libuv loop with the workers' exits, their output pipes, the handled
  * signals and timers as events (nothing polls). It returns crun's exit
  * status (see crun(1), EXIT STATUS):
@@ -27,12 +27,12 @@
  * events (worker exit, pipe closed, signal, timer, what the store says)
  * to it.
  *
- * Process side effects of crun_agent_run(), for the launcher:
+ * Process side effects of crun__agent_run(), for the launcher:
  *   - SIGPIPE is ignored in crun (a closed stdout must not kill the
  *     agent); the handled signals get libuv handlers while it runs.
  *   - Before any worker starts it forks a small guard process (reaper.c)
  *     that SIGKILLs every worker's process group if crun dies, even by
- *     SIGKILL. Call crun_agent_run() before creating threads.
+ *     SIGKILL. Call crun__agent_run() before creating threads.
  *   - Workers lead their own session and process group (setsid), have
  *     stdin on /dev/null and stdout/stderr on pipes into the agent. */
 #ifndef CRUN_AGENT_AGENT_H
@@ -46,14 +46,14 @@
 
 /* Which standard streams of a local rank are redirected or teed:
  * bit 0 stdout, bit 1 stderr (torchrun's Std: 1 out, 2 err, 3 all). */
-enum crun_std {
+enum crun__std {
 	CRUN_STD_NONE = 0,
 	CRUN_STD_OUT = 1,
 	CRUN_STD_ERR = 2,
 	CRUN_STD_ALL = 3,
 };
 
-struct crun_agent_spec {
+struct crun__agent_spec {
 	/* The command each worker execs: argv[0] is looked up in PATH (as
 	 * execvp does) unless it contains a slash. "${local_rank}" in any
 	 * argument is replaced by the worker's local rank. NULL-terminated. */
@@ -105,8 +105,8 @@ struct crun_agent_spec {
 	/* Per local rank (index < nproc_per_node; arrays of that length owned
 	 * by the caller): redirect = to the file only, tee = file and console.
 	 * NULL arrays mean CRUN_STD_NONE for everyone. */
-	const enum crun_std *redirects;
-	const enum crun_std *tee;
+	const enum crun__std *redirects;
+	const enum crun__std *tee;
 	/* Local ranks whose output reaches the console; NULL: all. Array of
 	 * nproc_per_node bools. On the console each whole line is prefixed
 	 * with the global rank, "[3]:", or with role and rank when the role
@@ -127,7 +127,7 @@ struct crun_agent_spec {
 	bool virtual_local_rank;
 
 	/* Embedded rendezvous store for native workers. When host_store is
-	 * set the agent runs crun_server (rendezvous/server.h) on its own loop,
+	 * set the agent runs crun__server (rendezvous/server.h) on its own loop,
 	 * bound to store_host:store_port (port 0: a free port), with token
 	 * (token_len bytes of text without NUL or newline, since it travels in
 	 * CRUN_TOKEN; NULL: the agent makes a random hex one per job), and
@@ -155,7 +155,7 @@ struct crun_agent_spec {
 	 * a client), with token (NULL: no authentication); workers get
 	 * CRUN_STORE=host:port, CRUN_RUN_ID, CRUN_ROUND=the round and
 	 * CRUN_TOKEN when there is a token. */
-	struct crun_agent_rdzv {
+	struct crun__agent_rdzv {
 		bool enabled;
 		const char *host; /* endpoint: name or address, no brackets */
 		int port;
@@ -205,10 +205,10 @@ struct crun_agent_spec {
  * failed job in the JSON format of PyTorch's @record. */
 
 /* Fills spec with the defaults above (argv NULL). */
-void crun_agent_spec_init(struct crun_agent_spec *spec);
+void crun__agent_spec_init(struct crun__agent_spec *spec);
 
 /* Runs the job to its end and returns crun's exit status. Prints the
  * workers' output, notices and the failure summary on stdout/stderr. */
-int crun_agent_run(const struct crun_agent_spec *spec);
+int crun__agent_run(const struct crun__agent_spec *spec);
 
 #endif

@@ -28,7 +28,7 @@ static void feed(struct group *g, const struct crun__group_event *ev);
 static void then(struct group *g, const struct crun__group_event *ev)
 {
 	if (g->have_next)
-		crun_error("internal error: worker group event '%s' dropped",
+		crun__error("internal error: worker group event '%s' dropped",
 			   crun__group_event_name(g->next.kind));
 	g->next = *ev;
 	g->have_next = true;
@@ -80,7 +80,7 @@ static void on_timer(uv_timer_t *t)
 
 static void arm_timer(struct group *g, enum crun__group_timer kind)
 {
-	const struct crun_agent_spec *spec = g->spec;
+	const struct crun__agent_spec *spec = g->spec;
 	int64_t ms = 0;
 
 	switch (kind) {
@@ -101,7 +101,7 @@ static void arm_timer(struct group *g, enum crun__group_timer kind)
 /* Starts every worker of the attempt at the state's place. */
 static void spawn_all(struct group *g)
 {
-	const struct crun_agent_spec *spec = g->spec;
+	const struct crun__agent_spec *spec = g->spec;
 	struct crun__group_event ev = {.kind = CRUN__GEV_SPAWNED};
 
 	g->running = 0;
@@ -114,7 +114,7 @@ static void spawn_all(struct group *g)
 			crun__worker_spawn(g->spawner, &g->core.place, lr, g->attempts - 1, &err);
 
 		if (!w) {
-			crun_error("cannot start worker local rank %d: %s", lr, strerror(ENOMEM));
+			crun__error("cannot start worker local rank %d: %s", lr, strerror(ENOMEM));
 			ev.kind = CRUN__GEV_SPAWN_FAILED;
 			break;
 		}
@@ -131,12 +131,12 @@ static void spawn_all(struct group *g)
 
 			snprintf(msg, sizeof(msg), "cannot execute '%s': %s", spec->argv[0],
 				 uv_strerror(err));
-			crun_error("%s", msg);
+			crun__error("%s", msg);
 			if (g->own_error_file)
 				agent_error_file_write(g->own_error_file, NULL, 0, msg, msg,
 						       ev.exec_status);
 		} else if (w->exec_failed) {
-			crun_error("cannot start worker rank %d: %s", w->rank, uv_strerror(err));
+			crun__error("cannot start worker rank %d: %s", w->rank, uv_strerror(err));
 		}
 		break;
 	}
@@ -149,7 +149,7 @@ static void abandon_unreaped(struct group *g)
 		struct worker *w = g->workers[i];
 		if (!w->running)
 			continue;
-		crun_error("rank %d (local rank %d, pid %d) did not exit %lld ms after SIGKILL "
+		crun__error("rank %d (local rank %d, pid %d) did not exit %lld ms after SIGKILL "
 			   "(stuck in the kernel?); giving up on it",
 			   w->rank, w->local_rank, (int)w->pid,
 			   (long long)g->spec->kill_timeout_ms);
@@ -173,7 +173,7 @@ static void record_failure(struct group *g, int lr)
 	};
 
 	if (crun__failures_add(&g->failures, &f) < 0)
-		crun_error("out of memory recording the failure of rank %d", w->rank);
+		crun__error("out of memory recording the failure of rank %d", w->rank);
 }
 
 /* Every node's agent hears this as the round's end. */
@@ -235,16 +235,16 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		crun__signal_format(name, sizeof(name), ev->signal);
 	switch (note) {
 	case CRUN__GNOTE_STOPPING:
-		crun_info("got %s; stopping", name);
+		crun__info("got %s; stopping", name);
 		return;
 	case CRUN__GNOTE_STOPPING_WORKERS:
-		crun_info("got %s; stopping the workers", name);
+		crun__info("got %s; stopping the workers", name);
 		return;
 	case CRUN__GNOTE_KILLING:
-		crun_info("got %s again; killing the workers", name);
+		crun__info("got %s again; killing the workers", name);
 		return;
 	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
-		crun_warn("%d worker%s still running after the shutdown timeout (%lld ms); "
+		crun__warn("%d worker%s still running after the shutdown timeout (%lld ms); "
 			  "sending SIGKILL",
 			  g->running, g->running == 1 ? "" : "s",
 			  (long long)g->spec->shutdown_timeout_ms);
@@ -253,20 +253,20 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		for (int i = 0; i < g->nworkers; i++) {
 			struct worker *w = g->workers[i];
 			if (w->spawned && (w->out[0].open || w->out[1].open))
-				crun_warn("output of rank %d is still open in a process outside "
+				crun__warn("output of rank %d is still open in a process outside "
 					  "its process group; not waiting for it",
 					  w->rank);
 		}
 		return;
 	case CRUN__GNOTE_RESTARTING:
 		if (!g->failures.n) {
-			crun_warn("worker group failed; restarting (restart %d of %d)",
+			crun__warn("worker group failed; restarting (restart %d of %d)",
 				  g->core.place.restart_count, g->spec->max_restarts);
 			return;
 		}
 		agent_describe_exit(what, sizeof(what), g->failures.v[0].exit_code,
 				    g->failures.v[0].term_signal);
-		crun_warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
+		crun__warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
 			  "(restart %d of %d)",
 			  g->failures.v[0].rank, g->failures.v[0].local_rank,
 			  (int)g->failures.v[0].pid, what, g->core.place.restart_count,
@@ -277,19 +277,19 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		long long round = (long long)g->round_end_round;
 
 		if (g->core.exhausted)
-			crun_error("round %lld ended: %s", round, why);
+			crun__error("round %lld ended: %s", round, why);
 		else if (g->round_end_joined)
-			crun_warn("round %lld ended: %s; restarting (a joining node is not "
+			crun__warn("round %lld ended: %s; restarting (a joining node is not "
 				  "counted as a restart)",
 				  round, why);
 		else
-			crun_warn("round %lld ended: %s; restarting (restart %lld of %d)", round,
+			crun__warn("round %lld ended: %s; restarting (restart %lld of %d)", round,
 				  why, (long long)g->round_end_count, g->spec->max_restarts);
 		return;
 	}
 	case CRUN__GNOTE_RDZV_ERROR:
 		if (g->rdzv_msg)
-			crun_error("%s", g->rdzv_msg);
+			crun__error("%s", g->rdzv_msg);
 		return;
 	}
 }
@@ -380,11 +380,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		enum crun__group_state was = g->core.state;
 
 		if (crun__group_step(&g->core, &ev, &f, &acts) < 0) {
-			crun_error("internal error: the worker group (%s) cannot take event '%s'",
+			crun__error("internal error: the worker group (%s) cannot take event '%s'",
 				   crun__group_state_name(was), crun__group_event_name(ev.kind));
 		} else {
-			if (crun_log_enabled(CRUN_LOG_DEBUG))
-				crun_debug("group %s: %s -> %s", crun__group_state_name(was),
+			if (crun__log_enabled(CRUN_LOG_DEBUG))
+				crun__debug("group %s: %s -> %s", crun__group_state_name(was),
 					   crun__group_event_name(ev.kind),
 					   crun__group_state_name(g->core.state));
 			for (int i = 0; i < acts.n; i++)

@@ -24,7 +24,7 @@
 
 struct group {
 	/* Set by the owner before crun__group_init(); not owned. */
-	const struct crun_agent_spec *spec;
+	const struct crun__agent_spec *spec;
 	uv_loop_t *loop;
 	struct crun__spawner *spawner;
 	struct agent_rdzv *rdzv; /* NULL without rendezvous */

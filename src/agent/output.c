@@ -85,10 +85,10 @@ static void emit(struct outpipe *p, bool prefix, const char *data, size_t len, b
 
 static void write_file(struct outpipe *p, const char *data, size_t len)
 {
-	int err = crun_write_all(p->file_fd, data, len);
+	int err = crun__write_all(p->file_fd, data, len);
 
 	if (err < 0) {
-		crun_warn("cannot write log file '%s': %s; no longer writing it", p->file_path,
+		crun__warn("cannot write log file '%s': %s; no longer writing it", p->file_path,
 			  strerror(-err));
 		close(p->file_fd);
 		p->file_fd = -1;
@@ -275,7 +275,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	if (nread < 0) {
 		if (nread != UV_EOF)
-			crun_warn("cannot read output of rank %d: %s", p->rank,
+			crun__warn("cannot read output of rank %d: %s", p->rank,
 				  uv_strerror((int)nread));
 		uv_read_stop(s);
 		p->eof = true;

@@ -87,7 +87,7 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 	sigset_t none;
 	int devnull;
 
-	/* Out of crun's process group: ^C and kill(-crun_pgid) miss us. */
+	/* Out of crun's process group: ^C and kill(-crun__pgid) miss us. */
 	setpgid(0, 0);
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(ignored); i++)
 		signal(ignored[i], SIG_IGN);
@@ -145,7 +145,7 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 				   "group%s\n",
 				   n, n == 1 ? "" : "s");
 		if (len > 0)
-			crun_write_all(STDERR_FILENO, line, (size_t)len);
+			crun__write_all(STDERR_FILENO, line, (size_t)len);
 	}
 	if (cleanup_dir)
 		agent_remove_dir(cleanup_dir);
@@ -206,7 +206,7 @@ static void send_record(struct reaper *r, int op, pid_t pgid)
 	while (w < 0 && errno == EINTR);
 	if (w != (ssize_t)sizeof(rec) && !r->broken) {
 		r->broken = true;
-		crun_warn("orphan guard is gone: workers may outlive crun if it is killed");
+		crun__warn("orphan guard is gone: workers may outlive crun if it is killed");
 	}
 }
 

@@ -67,7 +67,7 @@ static void set_error(struct agent_rdzv *r, const char *fmt, ...)
 	r->error_msg = s ? s : strdup("rendezvous failed (out of memory)");
 }
 
-static void item_str(const struct crun_wire_item *it, char *buf, size_t len)
+static void item_str(const struct crun__wire_item *it, char *buf, size_t len)
 {
 	size_t n = it->len < len - 1 ? it->len : len - 1;
 
@@ -78,9 +78,9 @@ static void item_str(const struct crun_wire_item *it, char *buf, size_t len)
 	buf[n] = '\0';
 }
 
-static struct crun_wire_item str_item(const char *s)
+static struct crun__wire_item str_item(const char *s)
 {
-	struct crun_wire_item it = {(const uint8_t *)s, (uint32_t)strlen(s)};
+	struct crun__wire_item it = {(const uint8_t *)s, (uint32_t)strlen(s)};
 
 	return it;
 }
@@ -127,7 +127,7 @@ static bool host_is_local(const char *host, const char *hostname)
 	int nifs = 0;
 	bool local = false;
 
-	if (crun_addr_is_loopback(host) || !strcasecmp(host, hostname))
+	if (crun__addr_is_loopback(host) || !strcasecmp(host, hostname))
 		return true;
 	/* "node0" (as scontrol show hostnames prints it) on "node0.cluster" */
 	if (!strncasecmp(host, hostname, short_len) && host[short_len] == '\0')
@@ -164,12 +164,12 @@ static void server_freed(void *arg)
  * with is_host=1 an address that is not this machine's (a floating
  * address, NAT) on the wildcard too. Returns 0, -EADDRINUSE (someone
  * serves it already) or another error (printed). */
-static int host_store(struct agent_rdzv *r, bool forced, struct crun_server **server)
+static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **server)
 {
-	const struct crun_agent_spec *spec = r->spec;
+	const struct crun__agent_spec *spec = r->spec;
 	const char *host = spec->rdzv.host;
 	const char *cand[3];
-	struct crun_server_opts opts;
+	struct crun__server_opts opts;
 	char err[256] = "";
 	int n = 0, rc = -EINVAL;
 
@@ -182,40 +182,40 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun_server **se
 		cand[n++] = "0.0.0.0";
 	}
 	memset(&opts, 0, sizeof(opts));
-	crun_server_limits_default(&opts.limits);
+	crun__server_limits_default(&opts.limits);
 	opts.token = spec->token;
 	opts.token_len = spec->token_len;
 	opts.quiet = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
 	for (int i = 0; i < n; i++) {
-		*server = crun_server_create(r->loop, &opts);
+		*server = crun__server_create(r->loop, &opts);
 		if (!*server) {
-			crun_error("cannot create the store server: %s", strerror(ENOMEM));
+			crun__error("cannot create the store server: %s", strerror(ENOMEM));
 			return -ENOMEM;
 		}
-		rc = crun_server_listen(*server, cand[i], spec->rdzv.port, err, sizeof(err));
+		rc = crun__server_listen(*server, cand[i], spec->rdzv.port, err, sizeof(err));
 		if (rc == 0) {
-			crun_info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
+			crun__info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
 				  r->endpoint);
 			r->hosting = true;
 			return 0;
 		}
-		crun_server_destroy(*server, server_freed, NULL);
+		crun__server_destroy(*server, server_freed, NULL);
 		*server = NULL;
 		if (rc == -EADDRINUSE)
 			return rc;
 		if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
 			break;
 	}
-	crun_error("cannot host the rendezvous store on '%s': %s", r->endpoint,
+	crun__error("cannot host the rendezvous store on '%s': %s", r->endpoint,
 		   err[0] ? err : strerror(-rc));
 	return rc;
 }
 
 /* ---- requests ----------------------------------------------------------- */
 
-static void on_reply(struct crun_aclient *c, int status, const char *message,
-		     const struct crun_wire_msg *reply, void *arg);
+static void on_reply(struct crun__aclient *c, int status, const char *message,
+		     const struct crun__wire_msg *reply, void *arg);
 
 static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 {
@@ -227,7 +227,7 @@ static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 		q->next->prev = q->prev;
 }
 
-static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_wire_msg *m,
+static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun__wire_msg *m,
 		    uint32_t *id)
 {
 	struct rdzv_req *q = calloc(1, sizeof(*q));
@@ -239,7 +239,7 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 	q->kind = kind;
 	q->gen = r->gen;
 	q->round = r->assigned ? r->asg.round : 0;
-	rc = crun_aclient_request(r->client, m, 0, on_reply, q, id);
+	rc = crun__aclient_request(r->client, m, 0, on_reply, q, id);
 	if (rc < 0) {
 		free(q);
 		return rc;
@@ -253,15 +253,15 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 
 static int send_join(struct agent_rdzv *r)
 {
-	const struct crun_agent_spec *spec = r->spec;
-	struct crun_rdzv_node self = {
+	const struct crun__agent_spec *spec = r->spec;
+	struct crun__rdzv_node self = {
 		.node_id = r->node_id,
 		.host = r->hostname,
 		.addr = r->self_addr,
 		.nproc = spec->nproc_per_node,
 		.node_rank = spec->node_rank,
 	};
-	struct crun_rdzv_conf conf = {
+	struct crun__rdzv_conf conf = {
 		.min_nodes = spec->rdzv.min_nodes,
 		.max_nodes = spec->rdzv.max_nodes,
 		.join_timeout_ms = spec->rdzv.join_timeout_ms,
@@ -270,13 +270,13 @@ static int send_join(struct agent_rdzv *r)
 			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt,
 		.max_restarts = spec->max_restarts,
 	};
-	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
-	struct crun_wire_msg m;
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__wire_msg m;
 	char scratch[160];
 	int rc;
 
 	r->join_wanted = false;
-	crun_rdzv_join_msg(&self, &conf, &m, items, scratch);
+	crun__rdzv_join_msg(&self, &conf, &m, items, scratch);
 	rc = send_req(r, REQ_JOIN, &m, &r->join_id);
 	if (rc == -ENOTCONN)
 		return 0; /* the store is lost: LOST says so */
@@ -290,7 +290,7 @@ int crun__rdzv_join(struct agent_rdzv *r)
 {
 	r->gen++;
 	if (r->assigned) {
-		crun_rdzv_assignment_finish(&r->asg);
+		crun__rdzv_assignment_finish(&r->asg);
 		r->assigned = false;
 	}
 	r->ended = false;
@@ -303,8 +303,8 @@ int crun__rdzv_join(struct agent_rdzv *r)
 
 void crun__rdzv_fail(struct agent_rdzv *r, const char *message)
 {
-	struct crun_wire_item it = str_item(message);
-	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = &it};
+	struct crun__wire_item it = str_item(message);
+	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = &it};
 	int rc;
 
 	if (!r->assigned)
@@ -312,12 +312,12 @@ void crun__rdzv_fail(struct agent_rdzv *r, const char *message)
 	m.num = r->asg.round;
 	rc = send_req(r, REQ_FAIL, &m, NULL);
 	if (rc < 0)
-		crun_debug("cannot report the failure to the store: %s", strerror(-rc));
+		crun__debug("cannot report the failure to the store: %s", strerror(-rc));
 }
 
 int crun__rdzv_done(struct agent_rdzv *r)
 {
-	struct crun_wire_msg m = {.type = CRUN_WIRE_RDZV_DONE};
+	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_DONE};
 	int rc;
 
 	if (!r->assigned)
@@ -335,11 +335,11 @@ int crun__rdzv_done(struct agent_rdzv *r)
 /* Group rank 0 publishes MASTER_ADDR:MASTER_PORT for the round. */
 static int publish_master(struct agent_rdzv *r)
 {
-	const struct crun_rdzv_assignment *asg = &r->asg;
-	struct crun_wire_item items[2];
-	struct crun_wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
+	const struct crun__rdzv_assignment *asg = &r->asg;
+	struct crun__wire_item items[2];
+	struct crun__wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	char key[64], value[320];
-	int port = crun_free_port();
+	int port = crun__free_port();
 
 	if (port < 0) {
 		set_error(r, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
@@ -357,8 +357,8 @@ static int publish_master(struct agent_rdzv *r)
 
 static int fetch_master(struct agent_rdzv *r)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg m = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg m = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
 	char key[64];
 
 	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", r->asg.round);
@@ -376,7 +376,7 @@ static void fail_event(struct agent_rdzv *r)
 /* The round is assigned and MASTER_ADDR/PORT known: the attempt's place. */
 static void ready(struct agent_rdzv *r)
 {
-	const struct crun_rdzv_assignment *asg = &r->asg;
+	const struct crun__rdzv_assignment *asg = &r->asg;
 	struct crun__placement place = {
 		.group_rank = asg->group_rank,
 		.nnodes = asg->nnodes,
@@ -388,7 +388,7 @@ static void ready(struct agent_rdzv *r)
 		.master_port = r->master_port,
 	};
 
-	crun_debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
+	crun__debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
 		   "master %s:%d",
 		   asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
 		   asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
@@ -396,16 +396,16 @@ static void ready(struct agent_rdzv *r)
 	r->hooks.ready(r->hooks.arg, &place);
 }
 
-static void got_assignment(struct agent_rdzv *r, const struct crun_wire_msg *reply)
+static void got_assignment(struct agent_rdzv *r, const struct crun__wire_msg *reply)
 {
-	const struct crun_agent_spec *spec = r->spec;
+	const struct crun__agent_spec *spec = r->spec;
 	char err[256];
 	int rc;
 
 	if (reply->type != CRUN_WIRE_VALUES ||
-	    crun_rdzv_parse_assignment(reply, &r->asg, err, sizeof(err)) < 0) {
+	    crun__rdzv_parse_assignment(reply, &r->asg, err, sizeof(err)) < 0) {
 		if (reply->type != CRUN_WIRE_VALUES)
-			snprintf(err, sizeof(err), "a %s frame", crun_wire_type_name(reply->type));
+			snprintf(err, sizeof(err), "a %s frame", crun__wire_type_name(reply->type));
 		set_error(r, "bad assignment from the store at '%s': %s", r->endpoint, err);
 		fail_event(r);
 		return;
@@ -428,19 +428,19 @@ static void got_assignment(struct agent_rdzv *r, const struct crun_wire_msg *rep
 	}
 }
 
-static void got_master(struct agent_rdzv *r, const struct crun_wire_msg *reply)
+static void got_master(struct agent_rdzv *r, const struct crun__wire_msg *reply)
 {
 	char value[320], host[300], err[128];
 	int port;
 
 	if (reply->type != CRUN_WIRE_VALUE || reply->count != 1) {
 		set_error(r, "bad MASTER_ADDR from the store: a %s frame",
-			  crun_wire_type_name(reply->type));
+			  crun__wire_type_name(reply->type));
 		fail_event(r);
 		return;
 	}
 	item_str(&reply->items[0], value, sizeof(value));
-	if (crun_parse_endpoint(value, 0, host, sizeof(host), &port, err, sizeof(err)) < 0 ||
+	if (crun__parse_endpoint(value, 0, host, sizeof(host), &port, err, sizeof(err)) < 0 ||
 	    port < 1) {
 		set_error(r, "bad MASTER_ADDR '%s' from the store: %s", value,
 			  port < 1 ? "no port" : err);
@@ -452,8 +452,8 @@ static void got_master(struct agent_rdzv *r, const struct crun_wire_msg *reply)
 	ready(r);
 }
 
-static void on_reply(struct crun_aclient *c, int status, const char *message,
-		     const struct crun_wire_msg *reply, void *arg)
+static void on_reply(struct crun__aclient *c, int status, const char *message,
+		     const struct crun__wire_msg *reply, void *arg)
 {
 	struct rdzv_req *q = arg;
 	struct agent_rdzv *r = q->r;
@@ -500,8 +500,8 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 			snprintf(msg, sizeof(msg),
 				 "node %d (%s) got no MASTER_ADDR from group rank 0 (%s) within %s",
 				 r->asg.group_rank, r->hostname, r->asg.nodes[0].host,
-				 crun_rdzv_format_ms(r->spec->rdzv.read_timeout_ms, t, sizeof(t)));
-			crun_warn("%s", msg);
+				 crun__rdzv_format_ms(r->spec->rdzv.read_timeout_ms, t, sizeof(t)));
+			crun__warn("%s", msg);
 			crun__rdzv_fail(r, msg);
 			return;
 		}
@@ -515,7 +515,7 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 		return;
 	case REQ_FAIL:
 		if (status < 0)
-			crun_debug("the store refused the failure report of round %" PRId64 ": %s",
+			crun__debug("the store refused the failure report of round %" PRId64 ": %s",
 				   round, message ? message : strerror(-status));
 		return;
 	case REQ_DONE:
@@ -528,7 +528,7 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 		if (status == -ECANCELED) {
 			/* The round ended first; its RDZV_EVENT came before this
 			 * reply and moved the group already. */
-			crun_debug("exit barrier of round %" PRId64 ": %s", round,
+			crun__debug("exit barrier of round %" PRId64 ": %s", round,
 				   message ? message : "canceled");
 			return;
 		}
@@ -541,7 +541,7 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 
 /* ---- connection and pushed events ----------------------------------------- */
 
-static void on_connect(struct crun_aclient *c, int status, const char *message, void *arg)
+static void on_connect(struct crun__aclient *c, int status, const char *message, void *arg)
 {
 	struct agent_rdzv *r = arg;
 
@@ -561,12 +561,12 @@ static void on_connect(struct crun_aclient *c, int status, const char *message, 
 		return;
 	}
 	r->connected = true;
-	crun_debug("connected to the rendezvous store at '%s'", crun_aclient_peer(c));
+	crun__debug("connected to the rendezvous store at '%s'", crun__aclient_peer(c));
 	if (r->join_wanted && send_join(r) < 0)
 		fail_event(r);
 }
 
-static void round_event(struct agent_rdzv *r, const struct crun_wire_msg *msg)
+static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 {
 	char reason[16], text[1100], count[24];
 	struct crun__round_end end;
@@ -578,7 +578,7 @@ static void round_event(struct agent_rdzv *r, const struct crun_wire_msg *msg)
 	item_str(&msg->items[0], reason, sizeof(reason));
 	item_str(&msg->items[1], text, sizeof(text));
 	item_str(&msg->items[2], count, sizeof(count));
-	if (crun_parse_int64(count, 0, INT32_MAX, &n, NULL, 0) < 0)
+	if (crun__parse_int64(count, 0, INT32_MAX, &n, NULL, 0) < 0)
 		n = r->asg.restart_count;
 	r->ended = true;
 	end = (struct crun__round_end){
@@ -591,8 +591,8 @@ static void round_event(struct agent_rdzv *r, const struct crun_wire_msg *msg)
 	r->hooks.ended(r->hooks.arg, &end);
 }
 
-static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, int err,
-		     const char *message, const struct crun_wire_msg *msg, void *arg)
+static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type, int err,
+		     const char *message, const struct crun__wire_msg *msg, void *arg)
 {
 	struct agent_rdzv *r = arg;
 	char why[160], t[24];
@@ -609,7 +609,7 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 			break;
 		case ETIMEDOUT:
 			snprintf(why, sizeof(why), "no reply for %s",
-				 crun_rdzv_format_ms(r->spec->rdzv.keep_alive_interval_ms *
+				 crun__rdzv_format_ms(r->spec->rdzv.keep_alive_interval_ms *
 							     r->spec->rdzv.keep_alive_max_attempt,
 						     t, sizeof(t)));
 			break;
@@ -632,11 +632,11 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 
 /* ---- setup and teardown ------------------------------------------------------ */
 
-int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_agent_spec *spec,
+int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__agent_spec *spec,
 		     const char *hostname, const struct crun__rdzv_hooks *hooks,
-		     struct crun_server **server)
+		     struct crun__server **server)
 {
-	struct crun_aclient_opts o;
+	struct crun__aclient_opts o;
 	unsigned char rnd[4];
 	int host = spec->rdzv.is_host, rc;
 
@@ -658,7 +658,7 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_ag
 	if (host) {
 		rc = host_store(r, spec->rdzv.is_host == 1, server);
 		if (rc == -EADDRINUSE)
-			crun_debug("'%s' is served already (by another agent on this host or "
+			crun__debug("'%s' is served already (by another agent on this host or "
 				   "crun-rdzvd): joining it as a client",
 				   r->endpoint);
 		else if (rc < 0)
@@ -666,7 +666,7 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_ag
 	}
 	if (spec->local_addr)
 		snprintf(r->self_addr, sizeof(r->self_addr), "%s", spec->local_addr);
-	else if (r->hosting && !crun_addr_is_loopback(spec->rdzv.host))
+	else if (r->hosting && !crun__addr_is_loopback(spec->rdzv.host))
 		snprintf(r->self_addr, sizeof(r->self_addr), "%s", spec->rdzv.host);
 
 	memset(&o, 0, sizeof(o));
@@ -678,14 +678,14 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_ag
 	o.connect_timeout_ms = spec->rdzv.join_timeout_ms;
 	o.keepalive_interval_ms = spec->rdzv.keep_alive_interval_ms;
 	o.keepalive_max_attempt = spec->rdzv.keep_alive_max_attempt;
-	r->client = crun_aclient_create(r->loop, &o, on_event, r);
+	r->client = crun__aclient_create(r->loop, &o, on_event, r);
 	if (!r->client) {
-		crun_error("cannot create the store client for '%s'", r->endpoint);
+		crun__error("cannot create the store client for '%s'", r->endpoint);
 		return -ENOMEM;
 	}
-	rc = crun_aclient_connect(r->client, on_connect, r);
+	rc = crun__aclient_connect(r->client, on_connect, r);
 	if (rc < 0) {
-		crun_error("cannot connect to the rendezvous store at '%s': %s", r->endpoint,
+		crun__error("cannot connect to the rendezvous store at '%s': %s", r->endpoint,
 			   strerror(-rc));
 		return rc;
 	}
@@ -700,7 +700,7 @@ const char *crun__rdzv_error(const struct agent_rdzv *r)
 void crun__rdzv_finish(struct agent_rdzv *r)
 {
 	if (r->client) {
-		crun_aclient_destroy(r->client);
+		crun__aclient_destroy(r->client);
 		r->client = NULL;
 	}
 	r->connected = false;
@@ -711,7 +711,7 @@ void crun__rdzv_finish(struct agent_rdzv *r)
 		free(q);
 	}
 	if (r->assigned) {
-		crun_rdzv_assignment_finish(&r->asg);
+		crun__rdzv_assignment_finish(&r->asg);
 		r->assigned = false;
 	}
 	free(r->error_msg);

@@ -16,7 +16,7 @@
 #include "agent/placement.h"
 #include "rendezvous/rdzv.h"
 
-struct crun_server;
+struct crun__server;
 
 /* The end of the assigned round, as the store announced it. */
 struct crun__round_end {
@@ -48,10 +48,10 @@ struct rdzv_req;
 
 struct agent_rdzv {
 	uv_loop_t *loop;
-	const struct crun_agent_spec *spec;
+	const struct crun__agent_spec *spec;
 	char hostname[256];
 	struct crun__rdzv_hooks hooks;
-	struct crun_aclient *client;
+	struct crun__aclient *client;
 	bool connected;
 	bool join_wanted;   /* join as soon as connected */
 	bool hosting;	    /* this agent's server serves the endpoint */
@@ -63,7 +63,7 @@ struct agent_rdzv {
 	uint64_t gen;	     /* bumped by every join: older replies are stale */
 	uint32_t join_id;    /* RDZV_EVENTs carry it */
 	bool assigned;
-	struct crun_rdzv_assignment asg;
+	struct crun__rdzv_assignment asg;
 	char master_addr[300];
 	int master_port;
 	bool ended; /* the store ended the assigned round */
@@ -76,9 +76,9 @@ struct agent_rdzv {
  * is the agent's to destroy, else NULL), creates the store client and
  * starts connecting (retrying until the join timeout). Prints what failed. 0 or a negative errno.
  */
-int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun_agent_spec *spec,
+int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__agent_spec *spec,
 		     const char *hostname, const struct crun__rdzv_hooks *hooks,
-		     struct crun_server **server);
+		     struct crun__server **server);
 /* Joins the next round (once connected): a new generation; ready, failed,
  * or ended (when the round ends before MASTER_ADDR is known) follows. 0,
  * or a negative errno when the request cannot be sent (then

@@ -114,7 +114,7 @@ static int add_own(struct crun__spawner *a, const char *fmt, ...)
 
 int crun__spawner_env_init(struct crun__spawner *a)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 	size_t ninherit = 0, nextra = 0;
 	int err = 0;
 
@@ -164,7 +164,7 @@ int crun__spawner_env_init(struct crun__spawner *a)
 		err = err ? err : add_own(a, "TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
 	if (spec->nproc_per_node > 1 && !find_env(a->env, a->nenv, "OMP_NUM_THREADS")) {
 		err = err ? err : add_own(a, "OMP_NUM_THREADS=1");
-		crun_info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
+		crun__info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
 			  "system; tune it for your application as needed");
 	}
 	/* GROUP_RANK, the world sizes and MASTER_* belong to the attempt
@@ -214,7 +214,7 @@ static int cuda_device(const char *list, int lr, char *out, size_t outlen)
 
 /* argv with every "${local_rank}" replaced; NULL when out of memory. The
  * strings that change are malloc'd and listed in owned. */
-static char **worker_argv(const struct crun_agent_spec *spec, int lr, char ***owned)
+static char **worker_argv(const struct crun__agent_spec *spec, int lr, char ***owned)
 {
 	static const char pat[] = "${local_rank}";
 	char rank[16];
@@ -317,7 +317,7 @@ static void worker_exited(uv_process_t *proc, int64_t status, int term_signal)
 	w->running = false;
 	w->exit_code = (int)status;
 	w->term_signal = term_signal;
-	w->exit_wall_ms = crun_wall_ms();
+	w->exit_wall_ms = crun__wall_ms();
 	uv_close((uv_handle_t *)proc, proc_closed);
 	w->sp->exited(w, w->sp->arg);
 }
@@ -326,7 +326,7 @@ static void worker_exited(uv_process_t *proc, int64_t status, int term_signal)
  * console. */
 static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 	unsigned mask = 0;
 
 	if (!a->log_root)
@@ -338,7 +338,7 @@ static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
 	return mask & (1u << stream);
 }
 
-static bool stream_to_console(const struct crun_agent_spec *spec, int lr, int stream)
+static bool stream_to_console(const struct crun__agent_spec *spec, int lr, int stream)
 {
 	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
 		return false;
@@ -359,7 +359,7 @@ static int open_log(struct worker *w, int stream, const char *dir)
 	fd = open(w->log_path[stream], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0) {
 		int err = -errno;
-		crun_error("cannot open log file '%s': %s", w->log_path[stream], strerror(-err));
+		crun__error("cannot open log file '%s': %s", w->log_path[stream], strerror(-err));
 		return err;
 	}
 	w->out[stream].file_fd = fd;
@@ -378,7 +378,7 @@ static int worker_files(struct crun__spawner *a, struct worker *w)
 			return -ENOMEM;
 		err = crun__mkdir_p(dir, 0777);
 		if (err < 0) {
-			crun_error("cannot create log directory '%s': %s", dir, strerror(-err));
+			crun__error("cannot create log directory '%s': %s", dir, strerror(-err));
 			goto out_free;
 		}
 		for (int s = 0; s < 2; s++) {
@@ -409,7 +409,7 @@ out_free:
 static char **worker_env(const struct crun__spawner *a, const struct crun__placement *place,
 			 const struct worker *w, char **block)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 	size_t size = 1024 + strlen(w->error_file) + strlen(place->master_addr) +
 		      (a->cuda_visible ? strlen(a->cuda_visible) : 0);
 	char **env = calloc(a->nenv + 16, sizeof(char *));
@@ -457,7 +457,7 @@ static char **worker_env(const struct crun__spawner *a, const struct crun__place
 struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__placement *place,
 				  int local_rank, int seq, int *errp)
 {
-	const struct crun_agent_spec *spec = a->spec;
+	const struct crun__agent_spec *spec = a->spec;
 	uv_stdio_container_t stdio[3];
 	uv_process_options_t opts;
 	struct worker *w;
@@ -481,7 +481,7 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 	for (int s = 0; s < 2; s++) {
 		err = crun__outpipe_init(&w->out[s], a->loop, w->prefix, w->rank, pipe_closed, w);
 		if (err < 0) {
-			crun_error("cannot create output pipe of rank %d: %s", w->rank,
+			crun__error("cannot create output pipe of rank %d: %s", w->rank,
 				   uv_strerror(err));
 			goto out_close;
 		}
@@ -496,7 +496,7 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 	env = argv ? worker_env(a, place, w, &block) : NULL;
 	if (!env) {
 		err = -ENOMEM;
-		crun_error("cannot start rank %d: %s", w->rank, strerror(ENOMEM));
+		crun__error("cannot start rank %d: %s", w->rank, strerror(ENOMEM));
 		goto out_close;
 	}
 
@@ -531,7 +531,7 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 	for (int s = 0; s < 2; s++) {
 		int r = crun__outpipe_start(&w->out[s]);
 		if (r < 0) {
-			crun_warn("cannot read output of rank %d: %s", w->rank, uv_strerror(r));
+			crun__warn("cannot read output of rank %d: %s", w->rank, uv_strerror(r));
 			crun__outpipe_close(&w->out[s]);
 		}
 	}

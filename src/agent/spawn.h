@@ -51,7 +51,7 @@ struct worker {
  * (not owned: they outlive the spawner) and calls crun__spawner_env_init. */
 struct crun__spawner {
 	uv_loop_t *loop;
-	const struct crun_agent_spec *spec;
+	const struct crun__agent_spec *spec;
 	const char *log_root;	 /* <log_dir>/<run_id>; NULL: no log files */
 	const char *tmp_dir;	 /* directory of error files without log_root */
 	const char *store_env;	 /* "CRUN_STORE=host:port"; NULL: no store */

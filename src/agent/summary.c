@@ -194,7 +194,7 @@ static json_t *parse_doc(char *text, size_t len, const char *what)
 	mend_lone_surrogates(text, len);
 	doc = json_loadb(text, len, JSON_ALLOW_NUL, &e);
 	if (!doc)
-		crun_debug("%s is not JSON: line %d column %d: %s", what, e.line, e.column, e.text);
+		crun__debug("%s is not JSON: line %d column %d: %s", what, e.line, e.column, e.text);
 	return doc;
 }
 
@@ -260,7 +260,7 @@ static json_t *fallback_doc(const char *message, const char *detail, int code)
 {
 	char stamp[32];
 
-	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun_wall_ms() / 1000));
+	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun__wall_ms() / 1000));
 	return json_pack("{s:{s:o, s:{s:o, s:s}, s:i}}", "message", "message", text_value(message),
 			 "extraInfo", "py_callstack", text_value(detail), "timestamp", stamp,
 			 "errorCode", code);
@@ -456,7 +456,7 @@ static void remote_report(const struct crun__summary_job *job)
 	tadd(&t, "  (no rank on this node failed; the failing node prints its ranks)\n");
 	tadd(&t, "%s", rule_heavy);
 	if (!t.oom)
-		crun_write_all(STDERR_FILENO, t.p, t.len);
+		crun__write_all(STDERR_FILENO, t.p, t.len);
 	if (job->own_error_file) {
 		char *message = NULL;
 		int err;
@@ -466,7 +466,7 @@ static void remote_report(const struct crun__summary_job *job)
 		err = agent_error_file_write(job->own_error_file, NULL, 0,
 					     message ? message : "job failed", t.oom ? "" : t.p, 1);
 		if (err < 0)
-			crun_warn("cannot write error file '%s': %s", job->own_error_file,
+			crun__warn("cannot write error file '%s': %s", job->own_error_file,
 				  strerror(-err));
 		free(message);
 	}
@@ -500,9 +500,9 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 		add_failure(&t, job, &fl->v[i], i);
 	tadd(&t, "%s", rule_heavy);
 	if (!t.oom)
-		crun_write_all(STDERR_FILENO, t.p, t.len);
+		crun__write_all(STDERR_FILENO, t.p, t.len);
 	else
-		crun_error("job failed (out of memory while writing the failure summary)");
+		crun__error("job failed (out of memory while writing the failure summary)");
 
 	if (job->own_error_file) {
 		char what[64];
@@ -521,7 +521,7 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 					     message ? message : "job failed", t.oom ? "" : t.p,
 					     code);
 		if (err < 0)
-			crun_warn("cannot write error file '%s': %s", job->own_error_file,
+			crun__warn("cannot write error file '%s': %s", job->own_error_file,
 				  strerror(-err));
 		free(text);
 		free(message);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct crun_env_param params[] = {
+static const struct crun__env_param params[] = {
 	{ "CRUN_STORE", "127.0.0.1:29400",
 	  "endpoint HOST:PORT of the job's rendezvous store, set by crun for workers" },
 	{ "CRUN_RUN_ID", "default", "run id that scopes every key in the store" },
@@ -32,13 +32,13 @@ static const struct crun_env_param params[] = {
 	  "1: a second thread per worker sends while the first receives and reduces" },
 };
 
-const struct crun_env_param *crun_env_params(size_t *count)
+const struct crun__env_param *crun__env_params(size_t *count)
 {
 	*count = CRUN_ARRAY_SIZE(params);
 	return params;
 }
 
-const char *crun_env_get(const char *name)
+const char *crun__env_get(const char *name)
 {
 	const char *v = getenv(name);
 

@@ -123,7 +123,7 @@ out_free:
 
 int crun__atomic_write(struct crun__atomic_file *f, const void *buf, size_t len)
 {
-	return crun_write_all(f->fd, buf, len);
+	return crun__write_all(f->fd, buf, len);
 }
 
 int crun__atomic_commit(struct crun__atomic_file *f)

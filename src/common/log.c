@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 static const char *log_prog = "crun";
-static enum crun_log_level log_level = CRUN_LOG_INFO;
+static enum crun__log_level log_level = CRUN_LOG_INFO;
 
-void crun_log_init(const char *prog, enum crun_log_level level)
+void crun__log_init(const char *prog, enum crun__log_level level)
 {
 	if (prog) {
 		const char *slash = strrchr(prog, '/');
@@ -17,32 +17,32 @@ void crun_log_init(const char *prog, enum crun_log_level level)
 	log_level = level;
 }
 
-void crun_log_set_level(enum crun_log_level level)
+void crun__log_set_level(enum crun__log_level level)
 {
 	log_level = level;
 }
 
-enum crun_log_level crun_log_get_level(void)
+enum crun__log_level crun__log_get_level(void)
 {
 	return log_level;
 }
 
-const char *crun_log_prog(void)
+const char *crun__log_prog(void)
 {
 	return log_prog;
 }
 
-int crun_log_enabled(enum crun_log_level level)
+int crun__log_enabled(enum crun__log_level level)
 {
 	return level <= log_level;
 }
 
-void crun_logv(enum crun_log_level level, const char *fmt, va_list ap)
+void crun__logv(enum crun__log_level level, const char *fmt, va_list ap)
 {
 	char line[4096];
 	int n, m;
 
-	if (!crun_log_enabled(level))
+	if (!crun__log_enabled(level))
 		return;
 	n = snprintf(line, sizeof(line), "%s: %s", log_prog,
 		     level == CRUN_LOG_WARN ? "warning: " : "");
@@ -69,11 +69,11 @@ void crun_logv(enum crun_log_level level, const char *fmt, va_list ap)
 	}
 }
 
-void crun_log(enum crun_log_level level, const char *fmt, ...)
+void crun__log(enum crun__log_level level, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	crun_logv(level, fmt, ap);
+	crun__logv(level, fmt, ap);
 	va_end(ap);
 }

@@ -9,7 +9,7 @@
 
 #include <stdarg.h>
 
-enum crun_log_level {
+enum crun__log_level {
 	CRUN_LOG_ERROR = 0,
 	CRUN_LOG_WARN = 1,
 	CRUN_LOG_INFO = 2,
@@ -18,22 +18,22 @@ enum crun_log_level {
 
 /* Sets the program name used as prefix (not copied: pass a literal or
  * argv[0]'s basename) and the most verbose level that is printed. */
-void crun_log_init(const char *prog, enum crun_log_level level);
-void crun_log_set_level(enum crun_log_level level);
-enum crun_log_level crun_log_get_level(void);
-const char *crun_log_prog(void);
+void crun__log_init(const char *prog, enum crun__log_level level);
+void crun__log_set_level(enum crun__log_level level);
+enum crun__log_level crun__log_get_level(void);
+const char *crun__log_prog(void);
 
 /* True when messages of this level would be printed; use it to skip
  * formatting costly debug lines. */
-int crun_log_enabled(enum crun_log_level level);
+int crun__log_enabled(enum crun__log_level level);
 
-void crun_log(enum crun_log_level level, const char *fmt, ...)
+void crun__log(enum crun__log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-void crun_logv(enum crun_log_level level, const char *fmt, va_list ap);
+void crun__logv(enum crun__log_level level, const char *fmt, va_list ap);
 
-#define crun_error(...) crun_log(CRUN_LOG_ERROR, __VA_ARGS__)
-#define crun_warn(...) crun_log(CRUN_LOG_WARN, __VA_ARGS__)
-#define crun_info(...) crun_log(CRUN_LOG_INFO, __VA_ARGS__)
-#define crun_debug(...) crun_log(CRUN_LOG_DEBUG, __VA_ARGS__)
+#define crun__error(...) crun__log(CRUN_LOG_ERROR, __VA_ARGS__)
+#define crun__warn(...) crun__log(CRUN_LOG_WARN, __VA_ARGS__)
+#define crun__info(...) crun__log(CRUN_LOG_INFO, __VA_ARGS__)
+#define crun__debug(...) crun__log(CRUN_LOG_DEBUG, __VA_ARGS__)
 
 #endif

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void crun_seterr(char *err, size_t errlen, const char *fmt, ...)
+void crun__seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -27,7 +27,7 @@ void crun_seterr(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-int crun_free_port(void)
+int crun__free_port(void)
 {
 	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
 	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = INADDR_ANY};
@@ -64,7 +64,7 @@ int crun_free_port(void)
 	return port;
 }
 
-uint64_t crun_now_ns(void)
+uint64_t crun__now_ns(void)
 {
 	struct timespec ts;
 
@@ -72,12 +72,12 @@ uint64_t crun_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t crun_now_ms(void)
+uint64_t crun__now_ms(void)
 {
-	return crun_now_ns() / 1000000ull;
+	return crun__now_ns() / 1000000ull;
 }
 
-uint64_t crun_wall_ms(void)
+uint64_t crun__wall_ms(void)
 {
 	struct timespec ts;
 
@@ -85,24 +85,24 @@ uint64_t crun_wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
-int crun_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
+int crun__parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
 		     size_t errlen)
 {
 	char *end;
 	long long v;
 
 	if (!s || !*s || isspace((unsigned char)*s)) {
-		crun_seterr(err, errlen, "expected a whole number");
+		crun__seterr(err, errlen, "expected a whole number");
 		return -EINVAL;
 	}
 	errno = 0;
 	v = strtoll(s, &end, 10);
 	if (errno == ERANGE || *end) {
-		crun_seterr(err, errlen, "expected a whole number, got '%s'", s);
+		crun__seterr(err, errlen, "expected a whole number, got '%s'", s);
 		return -EINVAL;
 	}
 	if (v < min || v > max) {
-		crun_seterr(err, errlen, "%lld is out of range [%lld, %lld]", v, (long long)min,
+		crun__seterr(err, errlen, "%lld is out of range [%lld, %lld]", v, (long long)min,
 		       (long long)max);
 		return -EINVAL;
 	}
@@ -110,7 +110,7 @@ int crun_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char
 	return 0;
 }
 
-int crun_parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t errlen)
+int crun__parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t errlen)
 {
 	const char *q;
 	char *end;
@@ -146,12 +146,12 @@ int crun_parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t err
 	*out_ms = (int64_t)(v + 0.5);
 	return 0;
 bad:
-	crun_seterr(err, errlen, "expected a duration like 30, 2.5s, 500ms or 1m, got '%s'",
+	crun__seterr(err, errlen, "expected a duration like 30, 2.5s, 500ms or 1m, got '%s'",
 	       s ? s : "");
 	return -EINVAL;
 }
 
-int crun_parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
+int crun__parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
 {
 	char *end;
 	unsigned long long v;
@@ -178,11 +178,11 @@ int crun_parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
 	*out = v * mult;
 	return 0;
 bad:
-	crun_seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'", s ? s : "");
+	crun__seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'", s ? s : "");
 	return -EINVAL;
 }
 
-int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
+int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
 			int *port, char *err, size_t errlen)
 {
 	const char *host = s, *colon = NULL;
@@ -190,13 +190,13 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 	int64_t p;
 
 	if (!s || !*s) {
-		crun_seterr(err, errlen, "empty endpoint, expected HOST:PORT");
+		crun__seterr(err, errlen, "empty endpoint, expected HOST:PORT");
 		return -EINVAL;
 	}
 	if (*s == '[') {
 		const char *close = strchr(s, ']');
 		if (!close || close == s + 1) {
-			crun_seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
+			crun__seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
 			return -EINVAL;
 		}
 		host = s + 1;
@@ -204,7 +204,7 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 		if (close[1] == ':')
 			colon = close + 1;
 		else if (close[1]) {
-			crun_seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
+			crun__seterr(err, errlen, "bad endpoint '%s', expected [ADDR]:PORT", s);
 			return -EINVAL;
 		}
 	} else {
@@ -216,15 +216,15 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 		hlen = colon ? (size_t)(colon - s) : strlen(s);
 	}
 	if (hlen == 0 || hlen >= hostlen || memchr(host, '[', hlen) || memchr(host, ']', hlen)) {
-		crun_seterr(err, errlen, "bad host in endpoint '%s'", s);
+		crun__seterr(err, errlen, "bad host in endpoint '%s'", s);
 		return -EINVAL;
 	}
 	memcpy(hostbuf, host, hlen);
 	hostbuf[hlen] = '\0';
 	if (colon) {
 		if (!isdigit((unsigned char)colon[1]) ||
-		    crun_parse_int64(colon + 1, 0, 65535, &p, NULL, 0) < 0) {
-			crun_seterr(err, errlen, "bad port in endpoint '%s', expected 0-65535", s);
+		    crun__parse_int64(colon + 1, 0, 65535, &p, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "bad port in endpoint '%s', expected 0-65535", s);
 			return -EINVAL;
 		}
 		*port = (int)p;
@@ -234,7 +234,7 @@ int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t h
 	return 0;
 }
 
-int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
+int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
 			  char *err, size_t errlen)
 {
 	int fd, rc = 0;
@@ -244,13 +244,13 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		crun_seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		crun__seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	buf = malloc(maxlen + 2);
 	if (!buf) {
 		rc = -ENOMEM;
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		goto out_close_fd;
 	}
 	for (;;) {
@@ -259,7 +259,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 			if (errno == EINTR)
 				continue;
 			rc = -errno;
-			crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+			crun__seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 			goto out_free_buf;
 		}
 		if (r == 0)
@@ -267,7 +267,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 		len += (size_t)r;
 		if (len > maxlen) {
 			rc = -EFBIG;
-			crun_seterr(err, errlen, "'%s' is longer than %zu bytes", path, maxlen);
+			crun__seterr(err, errlen, "'%s' is longer than %zu bytes", path, maxlen);
 			goto out_free_buf;
 		}
 	}
@@ -275,7 +275,7 @@ int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *o
 		len--;
 	if (!len) {
 		rc = -EINVAL;
-		crun_seterr(err, errlen, "'%s' is empty", path);
+		crun__seterr(err, errlen, "'%s' is empty", path);
 		goto out_free_buf;
 	}
 	buf[len] = '\0';
@@ -291,7 +291,7 @@ out_close_fd:
 	return rc;
 }
 
-bool crun_addr_is_loopback(const char *host)
+bool crun__addr_is_loopback(const char *host)
 {
 	struct in_addr a4;
 	struct in6_addr a6;
@@ -335,7 +335,7 @@ void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char
 		memcpy(ip, buf, sizeof(buf));
 }
 
-int crun_write_all(int fd, const void *buf, size_t len)
+int crun__write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
 

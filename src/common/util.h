@@ -15,45 +15,45 @@
 
 /* Writes a one-line reason into the caller's error buffer (printf
  * format). err may be NULL or errlen 0: then nothing is written. */
-void crun_seterr(char *err, size_t errlen, const char *fmt, ...)
+void crun__seterr(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* A TCP port that is free right now on the wildcard address of both
  * families (so on every address a worker may bind), found by binding port
  * 0 and closing. Returns the port or a negative errno. */
-int crun_free_port(void);
+int crun__free_port(void);
 
 /* Monotonic clock in milliseconds / nanoseconds. */
-uint64_t crun_now_ms(void);
-uint64_t crun_now_ns(void);
+uint64_t crun__now_ms(void);
+uint64_t crun__now_ns(void);
 /* Wall clock in milliseconds since the epoch (for reports, never timeouts). */
-uint64_t crun_wall_ms(void);
+uint64_t crun__wall_ms(void);
 
 /* Whole decimal integer in [min, max]; no sign for unsigned use, no junk. */
-int crun_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
+int crun__parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
 		     size_t errlen);
 
 /* Duration: "30" (seconds), "2.5s", "500ms", "1m", "1h"; result in ms.
  * Negative values are refused. */
-int crun_parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t errlen);
+int crun__parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t errlen);
 
 /* Size: "4096", "64K", "64KiB", "16M", "16MiB", "1G" (binary multiples). */
-int crun_parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
+int crun__parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
 
 /* Endpoint "host:port", "[v6addr]:port" or "host" (then *port is set to
  * default_port). host is written to hostbuf without brackets. */
-int crun_parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
+int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
 			int *port, char *err, size_t errlen);
 
 /* Reads a secret from path: at most maxlen bytes, trailing newlines and
  * spaces stripped. *out is malloc'd and NUL-terminated; the caller frees it
  * (after wiping it). Returns 0 or a negative errno with a reason in err. */
-int crun_read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
+int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
 			  char *err, size_t errlen);
 
 /* True when the textual address is a loopback address (127.0.0.0/8, ::1,
  * "localhost"). */
-bool crun_addr_is_loopback(const char *host);
+bool crun__addr_is_loopback(const char *host);
 
 struct sockaddr;
 /* A socket address as "1.2.3.4:5678" or "[::1]:5678" ("unknown" for other
@@ -62,17 +62,17 @@ struct sockaddr;
 void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip);
 
 /* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
-int crun_write_all(int fd, const void *buf, size_t len);
+int crun__write_all(int fd, const void *buf, size_t len);
 
 /* Environment tunables: declared once, in one table (common/env.c), and
  * listed in the man pages' ENVIRONMENT sections. */
-struct crun_env_param {
+struct crun__env_param {
 	const char *name;
 	const char *default_value; /* NULL: unset by default */
 	const char *meaning;
 };
-const struct crun_env_param *crun_env_params(size_t *count);
+const struct crun__env_param *crun__env_params(size_t *count);
 /* getenv() for a declared tunable, falling back to its default. */
-const char *crun_env_get(const char *name);
+const char *crun__env_get(const char *name);
 
 #endif

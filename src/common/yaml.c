@@ -411,7 +411,7 @@ void crun__yaml_format_error(const struct crun__yaml_error *e, const char *what,
 			     char *err, size_t errlen)
 {
 	if (e->line)
-		crun_seterr(err, errlen, "%s '%s' line %d: %s", what, path, e->line, e->msg);
+		crun__seterr(err, errlen, "%s '%s' line %d: %s", what, path, e->line, e->msg);
 	else
-		crun_seterr(err, errlen, "cannot read %s '%s': %s", what, path, e->msg);
+		crun__seterr(err, errlen, "cannot read %s '%s': %s", what, path, e->msg);
 }

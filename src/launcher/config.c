@@ -17,20 +17,20 @@ static bool is_scalar(const struct crun__yaml_node *n)
 /* The texts of a sequence's items or a mapping's keys and values, in
  * order; scalars only. */
 static int flatten(const char *path, const char *key, const struct crun__yaml_node *n,
-		   struct crun_config_value *v, char *err, size_t errlen)
+		   struct crun__config_value *v, char *err, size_t errlen)
 {
 	size_t count = n->kind == CRUN__YAML_MAPPING ? 2 * n->n : n->n;
 
 	v->items = calloc(count ? count : 1, sizeof(*v->items));
 	if (!v->items) {
-		crun_seterr(err, errlen, "config '%s': out of memory", path);
+		crun__seterr(err, errlen, "config '%s': out of memory", path);
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < count; i++) {
 		const struct crun__yaml_node *item = n->items[i];
 
 		if (!is_scalar(item)) {
-			crun_seterr(err, errlen, "config '%s' line %d: wrong type for '%s': %s",
+			crun__seterr(err, errlen, "config '%s' line %d: wrong type for '%s': %s",
 				    path, item->line, key,
 				    item->kind == CRUN__YAML_ALIAS
 					    ? "YAML aliases are not supported"
@@ -43,15 +43,15 @@ static int flatten(const char *path, const char *key, const struct crun__yaml_no
 }
 
 static int read_pair(const char *path, const struct crun__yaml_node *k,
-		     const struct crun__yaml_node *val, crun_config_key_cb cb, void *ctx, char *err,
+		     const struct crun__yaml_node *val, crun__config_key_cb cb, void *ctx, char *err,
 		     size_t errlen)
 {
-	struct crun_config_value v = {0};
+	struct crun__config_value v = {0};
 	char reason[512];
 	int rc = 0;
 
 	if (!is_scalar(k)) {
-		crun_seterr(err, errlen, "config '%s' line %d: keys must be option names", path,
+		crun__seterr(err, errlen, "config '%s' line %d: keys must be option names", path,
 			    k->line);
 		return -EINVAL;
 	}
@@ -69,7 +69,7 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 		rc = flatten(path, k->text, val, &v, err, errlen);
 		break;
 	case CRUN__YAML_ALIAS:
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "config '%s' line %d: wrong type for '%s': YAML aliases are not "
 			    "supported",
 			    path, val->line, k->text);
@@ -80,13 +80,13 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 		reason[0] = '\0';
 		rc = cb(ctx, k->text, k->line, &v, reason, sizeof(reason));
 		if (rc)
-			crun_seterr(err, errlen, "config '%s' line %d: %s", path, k->line, reason);
+			crun__seterr(err, errlen, "config '%s' line %d: %s", path, k->line, reason);
 	}
 	free(v.items);
 	return rc;
 }
 
-int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, char *err,
+int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
 			    size_t errlen)
 {
 	const struct crun__yaml_node *root;
@@ -105,7 +105,7 @@ int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, 
 			rc = read_pair(path, root->items[2 * i], root->items[2 * i + 1], cb, ctx,
 				       err, errlen);
 	} else if (root->kind != CRUN__YAML_NULL) { /* NULL: empty, or "---" alone */
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "config '%s' line %d: expected a mapping of option names to values",
 			    path, root->line);
 		rc = -EINVAL;

@@ -14,15 +14,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-enum crun_config_kind {
+enum crun__config_kind {
 	CRUN_CONFIG_SCALAR = 0,
 	CRUN_CONFIG_NULL,     /* "key:" with nothing, "~", "null", "Null" or "NULL" */
 	CRUN_CONFIG_SEQUENCE, /* items: the scalars, in order */
 	CRUN_CONFIG_MAPPING,  /* items: key, value, key, value ... */
 };
 
-struct crun_config_value {
-	enum crun_config_kind kind;
+struct crun__config_value {
+	enum crun__config_kind kind;
 	const char *scalar; /* SCALAR; NULL: the text as written */
 	bool quoted;	    /* the scalar was written in quotes */
 	const char **items; /* sequence and mapping: scalars only */
@@ -34,8 +34,8 @@ struct crun_config_value {
  * are valid during the call only. Returns
  * 0, or -EINVAL with the reason in err (without the "config 'P' line N: "
  * prefix, which the reader adds). */
-typedef int (*crun_config_key_cb)(void *ctx, const char *key, int line,
-				  const struct crun_config_value *value, char *err, size_t errlen);
+typedef int (*crun__config_key_cb)(void *ctx, const char *key, int line,
+				  const struct crun__config_value *value, char *err, size_t errlen);
 
 /* Reads the file at path (at most CRUN_LAUNCH_MAX_CONFIG bytes). An empty
  * file or one with only comments sets nothing. Returns 0 or -EINVAL with
@@ -43,7 +43,7 @@ typedef int (*crun_config_key_cb)(void *ctx, const char *key, int line,
  * reason" (a YAML syntax error, a top level that is not a mapping, a value
  * nested deeper than one level, an alias, or what the callback said, for
  * instance about a key given twice). */
-int crun_launch_config_read(const char *path, crun_config_key_cb cb, void *ctx, char *err,
+int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
 			    size_t errlen);
 
 #endif

@@ -65,16 +65,16 @@ static void wrap(FILE *f, const char *text, int col, int at)
 	}
 }
 
-void crun_launch_print_help(FILE *f)
+void crun__launch_print_help(FILE *f)
 {
-	const struct crun_launch_optdef *defs;
+	const struct crun__launch_optdef *defs;
 	const char *group = NULL;
 	size_t n;
 
-	defs = crun_launch_optdefs(&n);
+	defs = crun__launch_optdefs(&n);
 	fputs(intro, f);
 	for (size_t i = 0; i < n; i++) {
-		const struct crun_launch_optdef *d = &defs[i];
+		const struct crun__launch_optdef *d = &defs[i];
 		char opt[64], desc[640];
 		int len;
 

@@ -7,6 +7,6 @@
 /* Writes the usage, every option of the table with its default, grouped as
  * the table groups them, and the exit statuses; no line is longer than 79
  * columns. */
-void crun_launch_print_help(FILE *f);
+void crun__launch_print_help(FILE *f);
 
 #endif

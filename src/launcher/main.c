@@ -19,11 +19,11 @@ extern char **environ;
 static int set_log_level(char *err, size_t errlen)
 {
 	static const char *const names[] = {"error", "warn", "info", "debug"};
-	const char *v = crun_env_get("CRUN_LOG_LEVEL");
+	const char *v = crun__env_get("CRUN_LOG_LEVEL");
 
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(names); i++) {
 		if (v && !strcmp(v, names[i])) {
-			crun_log_set_level((enum crun_log_level)i);
+			crun__log_set_level((enum crun__log_level)i);
 			return 0;
 		}
 	}
@@ -36,26 +36,26 @@ static int set_log_level(char *err, size_t errlen)
 
 int main(int argc, char **argv)
 {
-	struct crun_launch_opts opts;
-	struct crun_launch_plan plan;
-	struct crun_agent_spec spec;
+	struct crun__launch_opts opts;
+	struct crun__launch_plan plan;
+	struct crun__agent_spec spec;
 	char err[1024];
 	int status = 2;
 
-	crun_log_init("crun", CRUN_LOG_INFO);
-	crun_launch_opts_init(&opts);
+	crun__log_init("crun", CRUN_LOG_INFO);
+	crun__launch_opts_init(&opts);
 	memset(&plan, 0, sizeof(plan));
 	if (set_log_level(err, sizeof(err)) < 0) {
-		crun_error("%s", err);
+		crun__error("%s", err);
 		goto out_finish_opts;
 	}
-	if (crun_launch_opts_parse(&opts, argc, argv, environ, err, sizeof(err)) < 0) {
-		crun_error("%s", err);
+	if (crun__launch_opts_parse(&opts, argc, argv, environ, err, sizeof(err)) < 0) {
+		crun__error("%s", err);
 		goto out_finish_opts;
 	}
 	switch (opts.action) {
 	case CRUN_LAUNCH_HELP:
-		crun_launch_print_help(stdout);
+		crun__launch_print_help(stdout);
 		status = fflush(stdout) ? 1 : 0;
 		goto out_finish_opts;
 	case CRUN_LAUNCH_VERSION:
@@ -66,22 +66,22 @@ int main(int argc, char **argv)
 	case CRUN_LAUNCH_DRY_RUN:
 		break;
 	}
-	if (crun_launch_plan_make(&plan, &opts, environ, NULL, opts.action == CRUN_LAUNCH_RUN, err,
+	if (crun__launch_plan_make(&plan, &opts, environ, NULL, opts.action == CRUN_LAUNCH_RUN, err,
 				  sizeof(err)) < 0) {
-		crun_error("%s", err);
+		crun__error("%s", err);
 		goto out_finish_plan;
 	}
 	if (opts.action == CRUN_LAUNCH_DRY_RUN) {
-		crun_launch_plan_print(stdout, &plan, &opts);
+		crun__launch_plan_print(stdout, &plan, &opts);
 		status = fflush(stdout) ? 1 : 0;
 		goto out_finish_plan;
 	}
-	crun_agent_spec_init(&spec);
-	crun_launch_plan_to_spec(&plan, &opts, &spec);
-	status = crun_agent_run(&spec);
+	crun__agent_spec_init(&spec);
+	crun__launch_plan_to_spec(&plan, &opts, &spec);
+	status = crun__agent_run(&spec);
 out_finish_plan:
-	crun_launch_plan_finish(&plan);
+	crun__launch_plan_finish(&plan);
 out_finish_opts:
-	crun_launch_opts_finish(&opts);
+	crun__launch_opts_finish(&opts);
 	return status;
 }

@@ -1,5 +1,5 @@
 /* The option table and the three readers (command line, PET_ variables,
- * config file) that fill struct crun_launch_opts. Each reader collects raw
+ * config file) that fill struct crun__launch_opts. Each reader collects raw
  * text per option with its source; every text is checked when it is read
  * (so the message can name where it came from), and the winner of each
  * option is applied at the end. */
@@ -22,7 +22,7 @@
 #define G_CRUN "crun"
 
 /* clang-format off */
-static const struct crun_launch_optdef optdefs[CRUN_OPT_COUNT] = {
+static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	{ CRUN_OPT_NPROC_PER_NODE, "nproc-per-node", 0, true, true, true,
 	  "N|auto|cpu|gpu", "1",
 	  "workers on this node: a number, gpu (one per NVIDIA GPU, honouring "
@@ -134,13 +134,13 @@ static char pet_names[CRUN_OPT_COUNT][48];
 
 static const char *const torch_shutdown_env = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 
-const struct crun_launch_optdef *crun_launch_optdefs(size_t *count)
+const struct crun__launch_optdef *crun__launch_optdefs(size_t *count)
 {
 	*count = CRUN_OPT_COUNT;
 	return optdefs;
 }
 
-static const char *pet_name(enum crun_launch_opt id)
+static const char *pet_name(enum crun__launch_opt id)
 {
 	char *p = pet_names[id];
 
@@ -160,7 +160,7 @@ static const char *pet_name(enum crun_launch_opt id)
 
 /* "nproc-per-node" -> "nproc_per_node", the config key as written in
  * messages. */
-static void config_key(enum crun_launch_opt id, char *buf, size_t len)
+static void config_key(enum crun__launch_opt id, char *buf, size_t len)
 {
 	size_t i;
 
@@ -170,7 +170,7 @@ static void config_key(enum crun_launch_opt id, char *buf, size_t len)
 }
 
 /* Looks a name up in either spelling; NULL when unknown. */
-static const struct crun_launch_optdef *find_long(const char *name, size_t len)
+static const struct crun__launch_optdef *find_long(const char *name, size_t len)
 {
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
 		const char *n = optdefs[i].name;
@@ -190,7 +190,7 @@ static const struct crun_launch_optdef *find_long(const char *name, size_t len)
 	return NULL;
 }
 
-static const struct crun_launch_optdef *find_short(char c)
+static const struct crun__launch_optdef *find_short(char c)
 {
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
 		if (optdefs[i].short_name && optdefs[i].short_name == c)
@@ -200,7 +200,7 @@ static const struct crun_launch_optdef *find_short(char c)
 
 /* ---- rdzv conf, std specs, signals ---------------------------------- */
 
-void crun_rdzv_conf_init(struct crun_rdzv_conf *conf)
+void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
 {
 	conf->join_timeout_ms = 600000;
 	conf->last_call_timeout_ms = 30000;
@@ -212,7 +212,7 @@ void crun_rdzv_conf_init(struct crun_rdzv_conf *conf)
 	conf->read_timeout_ms = 60000;
 }
 
-void crun_rdzv_conf_finish(struct crun_rdzv_conf *conf)
+void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
 {
 	free(conf->token_file);
 	conf->token_file = NULL;
@@ -252,7 +252,7 @@ static char *trim(char *s)
 	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
 	"keep_alive_max_attempt, is_host, token_file, read_timeout"
 
-static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const char *val, char *err,
+static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const char *val, char *err,
 			 size_t errlen)
 {
 	struct {
@@ -272,8 +272,8 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(durations); i++) {
 		if (strcmp(key, durations[i].key))
 			continue;
-		if (crun_parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
-			crun_seterr(err, errlen,
+		if (crun__parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
+			crun__seterr(err, errlen,
 			       "%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
 			       key, val);
 			return -EINVAL;
@@ -282,8 +282,8 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 		return 0;
 	}
 	if (!strcmp(key, "keep_alive_max_attempt")) {
-		if (crun_parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
-			crun_seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
+		if (crun__parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
+			crun__seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
 			       val);
 			return -EINVAL;
 		}
@@ -292,7 +292,7 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 	}
 	if (!strcmp(key, "is_host")) {
 		if (parse_bool(val, &b) < 0) {
-			crun_seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
+			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
 			return -EINVAL;
 		}
 		conf->is_host = b;
@@ -302,18 +302,18 @@ static int rdzv_conf_set(struct crun_rdzv_conf *conf, const char *key, const cha
 		char *dup = strdup(val);
 
 		if (!dup) {
-			crun_seterr(err, errlen, "out of memory");
+			crun__seterr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
 		free(conf->token_file);
 		conf->token_file = dup;
 		return 0;
 	}
-	crun_seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
+	crun__seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
 	return -EINVAL;
 }
 
-int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char *err,
+int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
 				size_t errlen)
 {
 	char *copy, *item;
@@ -321,7 +321,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 
 	copy = strdup(s);
 	if (!copy) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	item = trim(copy);
@@ -335,7 +335,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 		item[len] = '\0';
 		eq = strchr(item, '=');
 		if (!eq) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "'%s' is not KEY=VALUE; expected KEY=VALUE,... with keys " RDZV_KEYS,
 			       trim(item));
 			rc = -EINVAL;
@@ -345,7 +345,7 @@ int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char
 		key = trim(item);
 		val = trim(eq + 1);
 		if (!*key || !*val) {
-			crun_seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
+			crun__seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
 			       *key ? "empty value" : "empty key", s);
 			rc = -EINVAL;
 			goto out_free_copy;
@@ -360,14 +360,14 @@ out_free_copy:
 	return rc;
 }
 
-void crun_std_spec_finish(struct crun_std_spec *spec)
+void crun__std_spec_finish(struct crun__std_spec *spec)
 {
 	free(spec->ranks);
 	free(spec->streams);
 	memset(spec, 0, sizeof(*spec));
 }
 
-enum crun_std crun_std_spec_get(const struct crun_std_spec *spec, int lr)
+enum crun__std crun__std_spec_get(const struct crun__std_spec *spec, int lr)
 {
 	for (size_t i = 0; i < spec->count; i++)
 		if (spec->ranks[i] == lr)
@@ -379,17 +379,17 @@ enum crun_std crun_std_spec_get(const struct crun_std_spec *spec, int lr)
 	"expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as " \
 	"0:1,1:2"
 
-static int parse_stream(const char *s, size_t len, enum crun_std *out)
+static int parse_stream(const char *s, size_t len, enum crun__std *out)
 {
 	if (len != 1 || s[0] < '0' || s[0] > '3')
 		return -EINVAL;
-	*out = (enum crun_std)(s[0] - '0');
+	*out = (enum crun__std)(s[0] - '0');
 	return 0;
 }
 
-int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, size_t errlen)
+int crun__launch_parse_std(const char *s, struct crun__std_spec *out, char *err, size_t errlen)
 {
-	struct crun_std_spec spec = {.all = CRUN_STD_NONE};
+	struct crun__std_spec spec = {.all = CRUN_STD_NONE};
 	const char *p = s;
 	size_t n = 1;
 
@@ -404,8 +404,8 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 	spec.ranks = calloc(n, sizeof(*spec.ranks));
 	spec.streams = calloc(n, sizeof(*spec.streams));
 	if (!spec.ranks || !spec.streams) {
-		crun_std_spec_finish(&spec);
-		crun_seterr(err, errlen, "out of memory");
+		crun__std_spec_finish(&spec);
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	while (spec.count < n) {
@@ -419,15 +419,15 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 		memcpy(rank, p, (size_t)(colon - p));
 		rank[colon - p] = '\0';
 		if (!isdigit((unsigned char)rank[0]) ||
-		    crun_parse_int64(rank, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
+		    crun__parse_int64(rank, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
 			goto bad_free;
 		if (parse_stream(colon + 1, len - (size_t)(colon + 1 - p),
 				 &spec.streams[spec.count]) < 0)
 			goto bad_free;
 		for (size_t i = 0; i < spec.count; i++) {
 			if (spec.ranks[i] == r) {
-				crun_seterr(err, errlen, "local rank %d is given twice", (int)r);
-				crun_std_spec_finish(&spec);
+				crun__seterr(err, errlen, "local rank %d is given twice", (int)r);
+				crun__std_spec_finish(&spec);
 				return -EINVAL;
 			}
 		}
@@ -437,9 +437,9 @@ int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, s
 	*out = spec;
 	return 0;
 bad_free:
-	crun_std_spec_finish(&spec);
+	crun__std_spec_finish(&spec);
 bad:
-	crun_seterr(err, errlen, STD_EXPECTED);
+	crun__seterr(err, errlen, STD_EXPECTED);
 	return -EINVAL;
 }
 
@@ -459,7 +459,7 @@ static const struct {
 	{SIGIO, "SIGIO"},	  {SIGPWR, "SIGPWR"},	{SIGSYS, "SIGSYS"},
 };
 
-const char *crun_signal_name(int sig)
+const char *crun__signal_name(int sig)
 {
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(signal_names); i++)
 		if (signal_names[i].sig == sig)
@@ -467,7 +467,7 @@ const char *crun_signal_name(int sig)
 	return NULL;
 }
 
-int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen)
+int crun__launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen)
 {
 	const char *p = s;
 	int n = 0;
@@ -478,7 +478,7 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 		int sig = 0;
 
 		if (len == 0 || len >= sizeof(name)) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "expected a comma-separated list of signal names like "
 			       "SIGTERM,SIGUSR1");
 			return -EINVAL;
@@ -494,14 +494,14 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 			}
 		}
 		if (!sig) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "unknown signal '%s'; expected names like SIGTERM or "
 			       "SIGUSR1",
 			       name);
 			return -EINVAL;
 		}
 		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-			crun_seterr(err, errlen, "%s cannot be handled: %s", crun_signal_name(sig),
+			crun__seterr(err, errlen, "%s cannot be handled: %s", crun__signal_name(sig),
 			       sig == SIGCHLD ? "crun needs it to supervise the workers"
 					      : "it cannot be caught");
 			return -EINVAL;
@@ -511,7 +511,7 @@ int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, s
 			dup |= sigs[i] == sig;
 		if (!dup) {
 			if (n >= CRUN_AGENT_MAX_SIGNALS) {
-				crun_seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
+				crun__seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
 				return -EINVAL;
 			}
 			sigs[n++] = sig;
@@ -548,12 +548,12 @@ static int check_host(const char *v, char *err, size_t errlen)
 	size_t len = strlen(v);
 
 	if (!len || len > 255) {
-		crun_seterr(err, errlen, "expected a host name or address");
+		crun__seterr(err, errlen, "expected a host name or address");
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < len; i++) {
 		if (!isgraph((unsigned char)v[i]) || v[i] == '/' || v[i] == ',') {
-			crun_seterr(err, errlen, "expected a host name or address");
+			crun__seterr(err, errlen, "expected a host name or address");
 			return -EINVAL;
 		}
 	}
@@ -565,7 +565,7 @@ static int set_string(char **dst, const char *v, char *err, size_t errlen)
 	char *dup = strdup(v);
 
 	if (!dup) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	free(*dst);
@@ -583,7 +583,7 @@ static int parse_rank_list(const char *v, int **out, size_t *count, char *err, s
 		n += *q == ',';
 	ranks = calloc(n, sizeof(*ranks));
 	if (!ranks) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (;;) {
@@ -597,7 +597,7 @@ static int parse_rank_list(const char *v, int **out, size_t *count, char *err, s
 		memcpy(buf, p, len);
 		buf[len] = '\0';
 		if (!isdigit((unsigned char)buf[0]) ||
-		    crun_parse_int64(buf, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
+		    crun__parse_int64(buf, 0, CRUN_LAUNCH_MAX_NPROC - 1, &r, NULL, 0) < 0)
 			goto bad;
 		for (size_t i = 0; i < k; i++)
 			dup |= ranks[i] == r;
@@ -613,7 +613,7 @@ static int parse_rank_list(const char *v, int **out, size_t *count, char *err, s
 	return 0;
 bad:
 	free(ranks);
-	crun_seterr(err, errlen, "expected a comma-separated list of local ranks like 0,2");
+	crun__seterr(err, errlen, "expected a comma-separated list of local ranks like 0,2");
 	return -EINVAL;
 }
 
@@ -631,12 +631,12 @@ static int parse_nnodes(const char *v, int *min, int *max)
 	memcpy(buf, v, (size_t)(colon - v));
 	buf[colon - v] = '\0';
 	if (!isdigit((unsigned char)buf[0]) ||
-	    crun_parse_int64(buf, 1, CRUN_LAUNCH_MAX_NNODES, &lo, NULL, 0) < 0)
+	    crun__parse_int64(buf, 1, CRUN_LAUNCH_MAX_NNODES, &lo, NULL, 0) < 0)
 		return -EINVAL;
 	hi = lo;
 	if (*colon &&
 	    (!isdigit((unsigned char)colon[1]) ||
-	     crun_parse_int64(colon + 1, 1, CRUN_LAUNCH_MAX_NNODES, &hi, NULL, 0) < 0 || lo > hi))
+	     crun__parse_int64(colon + 1, 1, CRUN_LAUNCH_MAX_NNODES, &hi, NULL, 0) < 0 || lo > hi))
 		return -EINVAL;
 	*min = (int)lo;
 	*max = (int)hi;
@@ -645,7 +645,7 @@ static int parse_nnodes(const char *v, int *min, int *max)
 
 /* Stores one option's value, given as text ("1"/"0" for flags), into o.
  * Returns 0 or -EINVAL with what is allowed in err. */
-static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char *v, char *err,
+static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const char *v, char *err,
 		 size_t errlen)
 {
 	char reason[256];
@@ -661,8 +661,8 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 			return 0;
 		}
 		if (!isdigit((unsigned char)*v) ||
-		    crun_parse_int64(v, 1, CRUN_LAUNCH_MAX_NPROC, &n, NULL, 0) < 0) {
-			crun_seterr(err, errlen,
+		    crun__parse_int64(v, 1, CRUN_LAUNCH_MAX_NPROC, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen,
 			       "expected a positive number (at most %d), auto, cpu or "
 			       "gpu",
 			       CRUN_LAUNCH_MAX_NPROC);
@@ -673,7 +673,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return 0;
 	case CRUN_OPT_ROLE:
 		if (check_word(v, "._-", 64) < 0) {
-			crun_seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
+			crun__seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
 			return -EINVAL;
 		}
 		return set_string(&o->role, v, err, errlen);
@@ -698,16 +698,16 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return 0;
 	case CRUN_OPT_MAX_RESTARTS:
 		if (!isdigit((unsigned char)*v) ||
-		    crun_parse_int64(v, 0, 1000000, &n, NULL, 0) < 0) {
-			crun_seterr(err, errlen, "expected a whole number from 0 to 1000000");
+		    crun__parse_int64(v, 0, 1000000, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a whole number from 0 to 1000000");
 			return -EINVAL;
 		}
 		o->max_restarts = (int)n;
 		return 0;
 	case CRUN_OPT_SHUTDOWN_TIMEOUT:
-		rc = crun_parse_duration_ms(v, &n, NULL, 0);
+		rc = crun__parse_duration_ms(v, &n, NULL, 0);
 		if (rc < 0 || n > 86400000) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "expected a duration up to 24h like 30, 2.5s, 500ms or "
 			       "1m");
 			return -EINVAL;
@@ -715,31 +715,31 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		o->shutdown_timeout_ms = n;
 		return 0;
 	case CRUN_OPT_MONITOR_INTERVAL:
-		if (crun_parse_duration_ms(v, &n, NULL, 0) < 0) {
-			crun_seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
+		if (crun__parse_duration_ms(v, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
 			return -EINVAL;
 		}
 		o->monitor_interval_ms = n;
 		return 0;
 	case CRUN_OPT_SIGNALS_TO_HANDLE:
-		return crun_launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
+		return crun__launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
 	case CRUN_OPT_START_METHOD:
 		if (strcmp(v, "spawn") && strcmp(v, "fork") && strcmp(v, "forkserver")) {
-			crun_seterr(err, errlen, "expected spawn, fork or forkserver");
+			crun__seterr(err, errlen, "expected spawn, fork or forkserver");
 			return -EINVAL;
 		}
 		return set_string(&o->start_method, v, err, errlen);
 	case CRUN_OPT_NNODES:
 		if (parse_nnodes(v, &o->nnodes_min, &o->nnodes_max) < 0) {
-			crun_seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
+			crun__seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
 			       CRUN_LAUNCH_MAX_NNODES);
 			return -EINVAL;
 		}
 		return 0;
 	case CRUN_OPT_NODE_RANK:
 		if (!isdigit((unsigned char)*v) ||
-		    crun_parse_int64(v, 0, CRUN_LAUNCH_MAX_NNODES - 1, &n, NULL, 0) < 0) {
-			crun_seterr(err, errlen, "expected a whole number from 0 to %d",
+		    crun__parse_int64(v, 0, CRUN_LAUNCH_MAX_NNODES - 1, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a whole number from 0 to %d",
 			       CRUN_LAUNCH_MAX_NNODES - 1);
 			return -EINVAL;
 		}
@@ -751,7 +751,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		} else if (!strcmp(v, "static")) {
 			o->rdzv_backend = CRUN_RDZV_STATIC;
 		} else {
-			crun_seterr(err, errlen, "expected c10d or static%s",
+			crun__seterr(err, errlen, "expected c10d or static%s",
 			       strncmp(v, "etcd", 4) ? "" : " (crun brings its own store)");
 			return -EINVAL;
 		}
@@ -760,10 +760,10 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		char host[256];
 		int port;
 
-		if (crun_parse_endpoint(v, 29400, host, sizeof(host), &port, reason,
+		if (crun__parse_endpoint(v, 29400, host, sizeof(host), &port, reason,
 					sizeof(reason)) < 0 ||
 		    check_host(host, NULL, 0) < 0) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "expected HOST[:PORT] or [ADDR]:PORT with a port 0-65535");
 			return -EINVAL;
 		}
@@ -771,7 +771,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 	}
 	case CRUN_OPT_RDZV_ID:
 		if (check_word(v, "._-:@+", CRUN_LAUNCH_MAX_RUN_ID) < 0) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "expected up to %d letters, digits, '.', '_', '-', ':', "
 			       "'@' or '+'",
 			       CRUN_LAUNCH_MAX_RUN_ID);
@@ -779,16 +779,16 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		}
 		return set_string(&o->rdzv_id, v, err, errlen);
 	case CRUN_OPT_RDZV_CONF:
-		crun_rdzv_conf_finish(&o->rdzv_conf);
-		crun_rdzv_conf_init(&o->rdzv_conf);
-		return crun_launch_parse_rdzv_conf(v, &o->rdzv_conf, err, errlen);
+		crun__rdzv_conf_finish(&o->rdzv_conf);
+		crun__rdzv_conf_init(&o->rdzv_conf);
+		return crun__launch_parse_rdzv_conf(v, &o->rdzv_conf, err, errlen);
 	case CRUN_OPT_MASTER_ADDR:
 		if (check_host(v, err, errlen) < 0)
 			return -EINVAL;
 		return set_string(&o->master_addr, v, err, errlen);
 	case CRUN_OPT_MASTER_PORT:
-		if (!isdigit((unsigned char)*v) || crun_parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
-			crun_seterr(err, errlen, "expected a port from 1 to 65535");
+		if (!isdigit((unsigned char)*v) || crun__parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a port from 1 to 65535");
 			return -EINVAL;
 		}
 		o->master_port = (int)n;
@@ -799,19 +799,19 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return set_string(&o->local_addr, v, err, errlen);
 	case CRUN_OPT_LOG_DIR:
 		if (!*v) {
-			crun_seterr(err, errlen, "expected a directory");
+			crun__seterr(err, errlen, "expected a directory");
 			return -EINVAL;
 		}
 		return set_string(&o->log_dir, v, err, errlen);
 	case CRUN_OPT_REDIRECTS:
 	case CRUN_OPT_TEE: {
-		struct crun_std_spec *dst = id == CRUN_OPT_TEE ? &o->tee : &o->redirects;
-		struct crun_std_spec spec;
+		struct crun__std_spec *dst = id == CRUN_OPT_TEE ? &o->tee : &o->redirects;
+		struct crun__std_spec spec;
 
-		rc = crun_launch_parse_std(v, &spec, err, errlen);
+		rc = crun__launch_parse_std(v, &spec, err, errlen);
 		if (rc)
 			return rc;
-		crun_std_spec_finish(dst);
+		crun__std_spec_finish(dst);
 		*dst = spec;
 		return 0;
 	}
@@ -819,7 +819,7 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 		return parse_rank_list(v, &o->ranks_filter, &o->nranks_filter, err, errlen);
 	case CRUN_OPT_CONFIG:
 		if (!*v) {
-			crun_seterr(err, errlen, "expected a file name");
+			crun__seterr(err, errlen, "expected a file name");
 			return -EINVAL;
 		}
 		return set_string(&o->config_path, v, err, errlen);
@@ -834,13 +834,13 @@ static int apply(struct crun_launch_opts *o, enum crun_launch_opt id, const char
 /* ---- the parse ------------------------------------------------------- */
 
 struct parse_ctx {
-	struct crun_launch_opts *o;
+	struct crun__launch_opts *o;
 	const char *value[CRUN_OPT_COUNT]; /* the winning text of each option */
 	char *owned[CRUN_OPT_COUNT];	   /* texts read from the config file */
 	int config_line[CRUN_OPT_COUNT];   /* where the config file set each */
 };
 
-void crun_launch_opts_init(struct crun_launch_opts *o)
+void crun__launch_opts_init(struct crun__launch_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->action = CRUN_LAUNCH_RUN;
@@ -848,7 +848,7 @@ void crun_launch_opts_init(struct crun_launch_opts *o)
 	o->nproc = 1;
 	o->nnodes_min = o->nnodes_max = 1;
 	o->rdzv_backend = CRUN_RDZV_C10D;
-	crun_rdzv_conf_init(&o->rdzv_conf);
+	crun__rdzv_conf_init(&o->rdzv_conf);
 	o->max_restarts = 3;
 	o->monitor_interval_ms = 100;
 	o->shutdown_timeout_ms = 30000;
@@ -859,47 +859,47 @@ void crun_launch_opts_init(struct crun_launch_opts *o)
 	o->nsignals = 4;
 }
 
-void crun_launch_opts_finish(struct crun_launch_opts *o)
+void crun__launch_opts_finish(struct crun__launch_opts *o)
 {
 	free(o->rdzv_endpoint);
 	free(o->rdzv_id);
-	crun_rdzv_conf_finish(&o->rdzv_conf);
+	crun__rdzv_conf_finish(&o->rdzv_conf);
 	free(o->start_method);
 	free(o->role);
 	free(o->master_addr);
 	free(o->local_addr);
 	free(o->log_dir);
-	crun_std_spec_finish(&o->redirects);
-	crun_std_spec_finish(&o->tee);
+	crun__std_spec_finish(&o->redirects);
+	crun__std_spec_finish(&o->tee);
 	free(o->ranks_filter);
 	free(o->config_path);
 	memset(o, 0, sizeof(*o));
 }
 
-static void format_invalid(enum crun_launch_source src, const char *env_name,
-			   const char *config_path, int line, enum crun_launch_opt id,
+static void format_invalid(enum crun__launch_source src, const char *env_name,
+			   const char *config_path, int line, enum crun__launch_opt id,
 			   const char *value, const char *reason, char *err, size_t errlen)
 {
 	char key[48];
 
 	switch (src) {
 	case CRUN_SRC_ENV:
-		crun_seterr(err, errlen, "invalid value '%s' for %s: %s", value, env_name, reason);
+		crun__seterr(err, errlen, "invalid value '%s' for %s: %s", value, env_name, reason);
 		break;
 	case CRUN_SRC_CONFIG:
 		config_key(id, key, sizeof(key));
-		crun_seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
+		crun__seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
 		       config_path ? config_path : "?", line, value, key, reason);
 		break;
 	case CRUN_SRC_CLI:
 	case CRUN_SRC_DEFAULT:
-		crun_seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
+		crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
 		       reason);
 		break;
 	}
 }
 
-void crun_launch_opts_invalid(const struct crun_launch_opts *o, enum crun_launch_opt id,
+void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__launch_opt id,
 			      const char *value, const char *reason, char *err, size_t errlen)
 {
 	const char *env = pet_name(id);
@@ -912,19 +912,19 @@ void crun_launch_opts_invalid(const struct crun_launch_opts *o, enum crun_launch
 }
 
 /* Checks text for option id without keeping it: apply() on a scratch set. */
-static int check_value(enum crun_launch_opt id, const char *v, char *reason, size_t len)
+static int check_value(enum crun__launch_opt id, const char *v, char *reason, size_t len)
 {
-	struct crun_launch_opts scratch;
+	struct crun__launch_opts scratch;
 	int rc;
 
-	crun_launch_opts_init(&scratch);
+	crun__launch_opts_init(&scratch);
 	rc = apply(&scratch, id, v, reason, len);
-	crun_launch_opts_finish(&scratch);
+	crun__launch_opts_finish(&scratch);
 	return rc;
 }
 
 /* Offers a value from src; it wins over what a lower source gave. */
-static void offer(struct parse_ctx *c, enum crun_launch_opt id, enum crun_launch_source src,
+static void offer(struct parse_ctx *c, enum crun__launch_opt id, enum crun__launch_source src,
 		  const char *v, int line)
 {
 	if (c->o->source[id] > src)
@@ -936,12 +936,12 @@ static void offer(struct parse_ctx *c, enum crun_launch_opt id, enum crun_launch
 
 static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size_t errlen)
 {
-	struct crun_launch_opts *o = c->o;
+	struct crun__launch_opts *o = c->o;
 	char reason[256];
 	int i;
 
 	for (i = 1; i < argc; i++) {
-		const struct crun_launch_optdef *d;
+		const struct crun__launch_optdef *d;
 		const char *arg = argv[i], *val = NULL;
 		char shown[64];
 
@@ -968,12 +968,12 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 				d = NULL; /* "-mx": no bundling of flags */
 		}
 		if (!d) {
-			crun_seterr(err, errlen, "unknown option '%s' (see crun --help)", arg);
+			crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", arg);
 			return -EINVAL;
 		}
 		if (d->id == CRUN_OPT_HELP || d->id == CRUN_OPT_VERSION) {
 			if (val) {
-				crun_seterr(err, errlen, "option '%s' takes no value", shown);
+				crun__seterr(err, errlen, "option '%s' takes no value", shown);
 				return -EINVAL;
 			}
 			o->action = d->id == CRUN_OPT_HELP ? CRUN_LAUNCH_HELP : CRUN_LAUNCH_VERSION;
@@ -981,20 +981,20 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 		}
 		if (!d->takes_value) {
 			if (val) {
-				crun_seterr(err, errlen, "option '%s' takes no value", shown);
+				crun__seterr(err, errlen, "option '%s' takes no value", shown);
 				return -EINVAL;
 			}
 			val = "1";
 		} else if (!val) {
 			if (i + 1 >= argc) {
-				crun_seterr(err, errlen, "option '%s' needs a value (see crun --help)",
+				crun__seterr(err, errlen, "option '%s' needs a value (see crun --help)",
 				       shown);
 				return -EINVAL;
 			}
 			val = argv[++i];
 		}
 		if (check_value(d->id, val, reason, sizeof(reason)) < 0) {
-			crun_seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
+			crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
 			       reason);
 			return -EINVAL;
 		}
@@ -1007,7 +1007,7 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 	return 0;
 }
 
-const char *crun_launch_env_lookup(char **envp, const char *name)
+const char *crun__launch_env_lookup(char **envp, const char *name)
 {
 	size_t len = strlen(name);
 
@@ -1022,15 +1022,15 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 	char reason[256];
 
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
-		const struct crun_launch_optdef *d = &optdefs[i];
+		const struct crun__launch_optdef *d = &optdefs[i];
 		const char *name = pet_name(d->id), *v;
 
 		if (!name)
 			continue;
-		v = crun_launch_env_lookup(envp, name);
+		v = crun__launch_env_lookup(envp, name);
 		if ((!v || !*v) && d->id == CRUN_OPT_SHUTDOWN_TIMEOUT) {
 			name = torch_shutdown_env;
-			v = crun_launch_env_lookup(envp, name);
+			v = crun__launch_env_lookup(envp, name);
 		}
 		if (!v || !*v) /* empty: as if unset */
 			continue;
@@ -1038,14 +1038,14 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 			/* torchrun: bool(int(value)) */
 			int64_t n;
 
-			if (crun_parse_int64(v, INT32_MIN, INT32_MAX, &n, NULL, 0) < 0) {
-				crun_seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
+			if (crun__parse_int64(v, INT32_MIN, INT32_MAX, &n, NULL, 0) < 0) {
+				crun__seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
 				       name);
 				return -EINVAL;
 			}
 			v = n ? "1" : "0";
 		} else if (check_value(d->id, v, reason, sizeof(reason)) < 0) {
-			crun_seterr(err, errlen, "invalid value '%s' for %s: %s", v, name, reason);
+			crun__seterr(err, errlen, "invalid value '%s' for %s: %s", v, name, reason);
 			return -EINVAL;
 		}
 		if (d->id == CRUN_OPT_SHUTDOWN_TIMEOUT && c->o->source[d->id] <= CRUN_SRC_ENV)
@@ -1056,8 +1056,8 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 }
 
 /* Flattens a YAML value into the text the option takes. */
-static int config_text(const struct crun_launch_optdef *d, const char *key,
-		       const struct crun_config_value *v, char **out, char *err, size_t errlen)
+static int config_text(const struct crun__launch_optdef *d, const char *key,
+		       const struct crun__config_value *v, char **out, char *err, size_t errlen)
 {
 	bool joinable = d->id == CRUN_OPT_SIGNALS_TO_HANDLE || d->id == CRUN_OPT_LOCAL_RANKS_FILTER;
 	bool pairs =
@@ -1069,12 +1069,12 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 
 	switch (v->kind) {
 	case CRUN_CONFIG_NULL:
-		crun_seterr(err, errlen, "missing value for '%s'", key);
+		crun__seterr(err, errlen, "missing value for '%s'", key);
 		return -EINVAL;
 	case CRUN_CONFIG_SCALAR:
 		if (!d->takes_value) {
 			if (parse_bool(v->scalar, &b) < 0) {
-				crun_seterr(err, errlen,
+				crun__seterr(err, errlen,
 				       "invalid value '%s' for '%s': expected true or false",
 				       v->scalar, key);
 				return -EINVAL;
@@ -1087,13 +1087,13 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 	case CRUN_CONFIG_SEQUENCE:
 	case CRUN_CONFIG_MAPPING:
 		if (v->kind == CRUN_CONFIG_SEQUENCE ? !joinable : !pairs) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "wrong type for '%s': expected a single value, got a %s", key,
 			       v->kind == CRUN_CONFIG_SEQUENCE ? "list" : "mapping");
 			return -EINVAL;
 		}
 		if (!v->nitems) {
-			crun_seterr(err, errlen, "missing value for '%s'", key);
+			crun__seterr(err, errlen, "missing value for '%s'", key);
 			return -EINVAL;
 		}
 		/* The separators of the flattened text may not appear inside. */
@@ -1102,7 +1102,7 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 							    : ",:";
 		for (size_t i = 0; i < v->nitems; i++) {
 			if (strpbrk(v->items[i], forbidden)) {
-				crun_seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
+				crun__seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
 				return -EINVAL;
 			}
 			len += strlen(v->items[i]) + 1;
@@ -1121,28 +1121,28 @@ static int config_text(const struct crun_launch_optdef *d, const char *key,
 		break;
 	}
 	if (!*out) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-static int config_cb(void *ctx, const char *key, int line, const struct crun_config_value *v,
+static int config_cb(void *ctx, const char *key, int line, const struct crun__config_value *v,
 		     char *err, size_t errlen)
 {
 	struct parse_ctx *c = ctx;
-	const struct crun_launch_optdef *d = find_long(key, strlen(key));
+	const struct crun__launch_optdef *d = find_long(key, strlen(key));
 	char reason[256], canon[48];
 	char *text = NULL;
 	int rc;
 
 	if (!d || !d->config) {
-		crun_seterr(err, errlen, "unknown key '%s'", key);
+		crun__seterr(err, errlen, "unknown key '%s'", key);
 		return -EINVAL;
 	}
 	config_key(d->id, canon, sizeof(canon));
 	if (c->config_line[d->id]) {
-		crun_seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
+		crun__seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
 		       c->config_line[d->id]);
 		return -EINVAL;
 	}
@@ -1150,7 +1150,7 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun_con
 	if (rc)
 		return rc;
 	if (d->takes_value && check_value(d->id, text, reason, sizeof(reason)) < 0) {
-		crun_seterr(err, errlen, "invalid value '%s' for '%s': %s", text, canon, reason);
+		crun__seterr(err, errlen, "invalid value '%s' for '%s': %s", text, canon, reason);
 		free(text);
 		return -EINVAL;
 	}
@@ -1160,7 +1160,7 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun_con
 	return 0;
 }
 
-int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, char **envp,
+int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, char **envp,
 			   char *err, size_t errlen)
 {
 	struct parse_ctx c = {.o = o};
@@ -1177,16 +1177,16 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 		rc = apply(o, CRUN_OPT_CONFIG, c.value[CRUN_OPT_CONFIG], err, errlen);
 		if (rc)
 			goto out_free;
-		rc = crun_launch_config_read(o->config_path, config_cb, &c, err, errlen);
+		rc = crun__launch_config_read(o->config_path, config_cb, &c, err, errlen);
 		if (rc)
 			goto out_free;
 	}
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
 		if (!c.value[i] || i == CRUN_OPT_CONFIG)
 			continue;
-		rc = apply(o, (enum crun_launch_opt)i, c.value[i], reason, sizeof(reason));
+		rc = apply(o, (enum crun__launch_opt)i, c.value[i], reason, sizeof(reason));
 		if (rc) {
-			crun_launch_opts_invalid(o, (enum crun_launch_opt)i, c.value[i], reason,
+			crun__launch_opts_invalid(o, (enum crun__launch_opt)i, c.value[i], reason,
 						 err, errlen);
 			goto out_free;
 		}
@@ -1197,12 +1197,12 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 
 		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
 		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "config '%s' line %d: '%s' is not supported: crun starts "
 			       "each worker as its own process; run the script as the command",
 			       o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
 		else
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 			       "%s%s is not supported: crun starts each worker as its "
 			       "own process; run the script as the command",
 			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
@@ -1213,7 +1213,7 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 		goto out_free;
 	}
 	if (o->module && o->no_python) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "--module and --no-python cannot be used together: a module "
 		       "needs python");
 		rc = -EINVAL;
@@ -1225,12 +1225,12 @@ int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, ch
 		snprintf(v, sizeof(v), "%d", o->node_rank);
 		snprintf(reason, sizeof(reason), "expected a node rank below --nnodes (%d)",
 			 o->nnodes_max);
-		crun_launch_opts_invalid(o, CRUN_OPT_NODE_RANK, v, reason, err, errlen);
+		crun__launch_opts_invalid(o, CRUN_OPT_NODE_RANK, v, reason, err, errlen);
 		rc = -EINVAL;
 		goto out_free;
 	}
 	if (!o->command) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "no command given: usage: crun [OPTIONS] SCRIPT.py|COMMAND "
 		       "[ARGS...] (see crun --help)");
 		rc = -EINVAL;

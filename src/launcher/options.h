@@ -35,7 +35,7 @@
 /* Largest config file read, in bytes. */
 #define CRUN_LAUNCH_MAX_CONFIG (1 << 20)
 
-enum crun_launch_action {
+enum crun__launch_action {
 	CRUN_LAUNCH_RUN = 0,
 	CRUN_LAUNCH_HELP,
 	CRUN_LAUNCH_VERSION,
@@ -43,20 +43,20 @@ enum crun_launch_action {
 };
 
 /* --nproc-per-node: a count, or a word resolved on this host (plan.h). */
-enum crun_nproc_mode {
+enum crun__nproc_mode {
 	CRUN_NPROC_COUNT = 0,
 	CRUN_NPROC_AUTO, /* GPUs if there are any, else CPUs */
 	CRUN_NPROC_CPU,	 /* online CPUs */
 	CRUN_NPROC_GPU,	 /* NVIDIA GPUs; an error when there are none */
 };
 
-enum crun_rdzv_backend {
+enum crun__rdzv_backend {
 	CRUN_RDZV_C10D = 0, /* crun's store and rounds, torchrun's name */
 	CRUN_RDZV_STATIC,   /* fixed ranks, store on master-addr:master-port */
 };
 
 /* Where the value of an option came from, in rising precedence. */
-enum crun_launch_source {
+enum crun__launch_source {
 	CRUN_SRC_DEFAULT = 0,
 	CRUN_SRC_CONFIG,
 	CRUN_SRC_ENV,
@@ -64,7 +64,7 @@ enum crun_launch_source {
 };
 
 /* Identifiers of the options, in the order of the table (and of --help). */
-enum crun_launch_opt {
+enum crun__launch_opt {
 	CRUN_OPT_NPROC_PER_NODE = 0,
 	CRUN_OPT_ROLE,
 	CRUN_OPT_MODULE,
@@ -98,8 +98,8 @@ enum crun_launch_opt {
 };
 
 /* One row of the option table, for --help and the tests. */
-struct crun_launch_optdef {
-	enum crun_launch_opt id;
+struct crun__launch_optdef {
+	enum crun__launch_opt id;
 	const char *name;	  /* long name with dashes, without "--" */
 	char short_name;	  /* 0: none */
 	bool takes_value;	  /* false: a flag */
@@ -111,10 +111,10 @@ struct crun_launch_optdef {
 	const char *group; /* heading in --help */
 };
 
-const struct crun_launch_optdef *crun_launch_optdefs(size_t *count);
+const struct crun__launch_optdef *crun__launch_optdefs(size_t *count);
 
 /* The --rdzv-conf keys, read by multi-node rounds. */
-struct crun_rdzv_conf {
+struct crun__rdzv_conf {
 	int64_t join_timeout_ms;	/* 600 s */
 	int64_t last_call_timeout_ms;	/* 30 s */
 	int64_t close_timeout_ms;	/* 30 s */
@@ -127,24 +127,24 @@ struct crun_rdzv_conf {
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:
  * "3" (every local rank) or "0:1,1:2" (local rank:streams). */
-struct crun_std_spec {
-	enum crun_std all; /* value for ranks without an entry */
+struct crun__std_spec {
+	enum crun__std all; /* value for ranks without an entry */
 	size_t count;
 	int *ranks;
-	enum crun_std *streams;
+	enum crun__std *streams;
 };
 
-struct crun_launch_opts {
-	enum crun_launch_action action;
+struct crun__launch_opts {
+	enum crun__launch_action action;
 
-	enum crun_nproc_mode nproc_mode;
+	enum crun__nproc_mode nproc_mode;
 	int nproc;			     /* with CRUN_NPROC_COUNT */
 	int nnodes_min, nnodes_max;	     /* 1:1 */
 	int node_rank;			     /* 0 */
-	enum crun_rdzv_backend rdzv_backend; /* c10d */
+	enum crun__rdzv_backend rdzv_backend; /* c10d */
 	char *rdzv_endpoint;		     /* NULL: none given */
 	char *rdzv_id;			     /* NULL: none given */
-	struct crun_rdzv_conf rdzv_conf;
+	struct crun__rdzv_conf rdzv_conf;
 	bool standalone;
 	int max_restarts;	     /* 3 */
 	int64_t monitor_interval_ms; /* 100; accepted, unused (event driven) */
@@ -156,7 +156,7 @@ struct crun_launch_opts {
 	int master_port;   /* 0: a free port on one node */
 	char *local_addr;  /* NULL: none */
 	char *log_dir;	   /* NULL: no log files */
-	struct crun_std_spec redirects, tee;
+	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
 	int64_t shutdown_timeout_ms; /* 30 s */
@@ -172,16 +172,16 @@ struct crun_launch_opts {
 
 	/* Where each option's value came from, and for config values the
 	 * line (for messages that name it). */
-	enum crun_launch_source source[CRUN_OPT_COUNT];
+	enum crun__launch_source source[CRUN_OPT_COUNT];
 	int config_line[CRUN_OPT_COUNT];
 	/* The shutdown timeout came from TORCH_ELASTIC_SHUTDOWN_TIMEOUT. */
 	bool shutdown_timeout_from_torch_env;
 };
 
 /* Sets every option to its default; no command. */
-void crun_launch_opts_init(struct crun_launch_opts *o);
+void crun__launch_opts_init(struct crun__launch_opts *o);
 /* Frees what parsing allocated; the struct may be initialised again. */
-void crun_launch_opts_finish(struct crun_launch_opts *o);
+void crun__launch_opts_finish(struct crun__launch_opts *o);
 
 /* Parses argv[1..argc-1] (options up to the first argument that is not an
  * option, or "--"; the rest is the command), the PET_ variables of envp
@@ -189,40 +189,40 @@ void crun_launch_opts_finish(struct crun_launch_opts *o);
  * -h/--help and --version end parsing at once and set o->action. Returns 0
  * or -EINVAL with one line in err (see above). o must be initialised; on
  * error it still must be finished. */
-int crun_launch_opts_parse(struct crun_launch_opts *o, int argc, char **argv, char **envp,
+int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, char **envp,
 			   char *err, size_t errlen);
 
 /* Writes "invalid value 'V' for ORIGIN: REASON" for option id into err,
  * where ORIGIN is the flag, the PET_ variable or the config key and line
  * that gave the value (for checks made after parsing, such as plan.c's). */
-void crun_launch_opts_invalid(const struct crun_launch_opts *o, enum crun_launch_opt id,
+void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__launch_opt id,
 			      const char *value, const char *reason, char *err, size_t errlen);
 
 /* Parsers of single values, also used by the tests. Each returns 0 or
  * -EINVAL with the reason (what is allowed) in err. */
 
 /* "3" or "0:1,1:2"; streams 0-3. */
-int crun_launch_parse_std(const char *s, struct crun_std_spec *out, char *err, size_t errlen);
-void crun_std_spec_finish(struct crun_std_spec *spec);
+int crun__launch_parse_std(const char *s, struct crun__std_spec *out, char *err, size_t errlen);
+void crun__std_spec_finish(struct crun__std_spec *spec);
 /* Streams of local rank lr. */
-enum crun_std crun_std_spec_get(const struct crun_std_spec *spec, int lr);
+enum crun__std crun__std_spec_get(const struct crun__std_spec *spec, int lr);
 
 /* "k=v,k=v" with the known keys; values checked per key; unknown keys
  * are an error. conf must hold the defaults (or earlier values). */
-int crun_launch_parse_rdzv_conf(const char *s, struct crun_rdzv_conf *conf, char *err,
+int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
 				size_t errlen);
-void crun_rdzv_conf_init(struct crun_rdzv_conf *conf);
-void crun_rdzv_conf_finish(struct crun_rdzv_conf *conf);
+void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
+void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
 
 /* "SIGTERM,SIGINT" (also "TERM", any case); signals that cannot be caught
  * or that crun needs (SIGKILL, SIGSTOP, SIGCHLD) are refused. Duplicates
  * are dropped. */
-int crun_launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen);
+int crun__launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, size_t errlen);
 /* "SIGTERM" for SIGTERM; NULL for a signal the table does not name. */
-const char *crun_signal_name(int sig);
+const char *crun__signal_name(int sig);
 
 /* The value of NAME in envp (a NULL-terminated "KEY=VALUE" array, as main's
  * third argument), or NULL. Points into envp. */
-const char *crun_launch_env_lookup(char **envp, const char *name);
+const char *crun__launch_env_lookup(char **envp, const char *name);
 
 #endif

@@ -45,7 +45,7 @@ static int count_physical(const char *gpus_dir, const char *dev_dir)
 	return n;
 }
 
-int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd)
+int crun__launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd)
 {
 	int n = count_physical(gpus_dir, dev_dir), count = 0;
 	const char *p = cvd;
@@ -83,12 +83,12 @@ int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char
 	return count;
 }
 
-int crun_launch_free_port(int *port, char *err, size_t errlen)
+int crun__launch_free_port(int *port, char *err, size_t errlen)
 {
-	int rc = crun_free_port();
+	int rc = crun__free_port();
 
 	if (rc < 0) {
-		crun_seterr(err, errlen, "cannot find a free port: %s", strerror(-rc));
+		crun__seterr(err, errlen, "cannot find a free port: %s", strerror(-rc));
 		return rc;
 	}
 	*port = rc;
@@ -119,8 +119,8 @@ static int make_uuid(char *out, size_t len)
 	return 0;
 }
 
-static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
-			 const struct crun_launch_host *host, int *nproc, char *err, size_t errlen)
+static int resolve_nproc(const struct crun__launch_opts *o, char **envp,
+			 const struct crun__launch_host *host, int *nproc, char *err, size_t errlen)
 {
 	const char *gpus_dir = host && host->gpus_dir ? host->gpus_dir : "/proc/driver/nvidia/gpus";
 	const char *dev_dir = host && host->dev_dir ? host->dev_dir : "/dev";
@@ -140,8 +140,8 @@ static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
 		return 0;
 	case CRUN_NPROC_AUTO:
 	case CRUN_NPROC_GPU:
-		gpus = crun_launch_count_gpus(gpus_dir, dev_dir,
-					      crun_launch_env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
+		gpus = crun__launch_count_gpus(gpus_dir, dev_dir,
+					      crun__launch_env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
 		if (gpus > 0) {
 			*nproc = gpus;
 			return 0;
@@ -150,7 +150,7 @@ static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
 			*nproc = (int)ncpus;
 			return 0;
 		}
-		crun_launch_opts_invalid(o, CRUN_OPT_NPROC_PER_NODE, "gpu",
+		crun__launch_opts_invalid(o, CRUN_OPT_NPROC_PER_NODE, "gpu",
 					 "no NVIDIA GPU found (none in /proc/driver/nvidia/gpus or "
 					 "/dev/nvidia*, or CUDA_VISIBLE_DEVICES hides them)",
 					 err, errlen);
@@ -159,11 +159,11 @@ static int resolve_nproc(const struct crun_launch_opts *o, char **envp,
 	return -EINVAL;
 }
 
-static int resolve_std(const struct crun_launch_opts *o, enum crun_launch_opt id,
-		       const struct crun_std_spec *spec, int nproc, enum crun_std **out, char *err,
+static int resolve_std(const struct crun__launch_opts *o, enum crun__launch_opt id,
+		       const struct crun__std_spec *spec, int nproc, enum crun__std **out, char *err,
 		       size_t errlen)
 {
-	enum crun_std *arr;
+	enum crun__std *arr;
 
 	for (size_t i = 0; i < spec->count; i++) {
 		if (spec->ranks[i] >= nproc) {
@@ -173,7 +173,7 @@ static int resolve_std(const struct crun_launch_opts *o, enum crun_launch_opt id
 			snprintf(reason, sizeof(reason),
 				 "local rank %d is not below --nproc-per-node (%d)", spec->ranks[i],
 				 nproc);
-			crun_launch_opts_invalid(o, id, v, reason, err, errlen);
+			crun__launch_opts_invalid(o, id, v, reason, err, errlen);
 			return -EINVAL;
 		}
 	}
@@ -181,11 +181,11 @@ static int resolve_std(const struct crun_launch_opts *o, enum crun_launch_opt id
 		return 0;
 	arr = calloc((size_t)nproc, sizeof(*arr));
 	if (!arr) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (int lr = 0; lr < nproc; lr++)
-		arr[lr] = crun_std_spec_get(spec, lr);
+		arr[lr] = crun__std_spec_get(spec, lr);
 	*out = arr;
 	return 0;
 }
@@ -197,10 +197,10 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcmp(s + n - m, suffix);
 }
 
-static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_opts *o, char **envp,
+static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_opts *o, char **envp,
 		      char *err, size_t errlen)
 {
-	const char *python = crun_launch_env_lookup(envp, "PYTHON_EXEC");
+	const char *python = crun__launch_env_lookup(envp, "PYTHON_EXEC");
 	const char *pre[4];
 	int npre = 0, k = 0;
 
@@ -216,7 +216,7 @@ static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_op
 	}
 	plan->argv = calloc((size_t)(npre + o->command_argc + 1), sizeof(*plan->argv));
 	if (!plan->argv) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (int i = 0; i < npre; i++)
@@ -228,7 +228,7 @@ static int build_argv(struct crun_launch_plan *plan, const struct crun_launch_op
 }
 
 /* Several nodes: where the store is, who hosts it, the node rank. */
-static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
+static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
 			      char *err, size_t errlen)
 {
 	bool is_static = o->rdzv_backend == CRUN_RDZV_STATIC;
@@ -256,7 +256,7 @@ static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_l
 		/* torchrun would wait for nodes that can never reach its store
 		 * on localhost:0; running one node instead would be a quiet
 		 * lie about the world size. */
-		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
 					 "--standalone runs one node (expected 1, or "
 					 "--rdzv-endpoint instead of --standalone)",
 					 err, errlen);
@@ -266,24 +266,24 @@ static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_l
 		return 0;
 	plan->rendezvous = true;
 	if (is_static && o->nnodes_min != o->nnodes_max) {
-		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
 					 "--rdzv-backend=static needs a fixed number of nodes "
 					 "(expected N)",
 					 err, errlen);
 		return -EINVAL;
 	}
 	if (!ep && !is_static) {
-		crun_launch_opts_invalid(o, CRUN_OPT_NNODES, v,
+		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
 					 "more than one node needs --rdzv-endpoint HOST[:PORT] "
 					 "(or --rdzv-backend=static with --master-addr)",
 					 err, errlen);
 		return -EINVAL;
 	}
 	if (ep) {
-		rc = crun_parse_endpoint(ep, 29400, plan->rdzv_host, sizeof(plan->rdzv_host),
+		rc = crun__parse_endpoint(ep, 29400, plan->rdzv_host, sizeof(plan->rdzv_host),
 					 &plan->rdzv_port, reason, sizeof(reason));
 		if (rc || plan->rdzv_port < 1) {
-			crun_launch_opts_invalid(o, CRUN_OPT_RDZV_ENDPOINT, ep,
+			crun__launch_opts_invalid(o, CRUN_OPT_RDZV_ENDPOINT, ep,
 						 rc ? reason
 						    : "a store of several nodes needs a port "
 						      "from 1 to 65535",
@@ -304,8 +304,8 @@ static int resolve_rendezvous(struct crun_launch_plan *plan, const struct crun_l
 	return 0;
 }
 
-int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
-			  char **envp, const struct crun_launch_host *host, bool pick_port,
+int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+			  char **envp, const struct crun__launch_host *host, bool pick_port,
 			  char *err, size_t errlen)
 {
 	char id[40], reason[256];
@@ -328,7 +328,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 	if (o->ranks_filter) {
 		plan->console_ranks = calloc((size_t)plan->nproc, sizeof(bool));
 		if (!plan->console_ranks) {
-			crun_seterr(err, errlen, "out of memory");
+			crun__seterr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
 		for (size_t i = 0; i < o->nranks_filter; i++) {
@@ -339,7 +339,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 				snprintf(reason, sizeof(reason),
 					 "local rank %d is not below --nproc-per-node (%d)",
 					 o->ranks_filter[i], plan->nproc);
-				crun_launch_opts_invalid(o, CRUN_OPT_LOCAL_RANKS_FILTER, v, reason,
+				crun__launch_opts_invalid(o, CRUN_OPT_LOCAL_RANKS_FILTER, v, reason,
 							 err, errlen);
 				return -EINVAL;
 			}
@@ -347,10 +347,10 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 		}
 	}
 	if (o->rdzv_conf.token_file) {
-		rc = crun_read_secret_file(o->rdzv_conf.token_file, 4096, &plan->token,
+		rc = crun__read_secret_file(o->rdzv_conf.token_file, 4096, &plan->token,
 					   &plan->token_len, reason, sizeof(reason));
 		if (rc) {
-			crun_launch_opts_invalid(o, CRUN_OPT_RDZV_CONF, o->rdzv_conf.token_file,
+			crun__launch_opts_invalid(o, CRUN_OPT_RDZV_CONF, o->rdzv_conf.token_file,
 						 reason, err, errlen);
 			return -EINVAL;
 		}
@@ -360,7 +360,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 	if (o->standalone) {
 		rc = make_uuid(id, sizeof(id));
 		if (rc) {
-			crun_seterr(err, errlen, "cannot make a run id: %s", strerror(-rc));
+			crun__seterr(err, errlen, "cannot make a run id: %s", strerror(-rc));
 			return rc;
 		}
 		plan->run_id = strdup(id);
@@ -368,7 +368,7 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 		plan->run_id = strdup(o->rdzv_id ? o->rdzv_id : "none");
 	}
 	if (!plan->run_id) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	plan->master_addr = o->master_addr  ? o->master_addr
@@ -376,14 +376,14 @@ int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launc
 					    : "127.0.0.1";
 	plan->master_port = o->master_port;
 	if (!plan->master_port && pick_port && !plan->rendezvous) {
-		rc = crun_launch_free_port(&plan->master_port, err, errlen);
+		rc = crun__launch_free_port(&plan->master_port, err, errlen);
 		if (rc)
 			return rc;
 	}
 	return build_argv(plan, o, envp, err, errlen);
 }
 
-void crun_launch_plan_finish(struct crun_launch_plan *plan)
+void crun__launch_plan_finish(struct crun__launch_plan *plan)
 {
 	free(plan->argv);
 	free(plan->run_id);
@@ -397,8 +397,8 @@ void crun_launch_plan_finish(struct crun_launch_plan *plan)
 	memset(plan, 0, sizeof(*plan));
 }
 
-void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct crun_launch_opts *o,
-			      struct crun_agent_spec *spec)
+void crun__launch_plan_to_spec(const struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+			      struct crun__agent_spec *spec)
 {
 	spec->argv = plan->argv;
 	spec->argc = plan->argc;
@@ -423,7 +423,7 @@ void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct 
 	spec->token = plan->token;
 	spec->token_len = plan->token_len;
 	if (plan->rendezvous) {
-		const struct crun_rdzv_conf *rc = &o->rdzv_conf;
+		const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 
 		spec->nnodes = o->nnodes_max;
 		spec->node_rank = plan->node_rank;
@@ -469,7 +469,7 @@ static void print_word(FILE *f, const char *w)
 	fputc('\'', f);
 }
 
-static void print_std(FILE *f, const char *key, const struct crun_std_spec *spec)
+static void print_std(FILE *f, const char *key, const struct crun__std_spec *spec)
 {
 	fprintf(f, "%s=", key);
 	if (!spec->count)
@@ -479,10 +479,10 @@ static void print_std(FILE *f, const char *key, const struct crun_std_spec *spec
 	fputc('\n', f);
 }
 
-void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
-			    const struct crun_launch_opts *o)
+void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
+			    const struct crun__launch_opts *o)
 {
-	const struct crun_rdzv_conf *rc = &o->rdzv_conf;
+	const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 	static const char *const backends[] = {"c10d", "static"};
 
 	fprintf(f, "nproc_per_node=%d\n", plan->nproc);
@@ -524,7 +524,7 @@ void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
 	fputs("signals_to_handle=", f);
 	for (int i = 0; i < o->nsignals; i++)
-		fprintf(f, "%s%s", i ? "," : "", crun_signal_name(o->signals[i]));
+		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));
 	fputc('\n', f);
 	fprintf(f, "virtual_local_rank=%d\n", o->virtual_local_rank);
 	fprintf(f, "log_dir=%s\n", o->log_dir ? o->log_dir : "");

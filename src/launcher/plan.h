@@ -14,13 +14,13 @@
 #include "launcher/options.h"
 
 /* The host as the plan sees it; NULL fields mean the real machine. */
-struct crun_launch_host {
+struct crun__launch_host {
 	const char *gpus_dir; /* NULL: /proc/driver/nvidia/gpus */
 	const char *dev_dir;  /* NULL: /dev (nvidia0, nvidia1, ...) */
 	long ncpus;	      /* 0: online CPUs */
 };
 
-struct crun_launch_plan {
+struct crun__launch_plan {
 	int nproc;   /* workers on this node */
 	char **argv; /* the worker command, NULL-terminated; the array
 		      * is owned, the strings are the options' or
@@ -29,8 +29,8 @@ struct crun_launch_plan {
 	char *run_id; /* --rdzv-id, a random id (standalone) or "none" */
 	const char *master_addr;
 	int master_port;	  /* 0: to be picked (dry run) */
-	enum crun_std *redirects; /* nproc entries, or NULL: none */
-	enum crun_std *tee;
+	enum crun__std *redirects; /* nproc entries, or NULL: none */
+	enum crun__std *tee;
 	bool *console_ranks; /* nproc entries, or NULL: all */
 	char *token;	     /* from rdzv_conf token_file; NULL: the agent's
 			      * (one node), none (rendezvous) */
@@ -58,11 +58,11 @@ struct crun_launch_plan {
  * CUDA_VISIBLE_DEVICES (cvd, NULL when unset) as the driver reads it:
  * indexes and GPU-/MIG- UUIDs up to the first invalid or repeated entry.
  * Returns the count (0 when there are none). */
-int crun_launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd);
+int crun__launch_count_gpus(const char *gpus_dir, const char *dev_dir, const char *cvd);
 
 /* A free TCP port: binds port 0 on the wildcard address, reads the port
  * the kernel chose, closes. 0 or a negative errno with a reason in err. */
-int crun_launch_free_port(int *port, char *err, size_t errlen);
+int crun__launch_free_port(int *port, char *err, size_t errlen);
 
 /* Resolves o on host (NULL: this machine) with envp (PYTHON_EXEC,
  * CUDA_VISIBLE_DEVICES). With pick_port, a missing --master-port becomes a
@@ -70,18 +70,18 @@ int crun_launch_free_port(int *port, char *err, size_t errlen);
  * needs --rdzv-endpoint with c10d, and a fixed --nnodes with static.
  * Returns 0 or -EINVAL with one line in err naming the flag (as
  * options.h); plan must be finished either way. */
-int crun_launch_plan_make(struct crun_launch_plan *plan, const struct crun_launch_opts *o,
-			  char **envp, const struct crun_launch_host *host, bool pick_port,
+int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+			  char **envp, const struct crun__launch_host *host, bool pick_port,
 			  char *err, size_t errlen);
-void crun_launch_plan_finish(struct crun_launch_plan *plan);
+void crun__launch_plan_finish(struct crun__launch_plan *plan);
 
-/* Fills spec (initialised by crun_agent_spec_init) from plan and o; spec
+/* Fills spec (initialised by crun__agent_spec_init) from plan and o; spec
  * points into both, which must outlive it. */
-void crun_launch_plan_to_spec(const struct crun_launch_plan *plan, const struct crun_launch_opts *o,
-			      struct crun_agent_spec *spec);
+void crun__launch_plan_to_spec(const struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+			      struct crun__agent_spec *spec);
 
 /* --dry-run: the resolved configuration as key=value lines. */
-void crun_launch_plan_print(FILE *f, const struct crun_launch_plan *plan,
-			    const struct crun_launch_opts *o);
+void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
+			    const struct crun__launch_opts *o);
 
 #endif

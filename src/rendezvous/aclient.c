@@ -83,24 +83,24 @@ struct pending {
 	uint8_t type;
 	uint64_t deadline; /* loop time in ms; 0: none */
 	int64_t timeout_ms;
-	crun_aclient_reply_cb cb;
+	crun__aclient_reply_cb cb;
 	void *arg;
 };
 
 struct resolve {
 	uv_getaddrinfo_t req;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 };
 
 /* One uv_write: the request and a private copy of the bytes. */
 struct wreq {
 	uv_write_t req;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	size_t len;
 	uint8_t data[];
 };
 
-struct crun_aclient {
+struct crun__aclient {
 	uv_loop_t *loop;
 	enum state state;
 	int refs; /* open handles + getaddrinfo in flight */
@@ -115,9 +115,9 @@ struct crun_aclient {
 	bool literal; /* host is a numeric address: no resolving */
 	bool once;    /* connect_timeout_ms 0 */
 
-	crun_aclient_event_cb event_cb;
+	crun__aclient_event_cb event_cb;
 	void *event_arg;
-	crun_aclient_connect_cb connect_cb;
+	crun__aclient_connect_cb connect_cb;
 	void *connect_arg;
 
 	/* Connecting. */
@@ -147,7 +147,7 @@ struct crun_aclient {
 	/* Received bytes not yet decoded: rbuf[0, rlen). */
 	uint8_t *rbuf;
 	size_t rcap, rlen;
-	struct crun_wire_item *items;
+	struct crun__wire_item *items;
 	uint32_t items_cap;
 
 	char target[PEER_LEN]; /* host:port as given */
@@ -155,18 +155,18 @@ struct crun_aclient {
 };
 
 static void on_tcp_close(uv_handle_t *h);
-static void try_connect(struct crun_aclient *c);
-static void lose(struct crun_aclient *c, int err, const char *fmt, ...)
+static void try_connect(struct crun__aclient *c);
+static void lose(struct crun__aclient *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-static void attempt_failed(struct crun_aclient *c, int err, bool plain, const char *fmt, ...)
+static void attempt_failed(struct crun__aclient *c, int err, bool plain, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static void set_msg(struct crun_aclient *c, int err, bool plain, const char *fmt, ...)
+static void set_msg(struct crun__aclient *c, int err, bool plain, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-static void set_msg(struct crun_aclient *c, int err, bool plain, const char *fmt, ...)
+static void set_msg(struct crun__aclient *c, int err, bool plain, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -202,12 +202,12 @@ static const char *reason(int err)
 	}
 }
 
-static uint32_t next_id(struct crun_aclient *c)
+static uint32_t next_id(struct crun__aclient *c)
 {
 	return crun__wire_next_id(&c->last_id);
 }
 
-static void maybe_free(struct crun_aclient *c)
+static void maybe_free(struct crun__aclient *c)
 {
 	if (c->state != ST_DESTROYED || c->refs > 0)
 		return;
@@ -220,7 +220,7 @@ static void maybe_free(struct crun_aclient *c)
 
 static void on_handle_close(uv_handle_t *h)
 {
-	struct crun_aclient *c = h->data;
+	struct crun__aclient *c = h->data;
 
 	c->refs--;
 	maybe_free(c);
@@ -231,7 +231,7 @@ static void on_handle_close(uv_handle_t *h)
 static void on_written(uv_write_t *req, int status)
 {
 	struct wreq *w = (struct wreq *)req;
-	struct crun_aclient *c = w->c;
+	struct crun__aclient *c = w->c;
 
 	free(w);
 	if (status >= 0 || status == UV_ECANCELED)
@@ -243,7 +243,7 @@ static void on_written(uv_write_t *req, int status)
 		attempt_failed(c, status, false, "%s", reason(status));
 }
 
-static struct wreq *wreq_new(struct crun_aclient *c, size_t len)
+static struct wreq *wreq_new(struct crun__aclient *c, size_t len)
 {
 	struct wreq *w = malloc(sizeof(*w) + len);
 
@@ -254,7 +254,7 @@ static struct wreq *wreq_new(struct crun_aclient *c, size_t len)
 	return w;
 }
 
-static int wreq_send(struct crun_aclient *c, struct wreq *w)
+static int wreq_send(struct crun__aclient *c, struct wreq *w)
 {
 	uv_buf_t b = uv_buf_init((char *)w->data, (unsigned int)w->len);
 	int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written);
@@ -265,7 +265,7 @@ static int wreq_send(struct crun_aclient *c, struct wreq *w)
 }
 
 /* Encodes msg (already valid) and queues it. 0 or a negative errno. */
-static int send_msg(struct crun_aclient *c, const struct crun_wire_msg *msg)
+static int send_msg(struct crun__aclient *c, const struct crun__wire_msg *msg)
 {
 	struct wreq *w;
 	size_t size;
@@ -275,13 +275,13 @@ static int send_msg(struct crun_aclient *c, const struct crun_wire_msg *msg)
 	w = wreq_new(c, size);
 	if (!w)
 		return -ENOMEM;
-	crun_wire_encode(msg, w->data);
+	crun__wire_encode(msg, w->data);
 	return wreq_send(c, w);
 }
 
 /* ---- pending requests -------------------------------------------------- */
 
-static void pending_unlink(struct crun_aclient *c, struct pending *p)
+static void pending_unlink(struct crun__aclient *c, struct pending *p)
 {
 	if (p->prev)
 		p->prev->next = p->next;
@@ -294,7 +294,7 @@ static void pending_unlink(struct crun_aclient *c, struct pending *p)
 	p->prev = p->next = NULL;
 }
 
-static struct pending *pending_find(struct crun_aclient *c, uint32_t id)
+static struct pending *pending_find(struct crun__aclient *c, uint32_t id)
 {
 	for (struct pending *p = c->head; p; p = p->next)
 		if (p->id == id)
@@ -305,7 +305,7 @@ static struct pending *pending_find(struct crun_aclient *c, uint32_t id)
 static void on_req_timer(uv_timer_t *t);
 
 /* Arms the request timer for the earliest deadline, or stops it. */
-static void arm_req_timer(struct crun_aclient *c)
+static void arm_req_timer(struct crun__aclient *c)
 {
 	uint64_t due = 0, now = uv_now(c->loop);
 
@@ -322,7 +322,7 @@ static void arm_req_timer(struct crun_aclient *c)
 
 static void on_req_timer(uv_timer_t *t)
 {
-	struct crun_aclient *c = t->data;
+	struct crun__aclient *c = t->data;
 
 	c->req_due = 0;
 	while (c->state == ST_READY) {
@@ -337,7 +337,7 @@ static void on_req_timer(uv_timer_t *t)
 		pending_unlink(c, p);
 		fmt_duration(d, sizeof(d), p->timeout_ms);
 		snprintf(msg, sizeof(msg), "no reply from the store at '%s' to %s within %s",
-			 c->peer, crun_wire_type_name(p->type), d);
+			 c->peer, crun__wire_type_name(p->type), d);
 		p->cb(c, -ETIMEDOUT, msg, NULL, p->arg);
 		free(p);
 	}
@@ -348,7 +348,7 @@ static void on_req_timer(uv_timer_t *t)
 
 /* ---- losing the connection --------------------------------------------- */
 
-static void lose(struct crun_aclient *c, int err, const char *fmt, ...)
+static void lose(struct crun__aclient *c, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -358,7 +358,7 @@ static void lose(struct crun_aclient *c, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
 	va_end(ap);
-	crun_debug("%s", c->msg);
+	crun__debug("%s", c->msg);
 	c->state = ST_LOST_CLOSE;
 	uv_timer_stop(&c->ka_timer);
 	uv_timer_stop(&c->req_timer);
@@ -367,7 +367,7 @@ static void lose(struct crun_aclient *c, int err, const char *fmt, ...)
 
 /* From the socket's close callback: fails every pending request, then
  * reports LOST, unless a callback destroys the client on the way. */
-static void report_lost(struct crun_aclient *c)
+static void report_lost(struct crun__aclient *c)
 {
 	struct pending *p;
 
@@ -387,7 +387,7 @@ static void report_lost(struct crun_aclient *c)
 
 static void on_ka_timer(uv_timer_t *t);
 
-static void arm_ka(struct crun_aclient *c)
+static void arm_ka(struct crun__aclient *c)
 {
 	uint64_t now = uv_now(c->loop);
 	uint64_t window = (uint64_t)c->ka_interval_ms * (uint64_t)c->ka_max_attempt;
@@ -402,7 +402,7 @@ static void arm_ka(struct crun_aclient *c)
 
 /* True when bytes wait in the socket: a loop that was busy for a while
  * runs its timers before it reads, and those bytes prove the store alive. */
-static bool bytes_waiting(struct crun_aclient *c)
+static bool bytes_waiting(struct crun__aclient *c)
 {
 	uv_os_fd_t fd;
 	char b;
@@ -414,7 +414,7 @@ static bool bytes_waiting(struct crun_aclient *c)
 
 static void on_ka_timer(uv_timer_t *t)
 {
-	struct crun_aclient *c = t->data;
+	struct crun__aclient *c = t->data;
 	uint64_t now = uv_now(c->loop);
 	uint64_t window = (uint64_t)c->ka_interval_ms * (uint64_t)c->ka_max_attempt;
 
@@ -431,7 +431,7 @@ static void on_ka_timer(uv_timer_t *t)
 		c->last_rx = now;
 	}
 	if (now >= c->next_ping) {
-		struct crun_wire_msg ping = {.type = CRUN_WIRE_PING, .id = next_id(c)};
+		struct crun__wire_msg ping = {.type = CRUN_WIRE_PING, .id = next_id(c)};
 		int rc = send_msg(c, &ping);
 
 		if (rc < 0) {
@@ -446,7 +446,7 @@ static void on_ka_timer(uv_timer_t *t)
 
 /* ---- connecting -------------------------------------------------------- */
 
-static void finish_connect(struct crun_aclient *c, int status)
+static void finish_connect(struct crun__aclient *c, int status)
 {
 	char msg[MSG_LEN + PEER_LEN + 96], d[32];
 	const char *m = NULL;
@@ -474,7 +474,7 @@ static void finish_connect(struct crun_aclient *c, int status)
 				 c->target, c->msg);
 			m = msg;
 		}
-		crun_debug("%s", m);
+		crun__debug("%s", m);
 	}
 	c->connect_cb(c, status, m, c->connect_arg);
 }
@@ -482,7 +482,7 @@ static void finish_connect(struct crun_aclient *c, int status)
 static void on_conn_timer(uv_timer_t *t);
 
 /* The last attempt failed with c->err: retry, or give up. */
-static void attempt_again_or_fail(struct crun_aclient *c)
+static void attempt_again_or_fail(struct crun__aclient *c)
 {
 	uint64_t now = uv_now(c->loop);
 	uint64_t left = c->deadline > now ? c->deadline - now : 0;
@@ -504,7 +504,7 @@ static void attempt_again_or_fail(struct crun_aclient *c)
 /* An attempt failed after the socket was set up: close it; the close
  * callback moves on. Before TCP connected, any error moves to the next
  * address; after, only the retryable ones do. */
-static void attempt_failed(struct crun_aclient *c, int err, bool plain, const char *fmt, ...)
+static void attempt_failed(struct crun__aclient *c, int err, bool plain, const char *fmt, ...)
 {
 	bool connected = c->state != ST_CONNECTING;
 	va_list ap;
@@ -522,7 +522,7 @@ static void attempt_failed(struct crun_aclient *c, int err, bool plain, const ch
 
 static void on_tcp_close(uv_handle_t *h)
 {
-	struct crun_aclient *c = h->data;
+	struct crun__aclient *c = h->data;
 
 	c->tcp_live = false;
 	c->refs--;
@@ -548,7 +548,7 @@ static void on_tcp_close(uv_handle_t *h)
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res);
 
 /* Starts resolving host. 0 or a negative errno (nothing started). */
-static int resolve(struct crun_aclient *c)
+static int resolve(struct crun__aclient *c)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct resolve *r = malloc(sizeof(*r));
@@ -573,7 +573,7 @@ static int resolve(struct crun_aclient *c)
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
 	struct resolve *r = (struct resolve *)req;
-	struct crun_aclient *c = r->c;
+	struct crun__aclient *c = r->c;
 
 	free(r);
 	c->refs--;
@@ -608,7 +608,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void on_connected(uv_connect_t *req, int status);
 
 /* Connects to addrs[cur]. Failures go through the close callback. */
-static void try_connect(struct crun_aclient *c)
+static void try_connect(struct crun__aclient *c)
 {
 	int rc = uv_tcp_init(c->loop, &c->tcp);
 
@@ -631,7 +631,7 @@ static void try_connect(struct crun_aclient *c)
 }
 
 /* Starts one round over every address (resolving a name again). */
-static void start_attempt(struct crun_aclient *c)
+static void start_attempt(struct crun__aclient *c)
 {
 	int rc;
 
@@ -649,7 +649,7 @@ static void start_attempt(struct crun_aclient *c)
 
 static void on_conn_timer(uv_timer_t *t)
 {
-	struct crun_aclient *c = t->data;
+	struct crun__aclient *c = t->data;
 	uint64_t now = uv_now(c->loop);
 
 	switch (c->state) {
@@ -696,7 +696,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void on_connected(uv_connect_t *req, int status)
 {
-	struct crun_aclient *c = req->data;
+	struct crun__aclient *c = req->data;
 	struct sockaddr_storage ss;
 	int len = sizeof(ss), rc;
 	struct wreq *w;
@@ -720,7 +720,7 @@ static void on_connected(uv_connect_t *req, int status)
 		attempt_failed(c, -ENOMEM, false, "out of memory");
 		return;
 	}
-	crun_wire_client_preamble(w->data);
+	crun__wire_client_preamble(w->data);
 	rc = wreq_send(c, w);
 	if (rc == 0)
 		rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -731,17 +731,17 @@ static void on_connected(uv_connect_t *req, int status)
 /* Answers the server's preamble with HELLO (hello.c's step). The bytes
  * consumed, 0 while the preamble is incomplete, or < 0 when the attempt
  * failed. */
-static long send_hello(struct crun_aclient *c)
+static long send_hello(struct crun__aclient *c)
 {
 	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
-	struct crun_wire_msg hello;
+	struct crun__wire_msg hello;
 	char err[MSG_LEN];
 	long n;
 	int rc;
 
 	if (c->rlen < CRUN_WIRE_SERVER_PREAMBLE)
 		return 0;
-	rc = crun_wire_random(cnonce, sizeof(cnonce));
+	rc = crun__wire_random(cnonce, sizeof(cnonce));
 	if (rc < 0) {
 		attempt_failed(c, rc, true, "cannot compute the handshake: %s", strerror(-rc));
 		return rc;
@@ -763,7 +763,7 @@ static long send_hello(struct crun_aclient *c)
 }
 
 /* A frame while HELLO waits for its answer. */
-static void handshake_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
+static void handshake_frame(struct crun__aclient *c, const struct crun__wire_msg *m)
 {
 	char err[MSG_LEN];
 	int rc = crun__hello_client_reply(&c->hello, m, err, sizeof(err));
@@ -775,7 +775,7 @@ static void handshake_frame(struct crun_aclient *c, const struct crun_wire_msg *
 }
 
 /* A frame on a ready connection. May run user callbacks. */
-static void ready_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
+static void ready_frame(struct crun__aclient *c, const struct crun__wire_msg *m)
 {
 	char buf[MSG_LEN], *heap = NULL;
 	const char *text = NULL;
@@ -818,7 +818,7 @@ static void ready_frame(struct crun_aclient *c, const struct crun_wire_msg *m)
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-	struct crun_aclient *c = h->data;
+	struct crun__aclient *c = h->data;
 	size_t need = RBUF_MIN, frame;
 
 	(void)suggested;
@@ -839,13 +839,13 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	*buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned int)(c->rcap - c->rlen));
 }
 
-static bool reading(const struct crun_aclient *c)
+static bool reading(const struct crun__aclient *c)
 {
 	return c->state == ST_PREAMBLE || c->state == ST_HELLO || c->state == ST_READY;
 }
 
 /* A read error or EOF. */
-static void conn_error(struct crun_aclient *c, int err)
+static void conn_error(struct crun__aclient *c, int err)
 {
 	int e = err == UV_EOF ? -ECONNRESET : err == UV_ENOBUFS ? -ENOMEM : err;
 
@@ -863,9 +863,9 @@ static void conn_error(struct crun_aclient *c, int err)
 }
 
 /* Decodes and handles every whole frame buffered. */
-static void process(struct crun_aclient *c)
+static void process(struct crun__aclient *c)
 {
-	struct crun_wire_msg m;
+	struct crun__wire_msg m;
 	size_t pos = 0;
 	char err[160];
 
@@ -919,7 +919,7 @@ static void process(struct crun_aclient *c)
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-	struct crun_aclient *c = s->data;
+	struct crun__aclient *c = s->data;
 
 	(void)buf;
 	if (!reading(c) || nread == 0)
@@ -935,10 +935,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- public API -------------------------------------------------------- */
 
-struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_aclient_opts *opts,
-					 crun_aclient_event_cb event_cb, void *arg)
+struct crun__aclient *crun__aclient_create(uv_loop_t *loop, const struct crun__aclient_opts *opts,
+					 crun__aclient_event_cb event_cb, void *arg)
 {
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	struct in6_addr a6;
 	struct in_addr a4;
 
@@ -1004,7 +1004,7 @@ out_free:
 	return NULL;
 }
 
-int crun_aclient_connect(struct crun_aclient *c, crun_aclient_connect_cb cb, void *arg)
+int crun__aclient_connect(struct crun__aclient *c, crun__aclient_connect_cb cb, void *arg)
 {
 	uint64_t now;
 	int rc = 0;
@@ -1030,10 +1030,10 @@ int crun_aclient_connect(struct crun_aclient *c, crun_aclient_connect_cb cb, voi
 	return 0;
 }
 
-int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg,
-			 int64_t timeout_ms, crun_aclient_reply_cb cb, void *arg, uint32_t *id)
+int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *msg,
+			 int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id)
 {
-	struct crun_wire_msg m;
+	struct crun__wire_msg m;
 	struct pending *p;
 	char why[160];
 	int rc;
@@ -1043,11 +1043,11 @@ int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg
 	if (c->state != ST_READY)
 		return -ENOTCONN;
 	m = *msg;
-	if (!crun_wire_is_request(m.type) || m.type == CRUN_WIRE_HELLO)
+	if (!crun__wire_is_request(m.type) || m.type == CRUN_WIRE_HELLO)
 		return -EINVAL;
 	m.id = next_id(c);
-	if (crun_wire_validate(&m, why, sizeof(why)) < 0) {
-		crun_debug("refusing to send a bad %s: %s", crun_wire_type_name(m.type), why);
+	if (crun__wire_validate(&m, why, sizeof(why)) < 0) {
+		crun__debug("refusing to send a bad %s: %s", crun__wire_type_name(m.type), why);
 		return -EINVAL;
 	}
 	p = calloc(1, sizeof(*p));
@@ -1084,12 +1084,12 @@ int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg
 	return 0;
 }
 
-const char *crun_aclient_peer(const struct crun_aclient *c)
+const char *crun__aclient_peer(const struct crun__aclient *c)
 {
 	return c ? c->peer : "";
 }
 
-void crun_aclient_destroy(struct crun_aclient *c)
+void crun__aclient_destroy(struct crun__aclient *c)
 {
 	struct pending *p;
 

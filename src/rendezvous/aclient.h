@@ -27,7 +27,7 @@
  *
  * All callbacks run on the loop's thread, never from inside a call to a
  * function here (except destroy, which runs none). A callback may call any
- * function here, including crun_aclient_destroy (then no further callback
+ * function here, including crun__aclient_destroy (then no further callback
  * runs). The embedder must ignore SIGPIPE, as for the server (server.h).
  * Not thread-safe: use the client from the loop's thread only. */
 #ifndef CRUN_RENDEZVOUS_ACLIENT_H
@@ -39,9 +39,9 @@
 
 #include "rendezvous/wire.h"
 
-struct crun_aclient;
+struct crun__aclient;
 
-struct crun_aclient_opts {
+struct crun__aclient_opts {
 	const char *host; /* name or address (IPv4/IPv6, no brackets) */
 	int port;	  /* 1..65535 */
 	const char *run_id;
@@ -59,7 +59,7 @@ struct crun_aclient_opts {
 					* connection with -EPROTO. */
 };
 
-enum crun_aclient_event_type {
+enum crun__aclient_event_type {
 	CRUN_ACLIENT_EV_LOST = 1,   /* connection lost; err and message set */
 	CRUN_ACLIENT_EV_NOTIFY = 2, /* a NOTIFY frame; msg set (id: the WATCH's) */
 	CRUN_ACLIENT_EV_RDZV = 3,   /* an RDZV_EVENT frame; msg set (id: the JOIN's) */
@@ -67,8 +67,8 @@ enum crun_aclient_event_type {
 
 /* msg and its items are valid only during the callback; err is 0 and
  * message NULL for NOTIFY and RDZV, msg NULL for LOST. */
-typedef void (*crun_aclient_event_cb)(struct crun_aclient *c, enum crun_aclient_event_type type,
-				      int err, const char *message, const struct crun_wire_msg *msg,
+typedef void (*crun__aclient_event_cb)(struct crun__aclient *c, enum crun__aclient_event_type type,
+				      int err, const char *message, const struct crun__wire_msg *msg,
 				      void *arg);
 
 /* Called exactly once when connect finishes: status 0 (message NULL), or a
@@ -83,7 +83,7 @@ typedef void (*crun_aclient_event_cb)(struct crun_aclient *c, enum crun_aclient_
  *   -EMFILE      the store is at its connection limit (its message)
  *   -EPROTO / -EPROTONOSUPPORT  not a crun store / another version.
  * Not called when the client is destroyed first. */
-typedef void (*crun_aclient_connect_cb)(struct crun_aclient *c, int status, const char *message,
+typedef void (*crun__aclient_connect_cb)(struct crun__aclient *c, int status, const char *message,
 					void *arg);
 
 /* Called exactly once per request (unless the client is destroyed first):
@@ -93,21 +93,21 @@ typedef void (*crun_aclient_connect_cb)(struct crun_aclient *c, int status, cons
  * the store at '...' to GET within 100ms"; a later reply is dropped), or
  * the connection's error when it was lost (reply NULL then). reply and its
  * items are valid only during the callback. */
-typedef void (*crun_aclient_reply_cb)(struct crun_aclient *c, int status, const char *message,
-				      const struct crun_wire_msg *reply, void *arg);
+typedef void (*crun__aclient_reply_cb)(struct crun__aclient *c, int status, const char *message,
+				      const struct crun__wire_msg *reply, void *arg);
 
 /* NULL on bad options (no host, port outside 1..65535, no run id, negative
  * timeouts, keep-alive without max_attempt >= 1, a token of length 0) or
  * allocation failure. Connects nothing; event_cb may be NULL. */
-struct crun_aclient *crun_aclient_create(uv_loop_t *loop, const struct crun_aclient_opts *opts,
-					 crun_aclient_event_cb event_cb, void *arg);
+struct crun__aclient *crun__aclient_create(uv_loop_t *loop, const struct crun__aclient_opts *opts,
+					 crun__aclient_event_cb event_cb, void *arg);
 
 /* Starts connecting (resolve, connect with retry, preambles, HELLO with
  * mutual HMAC); cb reports the outcome. Names are resolved with
  * uv_getaddrinfo (again before each retry), literals directly; every
  * address is tried in order. 0, or a negative errno when it cannot even
  * start (-EINVAL: no cb; -EALREADY: connect was called before). */
-int crun_aclient_connect(struct crun_aclient *c, crun_aclient_connect_cb cb, void *arg);
+int crun__aclient_connect(struct crun__aclient *c, crun__aclient_connect_cb cb, void *arg);
 
 /* Sends a request (any request type but HELLO). msg->id is ignored (the
  * client assigns one, returned through *id when id is not NULL: it is the
@@ -116,17 +116,17 @@ int crun_aclient_connect(struct crun_aclient *c, crun_aclient_connect_cb cb, voi
  * Returns 0 (cb will run) or a negative errno (cb will not run): -ENOTCONN
  * before connect_cb(0) or after LOST, -EINVAL for a frame that breaks
  * wire.h's rules, -E2BIG above the protocol's size cap, -ENOMEM. */
-int crun_aclient_request(struct crun_aclient *c, const struct crun_wire_msg *msg,
-			 int64_t timeout_ms, crun_aclient_reply_cb cb, void *arg, uint32_t *id);
+int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *msg,
+			 int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id);
 
 /* The store's address as "HOST:PORT" ("[::1]:29400" for IPv6): the
  * numeric peer address once TCP connected, before that host and port as
  * given. Valid until destroy. */
-const char *crun_aclient_peer(const struct crun_aclient *c);
+const char *crun__aclient_peer(const struct crun__aclient *c);
 
 /* Closes the connection; pending requests and an unfinished connect get no
  * callback. Frees memory in the close callbacks, so the loop must run
  * afterwards for the memory to go. NULL is allowed. */
-void crun_aclient_destroy(struct crun_aclient *c);
+void crun__aclient_destroy(struct crun__aclient *c);
 
 #endif

@@ -86,9 +86,9 @@ struct crun_store {
 	 * scan() occupies rconsume bytes at rpos until the next read. */
 	uint8_t *rbuf;
 	size_t rcap, rpos, rlen, rconsume;
-	struct crun_wire_item *items;
+	struct crun__wire_item *items;
 	uint32_t items_cap;
-	struct crun_wire_msg msg;
+	struct crun__wire_msg msg;
 
 	/* An ERROR the server sent outside any request (id 0), reported when
 	 * the connection then closes. */
@@ -202,7 +202,7 @@ void crun_store_list_free(char **keys, size_t n)
 	free(keys);
 }
 
-static int buf_from_item(struct crun_store_buf *out, const struct crun_wire_item *it)
+static int buf_from_item(struct crun_store_buf *out, const struct crun__wire_item *it)
 {
 	out->data = malloc((size_t)it->len + 1);
 	if (!out->data) {
@@ -218,13 +218,13 @@ static int buf_from_item(struct crun_store_buf *out, const struct crun_wire_item
 
 static uint64_t deadline_after(int ms)
 {
-	return crun_now_ms() + (uint64_t)(ms > 0 ? ms : 0);
+	return crun__now_ms() + (uint64_t)(ms > 0 ? ms : 0);
 }
 
 /* Remaining milliseconds until deadline for poll(), 0 when it passed. */
 static int remaining_ms(uint64_t deadline)
 {
-	uint64_t now = crun_now_ms();
+	uint64_t now = crun__now_ms();
 
 	if (now >= deadline)
 		return 0;
@@ -402,7 +402,7 @@ static int fill(struct crun_store *s, uint64_t deadline)
 	}
 }
 
-static int queue_event(struct crun_store *s, const struct crun_wire_msg *m)
+static int queue_event(struct crun_store *s, const struct crun__wire_msg *m)
 {
 	size_t bytes = sizeof(struct event_node) + m->items[0].len + m->items[1].len;
 	struct event_node *n;
@@ -452,7 +452,7 @@ out_free_node:
 
 /* The server's text of an ERROR as the call's message; the errno's own
  * words when the server sent none. Returns the errno. */
-static int save_server_error(struct crun_store *s, const struct crun_wire_msg *m)
+static int save_server_error(struct crun_store *s, const struct crun__wire_msg *m)
 {
 	crun__wire_error_text(m, s->errmsg, sizeof(s->errmsg), NULL);
 	if (!s->errmsg[0])
@@ -522,7 +522,7 @@ static int await_reply(struct crun_store *s, uint32_t id, uint64_t deadline)
  * arrive meanwhile are read (and NOTIFY frames queued), so neither side
  * can block the other with a full socket buffer. *sent_any tells whether
  * the server may have seen part of the request. */
-static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uint64_t deadline,
+static int send_frame(struct crun_store *s, const struct crun__wire_msg *req, uint64_t deadline,
 		      bool *sent_any)
 {
 	size_t size, off = 0;
@@ -540,7 +540,7 @@ static int send_frame(struct crun_store *s, const struct crun_wire_msg *req, uin
 		s->wbuf = p;
 		s->wcap = size;
 	}
-	crun_wire_encode(req, s->wbuf);
+	crun__wire_encode(req, s->wbuf);
 	while (off < size) {
 		ssize_t n = send(s->fd, s->wbuf + off, size - off, MSG_NOSIGNAL);
 		short rev = 0;
@@ -653,22 +653,22 @@ static int salvage_error(struct crun_store *s, int rc)
 static int handshake(struct crun_store *s, uint64_t deadline)
 {
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], cnonce[CRUN_WIRE_NONCE_LEN];
-	struct crun_wire_msg hello;
+	struct crun__wire_msg hello;
 	uint32_t id = next_id(s);
 	bool sent;
 	long n;
 	int rc;
 
 	crun__hello_client_begin(&s->hello, s->peer);
-	crun_wire_client_preamble(pre);
-	rc = crun_write_all(s->fd, pre, CRUN_WIRE_CLIENT_PREAMBLE);
+	crun__wire_client_preamble(pre);
+	rc = crun__write_all(s->fd, pre, CRUN_WIRE_CLIENT_PREAMBLE);
 	if (rc == -EAGAIN) /* 8 bytes into an empty socket buffer */
 		rc = -EPIPE;
 	if (rc < 0) {
 		seterr(s, "cannot connect to '%s': %s", s->peer, strerror(-rc));
 		return rc;
 	}
-	rc = crun_wire_random(cnonce, sizeof(cnonce));
+	rc = crun__wire_random(cnonce, sizeof(cnonce));
 	if (rc < 0) {
 		seterr(s, "cannot compute the handshake: %s", strerror(-rc));
 		return rc;
@@ -707,9 +707,9 @@ static int handshake(struct crun_store *s, uint64_t deadline)
 static int rewatch(struct crun_store *s, uint64_t deadline)
 {
 	for (size_t i = 0; i < s->nwatches; i++) {
-		struct crun_wire_item it = {(const uint8_t *)s->watches[i],
+		struct crun__wire_item it = {(const uint8_t *)s->watches[i],
 					    (uint32_t)strlen(s->watches[i])};
-		struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
+		struct crun__wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 		bool sent;
 		int rc;
 
@@ -797,7 +797,7 @@ static int check_alive(struct crun_store *s)
 /* ---- requests --------------------------------------------------------- */
 
 struct call {
-	struct crun_wire_msg *req;
+	struct crun__wire_msg *req;
 	bool repeatable;   /* safe to send again after a lost reply */
 	uint64_t deadline; /* of the whole call */
 	uint64_t wait_end; /* server-side wait ends here (0: no wait) */
@@ -865,7 +865,7 @@ static int transact(struct crun_store *s, struct call *c)
 			seterr(s,
 			       "connection lost before the store answered; the %s may have "
 			       "been applied",
-			       crun_wire_type_name(c->req->type));
+			       crun__wire_type_name(c->req->type));
 			return -ECONNRESET;
 		}
 		if (attempt >= MAX_ATTEMPTS || remaining_ms(c->deadline) == 0)
@@ -878,7 +878,7 @@ static int call_timeout(const struct crun_store *s, int timeout_ms)
 	return timeout_ms > 0 ? timeout_ms : s->timeout_ms;
 }
 
-static int simple_call(struct crun_store *s, struct crun_wire_msg *req, bool repeatable,
+static int simple_call(struct crun_store *s, struct crun__wire_msg *req, bool repeatable,
 		       int timeout_ms)
 {
 	struct call c = {req, repeatable, deadline_after(call_timeout(s, timeout_ms)), 0};
@@ -890,12 +890,12 @@ static int expect_type(struct crun_store *s, uint8_t type, uint32_t min_items)
 {
 	if (s->msg.type == type && s->msg.count >= min_items)
 		return 0;
-	seterr(s, "unexpected %s reply to a request", crun_wire_type_name(s->msg.type));
+	seterr(s, "unexpected %s reply to a request", crun__wire_type_name(s->msg.type));
 	drop_conn(s);
 	return -EPROTO;
 }
 
-static int key_item(struct crun_store *s, struct crun_wire_item *it, const char *key)
+static int key_item(struct crun_store *s, struct crun__wire_item *it, const char *key)
 {
 	size_t n;
 
@@ -913,7 +913,7 @@ static int key_item(struct crun_store *s, struct crun_wire_item *it, const char 
 	return 0;
 }
 
-static int val_item(struct crun_store *s, struct crun_wire_item *it, const void *val, size_t len)
+static int val_item(struct crun_store *s, struct crun__wire_item *it, const void *val, size_t len)
 {
 	if (len && !val) {
 		seterr(s, "value is NULL");
@@ -929,10 +929,10 @@ static int val_item(struct crun_store *s, struct crun_wire_item *it, const void 
 }
 
 /* Items for n keys: the caller's stack array when it is big enough. */
-static struct crun_wire_item *keys_items(struct crun_store *s, const char *const *keys, size_t n,
-					 struct crun_wire_item *stack, size_t stack_n, int *rc)
+static struct crun__wire_item *keys_items(struct crun_store *s, const char *const *keys, size_t n,
+					 struct crun__wire_item *stack, size_t stack_n, int *rc)
 {
-	struct crun_wire_item *items = stack;
+	struct crun__wire_item *items = stack;
 
 	*rc = 0;
 	if (!keys || n > CRUN_WIRE_MAX_ITEMS) {
@@ -961,8 +961,8 @@ static struct crun_wire_item *keys_items(struct crun_store *s, const char *const
 int crun_store_set_flags(struct crun_store *s, const char *key, const void *val, size_t len,
 			 int flags, int timeout_ms)
 {
-	struct crun_wire_item items[2];
-	struct crun_wire_msg req = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
+	struct crun__wire_item items[2];
+	struct crun__wire_msg req = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1004,8 +1004,8 @@ static void wait_call(struct crun_store *s, struct call *c, int wait_ms)
 
 int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out, int wait_ms)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_GET, .count = 1, .items = &it};
 	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
@@ -1027,8 +1027,8 @@ int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf 
 
 int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
-	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_CHECK};
+	struct crun__wire_item stack[8], *items;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_CHECK};
 	int rc;
 
 	if (!s)
@@ -1052,8 +1052,8 @@ int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, in
 
 int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms)
 {
-	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_WAIT};
+	struct crun__wire_item stack[8], *items;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_WAIT};
 	struct call c = {.req = &req, .repeatable = true};
 	int rc;
 
@@ -1084,8 +1084,8 @@ int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int
 int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t *out,
 		   int timeout_ms)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_ADD, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_ADD, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1106,8 +1106,8 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 		   const void *desired, size_t dlen, int flags, struct crun_store_buf *current,
 		   int timeout_ms)
 {
-	struct crun_wire_item items[3];
-	struct crun_wire_msg req = {.type = CRUN_WIRE_CAS, .count = 3, .items = items};
+	struct crun__wire_item items[3];
+	struct crun__wire_msg req = {.type = CRUN_WIRE_CAS, .count = 3, .items = items};
 	int rc;
 
 	if (current)
@@ -1138,8 +1138,8 @@ int crun_store_cas(struct crun_store *s, const char *key, const void *expected, 
 
 int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_DELETE, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_DELETE, .count = 1, .items = &it};
 	int rc;
 
 	if (!s)
@@ -1156,8 +1156,8 @@ int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms)
 int crun_store_append(struct crun_store *s, const char *key, const void *val, size_t len,
 		      int timeout_ms)
 {
-	struct crun_wire_item items[2];
-	struct crun_wire_msg req = {.type = CRUN_WIRE_APPEND, .count = 2, .items = items};
+	struct crun__wire_item items[2];
+	struct crun__wire_msg req = {.type = CRUN_WIRE_APPEND, .count = 2, .items = items};
 	int rc;
 
 	if (!s)
@@ -1173,7 +1173,7 @@ int crun_store_append(struct crun_store *s, const char *key, const void *val, si
 
 int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms)
 {
-	struct crun_wire_msg req = {.type = CRUN_WIRE_COUNT};
+	struct crun__wire_msg req = {.type = CRUN_WIRE_COUNT};
 	int rc;
 
 	if (!s)
@@ -1189,8 +1189,8 @@ int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms)
 int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
 		    struct crun_store_buf *vals, int wait_ms)
 {
-	struct crun_wire_item stack[8], *items;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_MGET};
+	struct crun__wire_item stack[8], *items;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_MGET};
 	struct call c = {.req = &req, .repeatable = true};
 	size_t i = 0;
 	int rc;
@@ -1228,8 +1228,8 @@ int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
 int crun_store_mset(struct crun_store *s, const char *const *keys, const void *const *vals,
 		    const size_t *lens, size_t n, int timeout_ms)
 {
-	struct crun_wire_item stack[16], *items = stack;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_MSET};
+	struct crun__wire_item stack[16], *items = stack;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_MSET};
 	int rc = 0;
 
 	if (!s || (n && (!keys || !vals || !lens)))
@@ -1264,7 +1264,7 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 
 int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms)
 {
-	struct crun_wire_msg req = {.type = CRUN_WIRE_LIST};
+	struct crun__wire_msg req = {.type = CRUN_WIRE_LIST};
 	char **out;
 	uint32_t i;
 	int rc;
@@ -1299,7 +1299,7 @@ int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_m
 
 int64_t crun_store_ping(struct crun_store *s, int timeout_ms)
 {
-	struct crun_wire_msg req = {.type = CRUN_WIRE_PING};
+	struct crun__wire_msg req = {.type = CRUN_WIRE_PING};
 	uint64_t t0;
 	int rc;
 
@@ -1309,13 +1309,13 @@ int64_t crun_store_ping(struct crun_store *s, int timeout_ms)
 	rc = ensure_connected(s, deadline_after(call_timeout(s, timeout_ms)));
 	if (rc < 0)
 		return rc;
-	t0 = crun_now_ns();
+	t0 = crun__now_ns();
 	rc = simple_call(s, &req, true, timeout_ms);
 	if (rc < 0)
 		return rc;
 	if (s->msg.type != CRUN_WIRE_VALUE && s->msg.type != CRUN_WIRE_OK)
 		return expect_type(s, CRUN_WIRE_VALUE, 0);
-	return (int64_t)((crun_now_ns() - t0) / 1000);
+	return (int64_t)((crun__now_ns() - t0) / 1000);
 }
 
 /* ---- watches ---------------------------------------------------------- */
@@ -1330,8 +1330,8 @@ static ssize_t find_watch(const struct crun_store *s, const char *key)
 
 int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 	char *copy;
 	int rc;
 
@@ -1369,8 +1369,8 @@ int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms)
 
 int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms)
 {
-	struct crun_wire_item it;
-	struct crun_wire_msg req = {.type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it};
+	struct crun__wire_item it;
+	struct crun__wire_msg req = {.type = CRUN_WIRE_UNWATCH, .count = 1, .items = &it};
 	ssize_t i;
 	int rc;
 
@@ -1515,7 +1515,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 	static char host[256];
 	static char *file_token;
 	static size_t file_token_len;
-	const char *store = crun_env_get("CRUN_STORE"), *v;
+	const char *store = crun__env_get("CRUN_STORE"), *v;
 	char why[160];
 	int64_t ms = 0;
 	int port, rc;
@@ -1528,7 +1528,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		file_token = NULL;
 	}
 	*opts = (struct crun_store_opts){0};
-	if (crun_parse_endpoint(store ? store : DEFAULT_HOST, DEFAULT_PORT, host, sizeof(host),
+	if (crun__parse_endpoint(store ? store : DEFAULT_HOST, DEFAULT_PORT, host, sizeof(host),
 				&port, why, sizeof(why)) < 0) {
 		if (err)
 			snprintf(err, errlen, "bad CRUN_STORE: %s", why);
@@ -1536,13 +1536,13 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 	}
 	opts->host = host;
 	opts->port = port;
-	opts->run_id = crun_env_get("CRUN_RUN_ID");
+	opts->run_id = crun__env_get("CRUN_RUN_ID");
 	v = getenv("CRUN_TOKEN");
 	if (v && *v) {
 		opts->token = v;
 		opts->token_len = strlen(v);
 	} else if ((v = getenv("CRUN_TOKEN_FILE")) && *v) {
-		rc = crun_read_secret_file(v, TOKEN_MAX, &file_token, &file_token_len, why,
+		rc = crun__read_secret_file(v, TOKEN_MAX, &file_token, &file_token_len, why,
 					   sizeof(why));
 		if (rc < 0) {
 			if (err)
@@ -1552,10 +1552,10 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		opts->token = file_token;
 		opts->token_len = file_token_len;
 	}
-	v = crun_env_get("CRUN_CONNECT_TIMEOUT");
+	v = crun__env_get("CRUN_CONNECT_TIMEOUT");
 	if (v) {
 		ms = 0;
-		if (crun_parse_duration_ms(v, &ms, why, sizeof(why)) < 0 || ms > INT_MAX) {
+		if (crun__parse_duration_ms(v, &ms, why, sizeof(why)) < 0 || ms > INT_MAX) {
 			if (ms > INT_MAX)
 				snprintf(why, sizeof(why), "'%s' is too long", v);
 			if (err)
@@ -1564,10 +1564,10 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		}
 		opts->connect_timeout_ms = (int)ms;
 	}
-	v = crun_env_get("CRUN_TIMEOUT");
+	v = crun__env_get("CRUN_TIMEOUT");
 	if (v) {
 		ms = 0;
-		if (crun_parse_duration_ms(v, &ms, why, sizeof(why)) < 0 || ms > INT_MAX) {
+		if (crun__parse_duration_ms(v, &ms, why, sizeof(why)) < 0 || ms > INT_MAX) {
 			if (ms > INT_MAX)
 				snprintf(why, sizeof(why), "'%s' is too long", v);
 			if (err)

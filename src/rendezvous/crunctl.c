@@ -115,7 +115,7 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	crun_error("%s", msg);
+	crun__error("%s", msg);
 	fprintf(stderr, "try 'crunctl --help'\n");
 	return EXIT_USAGE;
 }
@@ -153,30 +153,30 @@ static int op_failed(struct ctl *c, const char *what, const char *key, int rc)
 	char d[32];
 
 	if (rc == -ENOENT && key) {
-		crun_error("key '%s' not found", key);
+		crun__error("key '%s' not found", key);
 		return EXIT_FAIL;
 	}
 	if (rc == -ETIMEDOUT) {
 		if (key)
-			crun_error("%s '%s' timed out after %s", what, key,
+			crun__error("%s '%s' timed out after %s", what, key,
 				   fmt_duration(c->timeout_ms, d, sizeof(d)));
 		else
-			crun_error("%s timed out after %s", what,
+			crun__error("%s timed out after %s", what,
 				   fmt_duration(c->timeout_ms, d, sizeof(d)));
 		return EXIT_FAIL;
 	}
 	if (rc == -EACCES) {
-		crun_error("%s", store_reason(c, rc));
+		crun__error("%s", store_reason(c, rc));
 		return EXIT_CONN;
 	}
 	if (is_conn_error(rc)) {
-		crun_error("lost the connection to '%s': %s", c->endpoint, store_reason(c, rc));
+		crun__error("lost the connection to '%s': %s", c->endpoint, store_reason(c, rc));
 		return EXIT_CONN;
 	}
 	if (key)
-		crun_error("cannot %s '%s': %s", what, key, store_reason(c, rc));
+		crun__error("cannot %s '%s': %s", what, key, store_reason(c, rc));
 	else
-		crun_error("cannot %s: %s", what, store_reason(c, rc));
+		crun__error("cannot %s: %s", what, store_reason(c, rc));
 	return EXIT_FAIL;
 }
 
@@ -229,11 +229,11 @@ static int cmd_wait(struct ctl *c)
 		/* Name the first key still missing: what a user looks for. */
 		for (int i = 0; i < c->nargs; i++)
 			if (crun_store_check(c->s, &keys[i], 1, -1) == 0) {
-				crun_error("timed out after %s waiting for key '%s'",
+				crun__error("timed out after %s waiting for key '%s'",
 					   fmt_duration(c->timeout_ms, d, sizeof(d)), keys[i]);
 				return EXIT_FAIL;
 			}
-		crun_error("timed out after %s waiting for %d keys",
+		crun__error("timed out after %s waiting for %d keys",
 			   fmt_duration(c->timeout_ms, d, sizeof(d)), c->nargs);
 		return EXIT_FAIL;
 	}
@@ -296,7 +296,7 @@ static int cmd_cas(struct ctl *c)
 	print_value(&now);
 	crun_store_buf_finish(&now);
 	if (!swapped) {
-		crun_error("key '%s' did not hold '%s': not swapped", c->args[0], c->args[1]);
+		crun__error("key '%s' did not hold '%s': not swapped", c->args[0], c->args[1]);
 		return EXIT_FAIL;
 	}
 	return EXIT_OK;
@@ -356,12 +356,12 @@ static void print_event(const struct crun_store_event *ev)
 
 static int cmd_watch(struct ctl *c)
 {
-	uint64_t end = c->timeout_given ? crun_now_ms() + (uint64_t)c->timeout_ms : 0;
+	uint64_t end = c->timeout_given ? crun__now_ms() + (uint64_t)c->timeout_ms : 0;
 	int rc;
 
 	rc = catch_signals();
 	if (rc < 0) {
-		crun_error("cannot catch signals: %s", strerror(-rc));
+		crun__error("cannot catch signals: %s", strerror(-rc));
 		return EXIT_FAIL;
 	}
 	for (int i = 0; i < c->nargs; i++) {
@@ -369,7 +369,7 @@ static int cmd_watch(struct ctl *c)
 		if (rc < 0)
 			return op_failed(c, "watch", c->args[i], rc);
 	}
-	crun_debug("watching %d keys", c->nargs);
+	crun__debug("watching %d keys", c->nargs);
 	for (;;) {
 		struct crun_store_event ev;
 		struct pollfd p[2];
@@ -380,7 +380,7 @@ static int cmd_watch(struct ctl *c)
 			crun_store_event_finish(&ev);
 		}
 		if (rc == -ECONNRESET || rc == -ENOTCONN) {
-			crun_warn("lost the connection to '%s', reconnecting", c->endpoint);
+			crun__warn("lost the connection to '%s', reconnecting", c->endpoint);
 			rc = crun_store_connect(c->s);
 			if (rc < 0)
 				return op_failed(c, "reconnect", NULL,
@@ -392,7 +392,7 @@ static int cmd_watch(struct ctl *c)
 		if (got_signal)
 			return EXIT_OK;
 		if (end) {
-			uint64_t now = crun_now_ms();
+			uint64_t now = crun__now_ms();
 
 			if (now >= end)
 				return EXIT_OK;
@@ -401,7 +401,7 @@ static int cmd_watch(struct ctl *c)
 		p[0] = (struct pollfd){ .fd = crun_store_fd(c->s), .events = POLLIN };
 		p[1] = (struct pollfd){ .fd = sig_pipe[0], .events = POLLIN };
 		if (poll(p, 2, ms) < 0 && errno != EINTR) {
-			crun_error("poll failed: %s", strerror(errno));
+			crun__error("poll failed: %s", strerror(errno));
 			return EXIT_FAIL;
 		}
 	}
@@ -426,7 +426,7 @@ static int parse_timeout(const char *opt, const char *v, int *out)
 	char err[160];
 	int64_t ms;
 
-	if (crun_parse_duration_ms(v, &ms, err, sizeof(err)) < 0)
+	if (crun__parse_duration_ms(v, &ms, err, sizeof(err)) < 0)
 		return usage_error("bad duration for %s: %s", opt, err);
 	if (ms > INT_MAX)
 		return usage_error("bad duration for %s: '%s' is too long", opt, v);
@@ -477,7 +477,7 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 	if (cmd->run == cmd_add) {
 		char err[160];
 
-		if (crun_parse_int64(argv[1], INT64_MIN, INT64_MAX, &c->num, err, sizeof(err)) <
+		if (crun__parse_int64(argv[1], INT64_MIN, INT64_MAX, &c->num, err, sizeof(err)) <
 		    0)
 			return usage_error("bad number '%s' for add: %s", argv[1], err);
 	}
@@ -487,7 +487,7 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 static int load_token(struct ctl *c, const char *file, const char *what)
 {
 	char err[256];
-	int rc = crun_read_secret_file(file, TOKEN_MAX, &c->token, &c->token_len, err,
+	int rc = crun__read_secret_file(file, TOKEN_MAX, &c->token, &c->token_len, err,
 				       sizeof(err));
 
 	if (rc < 0)
@@ -508,17 +508,17 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 		v = getenv("CRUN_STORE");
 		c->endpoint = v && *v ? v : DEFAULT_ENDPOINT;
 	}
-	if (crun_parse_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port,
+	if (crun__parse_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port,
 				err, sizeof(err)) < 0)
 		return usage_error("%s", err);
 	if (c->port == 0)
 		return usage_error("bad port in endpoint '%s', expected 1-65535", c->endpoint);
 	if (!c->run_id)
-		c->run_id = crun_env_get("CRUN_RUN_ID");
+		c->run_id = crun__env_get("CRUN_RUN_ID");
 	if (!c->run_id || !*c->run_id)
 		return usage_error("empty run id");
 	if (!c->timeout_given) {
-		v = crun_env_get("CRUN_TIMEOUT");
+		v = crun__env_get("CRUN_TIMEOUT");
 		c->timeout_ms = CRUN_WIRE_DEFAULT_TIMEOUT_MS;
 		rc = v ? parse_timeout("CRUN_TIMEOUT", v, &c->timeout_ms) : 0;
 		if (rc)
@@ -549,17 +549,17 @@ static int connect_store(struct ctl *c)
 		.connect_timeout_ms = c->connect_timeout_ms,
 		.timeout_ms = c->timeout_ms,
 	};
-	uint64_t t0 = crun_now_ns();
+	uint64_t t0 = crun__now_ns();
 	int rc;
 
 	c->s = crun_store_create(&o);
 	if (!c->s) {
-		crun_error("cannot create a store handle: out of memory");
+		crun__error("cannot create a store handle: out of memory");
 		return EXIT_FAIL;
 	}
 	rc = crun_store_connect(c->s);
 	if (rc == -EACCES) {
-		crun_error("%s", store_reason(c, rc));
+		crun__error("%s", store_reason(c, rc));
 		return EXIT_CONN;
 	}
 	if (rc < 0) {
@@ -571,12 +571,12 @@ static int connect_store(struct ctl *c)
 		     rc != -ENETUNREACH && rc != -EHOSTUNREACH) ||
 		    !strncmp(crun_store_errmsg(c->s), "cannot resolve", 14))
 			why = store_reason(c, rc);
-		crun_error("cannot connect to '%s': %s", c->endpoint, why);
+		crun__error("cannot connect to '%s': %s", c->endpoint, why);
 		return EXIT_CONN;
 	}
-	crun_debug("connected to '%s' (run '%s', %s) in %.3f ms", c->endpoint, c->run_id,
+	crun__debug("connected to '%s' (run '%s', %s) in %.3f ms", c->endpoint, c->run_id,
 		   c->token ? "with a token" : "without a token",
-		   (double)(crun_now_ns() - t0) / 1e6);
+		   (double)(crun__now_ns() - t0) / 1e6);
 	return EXIT_OK;
 }
 
@@ -633,7 +633,7 @@ static int run(int argc, char **argv, struct ctl *c)
 				c->connect_timeout_ms = 1;
 			break;
 		case 'v':
-			crun_log_set_level(CRUN_LOG_DEBUG);
+			crun__log_set_level(CRUN_LOG_DEBUG);
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
@@ -675,7 +675,7 @@ int main(int argc, char **argv)
 	struct ctl c = { .connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS };
 	int rc;
 
-	crun_log_init("crunctl", CRUN_LOG_WARN);
+	crun__log_init("crunctl", CRUN_LOG_WARN);
 	rc = run(argc, argv, &c);
 	crun_store_destroy(c.s);
 	if (c.token_owned) {
@@ -683,7 +683,7 @@ int main(int argc, char **argv)
 		free(c.token);
 	}
 	if (fflush(stdout) != 0 && rc == EXIT_OK) {
-		crun_error("cannot write the output: %s", strerror(errno));
+		crun__error("cannot write the output: %s", strerror(errno));
 		rc = EXIT_FAIL;
 	}
 	return rc;

@@ -67,7 +67,7 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer)
 }
 
 long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *buf, size_t len,
-				 const uint8_t *cnonce, uint32_t id, struct crun_wire_msg *hello,
+				 const uint8_t *cnonce, uint32_t id, struct crun__wire_msg *hello,
 				 char *err, size_t errlen)
 {
 	uint16_t version, flags;
@@ -75,37 +75,37 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 
 	if (len < CRUN_WIRE_SERVER_PREAMBLE)
 		return 0;
-	rc = crun_wire_parse_server_preamble(buf, &version, &flags, h->snonce);
+	rc = crun__wire_parse_server_preamble(buf, &version, &flags, h->snonce);
 	if (rc == -EPROTONOSUPPORT) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "the store at '%s' speaks protocol version %u, this client %u", h->peer,
 			    version, CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
-		crun_seterr(err, errlen, "'%s' is not a crun store", h->peer);
+		crun__seterr(err, errlen, "'%s' is not a crun store", h->peer);
 		return -EPROTO;
 	}
 	h->auth = flags & CRUN_WIRE_F_AUTH;
 	if (h->auth && !h->token) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "authentication failed: the store requires a token and none was given");
 		return -EACCES;
 	}
 	memcpy(h->cnonce, cnonce, CRUN_WIRE_NONCE_LEN);
 	if (h->auth) {
-		rc = crun_wire_mac(h->token, h->token_len, "client", h->snonce, h->cnonce, h->mac);
+		rc = crun__wire_mac(h->token, h->token_len, "client", h->snonce, h->cnonce, h->mac);
 		if (rc < 0) {
-			crun_seterr(err, errlen, "cannot compute the handshake: %s", strerror(-rc));
+			crun__seterr(err, errlen, "cannot compute the handshake: %s", strerror(-rc));
 			return rc;
 		}
 	}
 	h->id = id;
 	h->items[0] =
-		(struct crun_wire_item){(const uint8_t *)h->run_id, (uint32_t)strlen(h->run_id)};
-	h->items[1] = (struct crun_wire_item){h->cnonce, CRUN_WIRE_NONCE_LEN};
-	h->items[2] = (struct crun_wire_item){h->mac, h->auth ? CRUN_WIRE_MAC_LEN : 0};
-	*hello = (struct crun_wire_msg){
+		(struct crun__wire_item){(const uint8_t *)h->run_id, (uint32_t)strlen(h->run_id)};
+	h->items[1] = (struct crun__wire_item){h->cnonce, CRUN_WIRE_NONCE_LEN};
+	h->items[2] = (struct crun__wire_item){h->mac, h->auth ? CRUN_WIRE_MAC_LEN : 0};
+	*hello = (struct crun__wire_msg){
 		.type = CRUN_WIRE_HELLO, .id = id, .count = 3, .items = h->items};
 	return CRUN_WIRE_SERVER_PREAMBLE;
 }
@@ -115,7 +115,7 @@ void crun__hello_client_sent(struct crun__hello_client *h)
 	OPENSSL_cleanse(h->mac, sizeof(h->mac));
 }
 
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m, char *err,
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m, char *err,
 			     size_t errlen)
 {
 	uint8_t want[CRUN_WIRE_MAC_LEN];
@@ -127,19 +127,19 @@ int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wir
 		return crun__wire_frame_errno(m);
 	}
 	if (m->id != h->id || m->type != CRUN_WIRE_OK) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "bad frame from the store at '%s': %s with id %u during the handshake",
-			    h->peer, crun_wire_type_name(m->type), m->id);
+			    h->peer, crun__wire_type_name(m->type), m->id);
 		return -EPROTO;
 	}
 	if (!h->auth)
 		return 0; /* nothing to verify: see store.h on tokens */
-	proved = crun_wire_mac(h->token, h->token_len, "server", h->cnonce, h->snonce, want) == 0 &&
+	proved = crun__wire_mac(h->token, h->token_len, "server", h->cnonce, h->snonce, want) == 0 &&
 		 m->count >= 1 && m->items[0].len == CRUN_WIRE_MAC_LEN &&
-		 crun_wire_mac_equal(m->items[0].data, want);
+		 crun__wire_mac_equal(m->items[0].data, want);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "authentication failed: the store did not prove it knows the token");
 		return -EACCES;
 	}
@@ -155,61 +155,61 @@ long crun__hello_server_preamble(const uint8_t *buf, size_t len, char *why, size
 
 	if (len < CRUN_WIRE_CLIENT_PREAMBLE)
 		return 0;
-	rc = crun_wire_parse_client_preamble(buf, &version);
+	rc = crun__wire_parse_client_preamble(buf, &version);
 	if (rc == -EPROTONOSUPPORT) {
-		crun_seterr(why, whylen,
+		crun__seterr(why, whylen,
 			    "protocol version %u is not supported (this server speaks %d)", version,
 			    CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
-		crun_seterr(why, whylen, "bad magic: not a crun store client");
+		crun__seterr(why, whylen, "bad magic: not a crun store client");
 		return -EPROTO;
 	}
 	return CRUN_WIRE_CLIENT_PREAMBLE;
 }
 
-int crun__hello_server_hello(const struct crun__hello_server *hs, const struct crun_wire_msg *m,
-			     uint8_t *mac_out, struct crun_wire_item *reply, char *why,
+int crun__hello_server_hello(const struct crun__hello_server *hs, const struct crun__wire_msg *m,
+			     uint8_t *mac_out, struct crun__wire_item *reply, char *why,
 			     size_t whylen)
 {
-	const struct crun_wire_item *run_id, *cnonce, *mac;
+	const struct crun__wire_item *run_id, *cnonce, *mac;
 	uint8_t want[CRUN_WIRE_MAC_LEN];
 	bool proved;
 
-	*reply = (struct crun_wire_item){NULL, 0};
+	*reply = (struct crun__wire_item){NULL, 0};
 	if (m->type != CRUN_WIRE_HELLO || m->count != 3) {
-		crun_seterr(why, whylen, "expected HELLO, got %s", crun_wire_type_name(m->type));
+		crun__seterr(why, whylen, "expected HELLO, got %s", crun__wire_type_name(m->type));
 		return -EPROTO;
 	}
 	run_id = &m->items[0];
 	cnonce = &m->items[1];
 	mac = &m->items[2];
 	if (run_id->len > hs->max_run_id) {
-		crun_seterr(why, whylen, "run id of %u bytes exceeds the limit of %u bytes",
+		crun__seterr(why, whylen, "run id of %u bytes exceeds the limit of %u bytes",
 			    run_id->len, hs->max_run_id);
 		return -E2BIG;
 	}
 	if (memchr(run_id->data, '\0', run_id->len)) {
-		crun_seterr(why, whylen, "run id contains a NUL byte");
+		crun__seterr(why, whylen, "run id contains a NUL byte");
 		return -EINVAL;
 	}
 	if (!hs->token)
 		return 0;
 	proved = mac->len == CRUN_WIRE_MAC_LEN && cnonce->len == CRUN_WIRE_NONCE_LEN &&
-		 crun_wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data, want) ==
+		 crun__wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data, want) ==
 			 0 &&
-		 crun_wire_mac_equal(want, mac->data);
+		 crun__wire_mac_equal(want, mac->data);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
-		crun_seterr(why, whylen, "authentication failed");
+		crun__seterr(why, whylen, "authentication failed");
 		return -EACCES;
 	}
-	if (crun_wire_mac(hs->token, hs->token_len, "server", cnonce->data, hs->nonce, mac_out) <
+	if (crun__wire_mac(hs->token, hs->token_len, "server", cnonce->data, hs->nonce, mac_out) <
 	    0) {
-		crun_seterr(why, whylen, "cannot compute the server mac");
+		crun__seterr(why, whylen, "cannot compute the server mac");
 		return -EIO;
 	}
-	*reply = (struct crun_wire_item){mac_out, CRUN_WIRE_MAC_LEN};
+	*reply = (struct crun__wire_item){mac_out, CRUN_WIRE_MAC_LEN};
 	return 0;
 }

@@ -6,11 +6,11 @@
  * agent's libuv client (aclient.c) and the server (server.c) carry the
  * bytes.
  *
- * Client:  send crun_wire_client_preamble()
+ * Client:  send crun__wire_client_preamble()
  *          crun__hello_client_preamble(server's 40 bytes) -> HELLO to send
  *          crun__hello_client_sent() once HELLO is encoded
  *          crun__hello_client_reply(the reply to HELLO) -> done or error
- * Server:  send crun_wire_server_preamble(flags, nonce)
+ * Server:  send crun__wire_server_preamble(flags, nonce)
  *          crun__hello_server_preamble(client's 8 bytes) -> ok or error
  *          crun__hello_server_hello(first frame) -> OK's item or error
  *
@@ -47,7 +47,7 @@ struct crun__hello_client {
 	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
 	uint8_t snonce[CRUN_WIRE_NONCE_LEN];
 	uint8_t mac[CRUN_WIRE_MAC_LEN];
-	struct crun_wire_item items[3];
+	struct crun__wire_item items[3];
 };
 
 /* Copies run_id (not empty) and token (NULL or token_len > 0 bytes).
@@ -74,7 +74,7 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer);
  *                     and none was given"
  *   -EIO              "cannot compute the handshake: ..." */
 long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *buf, size_t len,
-				 const uint8_t *cnonce, uint32_t id, struct crun_wire_msg *hello,
+				 const uint8_t *cnonce, uint32_t id, struct crun__wire_msg *hello,
 				 char *err, size_t errlen);
 
 /* HELLO has been encoded: its mac is wiped. */
@@ -89,7 +89,7 @@ void crun__hello_client_sent(struct crun__hello_client *h);
  *            token"
  *   -EPROTO  "bad frame from the store at 'PEER': VALUE with id 7 during
  *            the handshake" (any other frame) */
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun_wire_msg *m, char *err,
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m, char *err,
 			     size_t errlen);
 
 /* The client's preamble, len bytes of it in buf. Returns 0 when fewer than
@@ -109,7 +109,7 @@ struct crun__hello_server {
 	uint32_t max_run_id;  /* longest run id accepted, in bytes */
 };
 
-/* The first frame of a connection, a request crun_wire_validate passed.
+/* The first frame of a connection, a request crun__wire_validate passed.
  * 0 when it is a HELLO to accept: the client is in run m->items[0], and
  * *reply is the OK's one item (the server's mac in mac_out, which must
  * hold CRUN_WIRE_MAC_LEN bytes, or empty without a token). Otherwise a
@@ -119,8 +119,8 @@ struct crun__hello_server {
  *   -EINVAL  "run id contains a NUL byte"
  *   -EACCES  "authentication failed" (a missing or wrong mac)
  *   -EIO     "cannot compute the server mac" */
-int crun__hello_server_hello(const struct crun__hello_server *hs, const struct crun_wire_msg *m,
-			     uint8_t *mac_out, struct crun_wire_item *reply, char *why,
+int crun__hello_server_hello(const struct crun__hello_server *hs, const struct crun__wire_msg *m,
+			     uint8_t *mac_out, struct crun__wire_item *reply, char *why,
 			     size_t whylen);
 
 #endif

@@ -112,7 +112,7 @@ static int reserve(struct crun__outq *q, size_t n, uint64_t max)
 	return 0;
 }
 
-int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun_wire_msg *m,
+int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun__wire_msg *m,
 		   const void *raw, size_t len)
 {
 	int rc = reserve(q, len, max);
@@ -120,7 +120,7 @@ int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun_wire_ms
 	if (rc < 0)
 		return rc;
 	if (m) {
-		q->len += crun_wire_encode(m, q->buf + q->len);
+		q->len += crun__wire_encode(m, q->buf + q->len);
 	} else {
 		memcpy(q->buf + q->len, raw, len);
 		q->len += len;

@@ -60,7 +60,7 @@ struct crun__outq {
  * len bytes at raw), so that queued plus in-flight bytes stay within max.
  * 0; -ENOBUFS when len alone exceeds max; -EAGAIN when the bytes already
  * queued leave no room (flush, then try again or give up); -ENOMEM. */
-int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun_wire_msg *m,
+int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun__wire_msg *m,
 		   const void *raw, size_t len);
 
 /* Hands q's bytes to s: uv_try_write first, so that the usual case needs

@@ -13,25 +13,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct crun_wire_item str_item(const char *s)
+static struct crun__wire_item str_item(const char *s)
 {
-	struct crun_wire_item it = { (const uint8_t *)(s ? s : ""), s ? (uint32_t)strlen(s) : 0 };
+	struct crun__wire_item it = { (const uint8_t *)(s ? s : ""), s ? (uint32_t)strlen(s) : 0 };
 
 	return it;
 }
 
 /* Writes v in decimal at *scratch, advances it, returns the item. */
-static struct crun_wire_item num_item(char **scratch, int64_t v)
+static struct crun__wire_item num_item(char **scratch, int64_t v)
 {
 	int n = sprintf(*scratch, "%" PRId64, v);
-	struct crun_wire_item it = { (const uint8_t *)*scratch, (uint32_t)n };
+	struct crun__wire_item it = { (const uint8_t *)*scratch, (uint32_t)n };
 
 	*scratch += n + 1;
 	return it;
 }
 
-void crun_rdzv_join_msg(const struct crun_rdzv_node *self, const struct crun_rdzv_conf *conf,
-			struct crun_wire_msg *msg, struct crun_wire_item *items, char *scratch)
+void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
+			struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch)
 {
 	items[0] = str_item(self->node_id);
 	items[1] = str_item(self->host);
@@ -52,7 +52,7 @@ void crun_rdzv_join_msg(const struct crun_rdzv_node *self, const struct crun_rdz
 
 /* A decimal integer: an optional '-', 1 to 19 digits, nothing else, and
  * within [min, max]. */
-static int item_int(const struct crun_wire_item *it, const char *what, int64_t min, int64_t max,
+static int item_int(const struct crun__wire_item *it, const char *what, int64_t min, int64_t max,
 		    int64_t *out, char *err, size_t errlen)
 {
 	const uint8_t *p = it->data;
@@ -78,41 +78,41 @@ static int item_int(const struct crun_wire_item *it, const char *what, int64_t m
 	*out = neg ? -(int64_t)v : (int64_t)v;
 	return 0;
 bad:
-	crun_seterr(err, errlen, "%s is not a decimal integer: '%.*s'", what, n > 24 ? 24 : (int)n,
+	crun__seterr(err, errlen, "%s is not a decimal integer: '%.*s'", what, n > 24 ? 24 : (int)n,
 	       (const char *)p);
 	for (char *q = err; q && *q; q++)
 		if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
 			*q = '?';
 	return -EPROTO;
 range:
-	crun_seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", what,
+	crun__seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", what,
 	       neg ? "-" : "", v, min, max);
 	return -EPROTO;
 }
 
 /* A printable string of at most CRUN_RDZV_MAX_STR bytes (may be empty
  * when allow_empty), copied into *out. */
-static int item_str(const struct crun_wire_item *it, const char *what, bool allow_empty, char **out,
+static int item_str(const struct crun__wire_item *it, const char *what, bool allow_empty, char **out,
 		    char *err, size_t errlen)
 {
 	if (!it->len && !allow_empty) {
-		crun_seterr(err, errlen, "%s is empty", what);
+		crun__seterr(err, errlen, "%s is empty", what);
 		return -EPROTO;
 	}
 	if (it->len > CRUN_RDZV_MAX_STR) {
-		crun_seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what, it->len,
+		crun__seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what, it->len,
 		       CRUN_RDZV_MAX_STR);
 		return -EPROTO;
 	}
 	for (uint32_t i = 0; i < it->len; i++)
 		if (it->data[i] < 0x20 || it->data[i] >= 0x7f) {
-			crun_seterr(err, errlen, "%s contains byte 0x%02x at offset %u", what,
+			crun__seterr(err, errlen, "%s contains byte 0x%02x at offset %u", what,
 			       it->data[i], i);
 			return -EPROTO;
 		}
 	*out = malloc((size_t)it->len + 1);
 	if (!*out) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	if (it->len)
@@ -121,7 +121,7 @@ static int item_str(const struct crun_wire_item *it, const char *what, bool allo
 	return 0;
 }
 
-void crun_rdzv_node_finish(struct crun_rdzv_node *node)
+void crun__rdzv_node_finish(struct crun__rdzv_node *node)
 {
 	if (!node)
 		return;
@@ -131,21 +131,21 @@ void crun_rdzv_node_finish(struct crun_rdzv_node *node)
 	node->node_id = node->host = node->addr = NULL;
 }
 
-int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node *node,
-			 struct crun_rdzv_conf *conf, char *err, size_t errlen)
+int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
+			 struct crun__rdzv_conf *conf, char *err, size_t errlen)
 {
-	const struct crun_wire_item *it = msg->items;
+	const struct crun__wire_item *it = msg->items;
 	int64_t nproc, rank, min, max, last_call, keepalive, restarts;
 	int rc;
 
 	memset(node, 0, sizeof(*node));
 	memset(conf, 0, sizeof(*conf));
 	if (msg->type != CRUN_WIRE_RDZV_JOIN || msg->count != CRUN_RDZV_JOIN_ITEMS) {
-		crun_seterr(err, errlen, "not a JOIN of %d items", CRUN_RDZV_JOIN_ITEMS);
+		crun__seterr(err, errlen, "not a JOIN of %d items", CRUN_RDZV_JOIN_ITEMS);
 		return -EPROTO;
 	}
 	if (msg->num <= 0) {
-		crun_seterr(err, errlen, "join timeout must be positive, got %" PRId64, msg->num);
+		crun__seterr(err, errlen, "join timeout must be positive, got %" PRId64, msg->num);
 		return -EPROTO;
 	}
 	if ((rc = item_int(&it[3], "nproc", 1, CRUN_RDZV_MAX_NPROC, &nproc, err, errlen)) < 0 ||
@@ -156,7 +156,7 @@ int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node 
 	    (rc = item_int(&it[9], "max_restarts", 0, INT_MAX, &restarts, err, errlen)) < 0)
 		return rc;
 	if (min > max) {
-		crun_seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min, max);
+		crun__seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min, max);
 		return -EPROTO;
 	}
 	rc = item_int(&it[4], "node_rank", -1, max - 1, &rank, err, errlen);
@@ -165,7 +165,7 @@ int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node 
 	if ((rc = item_str(&it[0], "node_id", false, &node->node_id, err, errlen)) < 0 ||
 	    (rc = item_str(&it[1], "host", false, &node->host, err, errlen)) < 0 ||
 	    (rc = item_str(&it[2], "addr", true, &node->addr, err, errlen)) < 0) {
-		crun_rdzv_node_finish(node);
+		crun__rdzv_node_finish(node);
 		return rc == -ENOMEM ? rc : -EPROTO;
 	}
 	node->nproc = (int)nproc;
@@ -179,31 +179,31 @@ int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node 
 	return 0;
 }
 
-void crun_rdzv_assignment_finish(struct crun_rdzv_assignment *a)
+void crun__rdzv_assignment_finish(struct crun__rdzv_assignment *a)
 {
 	if (!a)
 		return;
 	for (int i = 0; a->nodes && i < a->nnodes; i++)
-		crun_rdzv_node_finish(&a->nodes[i]);
+		crun__rdzv_node_finish(&a->nodes[i]);
 	free(a->nodes);
 	memset(a, 0, sizeof(*a));
 }
 
-int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv_assignment *a,
+int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__rdzv_assignment *a,
 			       char *err, size_t errlen)
 {
-	const struct crun_wire_item *it = msg->items;
+	const struct crun__wire_item *it = msg->items;
 	int64_t round, restarts, rank, nnodes, nproc;
 	char what[48];
 	int rc;
 
 	memset(a, 0, sizeof(*a));
 	if (msg->type != CRUN_WIRE_VALUES) {
-		crun_seterr(err, errlen, "expected VALUES, got %s", crun_wire_type_name(msg->type));
+		crun__seterr(err, errlen, "expected VALUES, got %s", crun__wire_type_name(msg->type));
 		return -EPROTO;
 	}
 	if (msg->count < 4) {
-		crun_seterr(err, errlen, "assignment of %u items is shorter than 4", msg->count);
+		crun__seterr(err, errlen, "assignment of %u items is shorter than 4", msg->count);
 		return -EPROTO;
 	}
 	if ((rc = item_int(&it[0], "round", 0, INT64_MAX, &round, err, errlen)) < 0 ||
@@ -212,14 +212,14 @@ int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv
 	    (rc = item_int(&it[2], "group_rank", 0, nnodes - 1, &rank, err, errlen)) < 0)
 		return rc;
 	if (msg->count != 4 + 4 * (uint64_t)nnodes) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "assignment of %" PRId64 " nodes needs %" PRId64 " items, got %u", nnodes,
 		       4 + 4 * nnodes, msg->count);
 		return -EPROTO;
 	}
 	a->nodes = calloc((size_t)nnodes, sizeof(*a->nodes));
 	if (!a->nodes) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	a->round = round;
@@ -227,8 +227,8 @@ int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv
 	a->group_rank = (int)rank;
 	a->nnodes = (int)nnodes;
 	for (int i = 0; i < a->nnodes; i++) {
-		const struct crun_wire_item *n = &it[4 + 4 * i];
-		struct crun_rdzv_node *node = &a->nodes[i];
+		const struct crun__wire_item *n = &it[4 + 4 * i];
+		struct crun__rdzv_node *node = &a->nodes[i];
 
 		snprintf(what, sizeof(what), "nproc of node %d", i);
 		rc = item_int(&n[3], what, 1, CRUN_RDZV_MAX_NPROC, &nproc, err, errlen);
@@ -255,11 +255,11 @@ int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg, struct crun_rdzv
 	return 0;
 
 out_finish:
-	crun_rdzv_assignment_finish(a);
+	crun__rdzv_assignment_finish(a);
 	return rc == -ENOMEM ? rc : -EPROTO;
 }
 
-const char *crun_rdzv_format_ms(int64_t ms, char *buf, size_t len)
+const char *crun__rdzv_format_ms(int64_t ms, char *buf, size_t len)
 {
 	if (ms >= 1000 && ms % 1000 == 0)
 		snprintf(buf, len, "%" PRId64 "s", ms / 1000);

@@ -51,7 +51,7 @@
  *   ERROR ESHUTDOWN  "run 'ID' is closed: the job has finished" (or
  *                    "...: the job failed")
  *   ERROR EINVAL     "bad RDZV_JOIN: <what>" for an item that
- *                    crun_rdzv_parse_join refuses (node_rank >= max_nodes
+ *                    crun__rdzv_parse_join refuses (node_rank >= max_nodes
  *                    included); mismatched configuration; "node rank 1 is
  *                    already taken by node 'ID' (host-b)"; "node id 'ID'
  *                    is already in use by another connection"
@@ -148,7 +148,7 @@
 #define CRUN_RDZV_MAX_STR 1024 /* bytes of node_id, host, addr */
 
 /* One node as a JOIN describes it and as an assignment lists it. */
-struct crun_rdzv_node {
+struct crun__rdzv_node {
 	char *node_id;
 	char *host;
 	char *addr;
@@ -156,7 +156,7 @@ struct crun_rdzv_node {
 	int node_rank; /* -1: dynamic */
 };
 
-struct crun_rdzv_conf {
+struct crun__rdzv_conf {
 	int min_nodes, max_nodes;
 	int64_t join_timeout_ms;
 	int64_t last_call_ms;
@@ -165,12 +165,12 @@ struct crun_rdzv_conf {
 };
 
 /* The outcome of a round for one node. */
-struct crun_rdzv_assignment {
+struct crun__rdzv_assignment {
 	int64_t round;
 	int64_t restart_count;
 	int group_rank;
 	int nnodes;
-	struct crun_rdzv_node *nodes; /* nnodes, in group-rank order */
+	struct crun__rdzv_node *nodes; /* nnodes, in group-rank order */
 	int world_size;               /* sum of nproc */
 	int rank_offset;              /* first global rank of this node */
 };
@@ -178,8 +178,8 @@ struct crun_rdzv_assignment {
 /* Builds a JOIN request in msg using items (CRUN_RDZV_JOIN_ITEMS of
  * them) and scratch (which must hold 160 bytes for the decimal numbers);
  * every pointer in msg refers to self, items or scratch. */
-void crun_rdzv_join_msg(const struct crun_rdzv_node *self, const struct crun_rdzv_conf *conf,
-			struct crun_wire_msg *msg, struct crun_wire_item *items, char *scratch);
+void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
+			struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch);
 
 /* Parses a JOIN request (server side). Strict: every number decimal
  * ASCII ('-' only for node_rank -1) and in range (1 <= nproc <=
@@ -188,26 +188,26 @@ void crun_rdzv_join_msg(const struct crun_rdzv_node *self, const struct crun_rdz
  * <= INT_MAX, join timeout (num) > 0); node_id and host non-empty, addr
  * may be empty; strings printable ASCII of at most CRUN_RDZV_MAX_STR
  * bytes. Strings are malloc'd into node (free with
- * crun_rdzv_node_finish; nothing to free on error). 0, -ENOMEM, or
+ * crun__rdzv_node_finish; nothing to free on error). 0, -ENOMEM, or
  * -EPROTO with a reason in err. */
-int crun_rdzv_parse_join(const struct crun_wire_msg *msg, struct crun_rdzv_node *node,
-			 struct crun_rdzv_conf *conf, char *err, size_t errlen);
+int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
+			 struct crun__rdzv_conf *conf, char *err, size_t errlen);
 
 /* Parses a JOIN's VALUES reply (client side) into a (allocates; free
- * with crun_rdzv_assignment_finish; nothing to free on error). Strict as
+ * with crun__rdzv_assignment_finish; nothing to free on error). Strict as
  * parse_join: round, restart_count >= 0, 1 <= nnodes <=
  * CRUN_RDZV_MAX_NODES, exactly 4 + 4 * nnodes items, group_rank in [0,
  * nnodes), every node's node_id, host and addr non-empty and printable,
  * nproc in [1, CRUN_RDZV_MAX_NPROC]. Sets each node's node_rank to its
  * group rank, world_size and rank_offset. 0, -ENOMEM, or -EPROTO with a
  * reason. */
-int crun_rdzv_parse_assignment(const struct crun_wire_msg *msg,
-			       struct crun_rdzv_assignment *a, char *err, size_t errlen);
-void crun_rdzv_assignment_finish(struct crun_rdzv_assignment *a);
-void crun_rdzv_node_finish(struct crun_rdzv_node *node);
+int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg,
+			       struct crun__rdzv_assignment *a, char *err, size_t errlen);
+void crun__rdzv_assignment_finish(struct crun__rdzv_assignment *a);
+void crun__rdzv_node_finish(struct crun__rdzv_node *node);
 
 /* A duration for messages: "15s" for whole seconds, else "200ms".
  * Returns buf. */
-const char *crun_rdzv_format_ms(int64_t ms, char *buf, size_t len);
+const char *crun__rdzv_format_ms(int64_t ms, char *buf, size_t len);
 
 #endif

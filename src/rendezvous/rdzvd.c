@@ -82,7 +82,7 @@ static void usage(FILE *out)
 
 static int bad_value(const char *opt, const char *value, const char *why)
 {
-	crun_error("invalid value '%s' for --%s: %s", value, opt, why);
+	crun__error("invalid value '%s' for --%s: %s", value, opt, why);
 	return -EINVAL;
 }
 
@@ -94,10 +94,10 @@ static int parse_u64_opt(const char *opt, const char *s, bool size, uint64_t min
 	int64_t i;
 
 	if (size) {
-		if (crun_parse_size(s, &v, err, sizeof(err)) < 0)
+		if (crun__parse_size(s, &v, err, sizeof(err)) < 0)
 			return bad_value(opt, s, err);
 	} else {
-		if (crun_parse_int64(s, 0, INT64_MAX, &i, err, sizeof(err)) < 0)
+		if (crun__parse_int64(s, 0, INT64_MAX, &i, err, sizeof(err)) < 0)
 			return bad_value(opt, s, "expected a whole number");
 		v = (uint64_t)i;
 	}
@@ -118,7 +118,7 @@ static void raise_nofile(void)
 		return;
 	rl.rlim_cur = rl.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-		crun_debug("cannot raise the open file limit: %s", strerror(errno));
+		crun__debug("cannot raise the open file limit: %s", strerror(errno));
 }
 
 /* Writes "PORT\n" to path atomically, so a reader never sees a
@@ -134,7 +134,7 @@ static int write_port_file(const char *path, int port)
 struct daemon {
 	uv_loop_t loop;
 	uv_signal_t sigterm, sigint;
-	struct crun_server *srv;
+	struct crun__server *srv;
 };
 
 static void on_server_done(void *arg)
@@ -148,7 +148,7 @@ static void stop(struct daemon *d)
 		uv_close((uv_handle_t *)&d->sigterm, NULL);
 	if (!uv_is_closing((uv_handle_t *)&d->sigint))
 		uv_close((uv_handle_t *)&d->sigint, NULL);
-	crun_server_destroy(d->srv, on_server_done, NULL);
+	crun__server_destroy(d->srv, on_server_done, NULL);
 	d->srv = NULL;
 }
 
@@ -158,13 +158,13 @@ static void on_signal(uv_signal_t *h, int signum)
 
 	if (!d->srv)
 		return;
-	crun_info("stopping on %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	crun__info("stopping on %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
 	stop(d);
 }
 
-static enum crun_log_level level_from_env(void)
+static enum crun__log_level level_from_env(void)
 {
-	const char *v = crun_env_get("CRUN_LOG_LEVEL");
+	const char *v = crun__env_get("CRUN_LOG_LEVEL");
 
 	if (!v)
 		return CRUN_LOG_INFO;
@@ -196,8 +196,8 @@ static int load_token(const char *file, char **token, size_t *len)
 		if (!file || !*file)
 			return 0;
 	}
-	if (crun_read_secret_file(file, TOKEN_MAX, token, len, err, sizeof(err)) < 0) {
-		crun_error("cannot read the token: %s", err);
+	if (crun__read_secret_file(file, TOKEN_MAX, token, len, err, sizeof(err)) < 0) {
+		crun__error("cannot read the token: %s", err);
 		return -EINVAL;
 	}
 	return 0;
@@ -205,17 +205,17 @@ static int load_token(const char *file, char **token, size_t *len)
 
 int main(int argc, char **argv)
 {
-	struct crun_server_opts opts = { 0 };
+	struct crun__server_opts opts = { 0 };
 	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL;
-	enum crun_log_level level;
+	enum crun__log_level level;
 	struct daemon d;
 	int port = 29400, opt, rc, status = 0;
 	char err[512], *token = NULL;
 	uint64_t v;
 
-	crun_log_init("crun-rdzvd", level_from_env());
-	level = crun_log_get_level();
-	crun_server_limits_default(&opts.limits);
+	crun__log_init("crun-rdzvd", level_from_env());
+	level = crun__log_get_level();
+	crun__server_limits_default(&opts.limits);
 
 	opterr = 0;
 	while ((opt = getopt_long(argc, argv, ":vqh", long_opts, NULL)) != -1) {
@@ -235,7 +235,7 @@ int main(int argc, char **argv)
 		case OPT_PORT: {
 			int64_t p;
 
-			if (crun_parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
+			if (crun__parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
 				bad_value(name, optarg, "expected a port number from 0 to 65535");
 				return EXIT_USAGE;
 			}
@@ -276,7 +276,7 @@ int main(int argc, char **argv)
 		case OPT_HANDSHAKE: {
 			int64_t ms;
 
-			if (crun_parse_duration_ms(optarg, &ms, err, sizeof(err)) < 0) {
+			if (crun__parse_duration_ms(optarg, &ms, err, sizeof(err)) < 0) {
 				bad_value(name, optarg, err);
 				return EXIT_USAGE;
 			}
@@ -300,24 +300,24 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case ':':
-			crun_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+			crun__error("option '%s' needs a value (see --help)", argv[optind - 1]);
 			return EXIT_USAGE;
 		default:
 			if (optopt)
-				crun_error("unknown option '-%c' (see --help)", optopt);
+				crun__error("unknown option '-%c' (see --help)", optopt);
 			else
-				crun_error("unknown option '%s' (see --help)", argv[optind - 1]);
+				crun__error("unknown option '%s' (see --help)", argv[optind - 1]);
 			return EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
-		crun_error("unexpected argument '%s' (see --help)", argv[optind]);
+		crun__error("unexpected argument '%s' (see --help)", argv[optind]);
 		return EXIT_USAGE;
 	}
-	crun_log_set_level(level);
+	crun__log_set_level(level);
 	if ((uint64_t)opts.limits.max_value_size + opts.limits.max_key_size + 64 >
 	    opts.limits.max_conn_buffer)
-		crun_warn("--max-buffer is smaller than one frame with the largest key and value; "
+		crun__warn("--max-buffer is smaller than one frame with the largest key and value; "
 			  "such frames will be refused");
 
 	if (load_token(token_file, &token, &opts.token_len) < 0)
@@ -327,13 +327,13 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
 	if (uv_loop_init(&d.loop) < 0) {
-		crun_error("cannot create the event loop");
+		crun__error("cannot create the event loop");
 		status = 1;
 		goto out_free_token;
 	}
-	d.srv = crun_server_create(&d.loop, &opts);
+	d.srv = crun__server_create(&d.loop, &opts);
 	if (!d.srv) {
-		crun_error("cannot create the server: out of memory");
+		crun__error("cannot create the server: out of memory");
 		status = 1;
 		goto out_close_loop;
 	}
@@ -343,19 +343,19 @@ int main(int argc, char **argv)
 	uv_signal_start(&d.sigterm, on_signal, SIGTERM);
 	uv_signal_start(&d.sigint, on_signal, SIGINT);
 
-	rc = crun_server_listen(d.srv, host, port, err, sizeof(err));
+	rc = crun__server_listen(d.srv, host, port, err, sizeof(err));
 	if (rc < 0) {
-		crun_error("%s", err);
+		crun__error("%s", err);
 		status = 1;
 		stop(&d);
 		goto out_run;
 	}
-	port = crun_server_port(d.srv);
-	crun_info(strchr(host, ':') ? "listening on [%s]:%d" : "listening on %s:%d", host, port);
+	port = crun__server_port(d.srv);
+	crun__info(strchr(host, ':') ? "listening on [%s]:%d" : "listening on %s:%d", host, port);
 	if (port_file) {
 		rc = write_port_file(port_file, port);
 		if (rc < 0) {
-			crun_error("cannot write '%s': %s", port_file, strerror(-rc));
+			crun__error("cannot write '%s': %s", port_file, strerror(-rc));
 			status = 1;
 			stop(&d);
 		}
@@ -364,7 +364,7 @@ out_run:
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 out_close_loop:
 	if (uv_loop_close(&d.loop) < 0)
-		crun_debug("event loop closed with handles left");
+		crun__debug("event loop closed with handles left");
 out_free_token:
 	if (token) {
 		memset(token, 0, opts.token_len);

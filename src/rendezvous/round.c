@@ -1,7 +1,7 @@
 /* Rendezvous rounds: the state machine of rdzv.h, one per run.
  *
  * Why it is shaped this way:
- * - crun_round_apply() is the only place where the state changes; it
+ * - crun__round_apply() is the only place where the state changes; it
  *   dispatches on the state (open_event, running_event, closed_event), and
  *   each of those on the event, so the table of rdzv.h reads off the code.
  * - Nodes are kept in three small arrays (joiners of the OPEN round,
@@ -75,21 +75,21 @@ struct prev {
 
 struct round_timer {
 	uv_timer_t t;
-	struct crun_round *r; /* NULL once the round is destroyed */
-	const struct crun_round_ops *ops;
+	struct crun__round *r; /* NULL once the round is destroyed */
+	const struct crun__round_ops *ops;
 	void *ctx;
 };
 
-struct crun_round {
+struct crun__round {
 	uv_loop_t *loop;
-	const struct crun_round_ops *ops;
+	const struct crun__round_ops *ops;
 	void *ctx;
 	char *run_id;
 	enum round_state state;
 	bool configured;
 	bool static_ranks;
 	bool failed; /* CLOSED: exhausted rather than finished */
-	struct crun_rdzv_conf conf;
+	struct crun__rdzv_conf conf;
 	int64_t round;
 	int64_t restart_count;
 	struct nodes joiners, members, standby;
@@ -109,20 +109,20 @@ struct crun_round {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static struct crun_wire_item item(const char *s)
+static struct crun__wire_item item(const char *s)
 {
-	struct crun_wire_item it = { (const uint8_t *)s, (uint32_t)strlen(s) };
+	struct crun__wire_item it = { (const uint8_t *)s, (uint32_t)strlen(s) };
 
 	return it;
 }
 
-static void send_err(struct crun_round *r, void *peer, uint32_t id, int errnum, const char *fmt,
+static void send_err(struct crun__round *r, void *peer, uint32_t id, int errnum, const char *fmt,
 		     ...) __attribute__((format(printf, 5, 6)));
 
-static void send_err(struct crun_round *r, void *peer, uint32_t id, int errnum, const char *fmt,
+static void send_err(struct crun__round *r, void *peer, uint32_t id, int errnum, const char *fmt,
 		     ...)
 {
-	struct crun_wire_item it;
+	struct crun__wire_item it;
 	char msg[1024];
 	va_list ap;
 
@@ -133,17 +133,17 @@ static void send_err(struct crun_round *r, void *peer, uint32_t id, int errnum, 
 	r->ops->send(peer, CRUN_WIRE_ERROR, id, errnum, &it, 1);
 }
 
-static void send_ok(struct crun_round *r, void *peer, uint32_t id)
+static void send_ok(struct crun__round *r, void *peer, uint32_t id)
 {
 	r->ops->send(peer, CRUN_WIRE_OK, id, 0, NULL, 0);
 }
 
 /* Refuses a JOIN: the error to its sender and a line in the log, since
  * a refused node is usually a misconfigured one. */
-static void refuse_join(struct crun_round *r, const struct crun_round_event *ev, int errnum,
+static void refuse_join(struct crun__round *r, const struct crun__round_event *ev, int errnum,
 			const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void refuse_join(struct crun_round *r, const struct crun_round_event *ev, int errnum,
+static void refuse_join(struct crun__round *r, const struct crun__round_event *ev, int errnum,
 			const char *fmt, ...)
 {
 	char msg[1024];
@@ -152,12 +152,12 @@ static void refuse_join(struct crun_round *r, const struct crun_round_event *ev,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	crun_info("run '%s': refused node '%s' (%s): %s", r->run_id, ev->node->node_id,
+	crun__info("run '%s': refused node '%s' (%s): %s", r->run_id, ev->node->node_id,
 		  ev->node->host, msg);
 	send_err(r, ev->peer, ev->id, errnum, "%s", msg);
 }
 
-static uint64_t deadline_after(const struct crun_round *r, int64_t ms)
+static uint64_t deadline_after(const struct crun__round *r, int64_t ms)
 {
 	uint64_t now = uv_now(r->loop);
 
@@ -225,7 +225,7 @@ static struct rnode *node_find_rank(const struct nodes *s, int rank)
 
 /* First-join order of node_id, assigning the next one to a new node.
  * UINT64_MAX when out of memory (the node then sorts last). */
-static uint64_t node_seq(struct crun_round *r, const char *node_id)
+static uint64_t node_seq(struct crun__round *r, const char *node_id)
 {
 	struct known *k;
 
@@ -264,7 +264,7 @@ static int cmp_rank(const void *a, const void *b)
 	return (x->node_rank > y->node_rank) - (x->node_rank < y->node_rank);
 }
 
-static void prev_clear(struct crun_round *r)
+static void prev_clear(struct crun__round *r)
 {
 	for (size_t i = 0; i < r->nprev; i++) {
 		free(r->prev[i].node_id);
@@ -275,7 +275,7 @@ static void prev_clear(struct crun_round *r)
 	r->nprev = 0;
 }
 
-static void prev_mark_gone(struct crun_round *r, const void *peer)
+static void prev_mark_gone(struct crun__round *r, const void *peer)
 {
 	for (size_t i = 0; i < r->nprev; i++)
 		if (r->prev[i].peer == peer) {
@@ -286,7 +286,7 @@ static void prev_mark_gone(struct crun_round *r, const void *peer)
 
 /* True when the round that ended had members, and every one of them
  * that is still connected has joined the OPEN round. */
-static bool prev_all_back(const struct crun_round *r)
+static bool prev_all_back(const struct crun__round *r)
 {
 	if (!r->nprev)
 		return false;
@@ -298,13 +298,13 @@ static bool prev_all_back(const struct crun_round *r)
 
 /* ---- closing a round, ending a round, closing the run ------------------- */
 
-static void rearm(struct crun_round *r);
-static void close_run(struct crun_round *r, bool failed);
+static void rearm(struct crun__round *r);
+static void close_run(struct crun__round *r, bool failed);
 
 /* OPEN -> RUNNING: every joiner gets its assignment. */
-static void close_open(struct crun_round *r)
+static void close_open(struct crun__round *r)
 {
-	struct crun_wire_item *items;
+	struct crun__wire_item *items;
 	char head[4][24], *nprocs;
 	size_t n = r->joiners.n;
 
@@ -322,7 +322,7 @@ static void close_open(struct crun_round *r)
 		r->members.v[i]->done = false;
 		r->world_size += r->members.v[i]->nproc;
 	}
-	crun_info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
+	crun__info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
 		  r->run_id, n, n == 1 ? "" : "s", r->world_size);
 	if (!items || !nprocs) {
 		for (size_t i = 0; i < n; i++)
@@ -366,7 +366,7 @@ out_free:
  * when min nodes are in and the last call is 0 or every member of the
  * previous round that is still connected is back; else (re)arm or disarm
  * the last call. */
-static void maybe_close_open(struct crun_round *r)
+static void maybe_close_open(struct crun__round *r)
 {
 	size_t n = r->joiners.n;
 
@@ -390,7 +390,7 @@ static void maybe_close_open(struct crun_round *r)
 
 /* Puts n into the OPEN round; false when out of memory (n was answered
  * and freed). */
-static bool open_add(struct crun_round *r, struct rnode *n)
+static bool open_add(struct crun__round *r, struct rnode *n)
 {
 	if (nodes_push(&r->joiners, n) < 0) {
 		send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
@@ -404,11 +404,11 @@ static bool open_add(struct crun_round *r, struct rnode *n)
  * member gets one RDZV_EVENT; carried (may be NULL) is the node whose
  * join ended the round: it opens the next round, with the standby
  * joiners. */
-static void end_round(struct crun_round *r, const char *reason, const char *message,
+static void end_round(struct crun__round *r, const char *reason, const char *message,
 		      struct rnode *carried)
 {
 	bool counted = strcmp(reason, "join") != 0;
-	struct crun_wire_item items[3];
+	struct crun__wire_item items[3];
 	char count[24], why[1200];
 	struct prev *prev;
 
@@ -423,7 +423,7 @@ static void end_round(struct crun_round *r, const char *reason, const char *mess
 	/* The message already says what happened ("node 1 (b) left: ...");
 	 * the reason word is for machines and is repeated only when the
 	 * message does not begin with a node. */
-	crun_info("round %" PRId64 " of run '%s' ended (%s): %s", r->round, r->run_id, reason,
+	crun__info("round %" PRId64 " of run '%s' ended (%s): %s", r->round, r->run_id, reason,
 		  message);
 	snprintf(count, sizeof(count), "%" PRId64, r->restart_count);
 	items[0] = item(reason);
@@ -491,7 +491,7 @@ static void end_round(struct crun_round *r, const char *reason, const char *mess
 
 /* RUNNING -> CLOSED. failed: the restarts were exhausted; else every
  * member is done and gets its OK. Standby joiners are refused. */
-static void close_run(struct crun_round *r, bool failed)
+static void close_run(struct crun__round *r, bool failed)
 {
 	const char *why = failed ? "the job failed" : "the job has finished";
 
@@ -511,7 +511,7 @@ static void close_run(struct crun_round *r, bool failed)
 	nodes_free(&r->standby);
 	nodes_free(&r->joiners);
 	nodes_free(&r->members);
-	crun_info("run '%s' is closed: %s (round %" PRId64 ", %" PRId64 " restarts)", r->run_id,
+	crun__info("run '%s' is closed: %s (round %" PRId64 ", %" PRId64 " restarts)", r->run_id,
 		  why, r->round, r->restart_count);
 }
 
@@ -527,10 +527,10 @@ static void fmt_nnodes(char *buf, size_t len, int min, int max)
 
 /* Checks a JOIN against the run and makes its node; NULL after an error
  * reply. The first JOIN that passes fixes the run's configuration. */
-static struct rnode *admit(struct crun_round *r, const struct crun_round_event *ev)
+static struct rnode *admit(struct crun__round *r, const struct crun__round_event *ev)
 {
-	const struct crun_rdzv_node *nd = ev->node;
-	const struct crun_rdzv_conf *cf = ev->conf;
+	const struct crun__rdzv_node *nd = ev->node;
+	const struct crun__rdzv_conf *cf = ev->conf;
 	const char *addr = nd->addr[0] ? nd->addr : (ev->peer_addr ? ev->peer_addr : "");
 	struct nodes *sets[3] = { &r->joiners, &r->members, &r->standby };
 	static const char *const where[3] = { "has already joined round",
@@ -541,7 +541,7 @@ static struct rnode *admit(struct crun_round *r, const struct crun_round_event *
 	struct rnode *n;
 
 	if (r->configured) {
-		const struct crun_rdzv_conf *rc = &r->conf;
+		const struct crun__rdzv_conf *rc = &r->conf;
 
 		if (cf->min_nodes != rc->min_nodes || cf->max_nodes != rc->max_nodes) {
 			fmt_nnodes(a, sizeof(a), cf->min_nodes, cf->max_nodes);
@@ -551,8 +551,8 @@ static struct rnode *admit(struct crun_round *r, const struct crun_round_event *
 		}
 		if (cf->last_call_ms != rc->last_call_ms) {
 			refuse_join(r, ev, EINVAL, "last_call_timeout %s differs from the run's %s",
-				    crun_rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
-				    crun_rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
+				    crun__rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
+				    crun__rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
 			return NULL;
 		}
 		if (cf->max_restarts != rc->max_restarts) {
@@ -624,7 +624,7 @@ static struct rnode *admit(struct crun_round *r, const struct crun_round_event *
 		r->static_ranks = nd->node_rank >= 0;
 	}
 	fmt_nnodes(c, sizeof(c), r->conf.min_nodes, r->conf.max_nodes);
-	crun_info("run '%s': node '%s' (%s, %d worker%s) joins round %" PRId64 " (nnodes %s)",
+	crun__info("run '%s': node '%s' (%s, %d worker%s) joins round %" PRId64 " (nnodes %s)",
 		  r->run_id, n->node_id, n->host, n->nproc, n->nproc == 1 ? "" : "s", r->round, c);
 	return n;
 }
@@ -632,7 +632,7 @@ static struct rnode *admit(struct crun_round *r, const struct crun_round_event *
 /* The ETIMEDOUT of a joiner whose join timeout passed in the OPEN round
  * with fewer than min nodes: how many came, and who of the previous round
  * did not come back. */
-static void join_timed_out(struct crun_round *r, struct rnode *n)
+static void join_timed_out(struct crun__round *r, struct rnode *n)
 {
 	char msg[1024], t[24];
 	size_t o, shown = 0, missing = 0;
@@ -640,7 +640,7 @@ static void join_timed_out(struct crun_round *r, struct rnode *n)
 
 	len = snprintf(msg, sizeof(msg), "only %zu of at least %d nodes joined within %s",
 		       r->joiners.n, r->conf.min_nodes,
-		       crun_rdzv_format_ms(n->join_timeout_ms, t, sizeof(t)));
+		       crun__rdzv_format_ms(n->join_timeout_ms, t, sizeof(t)));
 	o = len > 0 ? (size_t)len : 0;
 	for (size_t i = 0; i < r->nprev; i++) {
 		const struct prev *p = &r->prev[i];
@@ -665,7 +665,7 @@ static void join_timed_out(struct crun_round *r, struct rnode *n)
 	if (missing > shown)
 		snprintf(msg + o, sizeof(msg) - o, "%s%zu more",
 			 shown ? " and " : "; missing: ", missing - shown);
-	crun_info("run '%s': node '%s' (%s) gave up waiting for round %" PRId64 ": %s", r->run_id,
+	crun__info("run '%s': node '%s' (%s) gave up waiting for round %" PRId64 ": %s", r->run_id,
 		  n->node_id, n->host, r->round, msg);
 	send_err(r, n->peer, n->join_id, ETIMEDOUT, "%s", msg);
 }
@@ -673,7 +673,7 @@ static void join_timed_out(struct crun_round *r, struct rnode *n)
 /* ---- the state machine --------------------------------------------------------- */
 
 /* DONE for a round that is not the running one. */
-static void done_elsewhere(struct crun_round *r, const struct crun_round_event *ev)
+static void done_elsewhere(struct crun__round *r, const struct crun__round_event *ev)
 {
 	if (r->ended_round && ev->num == r->ended_round && r->ended_why)
 		send_err(r, ev->peer, ev->id, ECANCELED, "round %" PRId64 " ended: %s", ev->num,
@@ -684,7 +684,7 @@ static void done_elsewhere(struct crun_round *r, const struct crun_round_event *
 			 r->run_id);
 }
 
-static void open_event(struct crun_round *r, const struct crun_round_event *ev)
+static void open_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	struct rnode *n;
 	long i;
@@ -700,7 +700,7 @@ static void open_event(struct crun_round *r, const struct crun_round_event *ev)
 		i = nodes_find(&r->joiners, ev->peer);
 		if (i >= 0) {
 			n = nodes_take(&r->joiners, (size_t)i);
-			crun_info("run '%s': node '%s' (%s) left round %" PRId64
+			crun__info("run '%s': node '%s' (%s) left round %" PRId64
 				  " before it closed: %s",
 				  r->run_id, n->node_id, n->host, r->round,
 				  ev->message ? ev->message : "connection closed");
@@ -729,7 +729,7 @@ static void open_event(struct crun_round *r, const struct crun_round_event *ev)
 	}
 }
 
-static void running_event(struct crun_round *r, const struct crun_round_event *ev)
+static void running_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	char msg[1200];
 	struct rnode *n;
@@ -751,7 +751,7 @@ static void running_event(struct crun_round *r, const struct crun_round_event *e
 			free(n);
 			break;
 		}
-		crun_info("run '%s': node '%s' (%s) waits: round %" PRId64 " runs with %s",
+		crun__info("run '%s': node '%s' (%s) waits: round %" PRId64 " runs with %s",
 			  r->run_id, n->node_id, n->host, r->round,
 			  r->ndone ? "nodes that are finishing" : "the maximum of nodes");
 		break;
@@ -762,7 +762,7 @@ static void running_event(struct crun_round *r, const struct crun_round_event *e
 			n = r->members.v[i];
 			snprintf(msg, sizeof(msg), "node %d (%s) left: %s", n->group_rank, n->host,
 				 ev->message ? ev->message : "connection closed");
-			crun_info("run '%s': %s%s", r->run_id, msg,
+			crun__info("run '%s': %s%s", r->run_id, msg,
 				  n->done ? " (after DONE)" : "");
 			/* No event for it; named in later timeouts. */
 			n->lost = true;
@@ -778,7 +778,7 @@ static void running_event(struct crun_round *r, const struct crun_round_event *e
 		i = nodes_find(&r->standby, ev->peer);
 		if (i >= 0) {
 			n = nodes_take(&r->standby, (size_t)i);
-			crun_info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
+			crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
 				  n->node_id, n->host,
 				  ev->message ? ev->message : "connection closed");
 			free(n);
@@ -823,7 +823,7 @@ static void running_event(struct crun_round *r, const struct crun_round_event *e
 		n->done = true;
 		n->done_id = ev->id;
 		r->ndone++;
-		crun_debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
+		crun__debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
 			   n->host, r->ndone, r->members.n);
 		if ((size_t)r->ndone == r->members.n)
 			close_run(r, false);
@@ -835,20 +835,20 @@ static void running_event(struct crun_round *r, const struct crun_round_event *e
 		if (i < 0)
 			break;
 		n = nodes_take(&r->standby, (size_t)i);
-		crun_info("run '%s': waiting node '%s' (%s) gave up after %s", r->run_id,
+		crun__info("run '%s': waiting node '%s' (%s) gave up after %s", r->run_id,
 			  n->node_id, n->host,
-			  crun_rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
+			  crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
 		send_err(r, n->peer, n->join_id, ETIMEDOUT,
 			 "no round of run '%s' opened within %s: round %" PRId64
 			 " runs with the maximum of %d nodes",
-			 r->run_id, crun_rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)),
+			 r->run_id, crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)),
 			 r->round, r->conf.max_nodes);
 		free(n);
 		break;
 	}
 }
 
-static void closed_event(struct crun_round *r, const struct crun_round_event *ev)
+static void closed_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	switch (ev->type) {
 	case CRUN_ROUND_EV_JOIN:
@@ -871,7 +871,7 @@ static void closed_event(struct crun_round *r, const struct crun_round_event *ev
 	}
 }
 
-void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev)
+void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev)
 {
 	enum round_state from = r->state;
 
@@ -887,7 +887,7 @@ void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev)
 		break;
 	}
 	if (r->state != from)
-		crun_debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
+		crun__debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
 			   state_names[from], state_names[r->state], r->round);
 	rearm(r);
 }
@@ -897,7 +897,7 @@ void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev)
 static void on_timer_closed(uv_handle_t *h)
 {
 	struct round_timer *t = (struct round_timer *)h;
-	const struct crun_round_ops *ops = t->ops;
+	const struct crun__round_ops *ops = t->ops;
 	void *ctx = t->ctx;
 
 	free(t);
@@ -905,7 +905,7 @@ static void on_timer_closed(uv_handle_t *h)
 }
 
 /* The join-timeout deadlines that matter in the current state. */
-static const struct nodes *waiting(const struct crun_round *r)
+static const struct nodes *waiting(const struct crun__round *r)
 {
 	if (r->state == ROUND_OPEN && r->joiners.n < (size_t)r->conf.min_nodes)
 		return &r->joiners;
@@ -917,15 +917,15 @@ static const struct nodes *waiting(const struct crun_round *r)
 static void on_timer(uv_timer_t *h)
 {
 	struct round_timer *t = (struct round_timer *)h;
-	struct crun_round *r = t->r;
-	struct crun_round_event ev = { .type = CRUN_ROUND_EV_LAST_CALL };
+	struct crun__round *r = t->r;
+	struct crun__round_event ev = { .type = CRUN_ROUND_EV_LAST_CALL };
 	uint64_t now = uv_now(r->loop);
 	const struct nodes *w;
 	void **expired = NULL;
 	size_t nexp = 0;
 
 	if (r->state == ROUND_OPEN && r->last_call_armed && now >= r->last_call_deadline)
-		crun_round_apply(r, &ev);
+		crun__round_apply(r, &ev);
 	/* Peers first, then events: each event may reshape the arrays. */
 	w = waiting(r);
 	if (w && w->n) {
@@ -937,14 +937,14 @@ static void on_timer(uv_timer_t *h)
 	for (size_t i = 0; i < nexp; i++) {
 		ev.type = CRUN_ROUND_EV_JOIN_TIMEOUT;
 		ev.peer = expired[i];
-		crun_round_apply(r, &ev);
+		crun__round_apply(r, &ev);
 	}
 	free(expired);
 	rearm(r);
 	t->ops->flush(t->ctx); /* may destroy r: nothing after this */
 }
 
-static void rearm(struct crun_round *r)
+static void rearm(struct crun__round *r)
 {
 	uint64_t next = UINT64_MAX, now;
 	const struct nodes *w = waiting(r);
@@ -983,17 +983,17 @@ static void rearm(struct crun_round *r)
 	return;
 
 out_no_timer:
-	crun_warn("run '%s': cannot create the rendezvous timer: out of memory; "
+	crun__warn("run '%s': cannot create the rendezvous timer: out of memory; "
 		  "timeouts are late until the next request",
 		  r->run_id);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
-struct crun_round *crun_round_create(uv_loop_t *loop, const char *run_id,
-				     const struct crun_round_ops *ops, void *ctx)
+struct crun__round *crun__round_create(uv_loop_t *loop, const char *run_id,
+				     const struct crun__round_ops *ops, void *ctx)
 {
-	struct crun_round *r = calloc(1, sizeof(*r));
+	struct crun__round *r = calloc(1, sizeof(*r));
 
 	if (!r)
 		return NULL;
@@ -1010,7 +1010,7 @@ struct crun_round *crun_round_create(uv_loop_t *loop, const char *run_id,
 	return r;
 }
 
-void crun_round_destroy(struct crun_round *r)
+void crun__round_destroy(struct crun__round *r)
 {
 	if (!r)
 		return;
@@ -1030,7 +1030,7 @@ void crun_round_destroy(struct crun_round *r)
 	free(r);
 }
 
-bool crun_round_has_peer(const struct crun_round *r, const void *peer)
+bool crun__round_has_peer(const struct crun__round *r, const void *peer)
 {
 	return r && (nodes_find(&r->joiners, peer) >= 0 || nodes_find(&r->members, peer) >= 0 ||
 		     nodes_find(&r->standby, peer) >= 0);

@@ -1,10 +1,10 @@
 /* Rendezvous rounds of one run, inside the store server (internal to
  * src/rendezvous: store_rdzv.c drives it, nothing else includes it).
  *
- * One struct crun_round per run that has seen a rendezvous request. It is
+ * One struct crun__round per run that has seen a rendezvous request. It is
  * an explicit state machine (OPEN, RUNNING, CLOSED; see rdzv.h for the
  * protocol and the meaning of each state) moved only by
- * crun_round_apply(). The server turns requests and disconnects into
+ * crun__round_apply(). The server turns requests and disconnects into
  * events; the round's own timer (last call, join timeouts) makes the
  * others. The round never sees a socket: it queues frames to a peer (an
  * opaque pointer, the server's connection) through ops->send, which must
@@ -21,13 +21,13 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/wire.h"
 
-struct crun_round;
+struct crun__round;
 
-struct crun_round_ops {
+struct crun__round_ops {
 	/* Queues one frame to peer. 0, or -ENOBUFS when the frame can never
 	 * fit the peer's buffer (the round then answers with an error). */
 	int (*send)(void *peer, uint8_t type, uint32_t id, int64_t num,
-		    const struct crun_wire_item *items, uint32_t count);
+		    const struct crun__wire_item *items, uint32_t count);
 	/* Runs at the end of the round's timer callback, after its events:
 	 * the server writes what was queued (and may close connections,
 	 * delivering LOST events, and even destroy this round). */
@@ -38,7 +38,7 @@ struct crun_round_ops {
 	void (*handle_closed)(void *ctx);
 };
 
-enum crun_round_event_type {
+enum crun__round_event_type {
 	CRUN_ROUND_EV_JOIN,	    /* peer, id, node, conf, peer_addr */
 	CRUN_ROUND_EV_LOST,	    /* peer, message: why ("connection closed") */
 	CRUN_ROUND_EV_FAIL,	    /* peer, id, num = round, message */
@@ -47,13 +47,13 @@ enum crun_round_event_type {
 	CRUN_ROUND_EV_JOIN_TIMEOUT, /* (timer) peer: its join timeout passed */
 };
 
-struct crun_round_event {
-	enum crun_round_event_type type;
+struct crun__round_event {
+	enum crun__round_event_type type;
 	void *peer;
 	uint32_t id;
 	int64_t num;
-	const struct crun_rdzv_node *node; /* JOIN; copied */
-	const struct crun_rdzv_conf *conf; /* JOIN; copied */
+	const struct crun__rdzv_node *node; /* JOIN; copied */
+	const struct crun__rdzv_conf *conf; /* JOIN; copied */
 	const char *peer_addr;		   /* JOIN: the peer's IP as the server sees it,
 					    * used when node->addr is empty */
 	const char *message;		   /* FAIL, LOST; may be NULL */
@@ -61,23 +61,23 @@ struct crun_round_event {
 
 /* A round state for the run named run_id (a printable form, for
  * messages; copied), timers on loop. NULL when out of memory. */
-struct crun_round *crun_round_create(uv_loop_t *loop, const char *run_id,
-				     const struct crun_round_ops *ops, void *ctx);
+struct crun__round *crun__round_create(uv_loop_t *loop, const char *run_id,
+				     const struct crun__round_ops *ops, void *ctx);
 
 /* Applies one event (see rdzv.h for each state's answer): replies and
  * pushes are queued through ops->send before it returns. Safe to call
  * for any event in any state; events that do not apply are answered as
  * rdzv.h says or ignored (LOST of an unknown peer). */
-void crun_round_apply(struct crun_round *r, const struct crun_round_event *ev);
+void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev);
 
 /* True when peer is a joiner, member or standby node of r: the server
  * arms a connection's keep-alive only once its JOIN has been admitted, so
  * that a refused JOIN leaves the connection as it was. */
-bool crun_round_has_peer(const struct crun_round *r, const void *peer);
+bool crun__round_has_peer(const struct crun__round *r, const void *peer);
 
 /* Frees r without sending anything; its timer is closed and the memory
  * freed in the close callback (ops->handle_closed runs then). NULL is
  * allowed. */
-void crun_round_destroy(struct crun_round *r);
+void crun__round_destroy(struct crun__round *r);
 
 #endif

@@ -70,7 +70,7 @@ enum conn_state {
 struct conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* handshake timeout, liveness, linger while closing */
-	struct crun_server *srv;
+	struct crun__server *srv;
 	struct crun__store_client sc; /* the store's view: run, keys, waits */
 	struct crun__list link;	      /* srv->conns */
 	struct conn *dirty_next;
@@ -90,25 +90,25 @@ struct conn {
 	char peer_ip[INET6_ADDRSTRLEN]; /* the address in peer, no port */
 };
 
-struct crun_server {
+struct crun__server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
 	uv_timer_t wait_timer;	/* the store's earliest deadline */
 	uint64_t wait_deadline; /* what wait_timer is set to; UINT64_MAX: off */
 	struct crun__store *store;
 	struct crun__store_rdzv_env rdzv;
-	struct crun_server_limits limits;
+	struct crun__server_limits limits;
 	uint8_t *token;
 	size_t token_len;
 	bool quiet;
 	const char *token_hint;
-	crun_server_disconnect_cb disconnect_cb;
+	crun__server_disconnect_cb disconnect_cb;
 	void *disconnect_arg;
 	struct crun__list conns;
 	uint32_t nconns;
 	struct conn *dirty;
 	uint8_t *scratch;
-	struct crun_wire_item *items;
+	struct crun__wire_item *items;
 	uint32_t items_cap;
 	int port;
 	bool listening, listen_failed, destroying;
@@ -117,10 +117,10 @@ struct crun_server {
 	void *done_arg;
 };
 
-static void flush_dirty(struct crun_server *srv);
+static void flush_dirty(struct crun__server *srv);
 static void begin_close(struct conn *c, bool graceful);
 
-void crun_server_limits_default(struct crun_server_limits *limits)
+void crun__server_limits_default(struct crun__server_limits *limits)
 {
 	limits->max_key_size = 4096;
 	limits->max_value_size = 16u << 20;
@@ -132,12 +132,12 @@ void crun_server_limits_default(struct crun_server_limits *limits)
 
 /* ---- small helpers ----------------------------------------------------- */
 
-static const char *show_item(char *out, size_t outlen, const struct crun_wire_item *it)
+static const char *show_item(char *out, size_t outlen, const struct crun__wire_item *it)
 {
 	return crun__store_show(out, outlen, it->data, it->len);
 }
 
-static void handle_closed(struct crun_server *srv);
+static void handle_closed(struct crun__server *srv);
 
 /* ---- output -------------------------------------------------------------- */
 
@@ -157,7 +157,7 @@ static void drop_conn(struct conn *c, const char *reason)
 	if (c->drop || c->handles_closing)
 		return;
 	if (c->state != CONN_CLOSING)
-		crun_info("%s: dropped: %s", c->peer, reason);
+		crun__info("%s: dropped: %s", c->peer, reason);
 	c->drop = true;
 	mark_dirty(c);
 }
@@ -177,7 +177,7 @@ static void drop_write_failed(struct conn *c, int err)
 static void on_written(struct crun__outq *q, int status)
 {
 	struct conn *c = container_of(q, struct conn, out);
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 
 	if (srv->destroying)
 		return;
@@ -204,7 +204,7 @@ static void flush_conn(struct conn *c)
 /* Queues m, len bytes encoded (or, when m is NULL, the len bytes at raw).
  * 0 when queued, or discarded because c is (now) being dropped; -ENOBUFS
  * when it can never fit c's buffer. */
-static int enqueue(struct conn *c, const struct crun_wire_msg *m, const void *raw, size_t len)
+static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *raw, size_t len)
 {
 	uint64_t max = c->srv->limits.max_conn_buffer;
 	char why[128];
@@ -239,16 +239,16 @@ static void send_raw(struct conn *c, const void *data, size_t len)
  * being dropped); -ENOBUFS when the frame is larger than a frame may be
  * or than c may buffer, so that the caller can answer with an error. */
 static int send_frame(struct conn *c, uint8_t type, uint32_t id, int64_t num,
-		      const struct crun_wire_item *items, uint32_t count)
+		      const struct crun__wire_item *items, uint32_t count)
 {
-	struct crun_wire_msg m = {
+	struct crun__wire_msg m = {
 		.type = type,
 		.id = id,
 		.num = num,
 		.count = count,
-		.items = (struct crun_wire_item *)items,
+		.items = (struct crun__wire_item *)items,
 	};
-	size_t size = crun_wire_encoded_size(&m);
+	size_t size = crun__wire_encoded_size(&m);
 
 	if (size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD || count > CRUN_WIRE_MAX_ITEMS)
 		return -ENOBUFS;
@@ -269,7 +269,7 @@ static struct conn *client_conn(void *client)
 /* Frames go to a connection's output like any reply; every callback ends
  * with flush_dirty, which writes them. */
 static int store_send(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
-		      int64_t num, const struct crun_wire_item *items, uint32_t count)
+		      int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
 	(void)ctx;
 	return send_frame(client_conn(to), type, id, num, items, count);
@@ -288,7 +288,7 @@ static const struct crun__store_ops store_ops = {
 };
 
 static int round_send(void *peer, uint8_t type, uint32_t id, int64_t num,
-		      const struct crun_wire_item *items, uint32_t count)
+		      const struct crun__wire_item *items, uint32_t count)
 {
 	return send_frame(client_conn(peer), type, id, num, items, count);
 }
@@ -300,7 +300,7 @@ static void round_flush(void *ctx)
 
 static void round_handle_opened(void *ctx)
 {
-	((struct crun_server *)ctx)->open_handles++;
+	((struct crun__server *)ctx)->open_handles++;
 }
 
 static void round_handle_closed(void *ctx)
@@ -308,7 +308,7 @@ static void round_handle_closed(void *ctx)
 	handle_closed(ctx);
 }
 
-static const struct crun_round_ops round_ops = {
+static const struct crun__round_ops round_ops = {
 	.send = round_send,
 	.flush = round_flush,
 	.handle_opened = round_handle_opened,
@@ -330,12 +330,12 @@ static void keepalive_reset(struct conn *c)
 		uv_timer_stop(&c->timer);
 }
 
-static void handle_request(struct conn *c, const struct crun_wire_msg *m)
+static void handle_request(struct conn *c, const struct crun__wire_msg *m)
 {
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 	int64_t keepalive_ms = -1;
 
-	if (crun_log_enabled(CRUN_LOG_DEBUG))
+	if (crun__log_enabled(CRUN_LOG_DEBUG))
 		crun__store_log_request(&c->sc, m);
 	if (crun__store_apply(srv->store, &c->sc, m, uv_now(srv->loop)) != -EINVAL)
 		return;
@@ -353,7 +353,7 @@ static void handle_request(struct conn *c, const struct crun_wire_msg *m)
 /* Answers id with an error, logs why, and closes c once the error is out. */
 static void fail_conn(struct conn *c, uint32_t id, int errnum, const char *what, const char *why)
 {
-	crun_info("%s: %s: %s", c->peer, what, why);
+	crun__info("%s: %s: %s", c->peer, what, why);
 	reply_err(c, id, errnum, "%s", why);
 	begin_close(c, true);
 }
@@ -371,20 +371,20 @@ static void handle_preamble(struct conn *c, const uint8_t *p)
 }
 
 /* The first frame: the steps are hello.c's. */
-static void handle_hello(struct conn *c, const struct crun_wire_msg *m)
+static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 {
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 	const struct crun__hello_server hs = { srv->token, srv->token_len, c->nonce,
 					       srv->limits.max_key_size };
-	const struct crun_wire_item *run_id = &m->items[0];
+	const struct crun__wire_item *run_id = &m->items[0];
 	uint8_t server_mac[CRUN_WIRE_MAC_LEN];
-	struct crun_wire_item reply;
+	struct crun__wire_item reply;
 	char r[300], why[128];
 	int rc;
 
 	rc = crun__hello_server_hello(&hs, m, server_mac, &reply, why, sizeof(why));
 	if (rc == -EACCES) {
-		crun_info("%s: authentication failed (run '%s')", c->peer,
+		crun__info("%s: authentication failed (run '%s')", c->peer,
 			  show_item(r, sizeof(r), run_id));
 		reply_err(c, m->id, EACCES, "%s", why);
 		begin_close(c, true);
@@ -404,21 +404,21 @@ static void handle_hello(struct conn *c, const struct crun_wire_msg *m)
 	uv_timer_stop(&c->timer);
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
 	OPENSSL_cleanse(server_mac, sizeof(server_mac));
-	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
+	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
 		 srv->token ? " (authenticated)" : "");
 }
 
-static void handle_frame(struct conn *c, const struct crun_wire_msg *m)
+static void handle_frame(struct conn *c, const struct crun__wire_msg *m)
 {
 	char err[160];
 
-	if (crun_wire_validate(m, err, sizeof(err)) < 0) {
+	if (crun__wire_validate(m, err, sizeof(err)) < 0) {
 		fail_conn(c, m->id, EPROTO, "protocol error", err);
 		return;
 	}
-	if (!crun_wire_is_request(m->type)) {
+	if (!crun__wire_is_request(m->type)) {
 		snprintf(err, sizeof(err), "unexpected %s frame from a client",
-			 crun_wire_type_name(m->type));
+			 crun__wire_type_name(m->type));
 		fail_conn(c, m->id, EPROTO, "protocol error", err);
 		return;
 	}
@@ -442,10 +442,10 @@ static uint32_t max_payload(const struct conn *c)
 	return max > CRUN_WIRE_MAX_PAYLOAD ? CRUN_WIRE_MAX_PAYLOAD : (uint32_t)max;
 }
 
-static int grow_items(struct crun_server *srv, uint32_t need)
+static int grow_items(struct crun__server *srv, uint32_t need)
 {
 	uint32_t cap = srv->items_cap * 2;
-	struct crun_wire_item *p;
+	struct crun__wire_item *p;
 
 	if (cap < need)
 		cap = need;
@@ -463,8 +463,8 @@ static int grow_items(struct crun_server *srv, uint32_t need)
  * early when c starts closing. */
 static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 {
-	struct crun_server *srv = c->srv;
-	struct crun_wire_msg m;
+	struct crun__server *srv = c->srv;
+	struct crun__wire_msg m;
 	size_t off = 0;
 	char err[160];
 
@@ -479,7 +479,7 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 			off += CRUN_WIRE_CLIENT_PREAMBLE;
 			continue;
 		}
-		n = crun_wire_decode(buf + off, len - off, max_payload(c), &m, srv->items, &cap,
+		n = crun__wire_decode(buf + off, len - off, max_payload(c), &m, srv->items, &cap,
 				     err, sizeof(err));
 		if (n == -ENOBUFS) {
 			if (grow_items(srv, cap) < 0) {
@@ -502,7 +502,7 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 
 /* ---- connection lifecycle ------------------------------------------------- */
 
-static void handle_closed(struct crun_server *srv)
+static void handle_closed(struct crun__server *srv)
 {
 	srv->open_handles--;
 	if (!srv->destroying || srv->open_handles)
@@ -523,7 +523,7 @@ static void handle_closed(struct crun_server *srv)
 static void on_conn_closed(uv_handle_t *h)
 {
 	struct conn *c = h->data;
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 
 	if (--c->open_handles == 0) {
 		crun__list_del(&c->link);
@@ -549,7 +549,7 @@ static void close_handles(struct conn *c)
  * flush_dirty before the handles close; else they close now. */
 static void begin_close(struct conn *c, bool graceful)
 {
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 	char why[64], t[24];
 
 	if (c->state == CONN_CLOSING) {
@@ -567,7 +567,7 @@ static void begin_close(struct conn *c, bool graceful)
 	crun__store_detach(srv->store, &c->sc);
 	if (c->alive_expired)
 		snprintf(why, sizeof(why), "no keep-alive for %s",
-			 crun_rdzv_format_ms(c->keepalive_ms, t, sizeof(t)));
+			 crun__rdzv_format_ms(c->keepalive_ms, t, sizeof(t)));
 	else
 		snprintf(why, sizeof(why), "connection closed");
 	crun__store_rdzv_lost(&c->sc, why);
@@ -583,7 +583,7 @@ static void begin_close(struct conn *c, bool graceful)
 
 static void on_wait_timer(uv_timer_t *t)
 {
-	struct crun_server *srv = t->data;
+	struct crun__server *srv = t->data;
 
 	srv->wait_deadline = UINT64_MAX;
 	crun__store_expire(srv->store, uv_now(srv->loop));
@@ -592,7 +592,7 @@ static void on_wait_timer(uv_timer_t *t)
 
 /* Sets the one timer of every waiting request to the store's earliest
  * deadline, when that changed. */
-static void arm_wait_timer(struct crun_server *srv)
+static void arm_wait_timer(struct crun__server *srv)
 {
 	uint64_t next = srv->store ? crun__store_next_deadline(srv->store) : UINT64_MAX;
 	uint64_t now;
@@ -612,7 +612,7 @@ static void arm_wait_timer(struct crun_server *srv)
  * carries out the closes that were deferred. Runs at the end of every
  * libuv callback; closing one connection can touch others (ephemeral keys
  * deleted, watchers notified), which simply puts them on the list too. */
-static void flush_dirty(struct crun_server *srv)
+static void flush_dirty(struct crun__server *srv)
 {
 	struct conn *c;
 
@@ -640,7 +640,7 @@ static void flush_dirty(struct crun_server *srv)
 static void on_conn_timer(uv_timer_t *t)
 {
 	struct conn *c = t->data;
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 	char why[96];
 
 	if (c->state == CONN_CLOSING) {
@@ -651,7 +651,7 @@ static void on_conn_timer(uv_timer_t *t)
 		/* No frame for keepalive_ms: the peer is gone or cut off. */
 		c->alive_expired = true;
 		snprintf(why, sizeof(why), "no keep-alive for %s",
-			 crun_rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
+			 crun__rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
 		drop_conn(c, why);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
@@ -674,17 +674,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct conn *c = s->data;
-	struct crun_server *srv = c->srv;
+	struct crun__server *srv = c->srv;
 	size_t used;
 
 	if (nread < 0) {
 		if (c->state != CONN_CLOSING) {
 			if (nread == UV_EOF) {
-				crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
+				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
 					 "%s: connection closed", c->peer);
 				begin_close(c, true);
 			} else {
-				crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
+				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
 					 "%s: connection closed: %s", c->peer,
 					 uv_strerror((int)nread));
 				begin_close(c, false);
@@ -713,19 +713,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 static void on_connection(uv_stream_t *server, int status)
 {
-	struct crun_server *srv = server->data;
+	struct crun__server *srv = server->data;
 	uint8_t preamble[CRUN_WIRE_SERVER_PREAMBLE];
 	struct sockaddr_storage ss;
 	int len = sizeof(ss);
 	struct conn *c;
 
 	if (status < 0) {
-		crun_warn("cannot accept a connection: %s", uv_strerror(status));
+		crun__warn("cannot accept a connection: %s", uv_strerror(status));
 		return;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		crun_warn("cannot accept a connection: out of memory");
+		crun__warn("cannot accept a connection: out of memory");
 		return;
 	}
 	c->srv = srv;
@@ -762,11 +762,11 @@ static void on_connection(uv_stream_t *server, int status)
 	if (srv->nconns >= srv->limits.max_connections) {
 		char why[96];
 
-		crun_wire_server_preamble(preamble, 0, NULL);
+		crun__wire_server_preamble(preamble, 0, NULL);
 		send_raw(c, preamble, sizeof(preamble));
 		snprintf(why, sizeof(why), "too many connections (limit %u)",
 			 srv->limits.max_connections);
-		crun_info("refused connection from %s: %s", c->peer, why);
+		crun__info("refused connection from %s: %s", c->peer, why);
 		reply_err(c, 0, EMFILE, "too many connections");
 		begin_close(c, true);
 		flush_dirty(srv);
@@ -774,15 +774,15 @@ static void on_connection(uv_stream_t *server, int status)
 	}
 	c->counted = true;
 	srv->nconns++;
-	if (srv->token && crun_wire_random(c->nonce, sizeof(c->nonce)) < 0) {
-		crun_warn("cannot draw a nonce for %s: closing it", c->peer);
+	if (srv->token && crun__wire_random(c->nonce, sizeof(c->nonce)) < 0) {
+		crun__warn("cannot draw a nonce for %s: closing it", c->peer);
 		begin_close(c, false);
 		return;
 	}
-	crun_wire_server_preamble(preamble, srv->token ? CRUN_WIRE_F_AUTH : 0,
+	crun__wire_server_preamble(preamble, srv->token ? CRUN_WIRE_F_AUTH : 0,
 				  srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
-	crun_log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
+	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
 		 c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
@@ -792,9 +792,9 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- public API ------------------------------------------------------------ */
 
-struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server_opts *opts)
+struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__server_opts *opts)
 {
-	struct crun_server *srv = calloc(1, sizeof(*srv));
+	struct crun__server *srv = calloc(1, sizeof(*srv));
 	struct crun__store_limits store_limits;
 	uint32_t seed;
 
@@ -804,7 +804,7 @@ struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server
 	if (opts)
 		srv->limits = opts->limits;
 	else
-		crun_server_limits_default(&srv->limits);
+		crun__server_limits_default(&srv->limits);
 	/* A frame needs at least a header and a minimal payload. */
 	if (srv->limits.max_conn_buffer < CRUN__NETIO_RBUF_MIN)
 		srv->limits.max_conn_buffer = CRUN__NETIO_RBUF_MIN;
@@ -836,7 +836,7 @@ struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server
 	store_limits.max_value_size = srv->limits.max_value_size;
 	store_limits.max_keys_per_run = srv->limits.max_keys_per_run;
 	store_limits.max_sub_bytes = srv->limits.max_conn_buffer;
-	if (crun_wire_random((uint8_t *)&seed, sizeof(seed)) < 0)
+	if (crun__wire_random((uint8_t *)&seed, sizeof(seed)) < 0)
 		goto out_free_token;
 	srv->store = crun__store_create(&store_limits, seed, &store_ops, srv);
 	if (!srv->store)
@@ -867,7 +867,7 @@ out_free:
 	return NULL;
 }
 
-int crun_server_listen(struct crun_server *srv, const char *host, int port, char *err,
+int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
 		       size_t errlen)
 {
 	bool loopback, used;
@@ -890,25 +890,25 @@ int crun_server_listen(struct crun_server *srv, const char *host, int port, char
 	srv->listening = true;
 	if (!srv->token && !loopback) {
 		crun__net_endpoint(shown, sizeof(shown), host, srv->port);
-		crun_warn("listening on %s without a token: anyone who can reach this port can "
+		crun__warn("listening on %s without a token: anyone who can reach this port can "
 			  "join and change the job's keys; set %s",
 			  shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
 	}
 	return 0;
 }
 
-int crun_server_port(const struct crun_server *srv)
+int crun__server_port(const struct crun__server *srv)
 {
 	return srv && srv->listening ? srv->port : 0;
 }
 
-void crun_server_set_disconnect_cb(struct crun_server *srv, crun_server_disconnect_cb cb, void *arg)
+void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb, void *arg)
 {
 	srv->disconnect_cb = cb;
 	srv->disconnect_arg = arg;
 }
 
-uint32_t crun_server_connections(const struct crun_server *srv)
+uint32_t crun__server_connections(const struct crun__server *srv)
 {
 	return srv ? srv->nconns : 0;
 }
@@ -918,7 +918,7 @@ static void on_listener_closed(uv_handle_t *h)
 	handle_closed(h->data);
 }
 
-void crun_server_destroy(struct crun_server *srv, void (*done)(void *arg), void *arg)
+void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), void *arg)
 {
 	if (!srv)
 		return;

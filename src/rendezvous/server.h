@@ -28,9 +28,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-struct crun_server;
+struct crun__server;
 
-struct crun_server_limits {
+struct crun__server_limits {
 	uint32_t max_key_size;       /* bytes; default 4096 */
 	uint32_t max_value_size;     /* bytes; default 16 MiB */
 	uint64_t max_keys_per_run;   /* default 1000000 */
@@ -42,10 +42,10 @@ struct crun_server_limits {
 };
 
 /* Fills limits with the defaults above. */
-void crun_server_limits_default(struct crun_server_limits *limits);
+void crun__server_limits_default(struct crun__server_limits *limits);
 
-struct crun_server_opts {
-	struct crun_server_limits limits;
+struct crun__server_opts {
+	struct crun__server_limits limits;
 	const void *token; /* NULL: no authentication; copied */
 	size_t token_len;
 	/* Embedded use (crun's agent): connection lifecycle lines (accepted,
@@ -63,35 +63,35 @@ struct crun_server_opts {
  * thread when a connection that completed HELLO closes, with its run id
  * and its peer address ("1.2.3.4:5678" or "[::1]:5678"), after its
  * ephemeral keys were deleted. Both strings are valid during the call
- * only. Not called from crun_server_destroy. The hook must not destroy
+ * only. Not called from crun__server_destroy. The hook must not destroy
  * the server. */
-typedef void (*crun_server_disconnect_cb)(struct crun_server *srv, const char *run_id,
+typedef void (*crun__server_disconnect_cb)(struct crun__server *srv, const char *run_id,
 					  const char *peer, void *arg);
 
 /* Creates a server on loop. Listens on nothing yet. NULL on failure. */
-struct crun_server *crun_server_create(uv_loop_t *loop, const struct crun_server_opts *opts);
+struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__server_opts *opts);
 
 /* Binds and listens on host:port (port 0 picks a free port; see
- * crun_server_port). host may be an IPv4 or IPv6 literal or a name.
+ * crun__server_port). host may be an IPv4 or IPv6 literal or a name.
  * Logs the loud warning when the address is not loopback and there is no
  * token. Returns 0 or a negative errno (-EADDRINUSE ...), with a message
  * in err. */
-int crun_server_listen(struct crun_server *srv, const char *host, int port, char *err,
+int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
 		       size_t errlen);
 
 /* The port actually bound (after listen), else 0. */
-int crun_server_port(const struct crun_server *srv);
+int crun__server_port(const struct crun__server *srv);
 
-void crun_server_set_disconnect_cb(struct crun_server *srv, crun_server_disconnect_cb cb,
+void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
 				   void *arg);
 
 /* Number of open connections. */
-uint32_t crun_server_connections(const struct crun_server *srv);
+uint32_t crun__server_connections(const struct crun__server *srv);
 
 /* Stops listening, closes every connection (pending waiters get no
  * reply) and frees everything once the handles have closed; done (may be
  * NULL) runs after the last close callback. Call once; srv is invalid
  * afterwards. */
-void crun_server_destroy(struct crun_server *srv, void (*done)(void *arg), void *arg);
+void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), void *arg);
 
 #endif

@@ -60,7 +60,7 @@ struct waiter {
 	uint8_t type;
 	uint32_t count;
 	size_t bytes;		     /* key bytes held, in client->sub_bytes */
-	struct crun_wire_item *keys; /* in the same allocation, after the struct */
+	struct crun__wire_item *keys; /* in the same allocation, after the struct */
 };
 
 struct watch {
@@ -107,43 +107,43 @@ const char *crun__store_show(char *out, size_t outlen, const uint8_t *p, size_t 
 	return out;
 }
 
-static const char *show_item(char *out, size_t outlen, const struct crun_wire_item *it)
+static const char *show_item(char *out, size_t outlen, const struct crun__wire_item *it)
 {
 	return crun__store_show(out, outlen, it->data, it->len);
 }
 
-static struct crun_wire_item item(const void *data, size_t len)
+static struct crun__wire_item item(const void *data, size_t len)
 {
-	struct crun_wire_item it = {data, (uint32_t)len};
+	struct crun__wire_item it = {data, (uint32_t)len};
 
 	return it;
 }
 
-static bool item_eq(const struct crun_wire_item *a, const uint8_t *b, uint32_t blen)
+static bool item_eq(const struct crun__wire_item *a, const uint8_t *b, uint32_t blen)
 {
 	return a->len == blen && !memcmp(a->data, b, blen);
 }
 
-static uint32_t hash_item(const struct crun__store *st, const struct crun_wire_item *it)
+static uint32_t hash_item(const struct crun__store *st, const struct crun__wire_item *it)
 {
 	return crun__hash_bytes(st->seed, it->data, it->len);
 }
 
-void crun__store_log_request(const struct crun__store_client *c, const struct crun_wire_msg *m)
+void crun__store_log_request(const struct crun__store_client *c, const struct crun__wire_msg *m)
 {
 	char k[300] = "";
 
 	if (m->count && m->type != CRUN_WIRE_PING)
 		show_item(k, sizeof(k), &m->items[0]);
-	crun_debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->name,
-		   crun_wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
+	crun__debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->name,
+		   crun__wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
 		   m->count);
 }
 
 /* ---- replies ------------------------------------------------------------- */
 
 static int emit(struct crun__store *st, struct crun__store_client *c, uint8_t type, uint32_t id,
-		int64_t num, const struct crun_wire_item *items, uint32_t count)
+		int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
 	return st->ops->send(st->ctx, c, type, id, num, items, count);
 }
@@ -151,7 +151,7 @@ static int emit(struct crun__store *st, struct crun__store_client *c, uint8_t ty
 static void reply_errv(struct crun__store *st, struct crun__store_client *c, uint32_t id,
 		       int errnum, const char *fmt, va_list ap)
 {
-	struct crun_wire_item it;
+	struct crun__wire_item it;
 	char msg[256];
 	int n;
 
@@ -184,9 +184,9 @@ void crun__store_refuse(struct crun__store *st, struct crun__store_client *c, ui
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (c->nrefused < CRUN__STORE_REFUSALS_LOGGED)
-		crun_info("%s: refused request: %s", c->name, msg);
+		crun__info("%s: refused request: %s", c->name, msg);
 	else if (c->nrefused == CRUN__STORE_REFUSALS_LOGGED)
-		crun_info("%s: refused request: %s (further refusals on this connection are not "
+		crun__info("%s: refused request: %s (further refusals on this connection are not "
 			  "logged)",
 			  c->name, msg);
 	c->nrefused++;
@@ -207,7 +207,7 @@ static void reply_too_big(struct crun__store *st, struct crun__store_client *c, 
 static void reply_value_num(struct crun__store *st, struct crun__store_client *c, uint32_t id,
 			    int64_t num, const void *data, size_t len)
 {
-	struct crun_wire_item it = item(data, len);
+	struct crun__wire_item it = item(data, len);
 
 	if (emit(st, c, CRUN_WIRE_VALUE, id, num, &it, 1) == -ENOBUFS)
 		reply_too_big(st, c, id);
@@ -272,13 +272,13 @@ static void run_maybe_free(struct crun__store *st, struct crun__store_run *r)
 	run_free(st, r);
 }
 
-static struct entry *entry_find(const struct crun__store_run *r, const struct crun_wire_item *key,
+static struct entry *entry_find(const struct crun__store_run *r, const struct crun__wire_item *key,
 				uint32_t hash)
 {
 	return (struct entry *)crun__htable_find(&r->keys, key->data, key->len, hash);
 }
 
-static struct entry *entry_create(struct crun__store_run *r, const struct crun_wire_item *key,
+static struct entry *entry_create(struct crun__store_run *r, const struct crun__wire_item *key,
 				  uint32_t hash)
 {
 	struct entry *e = calloc(1, sizeof(*e) + key->len);
@@ -405,7 +405,7 @@ static void heap_remove(struct crun__store *st, struct waiter *w)
 static void notify(struct crun__store *st, struct crun__store_run *r, const uint8_t *key,
 		   uint32_t klen, int64_t event, const uint8_t *val, uint32_t vlen)
 {
-	struct crun_wire_item items[2] = {item(key, klen), item(val, vlen)};
+	struct crun__wire_item items[2] = {item(key, klen), item(val, vlen)};
 
 	for (struct crun__list *l = r->watches.next; l != &r->watches; l = l->next) {
 		struct watch *w = crun__container_of(l, struct watch, run_link);
@@ -430,9 +430,9 @@ static void waiter_remove(struct crun__store *st, struct waiter *w)
 
 /* Answers a GET, MGET or WAIT whose keys all exist. */
 static void answer_read(struct crun__store *st, struct crun__store_client *c, uint8_t type,
-			uint32_t id, const struct crun_wire_item *keys, uint32_t count)
+			uint32_t id, const struct crun__wire_item *keys, uint32_t count)
 {
-	struct crun_wire_item stack[MGET_STACK] = {{NULL, 0}}, *vals = stack;
+	struct crun__wire_item stack[MGET_STACK] = {{NULL, 0}}, *vals = stack;
 	struct crun__store_run *r = c->run;
 	struct entry *e;
 
@@ -466,7 +466,7 @@ static void answer_read(struct crun__store *st, struct crun__store_client *c, ui
 
 /* Index of the first key that does not exist, or count when all do. */
 static uint32_t first_missing(const struct crun__store *st, const struct crun__store_run *r,
-			      const struct crun_wire_item *keys, uint32_t count)
+			      const struct crun__wire_item *keys, uint32_t count)
 {
 	for (uint32_t i = 0; i < count; i++)
 		if (!entry_find(r, &keys[i], hash_item(st, &keys[i])))
@@ -548,7 +548,7 @@ static bool sub_room(struct crun__store *st, struct crun__store_client *c, uint3
 
 /* Registers a waiting GET/MGET/WAIT; keys are copied. */
 static void add_waiter(struct crun__store *st, struct crun__store_client *c,
-		       const struct crun_wire_msg *m, uint64_t now)
+		       const struct crun__wire_msg *m, uint64_t now)
 {
 	size_t bytes = 0;
 	struct waiter *w;
@@ -558,12 +558,12 @@ static void add_waiter(struct crun__store *st, struct crun__store_client *c,
 		bytes += m->items[i].len;
 	if (!sub_room(st, c, m->id, bytes))
 		return;
-	w = malloc(sizeof(*w) + m->count * sizeof(struct crun_wire_item) + bytes);
+	w = malloc(sizeof(*w) + m->count * sizeof(struct crun__wire_item) + bytes);
 	if (!w) {
 		reply_oom(st, c, m->id);
 		return;
 	}
-	w->keys = (struct crun_wire_item *)(w + 1);
+	w->keys = (struct crun__wire_item *)(w + 1);
 	p = (uint8_t *)(w->keys + m->count);
 	for (uint32_t i = 0; i < m->count; i++) {
 		memcpy(p, m->items[i].data, m->items[i].len);
@@ -614,7 +614,7 @@ void crun__store_expire(struct crun__store *st, uint64_t now)
 /* ---- requests ---------------------------------------------------------- */
 
 static bool check_key(struct crun__store *st, struct crun__store_client *c, uint32_t id,
-		      const struct crun_wire_item *key)
+		      const struct crun__wire_item *key)
 {
 	uint32_t max = st->limits.max_key_size;
 
@@ -654,7 +654,7 @@ static bool check_room(struct crun__store *st, struct crun__store_client *c, uin
 /* Finds key in c's run or creates it (limits checked); NULL after an
  * error reply. */
 static struct entry *get_or_create(struct crun__store *st, struct crun__store_client *c,
-				   uint32_t id, const struct crun_wire_item *key, uint32_t hash)
+				   uint32_t id, const struct crun__wire_item *key, uint32_t hash)
 {
 	struct entry *e = entry_find(c->run, key, hash);
 
@@ -671,7 +671,7 @@ static struct entry *get_or_create(struct crun__store *st, struct crun__store_cl
 /* True when the request's keys are within the key size limit (all keys
  * of CHECK/WAIT/MGET, the even items of MSET, else item 0). */
 static bool check_keys(struct crun__store *st, struct crun__store_client *c,
-		       const struct crun_wire_msg *m)
+		       const struct crun__wire_msg *m)
 {
 	switch (m->type) {
 	case CRUN_WIRE_CHECK:
@@ -692,9 +692,9 @@ static bool check_keys(struct crun__store *st, struct crun__store_client *c,
 }
 
 static void op_set(struct crun__store *st, struct crun__store_client *c,
-		   const struct crun_wire_msg *m)
+		   const struct crun__wire_msg *m)
 {
-	const struct crun_wire_item *key = &m->items[0], *val = &m->items[1];
+	const struct crun__wire_item *key = &m->items[0], *val = &m->items[1];
 	struct entry *e;
 
 	if (!check_value(st, c, m->id, val->len))
@@ -713,7 +713,7 @@ static void op_set(struct crun__store *st, struct crun__store_client *c,
 
 /* GET, MGET and WAIT: answer now, fail, or wait. */
 static void op_read(struct crun__store *st, struct crun__store_client *c,
-		    const struct crun_wire_msg *m, uint64_t now)
+		    const struct crun__wire_msg *m, uint64_t now)
 {
 	uint32_t miss = first_missing(st, c->run, m->items, m->count);
 	char k[300];
@@ -756,9 +756,9 @@ static int parse_i64(const uint8_t *p, uint32_t n, int64_t *out)
 }
 
 static void op_add(struct crun__store *st, struct crun__store_client *c,
-		   const struct crun_wire_msg *m)
+		   const struct crun__wire_msg *m)
 {
-	const struct crun_wire_item *key = &m->items[0];
+	const struct crun__wire_item *key = &m->items[0];
 	uint32_t h = hash_item(st, key);
 	struct entry *e = entry_find(c->run, key, h);
 	int64_t old = 0, now;
@@ -807,9 +807,9 @@ static void op_add(struct crun__store *st, struct crun__store_client *c,
  * equals expected; the reply is the value now stored. EXPECT_ABSENT swaps
  * only a missing key. */
 static void op_cas(struct crun__store *st, struct crun__store_client *c,
-		   const struct crun_wire_msg *m)
+		   const struct crun__wire_msg *m)
 {
-	const struct crun_wire_item *key = &m->items[0], *expected = &m->items[1],
+	const struct crun__wire_item *key = &m->items[0], *expected = &m->items[1],
 				    *desired = &m->items[2];
 	uint32_t h = hash_item(st, key);
 	struct entry *e = entry_find(c->run, key, h);
@@ -840,7 +840,7 @@ static void op_cas(struct crun__store *st, struct crun__store_client *c,
 }
 
 static void op_delete(struct crun__store *st, struct crun__store_client *c,
-		      const struct crun_wire_msg *m)
+		      const struct crun__wire_msg *m)
 {
 	struct entry *e = entry_find(c->run, &m->items[0], hash_item(st, &m->items[0]));
 
@@ -850,9 +850,9 @@ static void op_delete(struct crun__store *st, struct crun__store_client *c,
 }
 
 static void op_append(struct crun__store *st, struct crun__store_client *c,
-		      const struct crun_wire_msg *m)
+		      const struct crun__wire_msg *m)
 {
-	const struct crun_wire_item *key = &m->items[0], *val = &m->items[1];
+	const struct crun__wire_item *key = &m->items[0], *val = &m->items[1];
 	uint32_t h = hash_item(st, key);
 	struct entry *e = entry_find(c->run, key, h);
 	uint64_t len = (e ? e->vlen : 0) + (uint64_t)val->len;
@@ -890,7 +890,7 @@ static void op_append(struct crun__store *st, struct crun__store_client *c,
 }
 
 static void op_mset(struct crun__store *st, struct crun__store_client *c,
-		    const struct crun_wire_msg *m)
+		    const struct crun__wire_msg *m)
 {
 	uint64_t new_keys = 0;
 
@@ -905,7 +905,7 @@ static void op_mset(struct crun__store *st, struct crun__store_client *c,
 	if (new_keys && !check_room(st, c, m->id, new_keys))
 		return;
 	for (uint32_t i = 0; i < m->count; i += 2) {
-		const struct crun_wire_item *key = &m->items[i], *val = &m->items[i + 1];
+		const struct crun__wire_item *key = &m->items[i], *val = &m->items[i + 1];
 		uint32_t h = hash_item(st, key);
 		struct entry *e = entry_find(c->run, key, h);
 
@@ -927,7 +927,7 @@ static void op_mset(struct crun__store *st, struct crun__store_client *c,
 
 static int cmp_keys(const void *a, const void *b)
 {
-	const struct crun_wire_item *x = a, *y = b;
+	const struct crun__wire_item *x = a, *y = b;
 	uint32_t n = x->len < y->len ? x->len : y->len;
 	int d = memcmp(x->data, y->data, n);
 
@@ -937,10 +937,10 @@ static int cmp_keys(const void *a, const void *b)
 }
 
 static void op_list(struct crun__store *st, struct crun__store_client *c,
-		    const struct crun_wire_msg *m)
+		    const struct crun__wire_msg *m)
 {
 	const struct crun__htable *t = &c->run->keys;
-	struct crun_wire_item *keys;
+	struct crun__wire_item *keys;
 	struct crun__hnode *h;
 	size_t n = 0, b;
 
@@ -964,9 +964,9 @@ static void op_list(struct crun__store *st, struct crun__store_client *c,
 }
 
 static void op_watch(struct crun__store *st, struct crun__store_client *c,
-		     const struct crun_wire_msg *m)
+		     const struct crun__wire_msg *m)
 {
-	const struct crun_wire_item *key = &m->items[0];
+	const struct crun__wire_item *key = &m->items[0];
 	struct watch *w;
 
 	if (!sub_room(st, c, m->id, key->len))
@@ -997,7 +997,7 @@ static void watch_free(struct watch *w)
 }
 
 static void op_unwatch(struct crun__store *st, struct crun__store_client *c,
-		       const struct crun_wire_msg *m)
+		       const struct crun__wire_msg *m)
 {
 	struct crun__list *l, *next;
 
@@ -1012,7 +1012,7 @@ static void op_unwatch(struct crun__store *st, struct crun__store_client *c,
 }
 
 int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
-		      const struct crun_wire_msg *m, uint64_t now)
+		      const struct crun__wire_msg *m, uint64_t now)
 {
 	if (m->type < CRUN_WIRE_SET || m->type > CRUN_WIRE_UNWATCH)
 		return -EINVAL;

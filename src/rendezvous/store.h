@@ -71,7 +71,7 @@ struct crun__store_ops {
 	 * never fit (too large for a frame or for to's buffer): the store then
 	 * answers the request with an ENOBUFS error instead. */
 	int (*send)(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
-		    int64_t num, const struct crun_wire_item *items, uint32_t count);
+		    int64_t num, const struct crun__wire_item *items, uint32_t count);
 	/* c must lose its connection (a watched value too large for its
 	 * buffer); reason is for the log, valid during the call. */
 	void (*drop)(void *ctx, struct crun__store_client *c, const char *reason);
@@ -121,12 +121,12 @@ void **crun__store_run_data(struct crun__store_client *c);
 uint64_t crun__store_run_keys(const struct crun__store_client *c);
 
 /* Applies one request of c, which must be in a run; m must have passed
- * crun_wire_validate. now is the edge's clock in ms, the origin of the
+ * crun__wire_validate. now is the edge's clock in ms, the origin of the
  * request's timeout. Replies, NOTIFYs and woken waiters go out through
  * ops before it returns. 0, or -EINVAL (nothing sent) when m's type is not
  * a key-value request (HELLO, the RDZV_* requests, a reply). */
 int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
-		      const struct crun_wire_msg *m, uint64_t now);
+		      const struct crun__wire_msg *m, uint64_t now);
 
 /* The earliest deadline of a waiting request (ms, the clock of now), or
  * UINT64_MAX when nothing waits. */
@@ -149,7 +149,7 @@ void crun__store_refuse(struct crun__store *st, struct crun__store_client *c, ui
 
 /* Logs m, a request of c, at debug level (one line: type, id, first key,
  * num, number of items). */
-void crun__store_log_request(const struct crun__store_client *c, const struct crun_wire_msg *m);
+void crun__store_log_request(const struct crun__store_client *c, const struct crun__wire_msg *m);
 
 /* A byte string fit for a message into out: printable ASCII as is, other
  * bytes (and \ and ') as \xNN, cut after 64 bytes with "...". Returns

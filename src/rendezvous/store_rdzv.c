@@ -7,7 +7,7 @@
 #include "rendezvous/rdzv.h"
 
 /* The round of c's run, made on first use; NULL after an error reply. */
-static struct crun_round *run_round(const struct crun__store_rdzv_env *env, struct crun__store *st,
+static struct crun__round *run_round(const struct crun__store_rdzv_env *env, struct crun__store *st,
 				    struct crun__store_client *c, uint32_t id)
 {
 	void **slot = crun__store_run_data(c);
@@ -18,7 +18,7 @@ static struct crun_round *run_round(const struct crun__store_rdzv_env *env, stru
 		const char *run_id = crun__store_run_id(c, &len);
 
 		crun__store_show(shown, sizeof(shown), (const uint8_t *)run_id, len);
-		*slot = crun_round_create(env->loop, shown, env->ops, env->ctx);
+		*slot = crun__round_create(env->loop, shown, env->ops, env->ctx);
 		if (!*slot)
 			crun__store_reply_error(st, c, id, ENOMEM, "out of memory");
 	}
@@ -26,18 +26,18 @@ static struct crun_round *run_round(const struct crun__store_rdzv_env *env, stru
 }
 
 static void join(const struct crun__store_rdzv_env *env, struct crun__store *st,
-		 struct crun__store_client *c, const struct crun_wire_msg *m, const char *peer_ip,
+		 struct crun__store_client *c, const struct crun__wire_msg *m, const char *peer_ip,
 		 int64_t *keepalive_ms)
 {
-	struct crun_round_event ev = {.type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id};
-	struct crun_rdzv_node node;
-	struct crun_rdzv_conf conf;
-	struct crun_round *round;
+	struct crun__round_event ev = {.type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id};
+	struct crun__rdzv_node node;
+	struct crun__rdzv_conf conf;
+	struct crun__round *round;
 	bool admitted_before;
 	char err[256];
 	int rc;
 
-	rc = crun_rdzv_parse_join(m, &node, &conf, err, sizeof(err));
+	rc = crun__rdzv_parse_join(m, &node, &conf, err, sizeof(err));
 	if (rc < 0) {
 		if (rc == -ENOMEM)
 			crun__store_reply_error(st, c, m->id, ENOMEM, "out of memory");
@@ -48,27 +48,27 @@ static void join(const struct crun__store_rdzv_env *env, struct crun__store *st,
 	round = run_round(env, st, c, m->id);
 	if (!round)
 		goto out_finish;
-	admitted_before = crun_round_has_peer(round, c);
+	admitted_before = crun__round_has_peer(round, c);
 	ev.node = &node;
 	ev.conf = &conf;
 	ev.peer_addr = peer_ip;
-	crun_round_apply(round, &ev);
+	crun__round_apply(round, &ev);
 	/* Only a JOIN the round admitted sets the keep-alive window: a refused
 	 * one (EALREADY, a mismatch, a closed run) leaves the connection as it
 	 * was. */
 	round = *crun__store_run_data(c);
-	if (!admitted_before && round && crun_round_has_peer(round, c))
+	if (!admitted_before && round && crun__round_has_peer(round, c))
 		*keepalive_ms = conf.keepalive_ms;
 out_finish:
-	crun_rdzv_node_finish(&node);
+	crun__rdzv_node_finish(&node);
 }
 
 /* RDZV_FAIL and RDZV_DONE. */
 static void end(const struct crun__store_rdzv_env *env, struct crun__store *st,
-		struct crun__store_client *c, const struct crun_wire_msg *m)
+		struct crun__store_client *c, const struct crun__wire_msg *m)
 {
-	struct crun_round_event ev = {.peer = c, .id = m->id, .num = m->num};
-	struct crun_round *round = run_round(env, st, c, m->id);
+	struct crun__round_event ev = {.peer = c, .id = m->id, .num = m->num};
+	struct crun__round *round = run_round(env, st, c, m->id);
 	char msg[1024];
 
 	if (!round)
@@ -88,11 +88,11 @@ static void end(const struct crun__store_rdzv_env *env, struct crun__store *st,
 	} else {
 		ev.type = CRUN_ROUND_EV_DONE;
 	}
-	crun_round_apply(round, &ev);
+	crun__round_apply(round, &ev);
 }
 
 void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun__store *st,
-			    struct crun__store_client *c, const struct crun_wire_msg *m,
+			    struct crun__store_client *c, const struct crun__wire_msg *m,
 			    const char *peer_ip, int64_t *keepalive_ms)
 {
 	if (m->type == CRUN_WIRE_RDZV_JOIN)
@@ -103,15 +103,15 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 
 void crun__store_rdzv_lost(struct crun__store_client *c, const char *why)
 {
-	struct crun_round_event ev = {.type = CRUN_ROUND_EV_LOST, .peer = c, .message = why};
+	struct crun__round_event ev = {.type = CRUN_ROUND_EV_LOST, .peer = c, .message = why};
 	void **slot = crun__store_run_data(c);
 
 	if (slot && *slot)
-		crun_round_apply(*slot, &ev);
+		crun__round_apply(*slot, &ev);
 }
 
 void crun__store_rdzv_free(void *ctx, void *round)
 {
 	(void)ctx;
-	crun_round_destroy(round);
+	crun__round_destroy(round);
 }

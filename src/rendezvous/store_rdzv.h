@@ -21,7 +21,7 @@
  * ops (with their ctx) that reach its peers. */
 struct crun__store_rdzv_env {
 	uv_loop_t *loop;
-	const struct crun_round_ops *ops;
+	const struct crun__round_ops *ops;
 	void *ctx;
 };
 
@@ -31,7 +31,7 @@ struct crun__store_rdzv_env {
  * c, *keepalive_ms is set to the keep-alive window it asked for (0: none),
  * which the edge must then enforce; otherwise it is left alone. */
 void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun__store *st,
-			    struct crun__store_client *c, const struct crun_wire_msg *m,
+			    struct crun__store_client *c, const struct crun__wire_msg *m,
 			    const char *peer_ip, int64_t *keepalive_ms);
 
 /* c, still in its run, is closing: its round, if the run has one, loses

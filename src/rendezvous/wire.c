@@ -88,7 +88,7 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_UNWATCH] = {"UNWATCH", 1, 1, 0, NUM_ZERO, true},
 	/* Rendezvous (rdzv.h): JOIN's num is its join timeout, item 0 the
 	 * node id; FAIL and DONE name a round; the items' contents are
-	 * checked by crun_rdzv_parse_join on the server. */
+	 * checked by crun__rdzv_parse_join on the server. */
 	[CRUN_WIRE_RDZV_JOIN] = {"RDZV_JOIN", 10, 10, 0, NUM_POSITIVE, true},
 	[CRUN_WIRE_RDZV_FAIL] = {"RDZV_FAIL", 1, 1, 0, NUM_ROUND, false},
 	[CRUN_WIRE_RDZV_DONE] = {"RDZV_DONE", 0, 0, 0, NUM_ROUND, false},
@@ -102,22 +102,22 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_RDZV_EVENT] = {"RDZV_EVENT", 3, 3, 0, NUM_ROUND, true},
 };
 
-const char *crun_wire_type_name(uint8_t type)
+const char *crun__wire_type_name(uint8_t type)
 {
 	return rules[type].name ? rules[type].name : "unknown";
 }
 
-bool crun_wire_is_request(uint8_t type)
+bool crun__wire_is_request(uint8_t type)
 {
 	return type >= CRUN_WIRE_HELLO && type <= CRUN_WIRE_RDZV_DONE;
 }
 
-bool crun_wire_is_reply(uint8_t type)
+bool crun__wire_is_reply(uint8_t type)
 {
 	return type >= CRUN_WIRE_OK && type <= CRUN_WIRE_RDZV_EVENT;
 }
 
-int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
+int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
 			   char *err, size_t errlen)
 {
 	uint32_t len = get_u32(hdr);
@@ -126,20 +126,20 @@ int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *p
 	if (max_payload > CRUN_WIRE_MAX_PAYLOAD)
 		max_payload = CRUN_WIRE_MAX_PAYLOAD;
 	if (!rules[type].name) {
-		crun_seterr(err, errlen, "unknown frame type %u", type);
+		crun__seterr(err, errlen, "unknown frame type %u", type);
 		return -EPROTO;
 	}
 	if (get_u16(hdr + 6) != 0) {
-		crun_seterr(err, errlen, "reserved header field is not zero");
+		crun__seterr(err, errlen, "reserved header field is not zero");
 		return -EPROTO;
 	}
 	if (len > max_payload) {
-		crun_seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
+		crun__seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
 			    max_payload);
 		return -EMSGSIZE;
 	}
 	if (len < CRUN_WIRE_PAYLOAD_MIN) {
-		crun_seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
+		crun__seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
 			    CRUN_WIRE_PAYLOAD_MIN);
 		return -EPROTO;
 	}
@@ -147,8 +147,8 @@ int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *p
 	return 0;
 }
 
-long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-		      struct crun_wire_msg *msg, struct crun_wire_item *items_store,
+long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
+		      struct crun__wire_msg *msg, struct crun__wire_item *items_store,
 		      uint32_t *items_cap, char *err, size_t errlen)
 {
 	uint32_t plen, count, i;
@@ -157,7 +157,7 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 
 	if (len < CRUN_WIRE_HEADER_LEN)
 		return CRUN_WIRE_NEED_MORE;
-	rc = crun_wire_check_header(buf, max_payload, &plen, err, errlen);
+	rc = crun__wire_check_header(buf, max_payload, &plen, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (len - CRUN_WIRE_HEADER_LEN < plen)
@@ -168,12 +168,12 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 	count = get_u32(p + 8);
 	/* Each item takes at least its 4-byte length. */
 	if (count > CRUN_WIRE_MAX_ITEMS || count > (plen - CRUN_WIRE_PAYLOAD_MIN) / 4) {
-		crun_seterr(err, errlen, "item count %u does not fit a %u-byte frame", count, plen);
+		crun__seterr(err, errlen, "item count %u does not fit a %u-byte frame", count, plen);
 		return -EPROTO;
 	}
 	if (count > *items_cap) {
 		*items_cap = count;
-		crun_seterr(err, errlen, "need room for %u items", count);
+		crun__seterr(err, errlen, "need room for %u items", count);
 		return -ENOBUFS;
 	}
 	msg->type = buf[4];
@@ -187,13 +187,13 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		uint32_t n;
 
 		if ((size_t)(end - p) < 4) {
-			crun_seterr(err, errlen, "item %u runs past the end of the frame", i);
+			crun__seterr(err, errlen, "item %u runs past the end of the frame", i);
 			return -EPROTO;
 		}
 		n = get_u32(p);
 		p += 4;
 		if ((size_t)(end - p) < n) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 				    "item %u of %u bytes runs past the end of the frame", i, n);
 			return -EPROTO;
 		}
@@ -202,52 +202,52 @@ long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		p += n;
 	}
 	if (p != end) {
-		crun_seterr(err, errlen, "%zu stray bytes after the last item", (size_t)(end - p));
+		crun__seterr(err, errlen, "%zu stray bytes after the last item", (size_t)(end - p));
 		return -EPROTO;
 	}
 	return (long)(CRUN_WIRE_HEADER_LEN + plen);
 }
 
-int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen)
+int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errlen)
 {
 	const struct type_rule *r = &rules[msg->type];
 
 	if (!r->name) {
-		crun_seterr(err, errlen, "unknown frame type %u", msg->type);
+		crun__seterr(err, errlen, "unknown frame type %u", msg->type);
 		return -EPROTO;
 	}
 	if (msg->count < r->min_items || msg->count > r->max_items) {
-		crun_seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
+		crun__seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
 			    r->max_items, msg->count);
 		return -EPROTO;
 	}
 	if (msg->flags & ~r->flags) {
-		crun_seterr(err, errlen, "%s does not take flags 0x%x", r->name, msg->flags);
+		crun__seterr(err, errlen, "%s does not take flags 0x%x", r->name, msg->flags);
 		return -EPROTO;
 	}
 	switch (r->num) {
 	case NUM_ZERO:
 		if (msg->num != 0) {
-			crun_seterr(err, errlen, "%s takes no number, got %lld", r->name,
+			crun__seterr(err, errlen, "%s takes no number, got %lld", r->name,
 				    (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
 	case NUM_WAIT:
 		if (msg->num < 0) {
-			crun_seterr(err, errlen, "%s timeout must not be negative", r->name);
+			crun__seterr(err, errlen, "%s timeout must not be negative", r->name);
 			return -EPROTO;
 		}
 		break;
 	case NUM_POSITIVE:
 		if (msg->num <= 0) {
-			crun_seterr(err, errlen, "%s timeout must be positive", r->name);
+			crun__seterr(err, errlen, "%s timeout must be positive", r->name);
 			return -EPROTO;
 		}
 		break;
 	case NUM_ROUND:
 		if (msg->num < 0) {
-			crun_seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
+			crun__seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
 				    (long long)msg->num);
 			return -EPROTO;
 		}
@@ -257,26 +257,26 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	}
 	if (r->key_first && msg->count && msg->items[0].len == 0 && msg->type != CRUN_WIRE_HELLO) {
 		if (msg->type == CRUN_WIRE_RDZV_JOIN)
-			crun_seterr(err, errlen, "RDZV_JOIN with an empty node id");
+			crun__seterr(err, errlen, "RDZV_JOIN with an empty node id");
 		else if (msg->type == CRUN_WIRE_RDZV_EVENT)
-			crun_seterr(err, errlen, "RDZV_EVENT with an empty reason");
+			crun__seterr(err, errlen, "RDZV_EVENT with an empty reason");
 		else
-			crun_seterr(err, errlen, "%s with an empty key", r->name);
+			crun__seterr(err, errlen, "%s with an empty key", r->name);
 		return -EPROTO;
 	}
 	switch (msg->type) {
 	case CRUN_WIRE_HELLO:
 		if (msg->items[0].len == 0) {
-			crun_seterr(err, errlen, "HELLO with an empty run id");
+			crun__seterr(err, errlen, "HELLO with an empty run id");
 			return -EPROTO;
 		}
 		if (msg->items[1].len != CRUN_WIRE_NONCE_LEN) {
-			crun_seterr(err, errlen, "HELLO nonce must be %d bytes",
+			crun__seterr(err, errlen, "HELLO nonce must be %d bytes",
 				    CRUN_WIRE_NONCE_LEN);
 			return -EPROTO;
 		}
 		if (msg->items[2].len != 0 && msg->items[2].len != CRUN_WIRE_MAC_LEN) {
-			crun_seterr(err, errlen, "HELLO mac must be empty or %d bytes",
+			crun__seterr(err, errlen, "HELLO mac must be empty or %d bytes",
 				    CRUN_WIRE_MAC_LEN);
 			return -EPROTO;
 		}
@@ -286,19 +286,19 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	case CRUN_WIRE_MGET:
 		for (uint32_t i = 0; i < msg->count; i++)
 			if (msg->items[i].len == 0) {
-				crun_seterr(err, errlen, "%s with an empty key", r->name);
+				crun__seterr(err, errlen, "%s with an empty key", r->name);
 				return -EPROTO;
 			}
 		break;
 	case CRUN_WIRE_MSET:
 		if (msg->count % 2) {
-			crun_seterr(err, errlen, "MSET takes key/value pairs, got %u items",
+			crun__seterr(err, errlen, "MSET takes key/value pairs, got %u items",
 				    msg->count);
 			return -EPROTO;
 		}
 		for (uint32_t i = 0; i < msg->count; i += 2)
 			if (msg->items[i].len == 0) {
-				crun_seterr(err, errlen, "MSET with an empty key");
+				crun__seterr(err, errlen, "MSET with an empty key");
 				return -EPROTO;
 			}
 		break;
@@ -306,14 +306,14 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 		/* A client returns -num: zero or a negative number would read as
 		 * success, a huge one would not fit an int. */
 		if (msg->num <= 0 || msg->num > CRUN_WIRE_ERRNO_MAX) {
-			crun_seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
+			crun__seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
 				    (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
 			return -EPROTO;
 		}
 		break;
 	case CRUN_WIRE_NOTIFY:
 		if (msg->num != CRUN_WIRE_EV_SET && msg->num != CRUN_WIRE_EV_DELETE) {
-			crun_seterr(err, errlen, "NOTIFY with unknown event %lld",
+			crun__seterr(err, errlen, "NOTIFY with unknown event %lld",
 				    (long long)msg->num);
 			return -EPROTO;
 		}
@@ -324,7 +324,7 @@ int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen
 	return 0;
 }
 
-size_t crun_wire_encoded_size(const struct crun_wire_msg *msg)
+size_t crun__wire_encoded_size(const struct crun__wire_msg *msg)
 {
 	size_t n = CRUN_WIRE_HEADER_LEN + CRUN_WIRE_PAYLOAD_MIN;
 
@@ -333,9 +333,9 @@ size_t crun_wire_encoded_size(const struct crun_wire_msg *msg)
 	return n;
 }
 
-size_t crun_wire_encode(const struct crun_wire_msg *msg, uint8_t *out)
+size_t crun__wire_encode(const struct crun__wire_msg *msg, uint8_t *out)
 {
-	size_t total = crun_wire_encoded_size(msg);
+	size_t total = crun__wire_encoded_size(msg);
 	uint8_t *p = out;
 
 	p = put_u32(p, (uint32_t)(total - CRUN_WIRE_HEADER_LEN));
@@ -354,14 +354,14 @@ size_t crun_wire_encode(const struct crun_wire_msg *msg, uint8_t *out)
 	return (size_t)(p - out);
 }
 
-void crun_wire_client_preamble(uint8_t *out)
+void crun__wire_client_preamble(uint8_t *out)
 {
 	memcpy(out, CRUN_WIRE_MAGIC, 4);
 	put_u16(out + 4, CRUN_WIRE_VERSION);
 	put_u16(out + 6, 0);
 }
 
-int crun_wire_parse_client_preamble(const uint8_t *in, uint16_t *version)
+int crun__wire_parse_client_preamble(const uint8_t *in, uint16_t *version)
 {
 	if (memcmp(in, CRUN_WIRE_MAGIC, 4))
 		return -EPROTO;
@@ -373,7 +373,7 @@ int crun_wire_parse_client_preamble(const uint8_t *in, uint16_t *version)
 	return 0;
 }
 
-void crun_wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonce)
+void crun__wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonce)
 {
 	memcpy(out, CRUN_WIRE_MAGIC, 4);
 	put_u16(out + 4, CRUN_WIRE_VERSION);
@@ -384,7 +384,7 @@ void crun_wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonc
 		memset(out + 8, 0, CRUN_WIRE_NONCE_LEN);
 }
 
-int crun_wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
+int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
 				    uint8_t *nonce)
 {
 	if (memcmp(in, CRUN_WIRE_MAGIC, 4))
@@ -397,7 +397,7 @@ int crun_wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16
 	return 0;
 }
 
-int crun_wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
+int crun__wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
 		  const uint8_t *b, uint8_t *out)
 {
 	uint8_t msg[32 + 2 * CRUN_WIRE_NONCE_LEN];
@@ -416,30 +416,30 @@ int crun_wire_mac(const void *token, size_t token_len, const char *role, const u
 	return 0;
 }
 
-bool crun_wire_mac_equal(const uint8_t *a, const uint8_t *b)
+bool crun__wire_mac_equal(const uint8_t *a, const uint8_t *b)
 {
 	return CRYPTO_memcmp(a, b, CRUN_WIRE_MAC_LEN) == 0;
 }
 
-int crun_wire_random(uint8_t *buf, size_t len)
+int crun__wire_random(uint8_t *buf, size_t len)
 {
 	return RAND_bytes(buf, (int)len) == 1 ? 0 : -EIO;
 }
 
-int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size)
+int crun__wire_sendable_size(const struct crun__wire_msg *msg, size_t *size)
 {
-	*size = crun_wire_encoded_size(msg);
+	*size = crun__wire_encoded_size(msg);
 	return *size - CRUN_WIRE_HEADER_LEN > CRUN_WIRE_MAX_PAYLOAD ? -E2BIG : 0;
 }
 
 long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
-			    struct crun_wire_msg *msg, struct crun_wire_item **items,
+			    struct crun__wire_msg *msg, struct crun__wire_item **items,
 			    uint32_t *items_cap, char *err, size_t errlen)
 {
 	for (;;) {
 		uint32_t cap = *items_cap;
-		long n = crun_wire_decode(buf, len, max_payload, msg, *items, &cap, err, errlen);
-		struct crun_wire_item *p;
+		long n = crun__wire_decode(buf, len, max_payload, msg, *items, &cap, err, errlen);
+		struct crun__wire_item *p;
 
 		if (n != -ENOBUFS)
 			return n;
@@ -456,29 +456,29 @@ size_t crun__wire_frame_size(const uint8_t *buf, size_t len, uint32_t max_payloa
 	uint32_t plen;
 
 	if (len < CRUN_WIRE_HEADER_LEN ||
-	    crun_wire_check_header(buf, max_payload, &plen, NULL, 0) < 0)
+	    crun__wire_check_header(buf, max_payload, &plen, NULL, 0) < 0)
 		return 0;
 	return CRUN_WIRE_HEADER_LEN + (size_t)plen;
 }
 
-int crun__wire_check_reply(const struct crun_wire_msg *msg, char *err, size_t errlen)
+int crun__wire_check_reply(const struct crun__wire_msg *msg, char *err, size_t errlen)
 {
-	if (!crun_wire_is_reply(msg->type)) {
-		crun_seterr(err, errlen, "unexpected %s", crun_wire_type_name(msg->type));
+	if (!crun__wire_is_reply(msg->type)) {
+		crun__seterr(err, errlen, "unexpected %s", crun__wire_type_name(msg->type));
 		return -EPROTO;
 	}
-	return crun_wire_validate(msg, err, errlen);
+	return crun__wire_validate(msg, err, errlen);
 }
 
-int crun__wire_frame_errno(const struct crun_wire_msg *msg)
+int crun__wire_frame_errno(const struct crun__wire_msg *msg)
 {
-	/* crun_wire_validate keeps num in range; a frame it has not seen may
+	/* crun__wire_validate keeps num in range; a frame it has not seen may
 	 * not, and a number that is no errno is the peer breaking the
 	 * protocol. */
 	return msg->num > 0 && msg->num <= CRUN_WIRE_ERRNO_MAX ? (int)-msg->num : -EPROTO;
 }
 
-const char *crun__wire_error_text(const struct crun_wire_msg *msg, char *buf, size_t buflen,
+const char *crun__wire_error_text(const struct crun__wire_msg *msg, char *buf, size_t buflen,
 				  char **heap)
 {
 	size_t n = msg->count ? msg->items[0].len : 0;

@@ -16,8 +16,8 @@
  *
  * Frame
  *   header, 12 bytes:  u32 len   payload length in bytes (<= the cap)
- *                      u8  type  enum crun_wire_type
- *                      u8  flags enum crun_wire_flag (request-specific)
+ *                      u8  type  enum crun__wire_type
+ *                      u8  flags enum crun__wire_flag (request-specific)
  *                      u16 zero  must be 0
  *                      u32 id    request id; a reply carries the id of its
  *                                request; NOTIFY carries the WATCH's id
@@ -73,7 +73,7 @@
  *
  *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE requests and the pushed RDZV_EVENT
  *           reply: rendezvous rounds, specified in rdzv.h. Generic rules
- *           (crun_wire_validate): JOIN 10 items, the first (node id) not
+ *           (crun__wire_validate): JOIN 10 items, the first (node id) not
  *           empty, num = join timeout > 0; FAIL 1 item, DONE none, num =
  *           a round >= 0; RDZV_EVENT 3 items, the first (reason) not
  *           empty, num = a round >= 0.
@@ -106,7 +106,7 @@
  * crun_store_opts.timeout_ms 0, crunctl without --timeout). */
 #define CRUN_WIRE_DEFAULT_TIMEOUT_MS 300000
 
-enum crun_wire_type {
+enum crun__wire_type {
 	CRUN_WIRE_HELLO = 1,
 	CRUN_WIRE_SET = 2,
 	CRUN_WIRE_GET = 3,
@@ -137,52 +137,52 @@ enum crun_wire_type {
 	CRUN_WIRE_RDZV_EVENT = 0x86, /* pushed; see rdzv.h */
 };
 
-enum crun_wire_flag {
+enum crun__wire_flag {
 	CRUN_WIRE_FL_EPHEMERAL = 0x01,	   /* SET */
 	CRUN_WIRE_FL_EXPECT_ABSENT = 0x02, /* CAS */
 };
 
-enum crun_wire_event {
+enum crun__wire_event {
 	CRUN_WIRE_EV_SET = 1,
 	CRUN_WIRE_EV_DELETE = 2,
 };
 
 /* A byte string inside a decoded frame: points into the caller's buffer,
  * not NUL-terminated, valid as long as that buffer is. */
-struct crun_wire_item {
+struct crun__wire_item {
 	const uint8_t *data;
 	uint32_t len;
 };
 
 /* One decoded frame. items points to storage the caller provides (see
- * crun_wire_decode); data points into the input buffer. */
-struct crun_wire_msg {
+ * crun__wire_decode); data points into the input buffer. */
+struct crun__wire_msg {
 	uint8_t type;
 	uint8_t flags;
 	uint32_t id;
 	int64_t num;
 	uint32_t count;
-	struct crun_wire_item *items;
+	struct crun__wire_item *items;
 };
 
-/* Result of crun_wire_decode beyond 0 / >0. */
-enum crun_wire_status {
+/* Result of crun__wire_decode beyond 0 / >0. */
+enum crun__wire_status {
 	CRUN_WIRE_NEED_MORE = 0,
 };
 
 /* Human-readable name of a type ("SET"), or "unknown". */
-const char *crun_wire_type_name(uint8_t type);
+const char *crun__wire_type_name(uint8_t type);
 /* True for the request types (HELLO..UNWATCH, RDZV_JOIN..RDZV_DONE). */
-bool crun_wire_is_request(uint8_t type);
+bool crun__wire_is_request(uint8_t type);
 /* True for the reply types (OK..NOTIFY, RDZV_EVENT). */
-bool crun_wire_is_reply(uint8_t type);
+bool crun__wire_is_reply(uint8_t type);
 
 /* Checks a 12-byte header without looking at the payload. On success
  * stores the payload length in *payload_len and returns 0. Returns
  * -EMSGSIZE when len exceeds max_payload, -EPROTO for an unknown type,
  * non-zero reserved field or a payload shorter than the minimum, and
  * writes a one-line reason to err. */
-int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
+int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
 			   char *err, size_t errlen);
 
 /* Incremental decoder. buf holds len bytes received so far, starting at a
@@ -197,53 +197,53 @@ int crun_wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *p
  *                must be dropped; err says why.
  * Header errors are reported as soon as the 12 header bytes are in, before
  * the payload arrives, so a peer announcing 2^31 bytes is refused at once.
- * Checks the generic shape only; crun_wire_validate checks per-type rules. */
-long crun_wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-		      struct crun_wire_msg *msg, struct crun_wire_item *items_store,
+ * Checks the generic shape only; crun__wire_validate checks per-type rules. */
+long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
+		      struct crun__wire_msg *msg, struct crun__wire_item *items_store,
 		      uint32_t *items_cap, char *err, size_t errlen);
 
 /* Per-type rules of a decoded request or reply: item counts, HELLO's
  * nonce and mac lengths, WAIT's positive timeout, MSET's even count,
  * no empty keys, flags only where defined, ERROR's errno range, NOTIFY's
  * event. 0 or -EPROTO with a reason. */
-int crun_wire_validate(const struct crun_wire_msg *msg, char *err, size_t errlen);
+int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errlen);
 
 /* Size in bytes that encoding msg takes (header included). */
-size_t crun_wire_encoded_size(const struct crun_wire_msg *msg);
+size_t crun__wire_encoded_size(const struct crun__wire_msg *msg);
 
-/* Encodes msg into out, which must hold crun_wire_encoded_size(msg)
+/* Encodes msg into out, which must hold crun__wire_encoded_size(msg)
  * bytes. Returns the number of bytes written. */
-size_t crun_wire_encode(const struct crun_wire_msg *msg, uint8_t *out);
+size_t crun__wire_encode(const struct crun__wire_msg *msg, uint8_t *out);
 
 /* The size encoding msg takes in *size; 0, or -E2BIG when the payload is
  * above CRUN_WIRE_MAX_PAYLOAD, which every peer refuses. */
-int crun__wire_sendable_size(const struct crun_wire_msg *msg, size_t *size);
+int crun__wire_sendable_size(const struct crun__wire_msg *msg, size_t *size);
 
-/* Decodes as crun_wire_decode, growing *items (malloc'd, *items_cap
+/* Decodes as crun__wire_decode, growing *items (malloc'd, *items_cap
  * entries) when the frame has more items than it holds. Returns what
- * crun_wire_decode does, or -ENOMEM. */
+ * crun__wire_decode does, or -ENOMEM. */
 long crun__wire_decode_grow(const uint8_t *buf, size_t len, uint32_t max_payload,
-			    struct crun_wire_msg *msg, struct crun_wire_item **items,
+			    struct crun__wire_msg *msg, struct crun__wire_item **items,
 			    uint32_t *items_cap, char *err, size_t errlen);
 
 /* Total size (header and payload) of the frame whose header starts buf,
- * when its len bytes hold a header that crun_wire_check_header accepts
+ * when its len bytes hold a header that crun__wire_check_header accepts
  * with max_payload; else 0. Tells a reader how much room the frame needs. */
 size_t crun__wire_frame_size(const uint8_t *buf, size_t len, uint32_t max_payload);
 
 /* A decoded frame as a client must see it from the server: a reply (a
- * request is "unexpected SET") that crun_wire_validate accepts. 0 or
+ * request is "unexpected SET") that crun__wire_validate accepts. 0 or
  * -EPROTO with a reason. */
-int crun__wire_check_reply(const struct crun_wire_msg *msg, char *err, size_t errlen);
+int crun__wire_check_reply(const struct crun__wire_msg *msg, char *err, size_t errlen);
 
 /* The negative errno a validated ERROR frame carries. */
-int crun__wire_frame_errno(const struct crun_wire_msg *msg);
+int crun__wire_frame_errno(const struct crun__wire_msg *msg);
 
 /* An ERROR frame's message as a printable C string (bytes outside ASCII
  * 0x20..0x7e become '?'): in buf, cut to buflen - 1 bytes, unless heap is
  * not NULL and the text does not fit; then it is malloc'd, *heap points to
  * it and the caller frees it (*heap is NULL otherwise). */
-const char *crun__wire_error_text(const struct crun_wire_msg *msg, char *buf, size_t buflen,
+const char *crun__wire_error_text(const struct crun__wire_msg *msg, char *buf, size_t buflen,
 				  char **heap);
 
 /* The id after *last_id for a client's next request (never 0, which
@@ -254,21 +254,21 @@ uint32_t crun__wire_next_id(uint32_t *last_id);
  * CRUN_WIRE_SERVER_PREAMBLE bytes. parse returns 0, or -EPROTO for a bad
  * magic (or, in the client's version 1 preamble, a non-zero reserved
  * field), or -EPROTONOSUPPORT for another version (*version is set). */
-void crun_wire_client_preamble(uint8_t *out);
-int crun_wire_parse_client_preamble(const uint8_t *in, uint16_t *version);
-void crun_wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonce);
-int crun_wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
+void crun__wire_client_preamble(uint8_t *out);
+int crun__wire_parse_client_preamble(const uint8_t *in, uint16_t *version);
+void crun__wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonce);
+int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
 				    uint8_t *nonce);
 
 /* HMAC-SHA256 for the HELLO exchange (OpenSSL's libcrypto underneath).
  * role is "client" or "server"; a and b are the two nonces in the order
  * the protocol above gives. out receives CRUN_WIRE_MAC_LEN bytes.
  * Returns 0 or -EIO. */
-int crun_wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
+int crun__wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
 		  const uint8_t *b, uint8_t *out);
 /* Constant-time comparison of two macs. */
-bool crun_wire_mac_equal(const uint8_t *a, const uint8_t *b);
+bool crun__wire_mac_equal(const uint8_t *a, const uint8_t *b);
 /* Fills buf with cryptographically random bytes. 0 or -EIO. */
-int crun_wire_random(uint8_t *buf, size_t len);
+int crun__wire_random(uint8_t *buf, size_t len);
 
 #endif

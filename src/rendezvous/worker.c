@@ -90,15 +90,15 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t def, int6
 
 	if (!v || !*v) {
 		if (def < min) {
-			crun_seterr(err, errlen, "%s is not set (is this program running under crun?)",
+			crun__seterr(err, errlen, "%s is not set (is this program running under crun?)",
 			       name);
 			return -ENOENT;
 		}
 		*out = def;
 		return 0;
 	}
-	if (crun_parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
-		crun_seterr(err, errlen, "bad %s '%s': %s", name, v, why);
+	if (crun__parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
+		crun__seterr(err, errlen, "bad %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -141,14 +141,14 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	if (read_env(&e, err, errlen) < 0)
 		return NULL;
 	if (crun_store_opts_from_env_err(&opts, why, sizeof(why)) < 0) {
-		crun_seterr(err, errlen, "%s", why);
+		crun__seterr(err, errlen, "%s", why);
 		return NULL;
 	}
 	if (timeout_ms > 0)
 		opts.connect_timeout_ms = timeout_ms;
 	w = calloc(1, sizeof(*w));
 	if (!w) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	w->rank = (int)e.rank;
@@ -163,13 +163,13 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 
 	w->store = crun_store_create(&opts);
 	if (!w->store) {
-		crun_seterr(err, errlen, "cannot create a store handle for '%s:%d': out of memory",
+		crun__seterr(err, errlen, "cannot create a store handle for '%s:%d': out of memory",
 		       opts.host, opts.port);
 		goto out_free_worker;
 	}
 	rc = crun_store_connect(w->store);
 	if (rc < 0) {
-		crun_seterr(err, errlen, "cannot reach the store: %s", crun_store_errmsg(w->store));
+		crun__seterr(err, errlen, "cannot reach the store: %s", crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
 	/* This rank's handle number in this round: keeps a later handle's
@@ -177,11 +177,11 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	snprintf(key, sizeof(key), "%shandles/%d", w->prefix, w->rank);
 	rc = crun_store_add(w->store, key, 1, &w->handle, w->default_timeout_ms);
 	if (rc < 0) {
-		crun_seterr(err, errlen, "cannot register rank %d in the store: %s", w->rank,
+		crun__seterr(err, errlen, "cannot register rank %d in the store: %s", w->rank,
 		       crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
-	crun_seterr(err, errlen, "%s", "");
+	crun__seterr(err, errlen, "%s", "");
 	return w;
 
 out_destroy_store:
@@ -260,7 +260,7 @@ static int call_begin(struct crun_worker *w, struct call *c, const char *op, int
 	c->op = op;
 	c->num = ++w->calls;
 	c->timeout_ms = timeout_ms > 0 ? timeout_ms : w->default_timeout_ms;
-	c->deadline = crun_now_ms() + (uint64_t)c->timeout_ms;
+	c->deadline = crun__now_ms() + (uint64_t)c->timeout_ms;
 	snprintf(c->name, sizeof(c->name), "%s %lld.%llu", op, (long long)w->handle,
 		 (unsigned long long)c->num);
 	snprintf(c->base, sizeof(c->base), "%s%s/%lld.%llu", w->prefix, op, (long long)w->handle,
@@ -271,7 +271,7 @@ static int call_begin(struct crun_worker *w, struct call *c, const char *op, int
 /* Milliseconds left (>= 1), or 0 when the deadline has passed. */
 static int left_ms(const struct call *c)
 {
-	uint64_t now = crun_now_ms();
+	uint64_t now = crun__now_ms();
 
 	if (now >= c->deadline)
 		return 0;

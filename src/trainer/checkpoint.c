@@ -47,7 +47,7 @@ static int join(char *out, size_t len, const char *dir, const char *name)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-void crun_ckpt_path(const char *dir, int64_t step, char *out, size_t outlen)
+void crun__ckpt_path(const char *dir, int64_t step, char *out, size_t outlen)
 {
 	snprintf(out, outlen, "%s/step-%010lld", dir, (long long)step);
 }
@@ -143,10 +143,10 @@ static void shard_name(int rank, int world, char *out, size_t len)
 	snprintf(out, len, "shard-%05d-of-%05d.bin", rank, world);
 }
 
-static int write_shard(struct crun_parallel *par, const char *sdir, int64_t step, int rank,
+static int write_shard(struct crun__parallel *par, const char *sdir, int64_t step, int rank,
 		       int world, size_t n_params, uint64_t *fnv, uint64_t *size)
 {
-	int n_seg = crun_parallel_n_segments(par);
+	int n_seg = crun__parallel_n_segments(par);
 	char name[64], path[PATH_MAX];
 	struct wfile w;
 	uint32_t n_ranges = 0;
@@ -159,9 +159,9 @@ static int write_shard(struct crun_parallel *par, const char *sdir, int64_t step
 	if (rc)
 		return rc;
 	for (int s = 0; s < n_seg; s++) {
-		struct crun_view v;
+		struct crun__view v;
 
-		crun_parallel_owned(par, s, &v);
+		crun__parallel_owned(par, s, &v);
 		n_ranges += v.n > 0;
 	}
 	w_bytes(&w, SHARD_MAGIC, 8);
@@ -172,18 +172,18 @@ static int write_shard(struct crun_parallel *par, const char *sdir, int64_t step
 	w_u64(&w, (uint64_t)step);
 	w_u64(&w, n_params);
 	for (int s = 0; s < n_seg; s++) {
-		struct crun_view v;
+		struct crun__view v;
 
-		crun_parallel_owned(par, s, &v);
+		crun__parallel_owned(par, s, &v);
 		if (v.n) {
 			w_u64(&w, v.flat);
 			w_u64(&w, v.n);
 		}
 	}
 	for (int s = 0; s < n_seg; s++) {
-		struct crun_view v;
+		struct crun__view v;
 
-		crun_parallel_owned(par, s, &v);
+		crun__parallel_owned(par, s, &v);
 		w_floats(&w, v.p, v.n);
 		w_floats(&w, v.m, v.n);
 		w_floats(&w, v.v, v.n);
@@ -193,7 +193,7 @@ static int write_shard(struct crun_parallel *par, const char *sdir, int64_t step
 	return w_commit(&w);
 }
 
-static int write_manifest(const char *sdir, const struct crun_ckpt_meta *meta, const double *status,
+static int write_manifest(const char *sdir, const struct crun__ckpt_meta *meta, const double *status,
 			  int world)
 {
 	char path[PATH_MAX], line[256];
@@ -318,11 +318,11 @@ static int list_ckpts(const char *dir, int64_t **steps, bool **complete, size_t 
 	}
 	for (size_t i = 0; i < cnt; i++) {
 		char path[PATH_MAX];
-		struct crun_ckpt_meta meta;
+		struct crun__ckpt_meta meta;
 		char why[256];
 
-		crun_ckpt_path(dir, st[i], path, sizeof(path));
-		ok[i] = crun_ckpt_read_meta(path, &meta, why, sizeof(why)) == 0 &&
+		crun__ckpt_path(dir, st[i], path, sizeof(path));
+		ok[i] = crun__ckpt_read_meta(path, &meta, why, sizeof(why)) == 0 &&
 			meta.step == st[i];
 	}
 	*steps = st;
@@ -352,7 +352,7 @@ static void prune(const char *dir, int64_t keep)
 		 * older than a complete checkpoint */
 		if (!newest_found)
 			continue;
-		crun_ckpt_path(dir, steps[i], path, sizeof(path));
+		crun__ckpt_path(dir, steps[i], path, sizeof(path));
 		remove_ckpt_dir(path);
 	}
 	crun__fsync_dir(dir);
@@ -360,22 +360,22 @@ static void prune(const char *dir, int64_t keep)
 	free(complete);
 }
 
-static int comm_fail(struct crun_comm *comm, int rc, char *err, size_t errlen)
+static int comm_fail(struct crun__comm *comm, int rc, char *err, size_t errlen)
 {
-	crun_seterr(err, errlen, "%s", crun_comm_errmsg(comm));
+	crun__seterr(err, errlen, "%s", crun__comm_errmsg(comm));
 	return rc;
 }
 
-int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char *dir,
-		   const struct crun_ckpt_meta *meta, int64_t keep, char *err, size_t errlen)
+int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
+		   const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen)
 {
-	int rank = crun_comm_rank(comm), world = crun_comm_size(comm);
+	int rank = crun__comm_rank(comm), world = crun__comm_size(comm);
 	char sdir[PATH_MAX], path[PATH_MAX];
 	uint64_t fnv = 0, size = 0;
 	double flag = 0, *status;
 	int rc = 0, mine;
 
-	crun_ckpt_path(dir, meta->step, sdir, sizeof(sdir));
+	crun__ckpt_path(dir, meta->step, sdir, sizeof(sdir));
 	if (rank == 0) {
 		/* a checkpoint of this step from an earlier run is replaced: it
 		 * stops being complete before any shard changes */
@@ -387,35 +387,35 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 		else if (!rc && errno != ENOENT)
 			rc = -errno;
 		if (rc)
-			crun_seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
+			crun__seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
 				    strerror(-rc));
 		flag = rc ? 1 : 0;
 	}
-	mine = crun_comm_allreduce_f64(comm, &flag, 1);
+	mine = crun__comm_allreduce_f64(comm, &flag, 1);
 	if (mine)
 		return comm_fail(comm, mine, err, errlen);
 	if (flag > 0) {
 		if (rank != 0)
-			crun_seterr(err, errlen, "rank 0 could not create checkpoint '%s'", sdir);
+			crun__seterr(err, errlen, "rank 0 could not create checkpoint '%s'", sdir);
 		return rc ? rc : -EIO;
 	}
 
 	status = calloc(4 * (size_t)world, sizeof(*status));
 	if (!status) {
-		crun_seterr(err, errlen, "checkpoint: out of memory");
+		crun__seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	mine = crun__mkdir_p(sdir, 0777);
 	if (!mine)
 		mine = write_shard(par, sdir, meta->step, rank, world, meta->n_params, &fnv, &size);
 	if (mine)
-		crun_seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
+		crun__seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
 			    strerror(-mine));
 	status[4 * rank] = mine ? 1 : 0;
 	status[4 * rank + 1] = (double)size;
 	status[4 * rank + 2] = (double)(fnv >> 32);
 	status[4 * rank + 3] = (double)(fnv & 0xffffffffu);
-	rc = crun_comm_allreduce_f64(comm, status, 4 * (size_t)world);
+	rc = crun__comm_allreduce_f64(comm, status, 4 * (size_t)world);
 	if (rc) {
 		free(status);
 		return comm_fail(comm, rc, err, errlen);
@@ -423,7 +423,7 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	for (int r = 0; r < world; r++) {
 		if (status[4 * r] > 0) {
 			if (!mine)
-				crun_seterr(err, errlen,
+				crun__seterr(err, errlen,
 					    "rank %d could not write its checkpoint shard in '%s'",
 					    r, sdir);
 			free(status);
@@ -435,26 +435,26 @@ int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char
 	if (rank == 0) {
 		rc = write_manifest(sdir, meta, status, world);
 		if (rc)
-			crun_seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s",
+			crun__seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s",
 				    sdir, strerror(-rc));
 		else
 			prune(dir, keep);
 		flag = rc ? 1 : 0;
 	}
 	free(status);
-	mine = crun_comm_allreduce_f64(comm, &flag, 1);
+	mine = crun__comm_allreduce_f64(comm, &flag, 1);
 	if (mine)
 		return comm_fail(comm, mine, err, errlen);
 	if (flag > 0) {
 		if (rank != 0)
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 				    "rank 0 could not write checkpoint manifest in '%s'", sdir);
 		return rc ? rc : -EIO;
 	}
 	return 0;
 }
 
-int crun_ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen)
+int crun__ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen)
 {
 	int64_t *steps;
 	bool *complete;
@@ -464,7 +464,7 @@ int crun_ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen)
 	if (rc == -ENOENT)
 		return -ENOENT;
 	if (rc) {
-		crun_seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir, strerror(-rc));
+		crun__seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir, strerror(-rc));
 		return rc;
 	}
 	rc = -ENOENT;
@@ -488,7 +488,7 @@ struct shard_entry {
 };
 
 struct manifest {
-	struct crun_ckpt_meta meta;
+	struct crun__ckpt_meta meta;
 	struct shard_entry *shards; /* meta.world_size entries */
 };
 
@@ -501,20 +501,20 @@ static int read_text(const char *path, char **out, char *err, size_t errlen)
 	if (!f) {
 		int rc = -errno;
 
-		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+		crun__seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	buf = malloc(MAX_MANIFEST + 1);
 	if (!buf) {
 		fclose(f);
-		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun__seterr(err, errlen, "cannot read '%s': out of memory", path);
 		return -ENOMEM;
 	}
 	n = fread(buf, 1, MAX_MANIFEST + 1, f);
 	fclose(f);
 	if (n > MAX_MANIFEST) {
 		free(buf);
-		crun_seterr(err, errlen, "manifest '%s' is too large", path);
+		crun__seterr(err, errlen, "manifest '%s' is too large", path);
 		return -EINVAL;
 	}
 	buf[n] = '\0';
@@ -523,7 +523,7 @@ static int read_text(const char *path, char **out, char *err, size_t errlen)
 }
 
 /* Parses MANIFEST; shards is NULL when not wanted. */
-static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
+static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 			  struct shard_entry **shards, char *err, size_t errlen)
 {
 	char path[PATH_MAX], *text = NULL, *save = NULL, *line;
@@ -533,7 +533,7 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 
 	memset(meta, 0, sizeof(*meta));
 	if (join(path, sizeof(path), ckpt, "MANIFEST")) {
-		crun_seterr(err, errlen, "checkpoint path '%s' is too long", ckpt);
+		crun__seterr(err, errlen, "checkpoint path '%s' is too long", ckpt);
 		return -ENAMETOOLONG;
 	}
 	rc = read_text(path, &text, err, errlen);
@@ -593,9 +593,9 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 	}
 	free(text);
 	if (rc == -ENOMEM) {
-		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun__seterr(err, errlen, "cannot read '%s': out of memory", path);
 	} else if (!end || got != 511 || n_shards != meta->world_size) {
-		crun_seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST",
+		crun__seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST",
 			    ckpt);
 	} else {
 		rc = 0;
@@ -606,7 +606,7 @@ static int parse_manifest(const char *ckpt, struct crun_ckpt_meta *meta,
 	return rc;
 }
 
-int crun_ckpt_read_meta(const char *ckpt, struct crun_ckpt_meta *meta, char *err, size_t errlen)
+int crun__ckpt_read_meta(const char *ckpt, struct crun__ckpt_meta *meta, char *err, size_t errlen)
 {
 	return parse_manifest(ckpt, meta, NULL, err, errlen);
 }
@@ -618,7 +618,7 @@ struct range {
 };
 
 struct reader {
-	struct crun_ckpt_meta meta;
+	struct crun__ckpt_meta meta;
 	char path[PATH_MAX];
 	int n_shards;
 	int *fd;
@@ -677,19 +677,19 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	int fd, rc;
 
 	if (join(path, sizeof(path), rd->path, e->name)) {
-		crun_seterr(err, errlen, "checkpoint path '%s' is too long", rd->path);
+		crun__seterr(err, errlen, "checkpoint path '%s' is too long", rd->path);
 		return -ENAMETOOLONG;
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
+		crun__seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
 			    strerror(errno));
 		return rc;
 	}
 	rd->fd[idx] = fd;
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != e->size) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' has the wrong size", path);
+		crun__seterr(err, errlen, "checkpoint shard '%s' has the wrong size", path);
 		return -EINVAL;
 	}
 	while (off < e->size) {
@@ -697,7 +697,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 
 		rc = read_full(fd, buf, n, (off_t)off);
 		if (rc) {
-			crun_seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
+			crun__seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
 				    strerror(-rc));
 			return rc;
 		}
@@ -705,7 +705,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		off += n;
 	}
 	if (fnv != e->fnv) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch",
+		crun__seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch",
 			    path);
 		return -EINVAL;
 	}
@@ -715,18 +715,18 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	    get_le(hdr + 16, 4) != (uint64_t)rd->meta.world_size ||
 	    get_le(hdr + 24, 8) != (uint64_t)rd->meta.step ||
 	    get_le(hdr + 32, 8) != rd->meta.n_params) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
+		crun__seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
 			    path);
 		return -EINVAL;
 	}
 	n_ranges = (uint32_t)get_le(hdr + 20, 4);
 	if ((uint64_t)n_ranges * 16 > e->size) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
+		crun__seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
 		return -EINVAL;
 	}
 	grown = realloc(rd->ranges, (rd->n_ranges + n_ranges + 1) * sizeof(*grown));
 	if (!grown) {
-		crun_seterr(err, errlen, "checkpoint: out of memory");
+		crun__seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	rd->ranges = grown;
@@ -744,13 +744,13 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		r->shard = idx;
 		r->data = total;
 		if (r->len > rd->meta.n_params || r->flat > rd->meta.n_params - r->len) {
-			crun_seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
+			crun__seterr(err, errlen, "checkpoint shard '%s' is damaged", path);
 			return -EINVAL;
 		}
 		total += 3 * r->len * sizeof(float);
 	}
 	if (total != e->size) {
-		crun_seterr(err, errlen, "checkpoint shard '%s' is damaged: wrong length", path);
+		crun__seterr(err, errlen, "checkpoint shard '%s' is damaged: wrong length", path);
 		return -EINVAL;
 	}
 	rd->n_ranges += n_ranges;
@@ -772,7 +772,7 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 	rd->fd = malloc((size_t)rd->n_shards * sizeof(*rd->fd));
 	if (!rd->fd) {
 		free(sh);
-		crun_seterr(err, errlen, "checkpoint: out of memory");
+		crun__seterr(err, errlen, "checkpoint: out of memory");
 		return -ENOMEM;
 	}
 	for (int i = 0; i < rd->n_shards; i++)
@@ -790,7 +790,7 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 		next += rd->ranges[i].len;
 	}
 	if (next != rd->meta.n_params) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "checkpoint '%s' is damaged: its shards do not cover the model", ckpt);
 		rc = -EINVAL;
 		goto out_close;
@@ -820,7 +820,7 @@ static int reader_fetch(struct reader *rd, int kind, size_t flat, size_t n, floa
 		off = (off_t)(r->data + ((uint64_t)kind * r->len + (a - r->flat)) * sizeof(float));
 		rc = read_full(rd->fd[r->shard], dst + (a - flat), (b - a) * sizeof(float), off);
 		if (rc) {
-			crun_seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
+			crun__seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
 				    strerror(-rc));
 			return rc;
 		}
@@ -837,13 +837,13 @@ static int reader_fetch(struct reader *rd, int kind, size_t flat, size_t n, floa
 	return 0;
 }
 
-static bool same_model(const struct crun_model_config *a, const struct crun_model_config *b)
+static bool same_model(const struct crun__model_config *a, const struct crun__model_config *b)
 {
 	return a->context == b->context && a->embed_dim == b->embed_dim && a->width == b->width &&
 	       a->layers == b->layers && a->ffn_mult == b->ffn_mult;
 }
 
-int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, const char *ckpt,
+int crun__ckpt_load(struct crun__parallel *par, const struct crun__model *model, const char *ckpt,
 		   char *err, size_t errlen)
 {
 	struct reader rd;
@@ -852,7 +852,7 @@ int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, co
 	if (rc)
 		return rc;
 	if (!same_model(&rd.meta.model, &model->cfg) || rd.meta.n_params != model->n_params) {
-		crun_seterr(
+		crun__seterr(
 			err, errlen,
 			"checkpoint '%s' is of another model (context %d, embed_dim %d, width %d, "
 			"layers %d, ffn_mult %d)",
@@ -861,10 +861,10 @@ int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, co
 		rc = -EINVAL;
 		goto out_close;
 	}
-	for (int s = 0; s < crun_parallel_n_segments(par) && !rc; s++) {
-		struct crun_view pv, ov;
+	for (int s = 0; s < crun__parallel_n_segments(par) && !rc; s++) {
+		struct crun__view pv, ov;
 
-		crun_parallel_held(par, s, &pv, &ov);
+		crun__parallel_held(par, s, &pv, &ov);
 		rc = reader_fetch(&rd, 0, pv.flat, pv.n, pv.p, err, errlen);
 		if (!rc)
 			rc = reader_fetch(&rd, 1, ov.flat, ov.n, ov.m, err, errlen);
@@ -876,10 +876,10 @@ out_close:
 	return rc;
 }
 
-int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen)
+int crun__ckpt_export(const char *path, const char *out, char *err, size_t errlen)
 {
 	char ckpt[PATH_MAX], probe[PATH_MAX];
-	struct crun_model *model;
+	struct crun__model *model;
 	struct reader rd;
 	struct wfile w;
 	struct stat st;
@@ -892,25 +892,25 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	} else {
 		int64_t step;
 
-		rc = crun_ckpt_latest(path, &step, err, errlen);
+		rc = crun__ckpt_latest(path, &step, err, errlen);
 		if (rc == -ENOENT)
-			crun_seterr(err, errlen, "no complete checkpoint in '%s'", path);
+			crun__seterr(err, errlen, "no complete checkpoint in '%s'", path);
 		if (rc)
 			return rc;
-		crun_ckpt_path(path, step, ckpt, sizeof(ckpt));
+		crun__ckpt_path(path, step, ckpt, sizeof(ckpt));
 	}
 	rc = reader_open(&rd, ckpt, err, errlen);
 	if (rc)
 		return rc;
 	rd.meta.model.init_std = 0.02f;
-	model = crun_model_create(&rd.meta.model, err, errlen);
+	model = crun__model_create(&rd.meta.model, err, errlen);
 	if (!model) {
 		rc = -EINVAL;
 		goto out_close;
 	}
 	params = malloc(rd.meta.n_params * sizeof(float));
 	if (!params) {
-		crun_seterr(err, errlen, "export: out of memory");
+		crun__seterr(err, errlen, "export: out of memory");
 		rc = -ENOMEM;
 		goto out_model;
 	}
@@ -920,7 +920,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 
 	rc = w_open(&w, out);
 	if (rc) {
-		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
+		crun__seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
 		goto out_params;
 	}
 	w_bytes(&w, MODEL_MAGIC, 8);
@@ -935,7 +935,7 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	w_u32(&w, (uint32_t)model->cfg.ffn_mult);
 	w_u32(&w, 0);
 	for (int i = 0; i < model->n_tensors; i++) {
-		const struct crun_tensor *t = &model->tensors[i];
+		const struct crun__tensor *t = &model->tensors[i];
 		char name[24] = {0};
 
 		memcpy(name, t->name, strnlen(t->name, sizeof(name)));
@@ -947,18 +947,18 @@ int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen
 	w_floats(&w, params, model->n_params);
 	rc = w_commit(&w);
 	if (rc)
-		crun_seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
+		crun__seterr(err, errlen, "cannot write '%s': %s", out, strerror(-rc));
 out_params:
 	free(params);
 out_model:
-	crun_model_destroy(model);
+	crun__model_destroy(model);
 out_close:
 	reader_close(&rd);
 	return rc;
 }
 
-int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
-				struct crun_model_config *cfg, int64_t *step, char *err,
+int crun__ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
+				struct crun__model_config *cfg, int64_t *step, char *err,
 				size_t errlen)
 {
 	uint8_t hdr[56];
@@ -970,20 +970,20 @@ int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_para
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+		crun__seterr(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	rc = -EINVAL;
 	if (fstat(fd, &st) < 0 || read_full(fd, hdr, sizeof(hdr), 0) ||
 	    memcmp(hdr, MODEL_MAGIC, 8) || get_le(hdr + 8, 4) != 1) {
-		crun_seterr(err, errlen, "'%s' is not a crun-train model file", path);
+		crun__seterr(err, errlen, "'%s' is not a crun-train model file", path);
 		goto out_close;
 	}
 	n_tensors = get_le(hdr + 12, 4);
 	n = get_le(hdr + 16, 8);
 	data = sizeof(hdr) + n_tensors * 40;
 	if (n == 0 || n > (uint64_t)st.st_size / 4 || data + n * 4 != (uint64_t)st.st_size) {
-		crun_seterr(err, errlen, "'%s' is damaged: wrong length", path);
+		crun__seterr(err, errlen, "'%s' is damaged: wrong length", path);
 		goto out_close;
 	}
 	*step = (int64_t)get_le(hdr + 24, 8);
@@ -995,14 +995,14 @@ int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_para
 	cfg->init_std = 0.02f;
 	p = malloc(n * sizeof(float));
 	if (!p) {
-		crun_seterr(err, errlen, "cannot read '%s': out of memory", path);
+		crun__seterr(err, errlen, "cannot read '%s': out of memory", path);
 		rc = -ENOMEM;
 		goto out_close;
 	}
 	rc = read_full(fd, p, n * sizeof(float), (off_t)data);
 	if (rc) {
 		free(p);
-		crun_seterr(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
+		crun__seterr(err, errlen, "cannot read '%s': %s", path, strerror(-rc));
 		goto out_close;
 	}
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -35,11 +35,11 @@
 #include "trainer/model.h"
 #include "trainer/parallel.h"
 
-struct crun_ckpt_meta {
+struct crun__ckpt_meta {
 	int64_t step;
 	int world_size;
 	char strategy[16];
-	struct crun_model_config model;
+	struct crun__model_config model;
 	size_t n_params;
 };
 
@@ -47,34 +47,34 @@ struct crun_ckpt_meta {
  * the newest `keep` complete checkpoints in dir. 0 on every rank when the
  * checkpoint is complete, else a negative errno with the reason in err
  * (the same result on every rank unless the comm layer failed). */
-int crun_ckpt_save(struct crun_parallel *par, struct crun_comm *comm, const char *dir,
-		   const struct crun_ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
+int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
+		   const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
 
 /* Step of the newest complete checkpoint in dir: 0 and *step, or -ENOENT
  * when there is none (also when dir does not exist). */
-int crun_ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen);
+int crun__ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen);
 
 /* Path of the checkpoint of step in dir. */
-void crun_ckpt_path(const char *dir, int64_t step, char *out, size_t outlen);
+void crun__ckpt_path(const char *dir, int64_t step, char *out, size_t outlen);
 
 /* Reads a checkpoint's MANIFEST. 0 or a negative errno with err. */
-int crun_ckpt_read_meta(const char *ckpt, struct crun_ckpt_meta *meta, char *err, size_t errlen);
+int crun__ckpt_read_meta(const char *ckpt, struct crun__ckpt_meta *meta, char *err, size_t errlen);
 
 /* Fills what par holds (parameters and optimizer state) from the
  * checkpoint directory ckpt, after checking every shard's size and
  * checksum and that the shards cover the model exactly. The model must
  * match the checkpoint's (-EINVAL otherwise). */
-int crun_ckpt_load(struct crun_parallel *par, const struct crun_model *model, const char *ckpt,
+int crun__ckpt_load(struct crun__parallel *par, const struct crun__model *model, const char *ckpt,
 		   char *err, size_t errlen);
 
 /* Writes the parameters of a checkpoint as one consolidated file. path is
  * a checkpoint (step-N) or a checkpoint.dir (its newest complete one). */
-int crun_ckpt_export(const char *path, const char *out, char *err, size_t errlen);
+int crun__ckpt_export(const char *path, const char *out, char *err, size_t errlen);
 
 /* Reads a consolidated file: the parameters (malloc'd, caller frees) and
  * the model configuration. */
-int crun_ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
-				struct crun_model_config *cfg, int64_t *step, char *err,
+int crun__ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
+				struct crun__model_config *cfg, int64_t *step, char *err,
 				size_t errlen);
 
 #endif

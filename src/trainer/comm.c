@@ -17,14 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct crun_comm_ops *const backends[] = {
-	&crun_comm_cpu_ops,
+static const struct crun__comm_ops *const backends[] = {
+	&crun__comm_cpu_ops,
 #ifdef CRUN_HAVE_NCCL
-	&crun_comm_nccl_ops,
+	&crun__comm_nccl_ops,
 #endif
 };
 
-void crun_comm_set_error(struct crun_comm *comm, const char *fmt, ...)
+void crun__comm_set_error(struct crun__comm *comm, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -44,8 +44,8 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t *out, boo
 	*present = v && *v;
 	if (!*present)
 		return 0;
-	if (crun_parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
-		crun_seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+	if (crun__parse_int64(v, min, max, out, why, sizeof(why)) < 0) {
+		crun__seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -53,18 +53,18 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t *out, boo
 
 static int env_size(const char *name, uint64_t max, size_t *out, char *err, size_t errlen)
 {
-	const char *v = crun_env_get(name);
+	const char *v = crun__env_get(name);
 	char why[160];
 	uint64_t n;
 
 	if (!v)
 		return 0;
-	if (crun_parse_size(v, &n, why, sizeof(why)) < 0) {
-		crun_seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
+	if (crun__parse_size(v, &n, why, sizeof(why)) < 0) {
+		crun__seterr(err, errlen, "invalid %s '%s': %s", name, v, why);
 		return -EINVAL;
 	}
 	if (n == 0 || n > max) {
-		crun_seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
+		crun__seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
 		       (unsigned long long)max);
 		return -EINVAL;
 	}
@@ -115,7 +115,7 @@ static int addr_of_interfaces(const char *names, char *buf, size_t len)
 	return rc;
 }
 
-int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errlen)
+int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t errlen)
 {
 	int64_t rank = 0, world = 1, local = 0, round = 0, timeout;
 	bool has_rank, has_world, has_local, has_round;
@@ -133,12 +133,12 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	if ((rc = env_int("CRUN_ROUND", 0, INT64_MAX, &round, &has_round, err, errlen)) < 0)
 		return rc;
 	if (has_rank != has_world) {
-		crun_seterr(err, errlen, "%s is set but %s is not: set both or neither",
+		crun__seterr(err, errlen, "%s is set but %s is not: set both or neither",
 		       has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
 		return -EINVAL;
 	}
 	if (rank >= world) {
-		crun_seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
+		crun__seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
 		       (long long)rank, (long long)world);
 		return -EINVAL;
 	}
@@ -147,15 +147,15 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 	opts->local_rank = has_local ? (int)local : (int)rank;
 	opts->round = round;
 
-	opts->backend = crun_env_get("CRUN_COMM_BACKEND");
-	v = crun_env_get("CRUN_COMM_TIMEOUT");
+	opts->backend = crun__env_get("CRUN_COMM_BACKEND");
+	v = crun__env_get("CRUN_COMM_TIMEOUT");
 	if (v) {
-		if (crun_parse_duration_ms(v, &timeout, why, sizeof(why)) < 0) {
-			crun_seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': %s", v, why);
+		if (crun__parse_duration_ms(v, &timeout, why, sizeof(why)) < 0) {
+			crun__seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': %s", v, why);
 			return -EINVAL;
 		}
 		if (timeout <= 0) {
-			crun_seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
+			crun__seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
 			return -EINVAL;
 		}
 		opts->timeout_ms = timeout;
@@ -164,11 +164,11 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 		return rc;
 	if ((rc = env_size("CRUN_COMM_SOCKBUF", 1ull << 30, &opts->sockbuf_bytes, err, errlen)) < 0)
 		return rc;
-	opts->addr = crun_env_get("CRUN_COMM_ADDR");
+	opts->addr = crun__env_get("CRUN_COMM_ADDR");
 	if (!opts->addr) {
 		const char *var = "CRUN_COMM_IFNAME";
 
-		v = crun_env_get(var);
+		v = crun__env_get(var);
 		if (!v) {
 			var = "GLOO_SOCKET_IFNAME";
 			v = getenv(var);
@@ -176,7 +176,7 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 		if (v && *v) {
 			rc = addr_of_interfaces(v, opts->addr_storage, sizeof(opts->addr_storage));
 			if (rc < 0) {
-				crun_seterr(err, errlen,
+				crun__seterr(err, errlen,
 				       "invalid %s '%s': no such interface with an IPv4 or IPv6 "
 				       "address",
 				       var, v);
@@ -185,22 +185,22 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
 			opts->addr = opts->addr_storage;
 		}
 	}
-	v = crun_env_get("CRUN_COMM_SHM");
+	v = crun__env_get("CRUN_COMM_SHM");
 	if (v && strcmp(v, "0") && strcmp(v, "1")) {
-		crun_seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);
+		crun__seterr(err, errlen, "invalid CRUN_COMM_SHM '%s': expected 0 or 1", v);
 		return -EINVAL;
 	}
 	opts->no_shm = v && !strcmp(v, "0");
-	v = crun_env_get("CRUN_COMM_SEND_THREAD");
+	v = crun__env_get("CRUN_COMM_SEND_THREAD");
 	if (v && strcmp(v, "0") && strcmp(v, "1")) {
-		crun_seterr(err, errlen, "invalid CRUN_COMM_SEND_THREAD '%s': expected 0 or 1", v);
+		crun__seterr(err, errlen, "invalid CRUN_COMM_SEND_THREAD '%s': expected 0 or 1", v);
 		return -EINVAL;
 	}
 	opts->send_thread = v && !strcmp(v, "1");
 	return 0;
 }
 
-static const struct crun_comm_ops *find_backend(const char *name)
+static const struct crun__comm_ops *find_backend(const char *name)
 {
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(backends); i++)
 		if (!strcmp(backends[i]->name, name))
@@ -208,46 +208,46 @@ static const struct crun_comm_ops *find_backend(const char *name)
 	return NULL;
 }
 
-struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err, size_t errlen)
+struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *err, size_t errlen)
 {
 	const char *name = opts->backend && *opts->backend ? opts->backend : "cpu";
-	const struct crun_comm_ops *ops = find_backend(name);
-	struct crun_comm *comm;
+	const struct crun__comm_ops *ops = find_backend(name);
+	struct crun__comm *comm;
 
 	if (!ops) {
 #ifdef CRUN_HAVE_NCCL
-		crun_seterr(err, errlen, "unknown comm backend '%s': expected cpu or nccl", name);
+		crun__seterr(err, errlen, "unknown comm backend '%s': expected cpu or nccl", name);
 #else
-		crun_seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
+		crun__seterr(err, errlen, "unknown comm backend '%s': expected cpu", name);
 #endif
 		return NULL;
 	}
 	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {
-		crun_seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
+		crun__seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
 		       opts->world_size);
 		return NULL;
 	}
 	if (opts->timeout_ms < 0) {
-		crun_seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
+		crun__seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
 		return NULL;
 	}
 	comm = calloc(1, sizeof(*comm));
 	if (!comm) {
-		crun_seterr(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun__seterr(err, errlen, "cannot allocate the communicator: %s", strerror(ENOMEM));
 		return NULL;
 	}
 	comm->ops = ops;
 	comm->rank = opts->rank;
 	comm->size = opts->world_size;
 	if (ops->init(comm, opts) < 0) {
-		crun_seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
+		crun__seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
 		free(comm);
 		return NULL;
 	}
 	return comm;
 }
 
-void crun_comm_destroy(struct crun_comm *comm)
+void crun__comm_destroy(struct crun__comm *comm)
 {
 	if (!comm)
 		return;
@@ -255,22 +255,22 @@ void crun_comm_destroy(struct crun_comm *comm)
 	free(comm);
 }
 
-int crun_comm_rank(const struct crun_comm *comm)
+int crun__comm_rank(const struct crun__comm *comm)
 {
 	return comm->rank;
 }
 
-int crun_comm_size(const struct crun_comm *comm)
+int crun__comm_size(const struct crun__comm *comm)
 {
 	return comm->size;
 }
 
-const char *crun_comm_errmsg(const struct crun_comm *comm)
+const char *crun__comm_errmsg(const struct crun__comm *comm)
 {
 	return comm->errmsg;
 }
 
-const char *crun_comm_backend(const struct crun_comm *comm)
+const char *crun__comm_backend(const struct crun__comm *comm)
 {
 	return comm->ops->name;
 }
@@ -282,7 +282,7 @@ static double empty[1];
 /* Common entry of every collective: refuses calls on a failed
  * communicator and bad arguments (which are the caller's bug, and do not
  * poison the communicator since no byte has moved). */
-static int enter(struct crun_comm *comm, const char *what, bool bad_args)
+static int enter(struct crun__comm *comm, const char *what, bool bad_args)
 {
 	if (comm->failed)
 		return -ENOTCONN;
@@ -295,17 +295,17 @@ static int enter(struct crun_comm *comm, const char *what, bool bad_args)
 	return 0;
 }
 
-static int leave(struct crun_comm *comm, int rc)
+static int leave(struct crun__comm *comm, int rc)
 {
 	if (rc < 0) {
 		comm->failed = true;
 		if (!comm->errmsg[0])
-			crun_comm_set_error(comm, "collective failed: %s", strerror(-rc));
+			crun__comm_set_error(comm, "collective failed: %s", strerror(-rc));
 	}
 	return rc;
 }
 
-int crun_comm_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
+int crun__comm_allreduce_f32(struct crun__comm *comm, float *buf, size_t count)
 {
 	int rc = enter(comm, "all-reduce", count && (!buf || count > SIZE_MAX / sizeof(float)));
 
@@ -314,7 +314,7 @@ int crun_comm_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
 	return leave(comm, comm->ops->allreduce_f32(comm, buf ? buf : (float *)empty, count));
 }
 
-int crun_comm_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count)
+int crun__comm_reduce_scatter_f32(struct crun__comm *comm, float *in, float *out, size_t count)
 {
 	int rc = enter(comm, "reduce-scatter",
 		       count && (!in || !out || count > SIZE_MAX / sizeof(float) / comm->size));
@@ -325,7 +325,7 @@ int crun_comm_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, 
 							 out ? out : (float *)empty, count));
 }
 
-int crun_comm_allgather_f32(struct crun_comm *comm, const float *in, float *out, size_t count)
+int crun__comm_allgather_f32(struct crun__comm *comm, const float *in, float *out, size_t count)
 {
 	int rc = enter(comm, "all-gather",
 		       count && (!in || !out || count > SIZE_MAX / sizeof(float) / comm->size));
@@ -336,7 +336,7 @@ int crun_comm_allgather_f32(struct crun_comm *comm, const float *in, float *out,
 						    out ? out : (float *)empty, count));
 }
 
-int crun_comm_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root)
+int crun__comm_broadcast(struct crun__comm *comm, void *buf, size_t bytes, int root)
 {
 	int rc = enter(comm, "broadcast", (bytes && !buf) || root < 0 || root >= comm->size);
 
@@ -345,14 +345,14 @@ int crun_comm_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int roo
 	return leave(comm, comm->ops->broadcast(comm, buf ? buf : (void *)empty, bytes, root));
 }
 
-int crun_comm_barrier(struct crun_comm *comm)
+int crun__comm_barrier(struct crun__comm *comm)
 {
 	int rc = enter(comm, "barrier", false);
 
 	return rc < 0 ? rc : leave(comm, comm->ops->barrier(comm));
 }
 
-int crun_comm_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
+int crun__comm_allreduce_f64(struct crun__comm *comm, double *buf, size_t count)
 {
 	int rc = enter(comm, "all-reduce (f64)",
 		       count && (!buf || count > SIZE_MAX / sizeof(double) / comm->size));

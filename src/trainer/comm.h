@@ -6,7 +6,7 @@
  *
  * Every rank of the group calls the same collectives in the same order
  * with the same sizes (as with NCCL and MPI). Every call returns 0 or a
- * negative errno; on failure crun_comm_errmsg() says what went wrong in one
+ * negative errno; on failure crun__comm_errmsg() says what went wrong in one
  * line ("rank 2 (10.0.0.3:41234) closed the connection during
  * all-reduce"), and the communicator is unusable afterwards: the trainer
  * exits non-zero so that crun restarts the group. A peer that dies or
@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct crun_comm;
+struct crun__comm;
 
-struct crun_comm_opts {
+struct crun__comm_opts {
 	const char *backend; /* "cpu" (default) */
 	int rank;            /* RANK */
 	int world_size;      /* WORLD_SIZE */
@@ -55,7 +55,7 @@ struct crun_comm_opts {
  * and CRUN_COMM_SEND_THREAD (0 or 1); defaults and meanings in
  * common/env.c's table. Strings point into the environment. 0, or
  * -EINVAL with the variable and the reason in err. */
-int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errlen);
+int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t errlen);
 
 /* Connects to every peer it needs (for the ring: both neighbours).
  * world_size 1 needs no store and no sockets. NULL on failure, with the
@@ -72,17 +72,17 @@ int crun_comm_opts_from_env(struct crun_comm_opts *opts, char *err, size_t errle
  * sending rank maps it if it can (same host), and the name is unlinked at
  * once; links that cannot keep TCP. Floats travel in the host's byte
  * order: every node of a job must share it. */
-struct crun_comm *crun_comm_create(const struct crun_comm_opts *opts, char *err,
+struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *err,
 				   size_t errlen);
-void crun_comm_destroy(struct crun_comm *comm);
+void crun__comm_destroy(struct crun__comm *comm);
 
-int crun_comm_rank(const struct crun_comm *comm);
-int crun_comm_size(const struct crun_comm *comm);
+int crun__comm_rank(const struct crun__comm *comm);
+int crun__comm_size(const struct crun__comm *comm);
 /* The first failure, in one line ("" when none). After a failure every
  * later collective returns -ENOTCONN at once and the message stays. */
-const char *crun_comm_errmsg(const struct crun_comm *comm);
+const char *crun__comm_errmsg(const struct crun__comm *comm);
 /* Name of the backend in use ("cpu"). */
-const char *crun_comm_backend(const struct crun_comm *comm);
+const char *crun__comm_backend(const struct crun__comm *comm);
 
 /* Collectives. The cpu backend runs rings: all-reduce is a
  * reduce-scatter then an all-gather (2(n-1) steps), each step pipelined
@@ -94,28 +94,28 @@ const char *crun_comm_backend(const struct crun_comm *comm);
  * instead of exchanging garbage. */
 
 /* Sum of buf over ranks, in place, on every rank. */
-int crun_comm_allreduce_f32(struct crun_comm *comm, float *buf, size_t count);
+int crun__comm_allreduce_f32(struct crun__comm *comm, float *buf, size_t count);
 
 /* in holds size*count floats; out (count floats) receives this rank's
  * slice [rank*count, (rank+1)*count) of the sum over ranks. in may be
  * modified (used as scratch). */
-int crun_comm_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count);
+int crun__comm_reduce_scatter_f32(struct crun__comm *comm, float *in, float *out, size_t count);
 
 /* in holds count floats; out (size*count floats) receives every rank's in,
  * rank order. in may alias out + rank*count. */
-int crun_comm_allgather_f32(struct crun_comm *comm, const float *in, float *out,
+int crun__comm_allgather_f32(struct crun__comm *comm, const float *in, float *out,
 			    size_t count);
 
 /* Copies bytes from root's buf to every rank's buf (a pipelined chain
  * root, root+1, ... on the ring). */
-int crun_comm_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root);
+int crun__comm_broadcast(struct crun__comm *comm, void *buf, size_t bytes, int root);
 
 /* Returns once every rank has entered the barrier. */
-int crun_comm_barrier(struct crun_comm *comm);
+int crun__comm_barrier(struct crun__comm *comm);
 
 /* Sum of count doubles over ranks (losses, norms), in place: gathers
  * every rank's values and adds them in rank order, so it is the same on
  * every rank; meant for small counts (it holds world_size*count doubles). */
-int crun_comm_allreduce_f64(struct crun_comm *comm, double *buf, size_t count);
+int crun__comm_allreduce_f64(struct crun__comm *comm, double *buf, size_t count);
 
 #endif

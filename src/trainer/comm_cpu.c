@@ -288,7 +288,7 @@ static bool hello_check(const uint8_t *p, const struct hello *want, char *why, s
 
 static int64_t ms_left(uint64_t deadline)
 {
-	uint64_t now = crun_now_ms();
+	uint64_t now = crun__now_ms();
 
 	return now >= deadline ? 0 : (int64_t)(deadline - now);
 }
@@ -369,7 +369,7 @@ static void format_addr(char *out, size_t outlen, const char *host, int port)
 /* Opens the listener. With addr, binds that address and publishes it;
  * without, binds every address of the family that reaches the store and
  * publishes the local address of the store connection. */
-static int open_listener(struct crun_comm *comm, const char *addr, int store_fd, size_t sockbuf,
+static int open_listener(struct crun__comm *comm, const char *addr, int store_fd, size_t sockbuf,
 			 int *out_fd, char *pub, size_t publen)
 {
 	struct sockaddr_storage ss;
@@ -385,7 +385,7 @@ static int open_listener(struct crun_comm *comm, const char *addr, int store_fd,
 
 		rc = getaddrinfo(addr, "0", &hints, &ai);
 		if (rc) {
-			crun_comm_set_error(comm, "cannot resolve CRUN_COMM_ADDR '%s': %s", addr,
+			crun__comm_set_error(comm, "cannot resolve CRUN_COMM_ADDR '%s': %s", addr,
 					    gai_strerror(rc));
 			return -EINVAL;
 		}
@@ -395,14 +395,14 @@ static int open_listener(struct crun_comm *comm, const char *addr, int store_fd,
 	} else {
 		if (getsockname(store_fd, (struct sockaddr *)&ss, &sl) < 0) {
 			rc = -errno;
-			crun_comm_set_error(comm, "cannot read the store connection's address: %s",
+			crun__comm_set_error(comm, "cannot read the store connection's address: %s",
 					    strerror(-rc));
 			return rc;
 		}
 	}
 	rc = getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
 	if (rc) {
-		crun_comm_set_error(comm, "cannot format the local address: %s", gai_strerror(rc));
+		crun__comm_set_error(comm, "cannot format the local address: %s", gai_strerror(rc));
 		return -EINVAL;
 	}
 	if (!addr) {
@@ -420,7 +420,7 @@ static int open_listener(struct crun_comm *comm, const char *addr, int store_fd,
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		rc = -errno;
-		crun_comm_set_error(comm, "cannot create a socket: %s", strerror(-rc));
+		crun__comm_set_error(comm, "cannot create a socket: %s", strerror(-rc));
 		return rc;
 	}
 	if (ss.ss_family == AF_INET6 && !addr) {
@@ -432,13 +432,13 @@ static int open_listener(struct crun_comm *comm, const char *addr, int store_fd,
 	tune_socket(fd, sockbuf);
 	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 64) < 0) {
 		rc = -errno;
-		crun_comm_set_error(comm, "cannot listen on '%s': %s", host, strerror(-rc));
+		crun__comm_set_error(comm, "cannot listen on '%s': %s", host, strerror(-rc));
 		goto out_close_fd;
 	}
 	sl = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
 		rc = -errno;
-		crun_comm_set_error(comm, "cannot read the listening port: %s", strerror(-rc));
+		crun__comm_set_error(comm, "cannot read the listening port: %s", strerror(-rc));
 		goto out_close_fd;
 	}
 	port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
@@ -454,7 +454,7 @@ out_close_fd:
 
 /* Connects to "host:port" before the deadline, retrying refusals (the
  * peer listens before it publishes, so a refusal is a network hiccup). */
-static int connect_peer(struct crun_comm *comm, struct cpu *c, size_t sockbuf, uint64_t deadline,
+static int connect_peer(struct crun__comm *comm, struct cpu *c, size_t sockbuf, uint64_t deadline,
 			int *out_fd)
 {
 	char host[NI_MAXHOST], portstr[16], why[160];
@@ -462,17 +462,17 @@ static int connect_peer(struct crun_comm *comm, struct cpu *c, size_t sockbuf, u
 	struct addrinfo *ai;
 	int port, rc, fd = -1;
 
-	if (crun_parse_endpoint(c->right_addr, 0, host, sizeof(host), &port, why, sizeof(why)) <
+	if (crun__parse_endpoint(c->right_addr, 0, host, sizeof(host), &port, why, sizeof(why)) <
 		    0 ||
 	    port <= 0) {
-		crun_comm_set_error(comm, "rank %d published a bad address '%s'", c->right,
+		crun__comm_set_error(comm, "rank %d published a bad address '%s'", c->right,
 				    c->right_addr);
 		return -EPROTO;
 	}
 	snprintf(portstr, sizeof(portstr), "%d", port);
 	rc = getaddrinfo(host, portstr, &hints, &ai);
 	if (rc) {
-		crun_comm_set_error(comm, "cannot resolve rank %d's address '%s': %s", c->right,
+		crun__comm_set_error(comm, "cannot resolve rank %d's address '%s': %s", c->right,
 				    c->right_addr, gai_strerror(rc));
 		return -EHOSTUNREACH;
 	}
@@ -509,7 +509,7 @@ static int connect_peer(struct crun_comm *comm, struct cpu *c, size_t sockbuf, u
 	if (rc < 0) {
 		if (fd >= 0)
 			close(fd);
-		crun_comm_set_error(comm, "cannot connect to rank %d '%s': %s", c->right,
+		crun__comm_set_error(comm, "cannot connect to rank %d '%s': %s", c->right,
 				    c->right_addr, strerror(-rc));
 		return rc;
 	}
@@ -520,7 +520,7 @@ static int connect_peer(struct crun_comm *comm, struct cpu *c, size_t sockbuf, u
 /* Accepts connections until one says hello as the left neighbour;
  * anything else (a stale peer of another round, a port scanner) is
  * refused with a warning and does not end the wait. */
-static int accept_left(struct crun_comm *comm, struct cpu *c, int lfd, const struct hello *want,
+static int accept_left(struct crun__comm *comm, struct cpu *c, int lfd, const struct hello *want,
 		       const uint8_t *reply, uint64_t deadline, int *out_fd)
 {
 	uint8_t buf[HELLO_LEN];
@@ -532,7 +532,7 @@ static int accept_left(struct crun_comm *comm, struct cpu *c, int lfd, const str
 
 		rc = poll_one(lfd, POLLIN, deadline);
 		if (rc < 0) {
-			crun_comm_set_error(comm, "rank %d '%s' did not connect within %lld ms",
+			crun__comm_set_error(comm, "rank %d '%s' did not connect within %lld ms",
 					    c->left, c->left_addr, (long long)c->timeout_ms);
 			return rc;
 		}
@@ -541,12 +541,12 @@ static int accept_left(struct crun_comm *comm, struct cpu *c, int lfd, const str
 			if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED)
 				continue;
 			rc = -errno;
-			crun_comm_set_error(comm, "cannot accept rank %d: %s", c->left,
+			crun__comm_set_error(comm, "cannot accept rank %d: %s", c->left,
 					    strerror(-rc));
 			return rc;
 		}
 		/* A silent connection must not use up the whole wait. */
-		conn_deadline = crun_now_ms() + 10000;
+		conn_deadline = crun__now_ms() + 10000;
 		if (conn_deadline > deadline)
 			conn_deadline = deadline;
 		rc = io_full(fd, buf, HELLO_LEN, false, conn_deadline);
@@ -560,7 +560,7 @@ static int accept_left(struct crun_comm *comm, struct cpu *c, int lfd, const str
 		}
 		if (rc != -EPROTO)
 			snprintf(why, sizeof(why), "%s", strerror(-rc));
-		crun_warn("comm: refused a connection while waiting for rank %d: %s", c->left, why);
+		crun__warn("comm: refused a connection while waiting for rank %d: %s", c->left, why);
 		close(fd);
 	}
 }
@@ -595,7 +595,7 @@ static int ring_create(struct link *l, unsigned instance, char *name, uint64_t *
 	int fd, rc;
 
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
-		rnd = crun_now_ns() ^ ((uint64_t)getpid() << 32);
+		rnd = crun__now_ns() ^ ((uint64_t)getpid() << 32);
 	snprintf(name, SHM_NAME_LEN, "/crun-comm.%d.%u.%016llx", (int)getpid(), instance,
 		 (unsigned long long)rnd);
 	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -652,7 +652,7 @@ static int ring_open(struct link *l, const char *name, uint64_t nonce, uint64_t 
  * Each rank offers a ring for its incoming link (or an empty offer), the
  * left neighbour answers whether it could map it; the name is unlinked
  * as soon as the answer is in, so nothing is left in /dev/shm. */
-static int negotiate_shm(struct crun_comm *comm, struct cpu *c, bool enabled, unsigned instance,
+static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, unsigned instance,
 			 uint64_t deadline)
 {
 	uint8_t offer[OFFER_LEN] = {0}, theirs[OFFER_LEN], mine = 0, answer = 0;
@@ -702,20 +702,20 @@ static int negotiate_shm(struct crun_comm *comm, struct cpu *c, bool enabled, un
 	if (rc < 0 || answer != 1)
 		ring_unmap(&c->in);
 	if (rc < 0)
-		crun_comm_set_error(comm, "setup with rank %d (%s) failed: %s", who, peer,
+		crun__comm_set_error(comm, "setup with rank %d (%s) failed: %s", who, peer,
 				    rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
 	else
-		crun_debug("comm: rank %d: from rank %d over %s, to rank %d over %s", c->rank,
+		crun__debug("comm: rank %d: from rank %d over %s, to rank %d over %s", c->rank,
 			   c->left, c->in.ring ? "shared memory" : "tcp", c->right,
 			   c->out.ring ? "shared memory" : "tcp");
 	return rc;
 }
 
-static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun_comm_opts *o,
+static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct crun__comm_opts *o,
 			unsigned instance)
 {
 	size_t sockbuf = o->sockbuf_bytes ? o->sockbuf_bytes : DEFAULT_SOCKBUF;
-	uint64_t deadline = crun_now_ms() + (uint64_t)c->timeout_ms;
+	uint64_t deadline = crun__now_ms() + (uint64_t)c->timeout_ms;
 	struct crun_store_opts so;
 	struct crun_store *store;
 	struct crun_store_buf vals[2];
@@ -727,18 +727,18 @@ static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun
 
 	rc = crun_store_opts_from_env(&so);
 	if (rc < 0) {
-		crun_comm_set_error(comm, "cannot read the store's address from CRUN_STORE: %s",
+		crun__comm_set_error(comm, "cannot read the store's address from CRUN_STORE: %s",
 				    crun_store_strerror(rc));
 		return rc;
 	}
 	store = crun_store_create(&so);
 	if (!store) {
-		crun_comm_set_error(comm, "cannot create a store client: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot create a store client: %s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	rc = crun_store_connect(store);
 	if (rc < 0) {
-		crun_comm_set_error(comm, "cannot reach the store '%s:%d': %s",
+		crun__comm_set_error(comm, "cannot reach the store '%s:%d': %s",
 				    so.host ? so.host : "127.0.0.1", so.port,
 				    crun_store_errmsg(store));
 		goto out_destroy_store;
@@ -756,7 +756,7 @@ static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun
 	rc = crun_store_set_flags(store, key[0], pub, strlen(pub), CRUN_STORE_EPHEMERAL,
 				  wait_ms(deadline));
 	if (rc < 0) {
-		crun_comm_set_error(comm, "cannot publish '%s' in the store: %s", key[0],
+		crun__comm_set_error(comm, "cannot publish '%s' in the store: %s", key[0],
 				    crun_store_errmsg(store));
 		goto out_close_listener;
 	}
@@ -764,7 +764,7 @@ static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun
 	keys[1] = key[2];
 	rc = crun_store_mget(store, keys, c->left == c->right ? 1 : 2, vals, wait_ms(deadline));
 	if (rc < 0) {
-		crun_comm_set_error(comm, "cannot find rank %d%s in the store within %lld ms: %s",
+		crun__comm_set_error(comm, "cannot find rank %d%s in the store within %lld ms: %s",
 				    c->right, c->left == c->right ? "" : " or its left neighbour",
 				    (long long)c->timeout_ms, crun_store_errmsg(store));
 		goto out_close_listener;
@@ -786,7 +786,7 @@ static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun
 		goto out_close_listener;
 	rc = io_full(c->send_fd, mine, HELLO_LEN, true, deadline);
 	if (rc < 0) {
-		crun_comm_set_error(comm, "cannot greet rank %d '%s': %s", c->right, c->right_addr,
+		crun__comm_set_error(comm, "cannot greet rank %d '%s': %s", c->right, c->right_addr,
 				    strerror(-rc));
 		goto out_close_listener;
 	}
@@ -797,20 +797,20 @@ static int connect_ring(struct crun_comm *comm, struct cpu *c, const struct crun
 		goto out_close_listener;
 	rc = io_full(c->send_fd, theirs, HELLO_LEN, false, deadline);
 	if (rc == -ECONNRESET) {
-		crun_comm_set_error(comm,
+		crun__comm_set_error(comm,
 				    "rank %d '%s' closed the connection during setup "
 				    "(see its log for why it refused this rank)",
 				    c->right, c->right_addr);
 		goto out_close_listener;
 	}
 	if (rc < 0) {
-		crun_comm_set_error(comm, "no answer from rank %d '%s': %s", c->right,
+		crun__comm_set_error(comm, "no answer from rank %d '%s': %s", c->right,
 				    c->right_addr, strerror(-rc));
 		goto out_close_listener;
 	}
 	want.rank = (uint32_t)c->right;
 	if (!hello_check(theirs, &want, why, sizeof(why))) {
-		crun_comm_set_error(comm, "the peer at '%s' is not rank %d of this group: %s",
+		crun__comm_set_error(comm, "the peer at '%s' is not rank %d of this group: %s",
 				    c->right_addr, c->right, why);
 		rc = -EPROTO;
 		goto out_close_listener;
@@ -825,7 +825,7 @@ out_destroy_store:
 	return rc;
 }
 
-static void cpu_finish(struct crun_comm *comm)
+static void cpu_finish(struct crun__comm *comm)
 {
 	struct cpu *c = comm->priv;
 
@@ -860,20 +860,20 @@ static void cpu_finish(struct crun_comm *comm)
 
 static void *sender_main(void *arg);
 
-static int start_sender(struct crun_comm *comm, struct cpu *c)
+static int start_sender(struct crun__comm *comm, struct cpu *c)
 {
 	struct sender *sd = calloc(1, sizeof(*sd));
 	sigset_t all, old;
 	int rc;
 
 	if (!sd) {
-		crun_comm_set_error(comm, "cannot allocate the send thread: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot allocate the send thread: %s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	sd->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (sd->efd < 0) {
 		rc = -errno;
-		crun_comm_set_error(comm, "cannot create an eventfd: %s", strerror(-rc));
+		crun__comm_set_error(comm, "cannot create an eventfd: %s", strerror(-rc));
 		free(sd);
 		return rc;
 	}
@@ -887,7 +887,7 @@ static int start_sender(struct crun_comm *comm, struct cpu *c)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc < 0) {
 		c->sender = NULL;
-		crun_comm_set_error(comm, "cannot start the send thread: %s", strerror(-rc));
+		crun__comm_set_error(comm, "cannot start the send thread: %s", strerror(-rc));
 		pthread_cond_destroy(&sd->cv);
 		pthread_mutex_destroy(&sd->mu);
 		close(sd->efd);
@@ -897,7 +897,7 @@ static int start_sender(struct crun_comm *comm, struct cpu *c)
 	return 0;
 }
 
-static int cpu_init(struct crun_comm *comm, const struct crun_comm_opts *o)
+static int cpu_init(struct crun__comm *comm, const struct crun__comm_opts *o)
 {
 	unsigned instance = instances++;
 	struct cpu *c;
@@ -906,7 +906,7 @@ static int cpu_init(struct crun_comm *comm, const struct crun_comm_opts *o)
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		crun_comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	comm->priv = c;
@@ -927,7 +927,7 @@ static int cpu_init(struct crun_comm *comm, const struct crun_comm_opts *o)
 	c->recv = calloc(nseg, sizeof(*c->recv));
 	c->rstart = calloc(nseg + 1, sizeof(*c->rstart));
 	if (!c->stage || !c->send || !c->recv || !c->rstart) {
-		crun_comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
 		rc = -ENOMEM;
 		goto out_finish;
 	}
@@ -998,13 +998,13 @@ static int add_recv(struct cpu *c, void *dst, const float *add, size_t len)
 	return (int)c->nr++;
 }
 
-static int fail(struct crun_comm *comm, struct cpu *c, int rc, const char *fmt, ...)
+static int fail(struct crun__comm *comm, struct cpu *c, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
 /* Records the failure and shuts both connections down, so that the
  * neighbours notice at once and the failure runs around the ring instead
  * of every rank waiting out its timeout. */
-static int fail(struct crun_comm *comm, struct cpu *c, int rc, const char *fmt, ...)
+static int fail(struct crun__comm *comm, struct cpu *c, int rc, const char *fmt, ...)
 {
 	char msg[sizeof(comm->errmsg)];
 	va_list ap;
@@ -1012,7 +1012,7 @@ static int fail(struct crun_comm *comm, struct cpu *c, int rc, const char *fmt, 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	crun_comm_set_error(comm, "%s", msg);
+	crun__comm_set_error(comm, "%s", msg);
 	shutdown(c->send_fd, SHUT_RDWR);
 	shutdown(c->recv_fd, SHUT_RDWR);
 	return rc;
@@ -1028,7 +1028,7 @@ static void describe(char *out, size_t outlen, const char *name, uint32_t seq, u
 		snprintf(out + n, outlen - (size_t)n, root >= 0 ? ", root %d)" : ")", root);
 }
 
-static int check_header(struct crun_comm *comm, struct cpu *c)
+static int check_header(struct crun__comm *comm, struct cpu *c)
 {
 	char theirs[96], mine[96];
 	const uint8_t *h = c->hdr_in;
@@ -1228,7 +1228,7 @@ static int drain(int fd)
 	}
 }
 
-static int send_failed(struct crun_comm *comm, struct cpu *c, int err)
+static int send_failed(struct crun__comm *comm, struct cpu *c, int err)
 {
 	const char *what = op_names[c->op];
 
@@ -1239,7 +1239,7 @@ static int send_failed(struct crun_comm *comm, struct cpu *c, int err)
 		    c->right_addr, what, strerror(err));
 }
 
-static int recv_failed(struct crun_comm *comm, struct cpu *c, int err)
+static int recv_failed(struct crun__comm *comm, struct cpu *c, int err)
 {
 	const char *what = op_names[c->op];
 
@@ -1309,7 +1309,7 @@ static void skip_done(const struct cpu *c, size_t *si, size_t *soff)
  * last_move, or -ECONNRESET when the right neighbour closed. */
 static int wait_room(struct cpu *c, uint64_t last_move)
 {
-	int64_t left = (int64_t)(last_move + (uint64_t)c->timeout_ms) - (int64_t)crun_now_ms();
+	int64_t left = (int64_t)(last_move + (uint64_t)c->timeout_ms) - (int64_t)crun__now_ms();
 	struct pollfd p = {c->send_fd, (short)((c->out.ring ? POLLIN : POLLOUT) | POLLRDHUP), 0};
 	int n;
 
@@ -1334,7 +1334,7 @@ static int sender_run(struct cpu *c)
 {
 	struct sender *s = c->sender;
 	size_t si = 0, soff = 0;
-	uint64_t last_move = crun_now_ms();
+	uint64_t last_move = crun__now_ms();
 	int rc;
 
 	for (;;) {
@@ -1348,7 +1348,7 @@ static int sender_run(struct cpu *c)
 			return ECANCELED;
 		rc = send_step(c, &si, &soff, rp, &need_room);
 		if (rc > 0) {
-			last_move = crun_now_ms();
+			last_move = crun__now_ms();
 			continue;
 		}
 		if (rc < 0)
@@ -1368,7 +1368,7 @@ static int sender_run(struct cpu *c)
 			pthread_cond_wait(&s->cv, &s->mu);
 		atomic_store(&s->waiting, false);
 		pthread_mutex_unlock(&s->mu);
-		last_move = crun_now_ms();
+		last_move = crun__now_ms();
 	}
 }
 
@@ -1424,12 +1424,12 @@ static int sender_join(struct sender *s)
 	return err;
 }
 
-static int run_plan(struct crun_comm *comm, struct cpu *c)
+static int run_plan(struct crun__comm *comm, struct cpu *c)
 {
 	const char *what = op_names[c->op];
 	struct sender *s = NULL;
 	size_t si = 0, soff = 0, ri = 0, roff = 0, fill = 0;
-	uint64_t last_move = crun_now_ms();
+	uint64_t last_move = crun__now_ms();
 	int rc = 0, send_err = -1; /* >= 0: the send side failed (errno, 0: closed) */
 	bool left_closed = false;  /* its ring may still hold data */
 	bool sender_done = false;
@@ -1486,7 +1486,7 @@ static int run_plan(struct crun_comm *comm, struct cpu *c)
 			}
 		}
 		if (moved) {
-			last_move = crun_now_ms();
+			last_move = crun__now_ms();
 			continue;
 		}
 		/* The right neighbour is gone: what already arrived from the
@@ -1521,7 +1521,7 @@ static int run_plan(struct crun_comm *comm, struct cpu *c)
 		}
 		{
 			int64_t left = (int64_t)(last_move + (uint64_t)c->timeout_ms) -
-				       (int64_t)crun_now_ms();
+				       (int64_t)crun__now_ms();
 
 			/* With a send thread, it times out its own waits. */
 			if (left <= 0 && (want_in || !s)) {
@@ -1607,7 +1607,7 @@ static void split(size_t count, int n, int j, size_t *off, size_t *len)
 	*len = base + (uj < rem ? 1 : 0);
 }
 
-static int cpu_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
+static int cpu_allreduce_f32(struct crun__comm *comm, float *buf, size_t count)
 {
 	struct cpu *c = comm->priv;
 	int n = c->size, r = c->rank, prev = -1;
@@ -1638,7 +1638,7 @@ static int cpu_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
 	return run_plan(comm, c);
 }
 
-static int cpu_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count)
+static int cpu_reduce_scatter_f32(struct crun__comm *comm, float *in, float *out, size_t count)
 {
 	struct cpu *c = comm->priv;
 	int n = c->size, r = c->rank, prev = -1;
@@ -1662,7 +1662,7 @@ static int cpu_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out,
 }
 
 /* Every rank's bytes [in, in+bytes) into out, rank order. */
-static int allgather_bytes(struct crun_comm *comm, enum op op, const void *in, void *out,
+static int allgather_bytes(struct crun__comm *comm, enum op op, const void *in, void *out,
 			   size_t bytes)
 {
 	struct cpu *c = comm->priv;
@@ -1681,12 +1681,12 @@ static int allgather_bytes(struct crun_comm *comm, enum op op, const void *in, v
 	return run_plan(comm, c);
 }
 
-static int cpu_allgather_f32(struct crun_comm *comm, const float *in, float *out, size_t count)
+static int cpu_allgather_f32(struct crun__comm *comm, const float *in, float *out, size_t count)
 {
 	return allgather_bytes(comm, OP_ALLGATHER, in, out, count * sizeof(float));
 }
 
-static int cpu_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root)
+static int cpu_broadcast(struct crun__comm *comm, void *buf, size_t bytes, int root)
 {
 	struct cpu *c = comm->priv;
 	bool has_recv, has_send;
@@ -1705,7 +1705,7 @@ static int cpu_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int ro
 	return run_plan(comm, c);
 }
 
-static int cpu_barrier(struct crun_comm *comm)
+static int cpu_barrier(struct crun__comm *comm)
 {
 	struct cpu *c = comm->priv;
 	uint8_t mark = 1, *all;
@@ -1717,7 +1717,7 @@ static int cpu_barrier(struct crun_comm *comm)
 	 * rank has sent its own, in n-1 steps. */
 	all = malloc((size_t)c->size);
 	if (!all) {
-		crun_comm_set_error(comm, "barrier: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "barrier: %s", strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	rc = allgather_bytes(comm, OP_BARRIER, &mark, all, 1);
@@ -1725,7 +1725,7 @@ static int cpu_barrier(struct crun_comm *comm)
 	return rc;
 }
 
-static int cpu_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
+static int cpu_allreduce_f64(struct crun__comm *comm, double *buf, size_t count)
 {
 	struct cpu *c = comm->priv;
 	double *all;
@@ -1737,7 +1737,7 @@ static int cpu_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
 		return allgather_bytes(comm, OP_ALLREDUCE_F64, buf, buf, 0);
 	all = malloc((size_t)c->size * count * sizeof(double));
 	if (!all) {
-		crun_comm_set_error(comm, "all-reduce (f64) of %zu values: %s", count,
+		crun__comm_set_error(comm, "all-reduce (f64) of %zu values: %s", count,
 				    strerror(ENOMEM));
 		return -ENOMEM;
 	}
@@ -1755,7 +1755,7 @@ static int cpu_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
 	return rc;
 }
 
-const struct crun_comm_ops crun_comm_cpu_ops = {
+const struct crun__comm_ops crun__comm_cpu_ops = {
 	.name = "cpu",
 	.init = cpu_init,
 	.finish = cpu_finish,

@@ -38,27 +38,27 @@ struct nccl {
 	size_t peak_bytes; /* the most scratch ever held (it grows by replacement) */
 };
 
-static struct nccl *priv(const struct crun_comm *comm)
+static struct nccl *priv(const struct crun__comm *comm)
 {
 	return comm->priv;
 }
 
-bool crun_comm_is_nccl(const struct crun_comm *comm)
+bool crun__comm_is_nccl(const struct crun__comm *comm)
 {
-	return !strcmp(crun_comm_backend(comm), "nccl");
+	return !strcmp(crun__comm_backend(comm), "nccl");
 }
 
-cudaStream_t crun_comm_nccl_stream(struct crun_comm *comm)
+cudaStream_t crun__comm_nccl_stream(struct crun__comm *comm)
 {
 	return priv(comm)->stream;
 }
 
-size_t crun_comm_nccl_peak_bytes(const struct crun_comm *comm)
+size_t crun__comm_nccl_peak_bytes(const struct crun__comm *comm)
 {
 	return priv(comm) ? priv(comm)->peak_bytes : 0;
 }
 
-static ncclDataType_t nccl_type(enum crun_comm_dtype t)
+static ncclDataType_t nccl_type(enum crun__comm_dtype t)
 {
 	switch (t) {
 	case CRUN_COMM_BF16:
@@ -73,15 +73,15 @@ static ncclDataType_t nccl_type(enum crun_comm_dtype t)
 
 /* Records the failure, aborts the communicator (which also stops its
  * kernels) and marks comm failed. Returns rc. */
-static int fail(struct crun_comm *comm, int rc, const char *what, ncclResult_t r)
+static int fail(struct crun__comm *comm, int rc, const char *what, ncclResult_t r)
 {
 	struct nccl *n = priv(comm);
 	const char *last = n && n->nc ? ncclGetLastError(n->nc) : NULL;
 
 	if (r == ncclSuccess || r == ncclInProgress)
-		crun_comm_set_error(comm, "%s", what);
+		crun__comm_set_error(comm, "%s", what);
 	else
-		crun_comm_set_error(comm, "%s: %s%s%s", what, ncclGetErrorString(r),
+		crun__comm_set_error(comm, "%s: %s%s%s", what, ncclGetErrorString(r),
 				    last && *last ? ": " : "", last && *last ? last : "");
 	comm->failed = true;
 	if (n && n->nc) {
@@ -95,7 +95,7 @@ static void pause_poll(uint64_t start_ms)
 {
 	struct timespec ts = {0, 50000};
 
-	if (crun_now_ms() - start_ms < SPIN_MS)
+	if (crun__now_ms() - start_ms < SPIN_MS)
 		sched_yield();
 	else
 		nanosleep(&ts, NULL);
@@ -103,10 +103,10 @@ static void pause_poll(uint64_t start_ms)
 
 /* After an NCCL call returned r: waits (bounded) until the call has
  * settled. 0 or a negative errno (the communicator is then aborted). */
-static int settle(struct crun_comm *comm, ncclResult_t r, const char *what)
+static int settle(struct crun__comm *comm, ncclResult_t r, const char *what)
 {
 	struct nccl *n = priv(comm);
-	uint64_t start = crun_now_ms();
+	uint64_t start = crun__now_ms();
 	char msg[192];
 
 	while (r == ncclInProgress) {
@@ -116,7 +116,7 @@ static int settle(struct crun_comm *comm, ncclResult_t r, const char *what)
 			r = q;
 		if (r != ncclInProgress)
 			break;
-		if ((int64_t)(crun_now_ms() - start) > n->timeout_ms) {
+		if ((int64_t)(crun__now_ms() - start) > n->timeout_ms) {
 			snprintf(msg, sizeof(msg),
 				 "%s did not finish within %lld ms (CRUN_COMM_TIMEOUT): a peer "
 				 "is gone or stalled",
@@ -132,10 +132,10 @@ static int settle(struct crun_comm *comm, ncclResult_t r, const char *what)
 	return 0;
 }
 
-int crun_comm_nccl_wait(struct crun_comm *comm, cudaEvent_t ev)
+int crun__comm_nccl_wait(struct crun__comm *comm, cudaEvent_t ev)
 {
 	struct nccl *n = priv(comm);
-	uint64_t start = crun_now_ms();
+	uint64_t start = crun__now_ms();
 	char msg[192];
 
 	if (comm->failed)
@@ -157,7 +157,7 @@ int crun_comm_nccl_wait(struct crun_comm *comm, cudaEvent_t ev)
 		    (st != ncclSuccess && st != ncclInProgress))
 			return fail(comm, -ECONNABORTED, "collective failed (a peer may have died)",
 				    st);
-		if ((int64_t)(crun_now_ms() - start) > n->timeout_ms) {
+		if ((int64_t)(crun__now_ms() - start) > n->timeout_ms) {
 			snprintf(msg, sizeof(msg),
 				 "collectives did not complete within %lld ms (CRUN_COMM_TIMEOUT): "
 				 "a peer is gone or stalled",
@@ -168,8 +168,8 @@ int crun_comm_nccl_wait(struct crun_comm *comm, cudaEvent_t ev)
 	}
 }
 
-int crun_comm_nccl_allreduce(struct crun_comm *comm, void *buf, size_t count,
-			     enum crun_comm_dtype t)
+int crun__comm_nccl_allreduce(struct crun__comm *comm, void *buf, size_t count,
+			     enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -179,8 +179,8 @@ int crun_comm_nccl_allreduce(struct crun_comm *comm, void *buf, size_t count,
 		      "all-reduce");
 }
 
-int crun_comm_nccl_reduce_scatter(struct crun_comm *comm, const void *in, void *out, size_t count,
-				  enum crun_comm_dtype t)
+int crun__comm_nccl_reduce_scatter(struct crun__comm *comm, const void *in, void *out, size_t count,
+				  enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -191,8 +191,8 @@ int crun_comm_nccl_reduce_scatter(struct crun_comm *comm, const void *in, void *
 		      "reduce-scatter");
 }
 
-int crun_comm_nccl_allgather(struct crun_comm *comm, const void *in, void *out, size_t count,
-			     enum crun_comm_dtype t)
+int crun__comm_nccl_allgather(struct crun__comm *comm, const void *in, void *out, size_t count,
+			     enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -215,7 +215,7 @@ static bool on_device(const void *p)
 	return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-static void *scratch(struct crun_comm *comm, size_t bytes)
+static void *scratch(struct crun__comm *comm, size_t bytes)
 {
 	struct nccl *n = priv(comm);
 
@@ -239,15 +239,15 @@ static void copy(struct nccl *n, void *dst, const void *src, size_t bytes)
 }
 
 /* Waits for what was queued on the backend's stream. */
-static int finish_queue(struct crun_comm *comm)
+static int finish_queue(struct crun__comm *comm)
 {
 	struct nccl *n = priv(comm);
 
 	CRUN_CUDA_CHECK(cudaEventRecord(n->done, n->stream));
-	return crun_comm_nccl_wait(comm, n->done);
+	return crun__comm_nccl_wait(comm, n->done);
 }
 
-static int sync_collective(struct crun_comm *comm, int rc, void *host_dst, const void *dev_src,
+static int sync_collective(struct crun__comm *comm, int rc, void *host_dst, const void *dev_src,
 			   size_t bytes)
 {
 	struct nccl *n = priv(comm);
@@ -262,7 +262,7 @@ static int sync_collective(struct crun_comm *comm, int rc, void *host_dst, const
 	return 0;
 }
 
-static int nccl_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
+static int nccl_allreduce_f32(struct crun__comm *comm, float *buf, size_t count)
 {
 	struct nccl *n = priv(comm);
 	size_t bytes = count * sizeof(float);
@@ -274,11 +274,11 @@ static int nccl_allreduce_f32(struct crun_comm *comm, float *buf, size_t count)
 		d = scratch(comm, bytes);
 		copy(n, d, buf, bytes);
 	}
-	return sync_collective(comm, crun_comm_nccl_allreduce(comm, d, count, CRUN_COMM_F32),
+	return sync_collective(comm, crun__comm_nccl_allreduce(comm, d, count, CRUN_COMM_F32),
 			       d == buf ? NULL : buf, d, bytes);
 }
 
-static int nccl_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out, size_t count)
+static int nccl_reduce_scatter_f32(struct crun__comm *comm, float *in, float *out, size_t count)
 {
 	struct nccl *n = priv(comm);
 	size_t W = (size_t)comm->size, bytes = count * sizeof(float);
@@ -288,16 +288,16 @@ static int nccl_reduce_scatter_f32(struct crun_comm *comm, float *in, float *out
 		return 0;
 	if (on_device(in) && on_device(out))
 		return sync_collective(
-			comm, crun_comm_nccl_reduce_scatter(comm, in, out, count, CRUN_COMM_F32),
+			comm, crun__comm_nccl_reduce_scatter(comm, in, out, count, CRUN_COMM_F32),
 			NULL, NULL, 0);
 	d = scratch(comm, (W + 1) * bytes);
 	copy(n, d, in, W * bytes);
 	return sync_collective(
-		comm, crun_comm_nccl_reduce_scatter(comm, d, d + W * bytes, count, CRUN_COMM_F32),
+		comm, crun__comm_nccl_reduce_scatter(comm, d, d + W * bytes, count, CRUN_COMM_F32),
 		out, d + W * bytes, bytes);
 }
 
-static int nccl_allgather_f32(struct crun_comm *comm, const float *in, float *out, size_t count)
+static int nccl_allgather_f32(struct crun__comm *comm, const float *in, float *out, size_t count)
 {
 	struct nccl *n = priv(comm);
 	size_t W = (size_t)comm->size, bytes = count * sizeof(float);
@@ -307,16 +307,16 @@ static int nccl_allgather_f32(struct crun_comm *comm, const float *in, float *ou
 		return 0;
 	if (on_device(in) && on_device(out))
 		return sync_collective(
-			comm, crun_comm_nccl_allgather(comm, in, out, count, CRUN_COMM_F32), NULL,
+			comm, crun__comm_nccl_allgather(comm, in, out, count, CRUN_COMM_F32), NULL,
 			NULL, 0);
 	d = scratch(comm, (W + 1) * bytes);
 	copy(n, d, in, bytes);
 	return sync_collective(comm,
-			       crun_comm_nccl_allgather(comm, d, d + bytes, count, CRUN_COMM_F32),
+			       crun__comm_nccl_allgather(comm, d, d + bytes, count, CRUN_COMM_F32),
 			       out, d + bytes, W * bytes);
 }
 
-static int nccl_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int root)
+static int nccl_broadcast(struct crun__comm *comm, void *buf, size_t bytes, int root)
 {
 	struct nccl *n = priv(comm);
 	void *d = buf;
@@ -333,17 +333,17 @@ static int nccl_broadcast(struct crun_comm *comm, void *buf, size_t bytes, int r
 	return sync_collective(comm, rc, d == buf ? NULL : buf, d, bytes);
 }
 
-static int nccl_barrier(struct crun_comm *comm)
+static int nccl_barrier(struct crun__comm *comm)
 {
 	float *d = scratch(comm, sizeof(float));
 
-	return sync_collective(comm, crun_comm_nccl_allreduce(comm, d, 1, CRUN_COMM_F32), NULL,
+	return sync_collective(comm, crun__comm_nccl_allreduce(comm, d, 1, CRUN_COMM_F32), NULL,
 			       NULL, 0);
 }
 
 /* Gathers every rank's values and adds them in rank order, like the cpu
  * backend, so the result is the same on every rank. */
-static int nccl_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
+static int nccl_allreduce_f64(struct crun__comm *comm, double *buf, size_t count)
 {
 	struct nccl *n = priv(comm);
 	size_t W = (size_t)comm->size, bytes = count * sizeof(double);
@@ -355,13 +355,13 @@ static int nccl_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
 		return 0;
 	all = malloc(W * bytes);
 	if (!all) {
-		crun_comm_set_error(comm, "out of memory for an all-reduce of %zu doubles", count);
+		crun__comm_set_error(comm, "out of memory for an all-reduce of %zu doubles", count);
 		return -ENOMEM;
 	}
 	d = scratch(comm, (W + 1) * bytes);
 	copy(n, d, buf, bytes);
 	rc = sync_collective(comm,
-			     crun_comm_nccl_allgather(comm, d, d + bytes, count, CRUN_COMM_F64),
+			     crun__comm_nccl_allgather(comm, d, d + bytes, count, CRUN_COMM_F64),
 			     all, d + bytes, W * bytes);
 	if (!rc) {
 		for (size_t i = 0; i < count; i++) {
@@ -382,7 +382,7 @@ static int nccl_allreduce_f64(struct crun_comm *comm, double *buf, size_t count)
 	return rc;
 }
 
-static void nccl_finish(struct crun_comm *comm)
+static void nccl_finish(struct crun__comm *comm)
 {
 	struct nccl *n = priv(comm);
 
@@ -408,7 +408,7 @@ static void nccl_finish(struct crun_comm *comm)
 }
 
 /* Rank 0's unique id, shared through the job's store for this round. */
-static int share_id(struct crun_comm *comm, ncclUniqueId *id)
+static int share_id(struct crun__comm *comm, ncclUniqueId *id)
 {
 	struct nccl *n = priv(comm);
 	int timeout = n->timeout_ms > INT_MAX ? INT_MAX : (int)n->timeout_ms;
@@ -420,11 +420,11 @@ static int share_id(struct crun_comm *comm, ncclUniqueId *id)
 		return 0;
 	w = crun_worker_create(timeout, err, sizeof(err));
 	if (!w) {
-		crun_comm_set_error(comm, "cannot reach the store to share the NCCL id: %s", err);
+		crun__comm_set_error(comm, "cannot reach the store to share the NCCL id: %s", err);
 		return -ECONNREFUSED;
 	}
 	if (crun_worker_rank(w) != comm->rank || crun_worker_world_size(w) != comm->size) {
-		crun_comm_set_error(comm,
+		crun__comm_set_error(comm,
 				    "the store's worker environment says rank %d of %d, the "
 				    "communicator rank %d of %d",
 				    crun_worker_rank(w), crun_worker_world_size(w), comm->rank,
@@ -434,13 +434,13 @@ static int share_id(struct crun_comm *comm, ncclUniqueId *id)
 	}
 	rc = crun_worker_broadcast(w, id, sizeof(*id), 0, timeout);
 	if (rc)
-		crun_comm_set_error(comm, "cannot share the NCCL id through the store: %s",
+		crun__comm_set_error(comm, "cannot share the NCCL id through the store: %s",
 				    crun_worker_errmsg(w));
 	crun_worker_destroy(w);
 	return rc;
 }
 
-static int nccl_init(struct crun_comm *comm, const struct crun_comm_opts *opts)
+static int nccl_init(struct crun__comm *comm, const struct crun__comm_opts *opts)
 {
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	ncclUniqueId id;
@@ -452,19 +452,19 @@ static int nccl_init(struct crun_comm *comm, const struct crun_comm_opts *opts)
 
 	n = calloc(1, sizeof(*n));
 	if (!n) {
-		crun_comm_set_error(comm, "out of memory");
+		crun__comm_set_error(comm, "out of memory");
 		return -ENOMEM;
 	}
 	comm->priv = n;
 	n->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
-	rc = crun_cuda_pick_device(opts->local_rank, false, &n->device, why, sizeof(why));
+	rc = crun__cuda_pick_device(opts->local_rank, false, &n->device, why, sizeof(why));
 	if (rc) {
-		crun_comm_set_error(comm, "nccl backend: %s", why);
+		crun__comm_set_error(comm, "nccl backend: %s", why);
 		goto out_free;
 	}
 	ce = cudaSetDevice(n->device);
 	if (ce != cudaSuccess) {
-		crun_comm_set_error(comm, "nccl backend: cannot use GPU %d: %s", n->device,
+		crun__comm_set_error(comm, "nccl backend: cannot use GPU %d: %s", n->device,
 				    cudaGetErrorString(ce));
 		rc = -ENODEV;
 		goto out_free;
@@ -473,7 +473,7 @@ static int nccl_init(struct crun_comm *comm, const struct crun_comm_opts *opts)
 	if (comm->rank == 0) {
 		r = ncclGetUniqueId(&id);
 		if (r != ncclSuccess) {
-			crun_comm_set_error(comm, "ncclGetUniqueId failed: %s",
+			crun__comm_set_error(comm, "ncclGetUniqueId failed: %s",
 					    ncclGetErrorString(r));
 			rc = -EIO;
 			goto out_free;
@@ -487,7 +487,7 @@ static int nccl_init(struct crun_comm *comm, const struct crun_comm_opts *opts)
 	config.blocking = 0;
 	r = ncclCommInitRankConfig(&n->nc, comm->size, id, comm->rank, &config);
 	if (r != ncclSuccess && r != ncclInProgress && !n->nc) {
-		crun_comm_set_error(comm, "ncclCommInitRankConfig failed: %s",
+		crun__comm_set_error(comm, "ncclCommInitRankConfig failed: %s",
 				    ncclGetErrorString(r));
 		rc = -EIO;
 		goto out_free;
@@ -505,7 +505,7 @@ out_free:
 	return rc;
 }
 
-const struct crun_comm_ops crun_comm_nccl_ops = {
+const struct crun__comm_ops crun__comm_nccl_ops = {
 	.name = "nccl",
 	.init = nccl_init,
 	.finish = nccl_finish,

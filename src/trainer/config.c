@@ -14,13 +14,13 @@
 #include <strings.h>
 #include <stdint.h>
 
-#define F(field) offsetof(struct crun_train_config, field)
+#define F(field) offsetof(struct crun__train_config, field)
 #define I64 9.2e18
 
 /* The one table of keys and defaults. man/crun-train.yaml.5.scd documents
  * the same rows; tests/integration/train-config.sh checks that every key
  * and default is there. */
-static const struct crun_config_key keys[] = {
+static const struct crun__config_key keys[] = {
 	{"model", "context", CRUN_CONFIG_INT, F(model.context), "32", 1, 4096, false, NULL,
 	 "bytes of context the model sees; it predicts the byte that follows them"},
 	{"model", "embed_dim", CRUN_CONFIG_INT, F(model.embed_dim), "16", 1, 4096, false, NULL,
@@ -128,18 +128,18 @@ static const char *const sections[] = {
 	"model", "data", "optim", "train", "parallel", "checkpoint", "log",
 };
 
-const struct crun_config_key *crun_train_config_keys(size_t *count)
+const struct crun__config_key *crun__train_config_keys(size_t *count)
 {
 	*count = CRUN_ARRAY_SIZE(keys);
 	return keys;
 }
 
-static void *field(struct crun_train_config *cfg, const struct crun_config_key *k)
+static void *field(struct crun__train_config *cfg, const struct crun__config_key *k)
 {
 	return (char *)cfg + k->offset;
 }
 
-static const void *cfield(const struct crun_train_config *cfg, const struct crun_config_key *k)
+static const void *cfield(const struct crun__train_config *cfg, const struct crun__config_key *k)
 {
 	return (const char *)cfg + k->offset;
 }
@@ -160,7 +160,7 @@ static bool choice_ok(const char *choices, const char *v)
 	return false;
 }
 
-static const char *type_name(const struct crun_config_key *k, char *buf, size_t len)
+static const char *type_name(const struct crun__config_key *k, char *buf, size_t len)
 {
 	switch (k->type) {
 	case CRUN_CONFIG_INT:
@@ -187,7 +187,7 @@ static const char *type_name(const struct crun_config_key *k, char *buf, size_t 
 }
 
 /* Parses v for key k and stores it. -EINVAL when v does not fit the key. */
-static int assign(struct crun_train_config *cfg, const struct crun_config_key *k, const char *v)
+static int assign(struct crun__train_config *cfg, const struct crun__config_key *k, const char *v)
 {
 	void *dst = field(cfg, k);
 
@@ -196,7 +196,7 @@ static int assign(struct crun_train_config *cfg, const struct crun_config_key *k
 		char why[128];
 		int64_t n;
 
-		if (crun_parse_int64(v, (int64_t)k->min, (int64_t)k->max, &n, why, sizeof(why)))
+		if (crun__parse_int64(v, (int64_t)k->min, (int64_t)k->max, &n, why, sizeof(why)))
 			return -EINVAL;
 		*(int64_t *)dst = n;
 		return 0;
@@ -227,7 +227,7 @@ static int assign(struct crun_train_config *cfg, const struct crun_config_key *k
 		char why[128];
 		int64_t ms;
 
-		if (crun_parse_duration_ms(v, &ms, why, sizeof(why)))
+		if (crun__parse_duration_ms(v, &ms, why, sizeof(why)))
 			return -EINVAL;
 		*(int64_t *)dst = ms;
 		return 0;
@@ -249,7 +249,7 @@ static int assign(struct crun_train_config *cfg, const struct crun_config_key *k
 	return -EINVAL;
 }
 
-static const struct crun_config_key *find_key(const char *section, size_t seclen, const char *name)
+static const struct crun__config_key *find_key(const char *section, size_t seclen, const char *name)
 {
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++)
 		if (strlen(keys[i].section) == seclen &&
@@ -266,21 +266,21 @@ static bool is_section(const char *s)
 	return false;
 }
 
-int crun_train_config_init(struct crun_train_config *cfg)
+int crun__train_config_init(struct crun__train_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
 		int rc = assign(cfg, &keys[i], keys[i].def);
 
 		if (rc) {
-			crun_train_config_finish(cfg);
+			crun__train_config_finish(cfg);
 			return rc == -ENOMEM ? -ENOMEM : -EINVAL;
 		}
 	}
 	return 0;
 }
 
-void crun_train_config_finish(struct crun_train_config *cfg)
+void crun__train_config_finish(struct crun__train_config *cfg)
 {
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
 		if (keys[i].type == CRUN_CONFIG_STRING || keys[i].type == CRUN_CONFIG_ENUM) {
@@ -315,7 +315,7 @@ static const char *node_kind(const struct crun__yaml_node *n)
 	return n->kind == CRUN__YAML_SEQUENCE ? "a list" : "a mapping";
 }
 
-static int load_section(struct crun_train_config *cfg, const char *path, const char *section,
+static int load_section(struct crun__train_config *cfg, const char *path, const char *section,
 			const struct crun__yaml_node *map, char *err, size_t errlen)
 {
 	unsigned char seen[CRUN_ARRAY_SIZE(keys)] = {0};
@@ -324,7 +324,7 @@ static int load_section(struct crun_train_config *cfg, const char *path, const c
 	if (is_empty(map))
 		return 0; /* "model:" with nothing under it */
 	if (map->kind != CRUN__YAML_MAPPING) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "config '%s' line %d: section '%s' must be a mapping of keys", path,
 			    map->line, section);
 		return -EINVAL;
@@ -332,12 +332,12 @@ static int load_section(struct crun_train_config *cfg, const char *path, const c
 	for (size_t i = 0; i < map->n; i++) {
 		const struct crun__yaml_node *kn = crun__yaml_deref(map->items[2 * i]);
 		const struct crun__yaml_node *vn = crun__yaml_deref(map->items[2 * i + 1]);
-		const struct crun_config_key *k;
+		const struct crun__config_key *k;
 		const char *name;
 		int rc;
 
 		if (!is_scalar(kn)) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 				    "config '%s' line %d: keys of section '%s' must be names", path,
 				    kn->line, section);
 			return -EINVAL;
@@ -345,17 +345,17 @@ static int load_section(struct crun_train_config *cfg, const char *path, const c
 		name = kn->text;
 		k = find_key(section, strlen(section), name);
 		if (!k) {
-			crun_seterr(err, errlen, "config '%s' line %d: unknown key '%s.%s'", path,
+			crun__seterr(err, errlen, "config '%s' line %d: unknown key '%s.%s'", path,
 				    kn->line, section, name);
 			return -EINVAL;
 		}
 		if (seen[k - keys]++) {
-			crun_seterr(err, errlen, "config '%s' line %d: duplicate key '%s.%s'", path,
+			crun__seterr(err, errlen, "config '%s' line %d: duplicate key '%s.%s'", path,
 				    kn->line, section, name);
 			return -EINVAL;
 		}
 		if (!is_scalar(vn)) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 				    "config '%s' line %d: key '%s.%s' expects %s, got %s", path,
 				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
 				    node_kind(vn));
@@ -363,11 +363,11 @@ static int load_section(struct crun_train_config *cfg, const char *path, const c
 		}
 		rc = assign(cfg, k, scalar_text(vn));
 		if (rc == -ENOMEM) {
-			crun_seterr(err, errlen, "config '%s': out of memory", path);
+			crun__seterr(err, errlen, "config '%s': out of memory", path);
 			return rc;
 		}
 		if (rc) {
-			crun_seterr(err, errlen,
+			crun__seterr(err, errlen,
 				    "config '%s' line %d: key '%s.%s' expects %s, got '%s'", path,
 				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
 				    scalar_text(vn));
@@ -377,7 +377,7 @@ static int load_section(struct crun_train_config *cfg, const char *path, const c
 	return 0;
 }
 
-static int load_sections(struct crun_train_config *cfg, const char *path,
+static int load_sections(struct crun__train_config *cfg, const char *path,
 			 const struct crun__yaml_node *root, char *err, size_t errlen)
 {
 	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
@@ -385,7 +385,7 @@ static int load_sections(struct crun_train_config *cfg, const char *path,
 	if (is_empty(root))
 		return 0; /* an empty file: every default */
 	if (root->kind != CRUN__YAML_MAPPING) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "config '%s' line %d: expected a mapping of sections (model, data, "
 			    "optim, train, parallel, checkpoint, log)",
 			    path, root->line);
@@ -398,19 +398,19 @@ static int load_sections(struct crun_train_config *cfg, const char *path,
 		int rc;
 
 		if (!is_scalar(kn)) {
-			crun_seterr(err, errlen, "config '%s' line %d: section names must be names",
+			crun__seterr(err, errlen, "config '%s' line %d: section names must be names",
 				    path, kn->line);
 			return -EINVAL;
 		}
 		if (!is_section(kn->text)) {
-			crun_seterr(err, errlen, "config '%s' line %d: unknown key '%s'", path,
+			crun__seterr(err, errlen, "config '%s' line %d: unknown key '%s'", path,
 				    kn->line, kn->text);
 			return -EINVAL;
 		}
 		while (strcmp(sections[idx], kn->text))
 			idx++;
 		if (seen[idx]++) {
-			crun_seterr(err, errlen, "config '%s' line %d: duplicate key '%s'", path,
+			crun__seterr(err, errlen, "config '%s' line %d: duplicate key '%s'", path,
 				    kn->line, kn->text);
 			return -EINVAL;
 		}
@@ -421,7 +421,7 @@ static int load_sections(struct crun_train_config *cfg, const char *path,
 	return 0;
 }
 
-int crun_train_config_load(struct crun_train_config *cfg, const char *path, char *err,
+int crun__train_config_load(struct crun__train_config *cfg, const char *path, char *err,
 			   size_t errlen)
 {
 	struct crun__yaml_error e;
@@ -438,18 +438,18 @@ int crun_train_config_load(struct crun_train_config *cfg, const char *path, char
 	return rc;
 }
 
-int crun_train_config_set(struct crun_train_config *cfg, const char *assignment, char *err,
+int crun__train_config_set(struct crun__train_config *cfg, const char *assignment, char *err,
 			  size_t errlen)
 {
 	const char *eq = strchr(assignment, '=');
 	const char *dot = strchr(assignment, '.');
-	const struct crun_config_key *k = NULL;
+	const struct crun__config_key *k = NULL;
 	char name[64], tn[96];
 	size_t namelen;
 	int rc;
 
 	if (!eq || !dot || dot > eq) {
-		crun_seterr(err, errlen, "--set '%s': expected section.key=value", assignment);
+		crun__seterr(err, errlen, "--set '%s': expected section.key=value", assignment);
 		return -EINVAL;
 	}
 	namelen = (size_t)(eq - dot - 1);
@@ -459,17 +459,17 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 		k = find_key(assignment, (size_t)(dot - assignment), name);
 	}
 	if (!k) {
-		crun_seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
+		crun__seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
 			    (int)(eq - assignment), assignment);
 		return -EINVAL;
 	}
 	rc = assign(cfg, k, eq + 1);
 	if (rc == -ENOMEM) {
-		crun_seterr(err, errlen, "--set '%s': out of memory", assignment);
+		crun__seterr(err, errlen, "--set '%s': out of memory", assignment);
 		return rc;
 	}
 	if (rc) {
-		crun_seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
+		crun__seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
 			    k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
 		return rc;
 	}
@@ -477,14 +477,14 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
 }
 
 /* The keys that only the GPU path implements. */
-static int check_device(const struct crun_train_config *cfg, char *err, size_t errlen)
+static int check_device(const struct crun__train_config *cfg, char *err, size_t errlen)
 {
 	bool cuda = !strcmp(cfg->train.device, "cuda");
 	bool nccl = !strcmp(cfg->parallel.backend, "nccl");
 
 #ifndef CRUN_HAVE_CUDA
 	if (cuda || nccl) {
-		crun_seterr(
+		crun__seterr(
 			err, errlen,
 			"%s needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this "
 			"one computes on the cpu only",
@@ -495,24 +495,24 @@ static int check_device(const struct crun_train_config *cfg, char *err, size_t e
 	if (cuda)
 		return 0;
 	if (nccl) {
-		crun_seterr(err, errlen, "parallel.backend nccl needs train.device cuda");
+		crun__seterr(err, errlen, "parallel.backend nccl needs train.device cuda");
 		return -EINVAL;
 	}
 	if (!strcmp(cfg->train.precision, "bf16")) {
-		crun_seterr(
+		crun__seterr(
 			err, errlen,
 			"train.precision bf16 needs train.device cuda (the cpu path computes in "
 			"fp32)");
 		return -EINVAL;
 	}
 	if (cfg->model.checkpoint_activations) {
-		crun_seterr(err, errlen, "model.checkpoint_activations needs train.device cuda");
+		crun__seterr(err, errlen, "model.checkpoint_activations needs train.device cuda");
 		return -EINVAL;
 	}
 	return 0;
 }
 
-int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
+int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
 			    size_t errlen)
 {
 	int64_t per = (int64_t)world_size * cfg->parallel.grad_accum;
@@ -522,7 +522,7 @@ int crun_train_config_check(const struct crun_train_config *cfg, int world_size,
 		return rc;
 
 	if (cfg->train.batch_size % per) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "train.batch_size %lld does not split evenly over %d ranks x %lld "
 			    "micro-steps (parallel.grad_accum)",
 			    (long long)cfg->train.batch_size, world_size,
@@ -530,7 +530,7 @@ int crun_train_config_check(const struct crun_train_config *cfg, int world_size,
 		return -EINVAL;
 	}
 	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "data.generate_bytes %lld is too small for model.context %lld",
 			    (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
 		return -EINVAL;
@@ -550,12 +550,12 @@ static void print_string(FILE *out, const char *s)
 	fputc('"', out);
 }
 
-void crun_train_config_print(const struct crun_train_config *cfg, FILE *out)
+void crun__train_config_print(const struct crun__train_config *cfg, FILE *out)
 {
 	const char *section = "";
 
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(keys); i++) {
-		const struct crun_config_key *k = &keys[i];
+		const struct crun__config_key *k = &keys[i];
 		const void *v = cfield(cfg, k);
 
 		if (strcmp(section, k->section)) {

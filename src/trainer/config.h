@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-struct crun_train_config {
+struct crun__train_config {
 	struct {
 		int64_t context;
 		int64_t embed_dim;
@@ -75,7 +75,7 @@ struct crun_train_config {
 	} log;
 };
 
-enum crun_config_type {
+enum crun__config_type {
 	CRUN_CONFIG_INT,
 	CRUN_CONFIG_FLOAT,
 	CRUN_CONFIG_STRING,
@@ -85,11 +85,11 @@ enum crun_config_type {
 };
 
 /* One row of the table of keys. */
-struct crun_config_key {
+struct crun__config_key {
 	const char *section;
 	const char *name;
-	enum crun_config_type type;
-	size_t offset;	     /* of the field in struct crun_train_config */
+	enum crun__config_type type;
+	size_t offset;	     /* of the field in struct crun__train_config */
 	const char *def;     /* default, as written in a config file */
 	double min, max;     /* INT and FLOAT: allowed range */
 	bool min_open;	     /* FLOAT: min itself is not allowed */
@@ -98,19 +98,19 @@ struct crun_config_key {
 };
 
 /* The table, in documentation order. */
-const struct crun_config_key *crun_train_config_keys(size_t *count);
+const struct crun__config_key *crun__train_config_keys(size_t *count);
 
 /* Fills cfg with the defaults. Returns 0 or -ENOMEM. Pair with finish. */
-int crun_train_config_init(struct crun_train_config *cfg);
-void crun_train_config_finish(struct crun_train_config *cfg);
+int crun__train_config_init(struct crun__train_config *cfg);
+void crun__train_config_finish(struct crun__train_config *cfg);
 
 /* Applies the keys of a YAML file on top of what cfg holds. 0, or a
  * negative errno with the reason in err ("config 'x.yaml' line 4: ..."). */
-int crun_train_config_load(struct crun_train_config *cfg, const char *path, char *err,
+int crun__train_config_load(struct crun__train_config *cfg, const char *path, char *err,
 			   size_t errlen);
 
 /* Applies one "section.key=value" override. 0 or -EINVAL with err. */
-int crun_train_config_set(struct crun_train_config *cfg, const char *assignment, char *err,
+int crun__train_config_set(struct crun__train_config *cfg, const char *assignment, char *err,
 			  size_t errlen);
 
 /* Checks what single keys cannot: relations between keys. world_size is
@@ -119,10 +119,10 @@ int crun_train_config_set(struct crun_train_config *cfg, const char *assignment,
  * parallel.backend nccl, model.checkpoint_activations) need train.device
  * cuda, which needs a build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with
  * err. */
-int crun_train_config_check(const struct crun_train_config *cfg, int world_size, char *err,
+int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
 			    size_t errlen);
 
 /* Writes the effective configuration as YAML that load() reads back. */
-void crun_train_config_print(const struct crun_train_config *cfg, FILE *out);
+void crun__train_config_print(const struct crun__train_config *cfg, FILE *out);
 
 #endif

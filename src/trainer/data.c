@@ -59,7 +59,7 @@ static const char *const conjs[] = {
 struct gen {
 	uint8_t *out;
 	size_t len, pos;
-	struct crun_rng rng;
+	struct crun__rng rng;
 	bool cap; /* capitalise the next letter */
 };
 
@@ -79,7 +79,7 @@ static void put(struct gen *g, const char *s)
 /* Index in [0, n), skewed towards 0 (density ~ 1/sqrt(x)). */
 static size_t pick(struct gen *g, size_t n)
 {
-	double u = crun_rng_unit(crun_rng_next(&g->rng));
+	double u = crun__rng_unit(crun__rng_next(&g->rng));
 
 	return (size_t)(u * u * (double)n);
 }
@@ -88,7 +88,7 @@ static size_t pick(struct gen *g, size_t n)
 
 static bool chance(struct gen *g, int percent)
 {
-	return crun_rng_below(&g->rng, 100) < (uint32_t)percent;
+	return crun__rng_below(&g->rng, 100) < (uint32_t)percent;
 }
 
 static void noun_phrase(struct gen *g)
@@ -135,9 +135,9 @@ static void clause(struct gen *g)
 	}
 }
 
-void crun_data_generate(uint8_t *out, size_t len, uint64_t seed)
+void crun__data_generate(uint8_t *out, size_t len, uint64_t seed)
 {
-	struct gen g = {.out = out, .len = len, .rng = {crun_rng_mix(seed)}, .cap = true};
+	struct gen g = {.out = out, .len = len, .rng = {crun__rng_mix(seed)}, .cap = true};
 	int in_par = 0;
 
 	while (g.pos < g.len) {
@@ -159,7 +159,7 @@ void crun_data_generate(uint8_t *out, size_t len, uint64_t seed)
 	}
 }
 
-double crun_data_unigram_bits(const uint8_t *buf, size_t len)
+double crun__data_unigram_bits(const uint8_t *buf, size_t len)
 {
 	size_t count[256] = {0};
 	double h = 0;
@@ -185,23 +185,23 @@ static int read_file(const char *path, uint8_t **out, size_t *outlen, char *err,
 
 	if (!f) {
 		rc = -errno;
-		crun_seterr(err, errlen, "cannot read data '%s': %s", path, strerror(errno));
+		crun__seterr(err, errlen, "cannot read data '%s': %s", path, strerror(errno));
 		return rc;
 	}
 	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
 		rc = -EINVAL;
-		crun_seterr(err, errlen, "cannot read data '%s': not a regular file", path);
+		crun__seterr(err, errlen, "cannot read data '%s': not a regular file", path);
 		goto out_close;
 	}
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf) {
 		rc = -ENOMEM;
-		crun_seterr(err, errlen, "cannot read data '%s': out of memory", path);
+		crun__seterr(err, errlen, "cannot read data '%s': out of memory", path);
 		goto out_close;
 	}
 	if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
 		rc = -EIO;
-		crun_seterr(err, errlen, "cannot read data '%s': short read", path);
+		crun__seterr(err, errlen, "cannot read data '%s': short read", path);
 		free(buf);
 		goto out_close;
 	}
@@ -212,7 +212,7 @@ out_close:
 	return rc;
 }
 
-int crun_data_load(struct crun_data *d, const char *path, size_t gen_bytes, uint64_t gen_seed,
+int crun__data_load(struct crun__data *d, const char *path, size_t gen_bytes, uint64_t gen_seed,
 		   double val_fraction, int context, char *err, size_t errlen)
 {
 	size_t val_len;
@@ -227,20 +227,20 @@ int crun_data_load(struct crun_data *d, const char *path, size_t gen_bytes, uint
 	} else {
 		d->bytes = malloc(gen_bytes);
 		if (!d->bytes) {
-			crun_seterr(err, errlen, "cannot generate data: out of memory");
+			crun__seterr(err, errlen, "cannot generate data: out of memory");
 			return -ENOMEM;
 		}
 		d->len = gen_bytes;
-		crun_data_generate(d->bytes, gen_bytes, gen_seed);
+		crun__data_generate(d->bytes, gen_bytes, gen_seed);
 	}
 	val_len = (size_t)floor((double)d->len * val_fraction);
 	d->train_len = d->len - val_len;
 	if (d->train_len <= (size_t)context || val_len <= (size_t)context) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "data '%s' is too small: %zu bytes leave no %d-byte window in the "
 		       "training or validation part",
 		       path && *path ? path : "(generated)", d->len, context + 1);
-		crun_data_finish(d);
+		crun__data_finish(d);
 		return -EINVAL;
 	}
 	d->n_train = d->train_len - (size_t)context;
@@ -248,20 +248,20 @@ int crun_data_load(struct crun_data *d, const char *path, size_t gen_bytes, uint
 	return 0;
 }
 
-void crun_data_finish(struct crun_data *d)
+void crun__data_finish(struct crun__data *d)
 {
 	free(d->bytes);
 	memset(d, 0, sizeof(*d));
 }
 
-void crun_data_sample(const struct crun_data *d, int val, size_t idx, uint8_t *out)
+void crun__data_sample(const struct crun__data *d, int val, size_t idx, uint8_t *out)
 {
 	size_t start = (val ? d->train_len : 0) + idx;
 
 	memcpy(out, d->bytes + start, (size_t)d->context + 1);
 }
 
-int crun_sampler_init(struct crun_sampler *s, size_t n, uint64_t seed)
+int crun__sampler_init(struct crun__sampler *s, size_t n, uint64_t seed)
 {
 	memset(s, 0, sizeof(*s));
 	if (n == 0 || n > UINT32_MAX)
@@ -275,20 +275,20 @@ int crun_sampler_init(struct crun_sampler *s, size_t n, uint64_t seed)
 	return 0;
 }
 
-void crun_sampler_finish(struct crun_sampler *s)
+void crun__sampler_finish(struct crun__sampler *s)
 {
 	free(s->perm);
 	memset(s, 0, sizeof(*s));
 }
 
-size_t crun_sampler_at(struct crun_sampler *s, int64_t epoch, size_t pos)
+size_t crun__sampler_at(struct crun__sampler *s, int64_t epoch, size_t pos)
 {
 	if (s->epoch != epoch) {
 		/* Fisher-Yates with the j-th draw a function of (seed, epoch, j) */
 		for (size_t i = 0; i < s->n; i++)
 			s->perm[i] = (uint32_t)i;
 		for (size_t i = s->n - 1; i > 0; i--) {
-			uint64_t r = crun_rng_at(s->seed, 1000 + (uint64_t)epoch, i);
+			uint64_t r = crun__rng_at(s->seed, 1000 + (uint64_t)epoch, i);
 			size_t j = (size_t)(((r >> 32) * (uint64_t)(i + 1)) >> 32);
 			uint32_t t = s->perm[i];
 
@@ -300,7 +300,7 @@ size_t crun_sampler_at(struct crun_sampler *s, int64_t epoch, size_t pos)
 	return s->perm[pos % s->n];
 }
 
-size_t crun_sampler_rank_at(struct crun_sampler *s, int64_t epoch, int rank, int world, size_t k)
+size_t crun__sampler_rank_at(struct crun__sampler *s, int64_t epoch, int rank, int world, size_t k)
 {
-	return crun_sampler_at(s, epoch, (size_t)rank + k * (size_t)world);
+	return crun__sampler_at(s, epoch, (size_t)rank + k * (size_t)world);
 }

@@ -23,7 +23,7 @@
  *
  * Every rank issues the same operations in the same order (the collectives
  * inside match across ranks). Operations that communicate return 0 or a
- * negative errno from the comm layer (message in crun_comm_errmsg); a
+ * negative errno from the comm layer (message in crun__comm_errmsg); a
  * device's own failures (a CUDA fault) end the process. */
 #ifndef CRUN_TRAINER_DEVICE_H
 #define CRUN_TRAINER_DEVICE_H
@@ -163,11 +163,11 @@ struct crun__device_ops {
 	void (*sumsq)(struct crun__device *d, int part, struct crun__ref x, size_t n);
 	void (*sumsq_total)(struct crun__device *d, int n_parts);
 	int (*sumsq_allreduce)(struct crun__device *d);
-	void (*clip)(struct crun__device *d, const struct crun_optim *o);
+	void (*clip)(struct crun__device *d, const struct crun__optim *o);
 
 	/* AdamW step t (compute) on flat parameters [flat, flat+n): p and g
 	 * as given, the moments at offset moff of the optimizer state. */
-	void (*adamw)(struct crun__device *d, const struct crun_optim *o, size_t flat, size_t n,
+	void (*adamw)(struct crun__device *d, const struct crun__optim *o, size_t flat, size_t n,
 		      struct crun__ref p, struct crun__ref g, size_t moff, int64_t t, double lr);
 	/* The master parameters changed: refresh the compute copy (compute). */
 	void (*params_changed)(struct crun__device *d);
@@ -187,10 +187,10 @@ struct crun__device_ops {
  * attach works for, and the schedule's state. */
 struct crun__device {
 	const struct crun__device_ops *ops;
-	const struct crun_model *model;
-	struct crun_parallel *host;
+	const struct crun__model *model;
+	struct crun__parallel *host;
 	const struct crun__layout *lay;
-	struct crun_comm *comm;
+	struct crun__comm *comm;
 	int gathered[2]; /* unit in each gather buffer; -1: none */
 	int gather_slot; /* the gather buffer in use */
 	int bucket_slot; /* the gradient bucket being filled */
@@ -206,26 +206,26 @@ const struct crun__device_ops *crun__device_find(const char *name);
 struct crun__device *crun__device_open(const struct crun__device_ops *ops,
 				       const struct crun__device_opts *o, char *err, size_t errlen);
 /* Allocates the run's buffers on d for host (made by
- * crun_parallel_create_storage, or crun_parallel_create) and its model and
+ * crun__parallel_create_storage, or crun__parallel_create) and its model and
  * comm, which must outlive d; resets the schedule's state. 0, -ENOSPC
  * (the device is too small) or -ENOMEM, with the reason in err. */
-int crun__device_attach(struct crun__device *d, const struct crun_model *model,
-			struct crun_parallel *host, struct crun_comm *comm, char *err,
+int crun__device_attach(struct crun__device *d, const struct crun__model *model,
+			struct crun__parallel *host, struct crun__comm *comm, char *err,
 			size_t errlen);
 /* Frees d; NULL is allowed. */
 void crun__device_close(struct crun__device *d);
 
-/* The schedule (schedule.c) on an attached device: crun_parallel_step and
- * crun_parallel_forward (parallel.h) with the same arguments and results;
+/* The schedule (schedule.c) on an attached device: crun__parallel_step and
+ * crun__parallel_forward (parallel.h) with the same arguments and results;
  * tokens is host memory. */
-int crun__schedule_step(struct crun__device *d, const struct crun_optim *o, const uint8_t *tokens,
+int crun__schedule_step(struct crun__device *d, const struct crun__optim *o, const uint8_t *tokens,
 			int64_t global_batch, int64_t t, double lr, double *loss,
 			double *grad_norm);
 int crun__schedule_forward(struct crun__device *d, const uint8_t *tokens, int rows,
 			   double *loss_sum);
 /* The host's parameters and optimizer state to the device (after
  * init_params or loading a checkpoint); the device's to the host (before
- * saving or crun_parallel_param_l2). No-ops on a device that does not
+ * saving or crun__parallel_param_l2). No-ops on a device that does not
  * mirror. */
 void crun__schedule_upload(struct crun__device *d);
 void crun__schedule_download(struct crun__device *d, bool optim);

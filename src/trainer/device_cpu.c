@@ -13,12 +13,12 @@
 
 struct cpu_device {
 	struct crun__device d;
-	float *p, *m, *v; /* the host's arrays (crun_parallel_arrays) */
+	float *p, *m, *v; /* the host's arrays (crun__parallel_arrays) */
 	float *gather;	  /* zero3: W * max_chunk */
 	float *g_full;	  /* grads_full: pad_len */
 	float *g_bucket;  /* otherwise: W * max_chunk, the bucket in flight */
 	float *g_shard;	  /* zero1-3: shard_len */
-	struct crun_model_acts *acts;
+	struct crun__model_acts *acts;
 	const uint8_t *tokens;
 	double loss, sumsq;
 	float gscale;
@@ -66,7 +66,7 @@ static struct crun__device *cpu_open(const struct crun__device_opts *o, char *er
 
 static void cpu_free_buffers(struct cpu_device *c)
 {
-	crun_model_acts_destroy(c->acts);
+	crun__model_acts_destroy(c->acts);
 	free(c->gather);
 	free(c->g_full);
 	free(c->g_bucket);
@@ -79,12 +79,12 @@ static int cpu_attach(struct crun__device *d, char *err, size_t errlen)
 {
 	struct cpu_device *c = cpu(d);
 	const struct crun__layout *lay = d->lay;
-	struct crun_parallel_arrays arr;
+	struct crun__parallel_arrays arr;
 	size_t W = (size_t)lay->world;
 	bool ok = true;
 
 	cpu_free_buffers(c);
-	crun_parallel_arrays(d->host, &arr);
+	crun__parallel_arrays(d->host, &arr);
 	c->p = arr.p;
 	c->m = arr.m;
 	c->v = arr.v;
@@ -96,7 +96,7 @@ static int cpu_attach(struct crun__device *d, char *err, size_t errlen)
 		ok = ok && (c->g_bucket = zalloc(W * lay->max_chunk));
 	if (lay->strategy != CRUN_STRATEGY_DDP)
 		ok = ok && (c->g_shard = zalloc(lay->shard_len));
-	ok = ok && (c->acts = crun_model_acts_create(d->model, lay->micro));
+	ok = ok && (c->acts = crun__model_acts_create(d->model, lay->micro));
 	if (!ok) {
 		cpu_free_buffers(c);
 		snprintf(err, errlen, "out of memory for the model and its buffers");
@@ -149,9 +149,9 @@ static void cpu_forward(struct crun__device *d, int unit, struct crun__ref p, si
 	struct cpu_device *c = cpu(d);
 	const uint8_t *tk = c->tokens + row * ((size_t)d->model->cfg.context + 1);
 
-	crun_model_forward_unit(d->model, unit, at(d, p), c->acts, tk, rows);
+	crun__model_forward_unit(d->model, unit, at(d, p), c->acts, tk, rows);
 	if (unit == d->model->n_units - 1 && rows > 0)
-		c->loss += crun_model_loss_sum(c->acts);
+		c->loss += crun__model_loss_sum(c->acts);
 }
 
 static void cpu_backward(struct crun__device *d, int unit, struct crun__ref p, struct crun__ref g,
@@ -160,7 +160,7 @@ static void cpu_backward(struct crun__device *d, int unit, struct crun__ref p, s
 	struct cpu_device *c = cpu(d);
 	const uint8_t *tk = c->tokens + row * ((size_t)d->model->cfg.context + 1);
 
-	crun_model_backward_unit(d->model, unit, at(d, p), at(d, g), c->acts, tk, rows, scale);
+	crun__model_backward_unit(d->model, unit, at(d, p), at(d, g), c->acts, tk, rows, scale);
 }
 
 static void cpu_zero(struct crun__device *d, struct crun__ref x, size_t n)
@@ -170,25 +170,25 @@ static void cpu_zero(struct crun__device *d, struct crun__ref x, size_t n)
 
 static int cpu_allreduce(struct crun__device *d, struct crun__ref x, size_t chunk)
 {
-	return crun_comm_allreduce_f32(d->comm, at(d, x), (size_t)d->lay->world * chunk);
+	return crun__comm_allreduce_f32(d->comm, at(d, x), (size_t)d->lay->world * chunk);
 }
 
 static int cpu_reduce_scatter(struct crun__device *d, struct crun__ref in, struct crun__ref out,
 			      size_t chunk)
 {
-	return crun_comm_reduce_scatter_f32(d->comm, at(d, in), at(d, out), chunk);
+	return crun__comm_reduce_scatter_f32(d->comm, at(d, in), at(d, out), chunk);
 }
 
 static int cpu_gather(struct crun__device *d, struct crun__ref in, struct crun__ref out,
 		      size_t chunk)
 {
-	return crun_comm_allgather_f32(d->comm, at(d, in), at(d, out), chunk);
+	return crun__comm_allgather_f32(d->comm, at(d, in), at(d, out), chunk);
 }
 
 static void cpu_sumsq(struct crun__device *d, int part, struct crun__ref x, size_t n)
 {
 	(void)part;
-	cpu(d)->sumsq += crun_optim_sumsq(at(d, x), n);
+	cpu(d)->sumsq += crun__optim_sumsq(at(d, x), n);
 }
 
 static void cpu_sumsq_total(struct crun__device *d, int n_parts)
@@ -199,20 +199,20 @@ static void cpu_sumsq_total(struct crun__device *d, int n_parts)
 
 static int cpu_sumsq_allreduce(struct crun__device *d)
 {
-	return crun_comm_allreduce_f64(d->comm, &cpu(d)->sumsq, 1);
+	return crun__comm_allreduce_f64(d->comm, &cpu(d)->sumsq, 1);
 }
 
-static void cpu_clip(struct crun__device *d, const struct crun_optim *o)
+static void cpu_clip(struct crun__device *d, const struct crun__optim *o)
 {
-	cpu(d)->gscale = crun_optim_clip_scale(o, sqrt(cpu(d)->sumsq));
+	cpu(d)->gscale = crun__optim_clip_scale(o, sqrt(cpu(d)->sumsq));
 }
 
-static void cpu_adamw(struct crun__device *d, const struct crun_optim *o, size_t flat, size_t n,
+static void cpu_adamw(struct crun__device *d, const struct crun__optim *o, size_t flat, size_t n,
 		      struct crun__ref p, struct crun__ref g, size_t moff, int64_t t, double lr)
 {
 	struct cpu_device *c = cpu(d);
 
-	crun_optim_adamw(o, d->model, flat, n, at(d, p), at(d, g), c->m + moff, c->v + moff, t, lr,
+	crun__optim_adamw(o, d->model, flat, n, at(d, p), at(d, g), c->m + moff, c->v + moff, t, lr,
 			 c->gscale);
 }
 

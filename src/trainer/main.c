@@ -57,16 +57,16 @@ static void usage(FILE *out)
 }
 
 struct run {
-	const struct crun_train_config *cfg;
-	struct crun_comm *comm;
+	const struct crun__train_config *cfg;
+	struct crun__comm *comm;
 	int rank, world;
-	struct crun_data data;
-	struct crun_sampler sampler;
-	struct crun_model *model;
-	struct crun_parallel *par; /* the host copy: layout, parameters, optimizer state */
+	struct crun__data data;
+	struct crun__sampler sampler;
+	struct crun__model *model;
+	struct crun__parallel *par; /* the host copy: layout, parameters, optimizer state */
 	struct crun__device *dev;  /* train.device, attached to par */
-	struct crun_optim optim;
-	enum crun_strategy strategy;
+	struct crun__optim optim;
+	enum crun__strategy strategy;
 	int accum, micro;
 	int64_t global_batch;
 	int64_t steps_per_epoch;
@@ -101,12 +101,12 @@ static void out_line(const struct run *r, const char *fmt, ...)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
 	fflush(stdout);
-	crun_write_all(1, line, (size_t)n);
+	crun__write_all(1, line, (size_t)n);
 }
 
 static int comm_failed(struct run *r, const char *what)
 {
-	crun_error("%s failed: %s", what, crun_comm_errmsg(r->comm));
+	crun__error("%s failed: %s", what, crun__comm_errmsg(r->comm));
 	return EXIT_FAILED;
 }
 
@@ -120,10 +120,10 @@ static void fill_batch(struct run *r, int64_t step)
 	size_t row = (size_t)r->data.context + 1;
 
 	for (size_t i = 0; i < per_rank; i++) {
-		size_t idx = crun_sampler_rank_at(&r->sampler, epoch, r->rank, r->world,
+		size_t idx = crun__sampler_rank_at(&r->sampler, epoch, r->rank, r->world,
 						  j * per_rank + i);
 
-		crun_data_sample(&r->data, 0, idx, r->tokens + i * row);
+		crun__data_sample(&r->data, 0, idx, r->tokens + i * row);
 	}
 }
 
@@ -148,7 +148,7 @@ static int evaluate(struct run *r, double *out)
 
 			if (q >= E)
 				break;
-			crun_data_sample(&r->data, 1,
+			crun__data_sample(&r->data, 1,
 					 (size_t)((double)q * (double)r->data.n_val / (double)E),
 					 r->tokens + (size_t)rows * row);
 		}
@@ -156,7 +156,7 @@ static int evaluate(struct run *r, double *out)
 		if (rc)
 			return rc;
 	}
-	rc = crun_comm_allreduce_f64(r->comm, &sum, 1);
+	rc = crun__comm_allreduce_f64(r->comm, &sum, 1);
 	if (rc)
 		return rc;
 	*out = sum / (double)E;
@@ -180,7 +180,7 @@ static double peak_rss_mib(void)
 	return (double)ru.ru_maxrss / 1024.0;
 }
 
-static void model_config(const struct crun_train_config *cfg, struct crun_model_config *mc)
+static void model_config(const struct crun__train_config *cfg, struct crun__model_config *mc)
 {
 	mc->context = (int)cfg->model.context;
 	mc->embed_dim = (int)cfg->model.embed_dim;
@@ -196,45 +196,45 @@ static int resume(struct run *r)
 {
 	const char *dir = r->cfg->checkpoint.dir;
 	const char *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
-	struct crun_ckpt_meta meta;
+	struct crun__ckpt_meta meta;
 	char path[PATH_MAX];
 	int64_t step = -1;
 	double flag[2] = {0, 0}; /* ranks that failed to load; that found another model */
 	int rc;
 
 	if (r->rank == 0) {
-		rc = crun_ckpt_latest(dir, &step, r->err, sizeof(r->err));
+		rc = crun__ckpt_latest(dir, &step, r->err, sizeof(r->err));
 		if (rc && rc != -ENOENT)
-			crun_warn("%s; starting from scratch", r->err);
+			crun__warn("%s; starting from scratch", r->err);
 		if (rc)
 			step = -1;
 	}
-	rc = crun_comm_broadcast(r->comm, &step, sizeof(step), 0);
+	rc = crun__comm_broadcast(r->comm, &step, sizeof(step), 0);
 	if (rc)
 		return comm_failed(r, "broadcast of the checkpoint step");
 	if (step < 0)
 		return 0;
-	crun_ckpt_path(dir, step, path, sizeof(path));
-	rc = crun_ckpt_read_meta(path, &meta, r->err, sizeof(r->err));
+	crun__ckpt_path(dir, step, path, sizeof(path));
+	rc = crun__ckpt_read_meta(path, &meta, r->err, sizeof(r->err));
 	if (!rc &&
 	    (meta.model.context != r->model->cfg.context ||
 	     meta.model.embed_dim != r->model->cfg.embed_dim ||
 	     meta.model.width != r->model->cfg.width || meta.model.layers != r->model->cfg.layers ||
 	     meta.model.ffn_mult != r->model->cfg.ffn_mult)) {
-		crun_error("checkpoint '%s' is of another model (context %d, embed_dim %d, "
+		crun__error("checkpoint '%s' is of another model (context %d, embed_dim %d, "
 			   "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
 			   path, meta.model.context, meta.model.embed_dim, meta.model.width,
 			   meta.model.layers, meta.model.ffn_mult);
 		flag[1] = 1;
 	} else {
 		if (!rc)
-			rc = crun_ckpt_load(r->par, r->model, path, r->err, sizeof(r->err));
+			rc = crun__ckpt_load(r->par, r->model, path, r->err, sizeof(r->err));
 		if (rc)
-			crun_error("%s", r->err);
+			crun__error("%s", r->err);
 		flag[0] = rc ? 1 : 0;
 	}
 	/* every rank learns whether any failed, so none waits for the others */
-	rc = crun_comm_allreduce_f64(r->comm, flag, 2);
+	rc = crun__comm_allreduce_f64(r->comm, flag, 2);
 	if (rc)
 		return comm_failed(r, "agreement on the checkpoint");
 	if (flag[1] > 0)
@@ -255,24 +255,24 @@ static int resume(struct run *r)
 
 static int save(struct run *r)
 {
-	struct crun_ckpt_meta meta;
+	struct crun__ckpt_meta meta;
 	int rc;
 
 	memset(&meta, 0, sizeof(meta));
 	meta.step = r->step;
 	meta.world_size = r->world;
-	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun_strategy_name(r->strategy));
+	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun__strategy_name(r->strategy));
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
 	crun__schedule_download(r->dev, true);
-	rc = crun_ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
+	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
 			    r->err, sizeof(r->err));
 	if (rc) {
-		crun_error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
+		crun__error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
 		return EXIT_FAILED;
 	}
-	if (crun_log_enabled(CRUN_LOG_DEBUG))
-		crun_debug("checkpoint of step %lld written", (long long)r->step);
+	if (crun__log_enabled(CRUN_LOG_DEBUG))
+		crun__debug("checkpoint of step %lld written", (long long)r->step);
 	return 0;
 }
 
@@ -284,7 +284,7 @@ static int open_csv(struct run *r)
 
 	r->csv = fopen(path, append ? "a" : "w");
 	if (!r->csv) {
-		crun_error("cannot write metrics '%s': %s", path, strerror(errno));
+		crun__error("cannot write metrics '%s': %s", path, strerror(errno));
 		return EXIT_FAILED;
 	}
 	if (!append)
@@ -302,7 +302,7 @@ static int max_over_ranks(struct run *r, double x, double *out)
 	if (!v)
 		return -ENOMEM;
 	v[r->rank] = x;
-	rc = crun_comm_allreduce_f64(r->comm, v, (size_t)r->world);
+	rc = crun__comm_allreduce_f64(r->comm, v, (size_t)r->world);
 	*out = v[0];
 	for (int i = 1; i < r->world; i++)
 		*out = v[i] > *out ? v[i] : *out;
@@ -312,15 +312,15 @@ static int max_over_ranks(struct run *r, double x, double *out)
 
 static int train_loop(struct run *r)
 {
-	const struct crun_train_config *cfg = r->cfg;
+	const struct crun__train_config *cfg = r->cfg;
 	int64_t steps = cfg->train.steps, first = r->step;
-	uint64_t t0 = crun_now_ns(), t_log = t0;
+	uint64_t t0 = crun__now_ns(), t_log = t0;
 	int64_t step_log = r->step;
 	int rc;
 
 	while (r->step < steps) {
 		int64_t s = r->step;
-		double lr = crun_optim_lr(&r->optim, s, steps), loss, gnorm;
+		double lr = crun__optim_lr(&r->optim, s, steps), loss, gnorm;
 		bool logged = false;
 		double val = NAN;
 
@@ -330,7 +330,7 @@ static int train_loop(struct run *r)
 		if (rc)
 			return comm_failed(r, "training step");
 		if (!isfinite(loss)) {
-			crun_error("loss is %f at step %lld: training diverged (lower optim.lr?)",
+			crun__error("loss is %f at step %lld: training diverged (lower optim.lr?)",
 				   loss, (long long)s + 1);
 			return EXIT_FAILED;
 		}
@@ -343,7 +343,7 @@ static int train_loop(struct run *r)
 				return comm_failed(r, "validation");
 		}
 		if (r->step % cfg->log.every == 0 || r->step == steps || !isnan(val)) {
-			uint64_t now = crun_now_ns();
+			uint64_t now = crun__now_ns();
 			double dt = (double)(now - t_log) * 1e-9;
 			double tps =
 				dt > 0 ? (double)(r->step - step_log) * (double)r->global_batch / dt
@@ -366,7 +366,7 @@ static int train_loop(struct run *r)
 			logged = true;
 		}
 		if (r->csv) {
-			double el = (double)(crun_now_ns() - t0) * 1e-9;
+			double el = (double)(crun__now_ns() - t0) * 1e-9;
 
 			fprintf(r->csv, "%lld,%.6f,%.6e,%.6f,%.1f,%.3f,", (long long)r->step, loss,
 				lr, gnorm,
@@ -428,7 +428,7 @@ static int device_summary(struct run *r, char *buf, size_t len)
 		 "gpu_peak_alloc_bytes_per_rank=%.0f gpu_used_bytes_per_rank=%.0f "
 		 "gpu_ms_compute=%.3f gpu_ms_exposed_comm=%.3f gpu_ms_update=%.3f",
 		 r->dev->ops->name, r->cfg->train.precision, r->cfg->parallel.reduce_dtype,
-		 crun_comm_backend(r->comm), act, peak, used, tc, tm, tu);
+		 crun__comm_backend(r->comm), act, peak, used, tc, tm, tu);
 	return 0;
 }
 
@@ -440,7 +440,7 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 	int rc;
 
 	crun__schedule_download(r->dev, false);
-	rc = crun_parallel_param_l2(r->par, &l2);
+	rc = crun__parallel_param_l2(r->par, &l2);
 	r->dev->ops->memory(r->dev, &dm);
 	/* a mirroring device keeps its gather buffers for the run: they count
 	 * with the parameters */
@@ -466,7 +466,7 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 		 (long long)r->step, r->last_loss, r->val_loss, r->val_loss / M_LN2,
 		 r->unigram_bits, l2,
 		 elapsed > 0 ? (double)trained * (double)r->global_batch / elapsed : 0.0, elapsed,
-		 rss, crun_strategy_name(r->strategy), r->world, r->accum, pbytes,
+		 rss, crun__strategy_name(r->strategy), r->world, r->accum, pbytes,
 		 r->model->n_params * sizeof(float), gbytes, obytes, (long long)r->resumed_from,
 		 dev);
 	return 0;
@@ -474,30 +474,30 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 
 static int setup(struct run *r)
 {
-	const struct crun_train_config *cfg = r->cfg;
-	struct crun_parallel_opts po;
+	const struct crun__train_config *cfg = r->cfg;
+	struct crun__parallel_opts po;
 	struct crun__device_memory mem;
-	struct crun_model_config mc;
+	struct crun__model_config mc;
 	char pb[32], gb[32], ob[32], xb[32], line[512];
 	int rc;
 
-	rc = crun_data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
+	rc = crun__data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
 			    (uint64_t)cfg->data.seed, cfg->data.val_fraction,
 			    (int)cfg->model.context, r->err, sizeof(r->err));
 	if (rc) {
-		crun_error("%s", r->err);
+		crun__error("%s", r->err);
 		return rc == -EINVAL || rc == -ENOENT ? EXIT_USAGE : EXIT_FAILED;
 	}
 	if ((int64_t)r->data.n_train < r->global_batch) {
-		crun_error("data '%s' has %zu training samples, fewer than train.batch_size %lld",
+		crun__error("data '%s' has %zu training samples, fewer than train.batch_size %lld",
 			   cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.n_train,
 			   (long long)r->global_batch);
 		return EXIT_USAGE;
 	}
 	r->steps_per_epoch = (int64_t)r->data.n_train / r->global_batch;
-	r->unigram_bits = crun_data_unigram_bits(r->data.bytes, r->data.train_len);
-	if (crun_sampler_init(&r->sampler, r->data.n_train, (uint64_t)cfg->train.seed)) {
-		crun_error("data '%s': too many samples for the sampler", cfg->data.path);
+	r->unigram_bits = crun__data_unigram_bits(r->data.bytes, r->data.train_len);
+	if (crun__sampler_init(&r->sampler, r->data.n_train, (uint64_t)cfg->train.seed)) {
+		crun__error("data '%s': too many samples for the sampler", cfg->data.path);
 		return EXIT_USAGE;
 	}
 	out_line(r,
@@ -508,25 +508,25 @@ static int setup(struct run *r)
 		 r->unigram_bits);
 
 	model_config(cfg, &mc);
-	r->model = crun_model_create(&mc, r->err, sizeof(r->err));
+	r->model = crun__model_create(&mc, r->err, sizeof(r->err));
 	if (!r->model) {
-		crun_error("%s", r->err);
+		crun__error("%s", r->err);
 		return EXIT_USAGE;
 	}
 	po.strategy = r->strategy;
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
-	r->par = crun_parallel_create_storage(r->model, r->comm, &po);
+	r->par = crun__parallel_create_storage(r->model, r->comm, &po);
 	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
 	if (!r->par || !r->tokens) {
-		crun_error("out of memory for the model and its buffers");
+		crun__error("out of memory for the model and its buffers");
 		return EXIT_FAILED;
 	}
-	crun_parallel_init_params(r->par, (uint64_t)cfg->model.seed);
+	crun__parallel_init_params(r->par, (uint64_t)cfg->model.seed);
 	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
 	if (rc) {
-		crun_error("%s", r->err);
+		crun__error("%s", r->err);
 		return rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED;
 	}
 	crun__schedule_upload(r->dev);
@@ -546,14 +546,14 @@ static int setup(struct run *r)
 	out_line(r,
 		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
 		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",
-		 crun_strategy_name(r->strategy), r->world, r->world == 1 ? "" : "s",
-		 crun_parallel_n_segments(r->par), crun_parallel_n_segments(r->par) == 1 ? "" : "s",
+		 crun__strategy_name(r->strategy), r->world, r->world == 1 ? "" : "s",
+		 crun__parallel_n_segments(r->par), crun__parallel_n_segments(r->par) == 1 ? "" : "s",
 		 (long long)r->global_batch, r->world, r->accum, r->micro, pb,
 		 mem.gather_bytes ? " (+ " : "", mem.gather_bytes ? xb : "",
 		 mem.gather_bytes ? " for the gathered unit)" : "", gb, ob);
 
 	r->optim.lr = cfg->optim.lr;
-	r->optim.schedule = (enum crun_lr_schedule)crun_lr_schedule_parse(cfg->optim.schedule);
+	r->optim.schedule = (enum crun__lr_schedule)crun__lr_schedule_parse(cfg->optim.schedule);
 	r->optim.warmup_steps = cfg->optim.warmup_steps;
 	r->optim.min_lr_ratio = cfg->optim.min_lr_ratio;
 	r->optim.beta1 = cfg->optim.beta1;
@@ -564,7 +564,7 @@ static int setup(struct run *r)
 	return 0;
 }
 
-static int train(const struct crun_train_config *cfg, const struct crun_comm_opts *copts)
+static int train(const struct crun__train_config *cfg, const struct crun__comm_opts *copts)
 {
 	struct crun__device_opts dopts;
 	const struct crun__device_ops *dev_ops;
@@ -578,7 +578,7 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	r.resumed_from = 0;
 	r.last_loss = NAN;
 	r.val_loss = NAN;
-	r.strategy = (enum crun_strategy)crun_strategy_parse(cfg->parallel.strategy);
+	r.strategy = (enum crun__strategy)crun__strategy_parse(cfg->parallel.strategy);
 	r.accum = (int)cfg->parallel.grad_accum;
 	r.global_batch = cfg->train.batch_size;
 	r.world = copts->world_size;
@@ -589,7 +589,7 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	/* the device first: a rank without its GPU fails before the group forms */
 	dev_ops = crun__device_find(cfg->train.device);
 	if (!dev_ops) {
-		crun_error("train.device %s: not in this build", cfg->train.device);
+		crun__error("train.device %s: not in this build", cfg->train.device);
 		return EXIT_USAGE;
 	}
 	memset(&dopts, 0, sizeof(dopts));
@@ -600,13 +600,13 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	dopts.recompute = cfg->model.checkpoint_activations;
 	r.dev = crun__device_open(dev_ops, &dopts, r.err, sizeof(r.err));
 	if (!r.dev) {
-		crun_error("train.device %s: %s", cfg->train.device, r.err);
+		crun__error("train.device %s: %s", cfg->train.device, r.err);
 		return EXIT_FAILED;
 	}
 
-	r.comm = crun_comm_create(copts, r.err, sizeof(r.err));
+	r.comm = crun__comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
-		crun_error("cannot join the collective group: %s", r.err);
+		crun__error("cannot join the collective group: %s", r.err);
 		crun__device_close(r.dev);
 		return EXIT_FAILED;
 	}
@@ -618,7 +618,7 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	if (rc)
 		goto out;
 
-	t0 = crun_now_ns();
+	t0 = crun__now_ns();
 	rc = train_loop(&r);
 	if (rc)
 		goto out;
@@ -630,19 +630,19 @@ static int train(const struct crun_train_config *cfg, const struct crun_comm_opt
 	if (r.csv && r.step == cfg->train.steps)
 		fprintf(r.csv, "%lld,,,,,,%.6f,%.6f\n", (long long)r.step, r.val_loss,
 			r.val_loss / M_LN2);
-	rc = summarize(&r, (double)(crun_now_ns() - t0) * 1e-9, trained);
+	rc = summarize(&r, (double)(crun__now_ns() - t0) * 1e-9, trained);
 out:
 	if (r.csv && fclose(r.csv) != 0 && !rc) {
-		crun_error("cannot write metrics '%s': %s", cfg->log.csv, strerror(errno));
+		crun__error("cannot write metrics '%s': %s", cfg->log.csv, strerror(errno));
 		rc = EXIT_FAILED;
 	}
 	free(r.tokens);
 	crun__device_close(r.dev);
-	crun_parallel_destroy(r.par);
-	crun_model_destroy(r.model);
-	crun_sampler_finish(&r.sampler);
-	crun_data_finish(&r.data);
-	crun_comm_destroy(r.comm);
+	crun__parallel_destroy(r.par);
+	crun__model_destroy(r.model);
+	crun__sampler_finish(&r.sampler);
+	crun__data_finish(&r.data);
+	crun__comm_destroy(r.comm);
 	return rc;
 }
 
@@ -650,20 +650,20 @@ static int cmd_export(int argc, char **argv)
 {
 	char err[512];
 	int64_t step;
-	struct crun_model_config mc;
+	struct crun__model_config mc;
 	float *p;
 	size_t n;
 
 	if (argc != 3) {
-		crun_error("usage: crun-train export CHECKPOINT OUT");
+		crun__error("usage: crun-train export CHECKPOINT OUT");
 		return EXIT_USAGE;
 	}
-	if (crun_ckpt_export(argv[1], argv[2], err, sizeof(err))) {
-		crun_error("%s", err);
+	if (crun__ckpt_export(argv[1], argv[2], err, sizeof(err))) {
+		crun__error("%s", err);
 		return EXIT_FAILED;
 	}
-	if (crun_ckpt_read_consolidated(argv[2], &p, &n, &mc, &step, err, sizeof(err))) {
-		crun_error("%s", err);
+	if (crun__ckpt_read_consolidated(argv[2], &p, &n, &mc, &step, err, sizeof(err))) {
+		crun__error("%s", err);
 		return EXIT_FAILED;
 	}
 	free(p);
@@ -675,7 +675,7 @@ static int cmd_compare(int argc, char **argv)
 {
 	double tol = 0, num = 0, den = 0, maxabs = 0, rel;
 	const char *a = NULL, *b = NULL;
-	struct crun_model_config ca, cb;
+	struct crun__model_config ca, cb;
 	int64_t sa, sb;
 	float *pa, *pb;
 	size_t na, nb;
@@ -688,7 +688,7 @@ static int cmd_compare(int argc, char **argv)
 
 			tol = strtod(argv[++i], &end);
 			if (*end || !(tol >= 0)) {
-				crun_error("invalid tolerance '%s': expected a number >= 0",
+				crun__error("invalid tolerance '%s': expected a number >= 0",
 					   argv[i]);
 				return EXIT_USAGE;
 			}
@@ -702,20 +702,20 @@ static int cmd_compare(int argc, char **argv)
 		}
 	}
 	if (!a || !b) {
-		crun_error("usage: crun-train compare [--tolerance X] A B");
+		crun__error("usage: crun-train compare [--tolerance X] A B");
 		return EXIT_USAGE;
 	}
-	if (crun_ckpt_read_consolidated(a, &pa, &na, &ca, &sa, err, sizeof(err))) {
-		crun_error("%s", err);
+	if (crun__ckpt_read_consolidated(a, &pa, &na, &ca, &sa, err, sizeof(err))) {
+		crun__error("%s", err);
 		return EXIT_USAGE;
 	}
-	if (crun_ckpt_read_consolidated(b, &pb, &nb, &cb, &sb, err, sizeof(err))) {
-		crun_error("%s", err);
+	if (crun__ckpt_read_consolidated(b, &pb, &nb, &cb, &sb, err, sizeof(err))) {
+		crun__error("%s", err);
 		free(pa);
 		return EXIT_USAGE;
 	}
 	if (na != nb) {
-		crun_error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b, na,
+		crun__error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b, na,
 			   nb);
 		rc = EXIT_USAGE;
 		goto out;
@@ -743,9 +743,9 @@ out:
 	return rc;
 }
 
-static enum crun_log_level log_level_from_env(void)
+static enum crun__log_level log_level_from_env(void)
 {
-	const char *v = crun_env_get("CRUN_LOG_LEVEL");
+	const char *v = crun__env_get("CRUN_LOG_LEVEL");
 
 	if (v && !strcmp(v, "error"))
 		return CRUN_LOG_ERROR;
@@ -765,15 +765,15 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	struct crun_train_config cfg;
-	struct crun_comm_opts copts;
+	struct crun__train_config cfg;
+	struct crun__comm_opts copts;
 	const char *path = NULL;
 	bool print = false;
 	char err[512];
 	char **sets;
 	int n_sets = 0, c, rc = EXIT_USAGE;
 
-	crun_log_init("crun-train", log_level_from_env());
+	crun__log_init("crun-train", log_level_from_env());
 	if (argc > 1 && !strcmp(argv[1], "export"))
 		return cmd_export(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "compare"))
@@ -781,7 +781,7 @@ int main(int argc, char **argv)
 
 	sets = calloc((size_t)argc, sizeof(*sets));
 	if (!sets) {
-		crun_error("out of memory");
+		crun__error("out of memory");
 		return EXIT_FAILED;
 	}
 	while ((c = getopt_long(argc, argv, "s:phV", longopts, NULL)) != -1) {
@@ -809,45 +809,45 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		path = argv[optind++];
 	if (optind < argc) {
-		crun_error("unexpected argument '%s' (one config file at most)", argv[optind]);
+		crun__error("unexpected argument '%s' (one config file at most)", argv[optind]);
 		free(sets);
 		return EXIT_USAGE;
 	}
-	if (crun_train_config_init(&cfg)) {
-		crun_error("out of memory");
+	if (crun__train_config_init(&cfg)) {
+		crun__error("out of memory");
 		free(sets);
 		return EXIT_FAILED;
 	}
-	if (path && crun_train_config_load(&cfg, path, err, sizeof(err))) {
-		crun_error("%s", err);
+	if (path && crun__train_config_load(&cfg, path, err, sizeof(err))) {
+		crun__error("%s", err);
 		goto out;
 	}
 	for (int i = 0; i < n_sets; i++) {
-		if (crun_train_config_set(&cfg, sets[i], err, sizeof(err))) {
-			crun_error("%s", err);
+		if (crun__train_config_set(&cfg, sets[i], err, sizeof(err))) {
+			crun__error("%s", err);
 			goto out;
 		}
 	}
 	if (print) {
-		crun_train_config_print(&cfg, stdout);
+		crun__train_config_print(&cfg, stdout);
 		rc = 0;
 		goto out;
 	}
-	if (crun_comm_opts_from_env(&copts, err, sizeof(err))) {
-		crun_error("%s", err);
+	if (crun__comm_opts_from_env(&copts, err, sizeof(err))) {
+		crun__error("%s", err);
 		goto out;
 	}
 	copts.backend = cfg.parallel.backend;
 	if (cfg.parallel.timeout_ms > 0)
 		copts.timeout_ms = cfg.parallel.timeout_ms;
-	if (crun_train_config_check(&cfg, copts.world_size, err, sizeof(err))) {
-		crun_error("config%s%s%s: %s", path ? " '" : "", path ? path : "", path ? "'" : "",
+	if (crun__train_config_check(&cfg, copts.world_size, err, sizeof(err))) {
+		crun__error("config%s%s%s: %s", path ? " '" : "", path ? path : "", path ? "'" : "",
 			   err);
 		goto out;
 	}
 	rc = train(&cfg, &copts);
 out:
-	crun_train_config_finish(&cfg);
+	crun__train_config_finish(&cfg);
 	free(sets);
 	return rc;
 }

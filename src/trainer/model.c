@@ -16,10 +16,10 @@
 
 #define LN_EPS 1e-5f
 
-static void add_tensor(struct crun_model *m, int *n, size_t *off, const char *name, int unit,
+static void add_tensor(struct crun__model *m, int *n, size_t *off, const char *name, int unit,
 		       int rows, int cols, bool decay, float init, float init_value)
 {
-	struct crun_tensor *t = &m->tensors[(*n)++];
+	struct crun__tensor *t = &m->tensors[(*n)++];
 
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	t->offset = *off;
@@ -33,9 +33,9 @@ static void add_tensor(struct crun_model *m, int *n, size_t *off, const char *na
 	*off += t->numel;
 }
 
-struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *err, size_t errlen)
+struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err, size_t errlen)
 {
-	struct crun_model *m;
+	struct crun__model *m;
 	int T = cfg->context, d = cfg->embed_dim, H = cfg->width, L = cfg->layers;
 	int F = cfg->ffn_mult * cfg->width;
 	double limit = (double)(1u << 31);
@@ -45,7 +45,7 @@ struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *
 
 	if (T < 1 || d < 1 || H < 1 || L < 0 || cfg->ffn_mult < 1 || !(cfg->init_std > 0) ||
 	    (double)T * d > limit || (double)F * H > limit) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "model sizes out of range (context %d, embed_dim %d, width %d, "
 		       "layers %d, ffn_mult %d)",
 		       T, d, H, L, cfg->ffn_mult);
@@ -92,13 +92,13 @@ struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *
 	return m;
 
 out_free_model:
-	crun_model_destroy(m);
+	crun__model_destroy(m);
 out_nomem:
-	crun_seterr(err, errlen, "model: out of memory");
+	crun__seterr(err, errlen, "model: out of memory");
 	return NULL;
 }
 
-void crun_model_destroy(struct crun_model *m)
+void crun__model_destroy(struct crun__model *m)
 {
 	if (!m)
 		return;
@@ -107,19 +107,19 @@ void crun_model_destroy(struct crun_model *m)
 	free(m);
 }
 
-void crun_model_init_params(const struct crun_model *m, uint64_t seed, size_t flat, size_t n,
+void crun__model_init_params(const struct crun__model *m, uint64_t seed, size_t flat, size_t n,
 			    float *out)
 {
 	size_t end = flat + n;
 
 	for (int i = 0; i < m->n_tensors; i++) {
-		const struct crun_tensor *t = &m->tensors[i];
+		const struct crun__tensor *t = &m->tensors[i];
 		size_t a = t->offset > flat ? t->offset : flat;
 		size_t b = t->offset + t->numel < end ? t->offset + t->numel : end;
 
 		for (size_t j = a; j < b; j++)
 			out[j - flat] = t->init > 0
-						? (float)(t->init * crun_rng_normal_at(seed, 1, j))
+						? (float)(t->init * crun__rng_normal_at(seed, 1, j))
 						: t->init_value;
 	}
 }
@@ -128,7 +128,7 @@ struct block_acts {
 	float *ln, *xhat, *mean, *rstd, *a, *th, *gel; /* th: the tanh inside gelu(a) */
 };
 
-struct crun_model_acts {
+struct crun__model_acts {
 	int batch;
 	float *mem;
 	float *x0;
@@ -140,7 +140,7 @@ struct crun_model_acts {
 	float *dh, *dln, *df, *dx0;
 };
 
-struct crun_model_acts *crun_model_acts_create(const struct crun_model *m, int batch)
+struct crun__model_acts *crun__model_acts_create(const struct crun__model *m, int batch)
 {
 	size_t B = (size_t)(batch > 0 ? batch : 1);
 	size_t T = (size_t)m->cfg.context, d = (size_t)m->cfg.embed_dim, H = (size_t)m->cfg.width;
@@ -149,7 +149,7 @@ struct crun_model_acts *crun_model_acts_create(const struct crun_model *m, int b
 	size_t per_block = B * (2 * H + 2 + 3 * F);
 	size_t total = B * C + (L + 1) * B * H + L * per_block + B * (2 * H + 2) +
 		       B * CRUN_MODEL_VOCAB + B * (2 * H + F + C);
-	struct crun_model_acts *a = calloc(1, sizeof(*a));
+	struct crun__model_acts *a = calloc(1, sizeof(*a));
 	float *p;
 
 	if (!a)
@@ -159,7 +159,7 @@ struct crun_model_acts *crun_model_acts_create(const struct crun_model *m, int b
 	a->h = calloc(L + 1, sizeof(*a->h));
 	a->blk = calloc(L ? L : 1, sizeof(*a->blk));
 	if (!a->mem || !a->h || !a->blk) {
-		crun_model_acts_destroy(a);
+		crun__model_acts_destroy(a);
 		return NULL;
 	}
 	p = a->mem;
@@ -189,7 +189,7 @@ struct crun_model_acts *crun_model_acts_create(const struct crun_model *m, int b
 	return a;
 }
 
-void crun_model_acts_destroy(struct crun_model_acts *a)
+void crun__model_acts_destroy(struct crun__model_acts *a)
 {
 	if (!a)
 		return;
@@ -307,7 +307,7 @@ struct head_params {
 	const float *g, *b, *w, *bias;
 };
 
-static struct embed_params embed_params(const struct crun_model *m, const float *p)
+static struct embed_params embed_params(const struct crun__model *m, const float *p)
 {
 	size_t d = (size_t)m->cfg.embed_dim, C = (size_t)m->cfg.context * d;
 	struct embed_params e;
@@ -319,7 +319,7 @@ static struct embed_params embed_params(const struct crun_model *m, const float 
 	return e;
 }
 
-static struct block_params block_params(const struct crun_model *m, const float *p)
+static struct block_params block_params(const struct crun__model *m, const float *p)
 {
 	size_t H = (size_t)m->cfg.width, F = H * (size_t)m->cfg.ffn_mult;
 	struct block_params k;
@@ -333,7 +333,7 @@ static struct block_params block_params(const struct crun_model *m, const float 
 	return k;
 }
 
-static struct head_params head_params(const struct crun_model *m, const float *p)
+static struct head_params head_params(const struct crun__model *m, const float *p)
 {
 	size_t H = (size_t)m->cfg.width;
 	struct head_params k;
@@ -345,8 +345,8 @@ static struct head_params head_params(const struct crun_model *m, const float *p
 	return k;
 }
 
-void crun_model_forward_unit(const struct crun_model *m, int unit, const float *p,
-			     struct crun_model_acts *a, const uint8_t *tokens, int B)
+void crun__model_forward_unit(const struct crun__model *m, int unit, const float *p,
+			     struct crun__model_acts *a, const uint8_t *tokens, int B)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d;
@@ -406,13 +406,13 @@ void crun_model_forward_unit(const struct crun_model *m, int unit, const float *
 	}
 }
 
-double crun_model_loss_sum(const struct crun_model_acts *a)
+double crun__model_loss_sum(const struct crun__model_acts *a)
 {
 	return a->loss;
 }
 
-void crun_model_backward_unit(const struct crun_model *m, int unit, const float *p, float *g,
-			      struct crun_model_acts *a, const uint8_t *tokens, int B, float scale)
+void crun__model_backward_unit(const struct crun__model *m, int unit, const float *p, float *g,
+			      struct crun__model_acts *a, const uint8_t *tokens, int B, float scale)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d;

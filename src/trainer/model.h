@@ -27,7 +27,7 @@
 
 #define CRUN_MODEL_VOCAB 256
 
-struct crun_model_config {
+struct crun__model_config {
 	int context;
 	int embed_dim;
 	int width;
@@ -38,7 +38,7 @@ struct crun_model_config {
 
 /* One parameter tensor: a row-major rows x cols matrix or a vector
  * (cols 1) at offset in the flat array. */
-struct crun_tensor {
+struct crun__tensor {
 	char name[24];
 	size_t offset;
 	size_t numel;
@@ -49,21 +49,21 @@ struct crun_tensor {
 	float init_value;
 };
 
-struct crun_model {
-	struct crun_model_config cfg;
+struct crun__model {
+	struct crun__model_config cfg;
 	size_t n_params;
 	int n_units;	  /* layers + 2 */
 	size_t *unit_off; /* n_units + 1 entries; unit u is [unit_off[u], unit_off[u+1]) */
 	int n_tensors;
-	struct crun_tensor *tensors;
+	struct crun__tensor *tensors;
 };
 
 /* NULL with a reason in err when the sizes are out of range or memory is
  * short. */
-struct crun_model *crun_model_create(const struct crun_model_config *cfg, char *err, size_t errlen);
-void crun_model_destroy(struct crun_model *m);
+struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err, size_t errlen);
+void crun__model_destroy(struct crun__model *m);
 
-static inline size_t crun_model_unit_len(const struct crun_model *m, int unit)
+static inline size_t crun__model_unit_len(const struct crun__model *m, int unit)
 {
 	return m->unit_off[unit + 1] - m->unit_off[unit];
 }
@@ -71,30 +71,30 @@ static inline size_t crun_model_unit_len(const struct crun_model *m, int unit)
 /* Writes the initial values of flat parameters [flat, flat+n) into out.
  * Each value depends only on seed and its index, so any rank can
  * initialise any slice on its own. */
-void crun_model_init_params(const struct crun_model *m, uint64_t seed, size_t flat, size_t n,
+void crun__model_init_params(const struct crun__model *m, uint64_t seed, size_t flat, size_t n,
 			    float *out);
 
 /* Activations and scratch for batches of at most `batch` samples. */
-struct crun_model_acts;
-struct crun_model_acts *crun_model_acts_create(const struct crun_model *m, int batch);
-void crun_model_acts_destroy(struct crun_model_acts *a);
+struct crun__model_acts;
+struct crun__model_acts *crun__model_acts_create(const struct crun__model *m, int batch);
+void crun__model_acts_destroy(struct crun__model_acts *a);
 
 /* Forward pass of one unit on `batch` samples. tokens holds batch rows of
  * context+1 bytes (the window, then the target). p points at the unit's
  * first parameter. Units run in order 0 .. n_units-1 on the same acts. */
-void crun_model_forward_unit(const struct crun_model *m, int unit, const float *p,
-			     struct crun_model_acts *a, const uint8_t *tokens, int batch);
+void crun__model_forward_unit(const struct crun__model *m, int unit, const float *p,
+			     struct crun__model_acts *a, const uint8_t *tokens, int batch);
 
 /* After the last unit's forward: the summed cross-entropy (nats) of the
  * batch. */
-double crun_model_loss_sum(const struct crun_model_acts *a);
+double crun__model_loss_sum(const struct crun__model_acts *a);
 
 /* Backward pass of one unit, in order n_units-1 .. 0, after a full
  * forward on the same acts and tokens. Adds the gradient of
  * scale * (summed loss) with respect to the unit's parameters into g
  * (same layout as p). */
-void crun_model_backward_unit(const struct crun_model *m, int unit, const float *p, float *g,
-			      struct crun_model_acts *a, const uint8_t *tokens, int batch,
+void crun__model_backward_unit(const struct crun__model *m, int unit, const float *p, float *g,
+			      struct crun__model_acts *a, const uint8_t *tokens, int batch,
 			      float scale);
 
 #endif

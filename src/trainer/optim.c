@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-int crun_lr_schedule_parse(const char *name)
+int crun__lr_schedule_parse(const char *name)
 {
 	if (!strcmp(name, "cosine"))
 		return CRUN_LR_COSINE;
@@ -15,7 +15,7 @@ int crun_lr_schedule_parse(const char *name)
 	return -1;
 }
 
-double crun_optim_lr(const struct crun_optim *o, int64_t step, int64_t total)
+double crun__optim_lr(const struct crun__optim *o, int64_t step, int64_t total)
 {
 	double lo = o->lr * o->min_lr_ratio, frac;
 	int64_t span;
@@ -37,14 +37,14 @@ double crun_optim_lr(const struct crun_optim *o, int64_t step, int64_t total)
 	return o->lr;
 }
 
-float crun_optim_clip_scale(const struct crun_optim *o, double grad_norm)
+float crun__optim_clip_scale(const struct crun__optim *o, double grad_norm)
 {
 	if (o->grad_clip > 0 && grad_norm > o->grad_clip)
 		return (float)(o->grad_clip / (grad_norm + 1e-6));
 	return 1.0f;
 }
 
-double crun_optim_sumsq(const float *g, size_t n)
+double crun__optim_sumsq(const float *g, size_t n)
 {
 	/* four running sums in a fixed order: the same bits every time, and
 	 * four times the throughput of one dependent chain */
@@ -60,7 +60,7 @@ double crun_optim_sumsq(const float *g, size_t n)
 }
 
 /* The four arrays never overlap (restrict lets the loop vectorize). */
-static void adamw_range(const struct crun_optim *o, float *restrict p, const float *restrict g,
+static void adamw_range(const struct crun__optim *o, float *restrict p, const float *restrict g,
 			float *restrict m, float *restrict v, size_t n, float bc1, float bc2,
 			float lr, float wd, float gscale)
 {
@@ -78,7 +78,7 @@ static void adamw_range(const struct crun_optim *o, float *restrict p, const flo
 	}
 }
 
-void crun_optim_adamw(const struct crun_optim *o, const struct crun_model *model, size_t flat,
+void crun__optim_adamw(const struct crun__optim *o, const struct crun__model *model, size_t flat,
 		      size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
 		      float gscale)
 {
@@ -87,7 +87,7 @@ void crun_optim_adamw(const struct crun_optim *o, const struct crun_model *model
 	size_t end = flat + n;
 
 	for (int i = 0; i < model->n_tensors; i++) {
-		const struct crun_tensor *tn = &model->tensors[i];
+		const struct crun__tensor *tn = &model->tensors[i];
 		size_t a = tn->offset > flat ? tn->offset : flat;
 		size_t b = tn->offset + tn->numel < end ? tn->offset + tn->numel : end;
 		size_t k = a - flat;

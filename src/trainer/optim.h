@@ -13,15 +13,15 @@
 
 #include "trainer/model.h"
 
-enum crun_lr_schedule {
+enum crun__lr_schedule {
 	CRUN_LR_COSINE,
 	CRUN_LR_LINEAR,
 	CRUN_LR_CONSTANT,
 };
 
-struct crun_optim {
+struct crun__optim {
 	double lr;
-	enum crun_lr_schedule schedule;
+	enum crun__lr_schedule schedule;
 	int64_t warmup_steps;
 	double min_lr_ratio;
 	double beta1, beta2, eps;
@@ -30,23 +30,23 @@ struct crun_optim {
 };
 
 /* -1 for an unknown name. */
-int crun_lr_schedule_parse(const char *name);
+int crun__lr_schedule_parse(const char *name);
 
 /* Learning rate of step (0-based) out of total steps: step+1 of warmup
  * steps times lr during the warm-up, then decaying to lr * min_lr_ratio at
  * the last step. */
-double crun_optim_lr(const struct crun_optim *o, int64_t step, int64_t total);
+double crun__optim_lr(const struct crun__optim *o, int64_t step, int64_t total);
 
 /* Factor the gradients are multiplied by, given their global L2 norm. */
-float crun_optim_clip_scale(const struct crun_optim *o, double grad_norm);
+float crun__optim_clip_scale(const struct crun__optim *o, double grad_norm);
 
 /* Sum of squares of g[0..n), in double. */
-double crun_optim_sumsq(const float *g, size_t n);
+double crun__optim_sumsq(const float *g, size_t n);
 
 /* One AdamW step t (1-based) on flat parameters [flat, flat+n): p, g, m, v
  * point at element flat of each. The gradient is multiplied by gscale
  * first; weight decay applies where the model's tensor says so. */
-void crun_optim_adamw(const struct crun_optim *o, const struct crun_model *model, size_t flat,
+void crun__optim_adamw(const struct crun__optim *o, const struct crun__model *model, size_t flat,
 		      size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
 		      float gscale);
 

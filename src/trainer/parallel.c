@@ -11,20 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct crun_parallel {
-	const struct crun_model *model;
-	struct crun_comm *comm;
+struct crun__parallel {
+	const struct crun__model *model;
+	struct crun__comm *comm;
 	struct crun__layout lay;
-	struct crun_segment *seg;
+	struct crun__segment *seg;
 	int *unit_seg;
 
 	float *p_full;		  /* ddp, zero1, zero2: pad_len */
 	float *p_shard;		  /* zero3: shard_len */
 	float *m, *v;		  /* ddp: pad_len; zero1-3: shard_len */
-	struct crun__device *cpu; /* crun_parallel_create: the cpu device, owned */
+	struct crun__device *cpu; /* crun__parallel_create: the cpu device, owned */
 };
 
-int crun_strategy_parse(const char *name)
+int crun__strategy_parse(const char *name)
 {
 	if (!strcmp(name, "ddp"))
 		return CRUN_STRATEGY_DDP;
@@ -37,7 +37,7 @@ int crun_strategy_parse(const char *name)
 	return -1;
 }
 
-const char *crun_strategy_name(enum crun_strategy s)
+const char *crun__strategy_name(enum crun__strategy s)
 {
 	switch (s) {
 	case CRUN_STRATEGY_DDP:
@@ -54,9 +54,9 @@ const char *crun_strategy_name(enum crun_strategy s)
 
 /* Segments from the last unit backwards: one unit each for zero3, else
  * units merged while the bucket stays within bucket_bytes. */
-static int plan_segments(struct crun_parallel *par, size_t bucket_bytes)
+static int plan_segments(struct crun__parallel *par, size_t bucket_bytes)
 {
-	const struct crun_model *m = par->model;
+	const struct crun__model *m = par->model;
 	struct crun__layout *lay = &par->lay;
 	size_t bucket = bucket_bytes / sizeof(float);
 	int n = 0;
@@ -67,11 +67,11 @@ static int plan_segments(struct crun_parallel *par, size_t bucket_bytes)
 		return -ENOMEM;
 	for (int u = m->n_units - 1; u >= 0;) {
 		int first = u;
-		size_t len = crun_model_unit_len(m, u);
+		size_t len = crun__model_unit_len(m, u);
 
 		if (lay->strategy != CRUN_STRATEGY_ZERO3)
-			while (first > 0 && len + crun_model_unit_len(m, first - 1) <= bucket)
-				len += crun_model_unit_len(m, --first);
+			while (first > 0 && len + crun__model_unit_len(m, first - 1) <= bucket)
+				len += crun__model_unit_len(m, --first);
 		par->seg[n].unit_first = first;
 		par->seg[n].unit_last = u;
 		n++;
@@ -79,14 +79,14 @@ static int plan_segments(struct crun_parallel *par, size_t bucket_bytes)
 	}
 	/* listed last-first; store them in flat order */
 	for (int i = 0; i < n / 2; i++) {
-		struct crun_segment t = par->seg[i];
+		struct crun__segment t = par->seg[i];
 
 		par->seg[i] = par->seg[n - 1 - i];
 		par->seg[n - 1 - i] = t;
 	}
 	lay->n_seg = n;
 	for (int s = 0; s < n; s++) {
-		struct crun_segment *g = &par->seg[s];
+		struct crun__segment *g = &par->seg[s];
 
 		g->start = m->unit_off[g->unit_first];
 		g->len = m->unit_off[g->unit_last + 1] - g->start;
@@ -110,11 +110,11 @@ static float *zalloc(size_t n)
 	return calloc(n ? n : 1, sizeof(float));
 }
 
-struct crun_parallel *crun_parallel_create_storage(const struct crun_model *model,
-						   struct crun_comm *comm,
-						   const struct crun_parallel_opts *opts)
+struct crun__parallel *crun__parallel_create_storage(const struct crun__model *model,
+						   struct crun__comm *comm,
+						   const struct crun__parallel_opts *opts)
 {
-	struct crun_parallel *par = calloc(1, sizeof(*par));
+	struct crun__parallel *par = calloc(1, sizeof(*par));
 	struct crun__layout *lay;
 	bool sharded_grads;
 
@@ -124,8 +124,8 @@ struct crun_parallel *crun_parallel_create_storage(const struct crun_model *mode
 	par->model = model;
 	par->comm = comm;
 	lay->strategy = opts->strategy;
-	lay->world = crun_comm_size(comm);
-	lay->rank = crun_comm_rank(comm);
+	lay->world = crun__comm_size(comm);
+	lay->rank = crun__comm_rank(comm);
 	lay->accum = opts->grad_accum;
 	lay->micro = opts->micro_batch;
 	if (plan_segments(par, opts->bucket_bytes))
@@ -147,32 +147,32 @@ struct crun_parallel *crun_parallel_create_storage(const struct crun_model *mode
 	return par;
 
 out_destroy:
-	crun_parallel_destroy(par);
+	crun__parallel_destroy(par);
 	return NULL;
 }
 
-struct crun_parallel *crun_parallel_create(const struct crun_model *model, struct crun_comm *comm,
-					   const struct crun_parallel_opts *opts)
+struct crun__parallel *crun__parallel_create(const struct crun__model *model, struct crun__comm *comm,
+					   const struct crun__parallel_opts *opts)
 {
-	struct crun_parallel *par = crun_parallel_create_storage(model, comm, opts);
+	struct crun__parallel *par = crun__parallel_create_storage(model, comm, opts);
 	char err[256];
 
 	if (!par)
 		return NULL;
 	par->cpu = crun__device_open(&crun__device_cpu_ops, NULL, err, sizeof(err));
 	if (!par->cpu || crun__device_attach(par->cpu, model, par, comm, err, sizeof(err))) {
-		crun_parallel_destroy(par);
+		crun__parallel_destroy(par);
 		return NULL;
 	}
 	return par;
 }
 
-const struct crun__layout *crun__parallel_layout(const struct crun_parallel *par)
+const struct crun__layout *crun__parallel_layout(const struct crun__parallel *par)
 {
 	return &par->lay;
 }
 
-void crun_parallel_arrays(struct crun_parallel *par, struct crun_parallel_arrays *out)
+void crun__parallel_arrays(struct crun__parallel *par, struct crun__parallel_arrays *out)
 {
 	out->p = par->p_full ? par->p_full : par->p_shard;
 	out->p_len = par->lay.p_len;
@@ -184,7 +184,7 @@ void crun_parallel_arrays(struct crun_parallel *par, struct crun_parallel_arrays
 	out->max_chunk = par->lay.max_chunk;
 }
 
-void crun_parallel_destroy(struct crun_parallel *par)
+void crun__parallel_destroy(struct crun__parallel *par)
 {
 	if (!par)
 		return;
@@ -200,7 +200,7 @@ void crun_parallel_destroy(struct crun_parallel *par)
 
 size_t crun__layout_owned(const struct crun__layout *lay, int s, size_t *flat)
 {
-	const struct crun_segment *g = &lay->seg[s];
+	const struct crun__segment *g = &lay->seg[s];
 	size_t lo = (size_t)lay->rank * g->chunk;
 
 	*flat = g->start + lo;
@@ -209,9 +209,9 @@ size_t crun__layout_owned(const struct crun__layout *lay, int s, size_t *flat)
 	return g->len - lo < g->chunk ? g->len - lo : g->chunk;
 }
 
-void crun_parallel_owned(struct crun_parallel *par, int s, struct crun_view *out)
+void crun__parallel_owned(struct crun__parallel *par, int s, struct crun__view *out)
 {
-	const struct crun_segment *g = &par->seg[s];
+	const struct crun__segment *g = &par->seg[s];
 	size_t lo = (size_t)par->lay.rank * g->chunk;
 
 	out->n = crun__layout_owned(&par->lay, s, &out->flat);
@@ -228,13 +228,13 @@ void crun_parallel_owned(struct crun_parallel *par, int s, struct crun_view *out
 	}
 }
 
-void crun_parallel_held(struct crun_parallel *par, int s, struct crun_view *params,
-			struct crun_view *optim)
+void crun__parallel_held(struct crun__parallel *par, int s, struct crun__view *params,
+			struct crun__view *optim)
 {
-	const struct crun_segment *g = &par->seg[s];
-	struct crun_view own;
+	const struct crun__segment *g = &par->seg[s];
+	struct crun__view own;
 
-	crun_parallel_owned(par, s, &own);
+	crun__parallel_owned(par, s, &own);
 	if (par->lay.strategy == CRUN_STRATEGY_ZERO3) {
 		*params = own;
 	} else {
@@ -254,54 +254,54 @@ void crun_parallel_held(struct crun_parallel *par, int s, struct crun_view *para
 	optim->p = NULL;
 }
 
-int crun_parallel_n_segments(const struct crun_parallel *par)
+int crun__parallel_n_segments(const struct crun__parallel *par)
 {
 	return par->lay.n_seg;
 }
 
-void crun_parallel_init_params(struct crun_parallel *par, uint64_t seed)
+void crun__parallel_init_params(struct crun__parallel *par, uint64_t seed)
 {
 	for (int s = 0; s < par->lay.n_seg; s++) {
-		struct crun_view pv, ov;
+		struct crun__view pv, ov;
 
-		crun_parallel_held(par, s, &pv, &ov);
-		crun_model_init_params(par->model, seed, pv.flat, pv.n, pv.p);
+		crun__parallel_held(par, s, &pv, &ov);
+		crun__model_init_params(par->model, seed, pv.flat, pv.n, pv.p);
 	}
 	memset(par->m, 0, par->lay.optim_len * sizeof(float));
 	memset(par->v, 0, par->lay.optim_len * sizeof(float));
 }
 
-int crun_parallel_step(struct crun_parallel *par, const struct crun_optim *o, const uint8_t *tokens,
+int crun__parallel_step(struct crun__parallel *par, const struct crun__optim *o, const uint8_t *tokens,
 		       int64_t global_batch, int64_t t, double lr, double *loss, double *grad_norm)
 {
 	return crun__schedule_step(par->cpu, o, tokens, global_batch, t, lr, loss, grad_norm);
 }
 
-int crun_parallel_forward(struct crun_parallel *par, const uint8_t *tokens, int rows,
+int crun__parallel_forward(struct crun__parallel *par, const uint8_t *tokens, int rows,
 			  double *loss_sum)
 {
 	return crun__schedule_forward(par->cpu, tokens, rows, loss_sum);
 }
 
-int crun_parallel_param_l2(struct crun_parallel *par, double *out)
+int crun__parallel_param_l2(struct crun__parallel *par, double *out)
 {
 	double sumsq = 0;
 	int rc;
 
 	for (int s = 0; s < par->lay.n_seg; s++) {
-		struct crun_view v;
+		struct crun__view v;
 
-		crun_parallel_owned(par, s, &v);
-		sumsq += crun_optim_sumsq(v.p, v.n);
+		crun__parallel_owned(par, s, &v);
+		sumsq += crun__optim_sumsq(v.p, v.n);
 	}
-	rc = crun_comm_allreduce_f64(par->comm, &sumsq, 1);
+	rc = crun__comm_allreduce_f64(par->comm, &sumsq, 1);
 	if (rc)
 		return rc;
 	*out = sqrt(sumsq);
 	return 0;
 }
 
-void crun_parallel_memory(const struct crun_parallel *par, struct crun_parallel_memory *out)
+void crun__parallel_memory(const struct crun__parallel *par, struct crun__parallel_memory *out)
 {
 	size_t f = sizeof(float);
 

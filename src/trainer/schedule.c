@@ -37,7 +37,7 @@ static struct crun__ref ref(enum crun__buf buf, int slot, size_t off)
 	return r;
 }
 
-static const struct crun_segment *unit_segment(const struct crun__device *d, int u)
+static const struct crun__segment *unit_segment(const struct crun__device *d, int u)
 {
 	return &d->lay->seg[d->lay->unit_seg[u]];
 }
@@ -57,7 +57,7 @@ static void forget_gathered(struct crun__device *d)
  * copy) into buffer slot, once compute is done with what it held. */
 static int gather_unit(struct crun__device *d, int u, int slot)
 {
-	const struct crun_segment *g = unit_segment(d, u);
+	const struct crun__segment *g = unit_segment(d, u);
 	int rc;
 
 	d->ops->wait(d, CRUN__QUEUE_COMM, CRUN__EV_FREED, slot);
@@ -106,7 +106,7 @@ static int acquire_unit(struct crun__device *d, int u, int next, int *out)
  * on unit next), the others hold them. */
 static int unit_params(struct crun__device *d, int u, int next, struct crun__ref *out)
 {
-	const struct crun_segment *g = unit_segment(d, u);
+	const struct crun__segment *g = unit_segment(d, u);
 	size_t in_seg = d->model->unit_off[u] - g->start;
 	int slot, rc;
 
@@ -151,7 +151,7 @@ static int forward_all(struct crun__device *d, size_t row, int rows)
 static int reduce_segment(struct crun__device *d, int s)
 {
 	const struct crun__layout *lay = d->lay;
-	const struct crun_segment *g = &lay->seg[s];
+	const struct crun__segment *g = &lay->seg[s];
 	struct crun__ref buf = lay->grads_full ? ref(CRUN__BUF_GRAD, 0, g->pad_off)
 					       : ref(CRUN__BUF_BUCKET, d->bucket_slot, 0);
 	int rc;
@@ -175,7 +175,7 @@ static int backward_all(struct crun__device *d, size_t row, int rows, float scal
 
 	for (int u = d->model->n_units - 1; u >= 0; u--) {
 		int s = lay->unit_seg[u];
-		const struct crun_segment *g = &lay->seg[s];
+		const struct crun__segment *g = &lay->seg[s];
 		size_t in_seg = d->model->unit_off[u] - g->start;
 		struct crun__ref p, grads;
 		int rc;
@@ -206,14 +206,14 @@ static int backward_all(struct crun__device *d, size_t row, int rows, float scal
 /* The global gradient norm (ddp holds the whole sum, the others their
  * chunks), the clipping factor, AdamW on what this rank updates, and the
  * all-gather of the updated chunks (zero1, zero2). */
-static int update(struct crun__device *d, const struct crun_optim *o, int64_t t, double lr)
+static int update(struct crun__device *d, const struct crun__optim *o, int64_t t, double lr)
 {
 	const struct crun__layout *lay = d->lay;
 	bool ddp = lay->strategy == CRUN_STRATEGY_DDP;
 	int rc;
 
 	for (int s = 0; s < lay->n_seg; s++) {
-		const struct crun_segment *g = &lay->seg[s];
+		const struct crun__segment *g = &lay->seg[s];
 		size_t flat;
 
 		if (ddp)
@@ -233,7 +233,7 @@ static int update(struct crun__device *d, const struct crun_optim *o, int64_t t,
 	d->ops->clip(d, o);
 
 	for (int s = 0; s < lay->n_seg; s++) {
-		const struct crun_segment *g = &lay->seg[s];
+		const struct crun__segment *g = &lay->seg[s];
 		size_t lo = (size_t)lay->rank * g->chunk, flat, n;
 
 		if (ddp) {
@@ -249,7 +249,7 @@ static int update(struct crun__device *d, const struct crun_optim *o, int64_t t,
 	if (!ddp && !zero3(d)) {
 		comm_after_compute(d);
 		for (int s = 0; s < lay->n_seg; s++) {
-			const struct crun_segment *g = &lay->seg[s];
+			const struct crun__segment *g = &lay->seg[s];
 
 			rc = d->ops->gather(
 				d,
@@ -265,7 +265,7 @@ static int update(struct crun__device *d, const struct crun_optim *o, int64_t t,
 	return 0;
 }
 
-int crun__schedule_step(struct crun__device *d, const struct crun_optim *o, const uint8_t *tokens,
+int crun__schedule_step(struct crun__device *d, const struct crun__optim *o, const uint8_t *tokens,
 			int64_t global_batch, int64_t t, double lr, double *loss, double *grad_norm)
 {
 	const struct crun__layout *lay = d->lay;
@@ -298,7 +298,7 @@ int crun__schedule_step(struct crun__device *d, const struct crun_optim *o, cons
 	if (rc)
 		return rc;
 	*grad_norm = sqrt(sumsq);
-	rc = crun_comm_allreduce_f64(d->comm, &local_loss, 1);
+	rc = crun__comm_allreduce_f64(d->comm, &local_loss, 1);
 	if (rc)
 		return rc;
 	*loss = local_loss / (double)global_batch;
@@ -351,8 +351,8 @@ struct crun__device *crun__device_open(const struct crun__device_ops *ops,
 	return d;
 }
 
-int crun__device_attach(struct crun__device *d, const struct crun_model *model,
-			struct crun_parallel *host, struct crun_comm *comm, char *err,
+int crun__device_attach(struct crun__device *d, const struct crun__model *model,
+			struct crun__parallel *host, struct crun__comm *comm, char *err,
 			size_t errlen)
 {
 	d->model = model;

@@ -257,7 +257,7 @@ static void *echo_main(void *arg)
 				continue;
 			}
 			ssize_t r = read(fd, buf, sizeof(buf));
-			if (r <= 0 || crun_write_all(fd, buf, (size_t)r) < 0)
+			if (r <= 0 || crun__write_all(fd, buf, (size_t)r) < 0)
 				close(fd);
 		}
 	}
@@ -377,10 +377,10 @@ static void *client_main(void *arg)
 	if (go < 0 || c->setup_rc < 0)
 		return NULL;
 
-	uint64_t t0 = crun_now_ns();
+	uint64_t t0 = crun__now_ns();
 	for (uint64_t i = 0; t0 < stop_ns; i++) {
 		int rc = client_do(c, b->op, i);
-		uint64_t t1 = crun_now_ns();
+		uint64_t t1 = crun__now_ns();
 		if (rc < 0) {
 			if (c->errors++ == 0)
 				fprintf(stderr, PROG ": client %d: %s failed: %s\n", c->index,
@@ -468,7 +468,7 @@ static int run_load(struct bench *b)
 	while (b->connected + b->failed < started)
 		pthread_cond_wait(&b->cond, &b->lock);
 	b->go = (b->failed || started < b->clients) ? -1 : 1;
-	b->start_ns = crun_now_ns();
+	b->start_ns = crun__now_ns();
 	b->stop_ns = b->start_ns + (uint64_t)(b->seconds * 1e9);
 	pthread_cond_broadcast(&b->cond);
 	pthread_mutex_unlock(&b->lock);
@@ -567,8 +567,8 @@ static int run_idle(struct bench *b, int n)
 	}
 	printf("ready connections=%d\n", opened);
 	fflush(stdout);
-	uint64_t until = crun_now_ms() + (uint64_t)(b->seconds * 1e3);
-	while (!stop_idle && crun_now_ms() < until) {
+	uint64_t until = crun__now_ms() + (uint64_t)(b->seconds * 1e3);
+	while (!stop_idle && crun__now_ms() < until) {
 		struct timespec ts = {0, 50 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
@@ -635,16 +635,16 @@ int main(int argc, char **argv)
 	int idle = 0;
 	int opt;
 
-	snprintf(run_id, sizeof(run_id), "bench-%ld-%" PRIu64, (long)getpid(), crun_now_ns());
+	snprintf(run_id, sizeof(run_id), "bench-%ld-%" PRIu64, (long)getpid(), crun__now_ns());
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'e':
-			if (crun_parse_endpoint(optarg, 29400, host, sizeof(host), &port, err,
+			if (crun__parse_endpoint(optarg, 29400, host, sizeof(host), &port, err,
 						sizeof(err)) < 0)
 				goto bad_value;
 			break;
 		case 'c':
-			if (crun_parse_int64(optarg, 1, MAX_CLIENTS, &num, err, sizeof(err)) < 0)
+			if (crun__parse_int64(optarg, 1, MAX_CLIENTS, &num, err, sizeof(err)) < 0)
 				goto bad_value;
 			b.clients = (int)num;
 			break;
@@ -672,12 +672,12 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'v':
-			if (crun_parse_int64(optarg, 0, 1 << 20, &num, err, sizeof(err)) < 0)
+			if (crun__parse_int64(optarg, 0, 1 << 20, &num, err, sizeof(err)) < 0)
 				goto bad_value;
 			b.value_size = (size_t)num;
 			break;
 		case 'i':
-			if (crun_parse_int64(optarg, 1, 100000, &num, err, sizeof(err)) < 0)
+			if (crun__parse_int64(optarg, 1, 100000, &num, err, sizeof(err)) < 0)
 				goto bad_value;
 			idle = (int)num;
 			break;

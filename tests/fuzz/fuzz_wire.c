@@ -39,7 +39,7 @@
 		}                                                                         \
 	} while (0)
 
-static void same_msg(const struct crun_wire_msg *a, const struct crun_wire_msg *b)
+static void same_msg(const struct crun__wire_msg *a, const struct crun__wire_msg *b)
 {
 	CHECK(a->type == b->type);
 	CHECK(a->flags == b->flags);
@@ -67,19 +67,19 @@ static void preambles(const uint8_t *data, size_t size)
 		CHECK(n >= 0 || why[0]);
 	}
 	if (size >= CRUN_WIRE_CLIENT_PREAMBLE) {
-		rc = crun_wire_parse_client_preamble(data, &version);
+		rc = crun__wire_parse_client_preamble(data, &version);
 		CHECK(rc == 0 || rc == -EPROTO || rc == -EPROTONOSUPPORT);
 		CHECK((rc == 0) == !memcmp(data, "CRUN\0\1\0\0", 8));
 		if (rc == 0) {
-			crun_wire_client_preamble(out);
+			crun__wire_client_preamble(out);
 			CHECK(!memcmp(out, data, CRUN_WIRE_CLIENT_PREAMBLE));
 		}
 	}
 	if (size >= CRUN_WIRE_SERVER_PREAMBLE) {
-		rc = crun_wire_parse_server_preamble(data, &version, &flags, nonce);
+		rc = crun__wire_parse_server_preamble(data, &version, &flags, nonce);
 		CHECK(rc == 0 || rc == -EPROTO || rc == -EPROTONOSUPPORT);
 		if (rc == 0) {
-			crun_wire_server_preamble(out, flags, nonce);
+			crun__wire_server_preamble(out, flags, nonce);
 			CHECK(!memcmp(out, data, CRUN_WIRE_SERVER_PREAMBLE));
 		}
 	}
@@ -87,19 +87,19 @@ static void preambles(const uint8_t *data, size_t size)
 
 /* A valid frame as the first one a server reads, and as the reply to a
  * client's HELLO: each step accepts or says why. */
-static void handshake(const struct crun_wire_msg *msg)
+static void handshake(const struct crun__wire_msg *msg)
 {
 	static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = {7};
 	static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = {9};
 	const struct crun__hello_server hs = {"token", 5, snonce, 4096};
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], mac[CRUN_WIRE_MAC_LEN];
 	struct crun__hello_client h;
-	struct crun_wire_msg hello;
-	struct crun_wire_item reply;
+	struct crun__wire_msg hello;
+	struct crun__wire_item reply;
 	char why[256] = "";
 	int rc;
 
-	if (crun_wire_is_request(msg->type)) {
+	if (crun__wire_is_request(msg->type)) {
 		rc = crun__hello_server_hello(&hs, msg, mac, &reply, why, sizeof(why));
 		CHECK(rc == 0 || why[0]);
 		CHECK(rc < 0 || msg->type == CRUN_WIRE_HELLO);
@@ -109,7 +109,7 @@ static void handshake(const struct crun_wire_msg *msg)
 	if (crun__hello_client_init(&h, "run", "token", 5) < 0)
 		return;
 	crun__hello_client_begin(&h, "peer");
-	crun_wire_server_preamble(pre, CRUN_WIRE_F_AUTH, snonce);
+	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH, snonce);
 	CHECK(crun__hello_client_preamble(&h, pre, sizeof(pre), cnonce, msg->id, &hello, why,
 					  sizeof(why)) == CRUN_WIRE_SERVER_PREAMBLE);
 	why[0] = '\0';
@@ -117,7 +117,7 @@ static void handshake(const struct crun_wire_msg *msg)
 	/* Only an OK with this token's mac gets through; an ERROR may say
 	 * nothing. */
 	if (rc == 0) {
-		CHECK(crun_wire_mac("token", 5, "server", cnonce, snonce, mac) == 0);
+		CHECK(crun__wire_mac("token", 5, "server", cnonce, snonce, mac) == 0);
 		CHECK(msg->type == CRUN_WIRE_OK && msg->count >= 1);
 		CHECK(msg->items[0].len == CRUN_WIRE_MAC_LEN &&
 		      !memcmp(msg->items[0].data, mac, CRUN_WIRE_MAC_LEN));
@@ -127,42 +127,42 @@ static void handshake(const struct crun_wire_msg *msg)
 }
 
 /* Re-encodes a decoded frame and checks it is the same frame. */
-static void reencode(const struct crun_wire_msg *msg, const uint8_t *frame, size_t frame_len,
+static void reencode(const struct crun__wire_msg *msg, const uint8_t *frame, size_t frame_len,
 		     int vrc)
 {
-	struct crun_wire_item *store = NULL;
-	struct crun_wire_msg again;
+	struct crun__wire_item *store = NULL;
+	struct crun__wire_msg again;
 	uint32_t cap = msg->count;
 	char err[256];
-	size_t n = crun_wire_encoded_size(msg);
+	size_t n = crun__wire_encoded_size(msg);
 	uint8_t *buf;
 	long rc;
 
 	CHECK(n == frame_len);
 	buf = malloc(n);
 	CHECK(buf);
-	CHECK(crun_wire_encode(msg, buf) == n);
+	CHECK(crun__wire_encode(msg, buf) == n);
 	CHECK(!memcmp(buf, frame, n));
 	if (cap) {
 		store = calloc(cap, sizeof(*store));
 		CHECK(store);
 	}
-	rc = crun_wire_decode(buf, n, MAX_PAYLOAD, &again, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf, n, MAX_PAYLOAD, &again, store, &cap, err, sizeof(err));
 	CHECK(rc == (long)n);
 	same_msg(msg, &again);
-	CHECK(crun_wire_validate(&again, err, sizeof(err)) == vrc);
+	CHECK(crun__wire_validate(&again, err, sizeof(err)) == vrc);
 	free(store);
 	free(buf);
 }
 
-static void rdzv_join(const struct crun_wire_msg *msg)
+static void rdzv_join(const struct crun__wire_msg *msg)
 {
-	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
-	struct crun_rdzv_node node, node2;
-	struct crun_rdzv_conf conf, conf2;
-	struct crun_wire_msg again;
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__rdzv_node node, node2;
+	struct crun__rdzv_conf conf, conf2;
+	struct crun__wire_msg again;
 	char err[256] = "", scratch[160];
-	int rc = crun_rdzv_parse_join(msg, &node, &conf, err, sizeof(err));
+	int rc = crun__rdzv_parse_join(msg, &node, &conf, err, sizeof(err));
 
 	CHECK(rc == 0 || rc == -EPROTO);
 	if (rc < 0) {
@@ -176,21 +176,21 @@ static void rdzv_join(const struct crun_wire_msg *msg)
 	CHECK(node.node_rank >= -1 && node.node_rank < conf.max_nodes);
 	CHECK(conf.join_timeout_ms > 0 && conf.last_call_ms >= 0 && conf.keepalive_ms >= 0);
 	CHECK(conf.max_restarts >= 0);
-	crun_rdzv_join_msg(&node, &conf, &again, items, scratch);
-	CHECK(crun_rdzv_parse_join(&again, &node2, &conf2, err, sizeof(err)) == 0);
+	crun__rdzv_join_msg(&node, &conf, &again, items, scratch);
+	CHECK(crun__rdzv_parse_join(&again, &node2, &conf2, err, sizeof(err)) == 0);
 	CHECK(!strcmp(node.node_id, node2.node_id) && !strcmp(node.host, node2.host) &&
 	      !strcmp(node.addr, node2.addr));
 	CHECK(node.nproc == node2.nproc && node.node_rank == node2.node_rank);
 	CHECK(!memcmp(&conf, &conf2, sizeof(conf)));
-	crun_rdzv_node_finish(&node2);
-	crun_rdzv_node_finish(&node);
+	crun__rdzv_node_finish(&node2);
+	crun__rdzv_node_finish(&node);
 }
 
-static void rdzv_assignment(const struct crun_wire_msg *msg)
+static void rdzv_assignment(const struct crun__wire_msg *msg)
 {
-	struct crun_rdzv_assignment a;
+	struct crun__rdzv_assignment a;
 	char err[256] = "";
-	int rc = crun_rdzv_parse_assignment(msg, &a, err, sizeof(err));
+	int rc = crun__rdzv_parse_assignment(msg, &a, err, sizeof(err));
 	int sum = 0;
 
 	CHECK(rc == 0 || rc == -EPROTO);
@@ -208,13 +208,13 @@ static void rdzv_assignment(const struct crun_wire_msg *msg)
 		sum += a.nodes[i].nproc;
 	}
 	CHECK(sum == a.world_size);
-	crun_rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&a);
 }
 
 static void frames(const uint8_t *data, size_t size)
 {
-	struct crun_wire_item *store;
-	struct crun_wire_msg msg;
+	struct crun__wire_item *store;
+	struct crun__wire_msg msg;
 	uint32_t cap = 4;
 	size_t off = 0;
 	char err[256];
@@ -229,9 +229,9 @@ static void frames(const uint8_t *data, size_t size)
 		int vrc;
 
 		err[0] = '\0';
-		rc = crun_wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err, sizeof(err));
+		rc = crun__wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err, sizeof(err));
 		if (rc == -ENOBUFS) {
-			struct crun_wire_item *grown;
+			struct crun__wire_item *grown;
 
 			CHECK(err[0]);
 			CHECK(want > cap && want <= CRUN_WIRE_MAX_ITEMS);
@@ -239,7 +239,7 @@ static void frames(const uint8_t *data, size_t size)
 			CHECK(grown);
 			store = grown;
 			cap = want;
-			rc = crun_wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err,
+			rc = crun__wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err,
 					      sizeof(err));
 			CHECK(rc != -ENOBUFS);
 		}
@@ -257,16 +257,16 @@ static void frames(const uint8_t *data, size_t size)
 		CHECK(msg.count == 0 || msg.items == store);
 		/* A frame is never decoded from fewer bytes than it has. */
 		{
-			struct crun_wire_msg part;
+			struct crun__wire_msg part;
 			uint32_t pcap = cap;
 
-			CHECK(crun_wire_decode(p, (size_t)rc - 1, MAX_PAYLOAD, &part, store, &pcap,
+			CHECK(crun__wire_decode(p, (size_t)rc - 1, MAX_PAYLOAD, &part, store, &pcap,
 					       err, sizeof(err)) == CRUN_WIRE_NEED_MORE);
 		}
-		(void)crun_wire_type_name(msg.type);
-		CHECK(crun_wire_is_request(msg.type) != crun_wire_is_reply(msg.type));
+		(void)crun__wire_type_name(msg.type);
+		CHECK(crun__wire_is_request(msg.type) != crun__wire_is_reply(msg.type));
 		err[0] = '\0';
-		vrc = crun_wire_validate(&msg, err, sizeof(err));
+		vrc = crun__wire_validate(&msg, err, sizeof(err));
 		CHECK(vrc == 0 || vrc == -EPROTO);
 		CHECK(vrc == 0 || err[0]);
 		reencode(&msg, p, (size_t)rc, vrc);

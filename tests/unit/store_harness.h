@@ -26,7 +26,7 @@ struct harness {
 	uv_thread_t thread;
 	uv_mutex_t mu;
 	uv_sem_t frozen;
-	struct crun_server *srv;
+	struct crun__server *srv;
 	int port;
 	bool stop;
 	int freeze_ms;
@@ -38,15 +38,15 @@ struct harness {
 
 /* Fills opts with the server's defaults and, unless token is NULL, the
  * token it demands. The token is copied when the server is created. */
-static inline void harness_opts(struct crun_server_opts *opts, const char *token)
+static inline void harness_opts(struct crun__server_opts *opts, const char *token)
 {
 	memset(opts, 0, sizeof(*opts));
-	crun_server_limits_default(&opts->limits);
+	crun__server_limits_default(&opts->limits);
 	opts->token = token;
 	opts->token_len = token ? strlen(token) : 0;
 }
 
-static inline void harness_on_disconnect(struct crun_server *srv, const char *run_id,
+static inline void harness_on_disconnect(struct crun__server *srv, const char *run_id,
 					 const char *peer, void *arg)
 {
 	struct harness *h = arg;
@@ -83,7 +83,7 @@ static inline void harness_on_wake(uv_async_t *a)
 		usleep((useconds_t)freeze * 1000);
 	}
 	if (stop) {
-		crun_server_destroy(h->srv, harness_on_done, h);
+		crun__server_destroy(h->srv, harness_on_done, h);
 		h->srv = NULL;
 		uv_close((uv_handle_t *)&h->wake, NULL);
 	}
@@ -98,9 +98,9 @@ static inline void harness_loop_main(void *arg)
 
 /* Starts a server on 127.0.0.1:port (0: any free port, see h->port) with
  * opts (NULL: defaults, no token). 0 or a negative errno. */
-static inline int harness_start(struct harness *h, int port, const struct crun_server_opts *opts)
+static inline int harness_start(struct harness *h, int port, const struct crun__server_opts *opts)
 {
-	struct crun_server_opts def;
+	struct crun__server_opts def;
 	char err[256];
 	int rc;
 
@@ -111,31 +111,31 @@ static inline int harness_start(struct harness *h, int port, const struct crun_s
 	}
 	if (uv_loop_init(&h->loop) < 0)
 		return -ENOMEM;
-	h->srv = crun_server_create(&h->loop, opts);
+	h->srv = crun__server_create(&h->loop, opts);
 	if (!h->srv) {
 		rc = -ENOMEM;
 		goto out_close_loop;
 	}
-	rc = crun_server_listen(h->srv, "127.0.0.1", port, err, sizeof(err));
+	rc = crun__server_listen(h->srv, "127.0.0.1", port, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "harness: listen on port %d: %s\n", port, err);
 		goto out_destroy;
 	}
-	h->port = crun_server_port(h->srv);
+	h->port = crun__server_port(h->srv);
 	if (h->port <= 0) {
 		rc = -EADDRNOTAVAIL;
 		goto out_destroy;
 	}
 	uv_mutex_init(&h->mu);
 	uv_sem_init(&h->frozen, 0);
-	crun_server_set_disconnect_cb(h->srv, harness_on_disconnect, h);
+	crun__server_set_disconnect_cb(h->srv, harness_on_disconnect, h);
 	uv_async_init(&h->loop, &h->wake, harness_on_wake);
 	h->wake.data = h;
 	uv_thread_create(&h->thread, harness_loop_main, h);
 	return 0;
 
 out_destroy:
-	crun_server_destroy(h->srv, NULL, NULL);
+	crun__server_destroy(h->srv, NULL, NULL);
 	uv_run(&h->loop, UV_RUN_DEFAULT);
 out_close_loop:
 	uv_loop_close(&h->loop);
@@ -207,7 +207,7 @@ static inline int reserve_port(int *fd)
 
 static inline uint64_t elapsed_ms(uint64_t t0)
 {
-	return crun_now_ms() - t0;
+	return crun__now_ms() - t0;
 }
 
 #endif

@@ -34,7 +34,7 @@
 struct fx {
 	uv_loop_t loop;
 	uv_timer_t tick; /* wakes uv_run(ONCE) so that waits stay bounded */
-	struct crun_server *srv;
+	struct crun__server *srv;
 	int port;
 };
 
@@ -52,9 +52,9 @@ static void fx_init(struct fx *f)
 }
 
 /* Adds a server on the fixture's loop, listening on host:0. */
-static int fx_serve(struct fx *f, const char *host, const struct crun_server_opts *opts)
+static int fx_serve(struct fx *f, const char *host, const struct crun__server_opts *opts)
 {
-	struct crun_server_opts def;
+	struct crun__server_opts def;
 	char err[256];
 	int rc;
 
@@ -62,24 +62,24 @@ static int fx_serve(struct fx *f, const char *host, const struct crun_server_opt
 		harness_opts(&def, NULL);
 		opts = &def;
 	}
-	f->srv = crun_server_create(&f->loop, opts);
+	f->srv = crun__server_create(&f->loop, opts);
 	assert_non_null(f->srv);
-	rc = crun_server_listen(f->srv, host, 0, err, sizeof(err));
+	rc = crun__server_listen(f->srv, host, 0, err, sizeof(err));
 	if (rc < 0) {
-		crun_server_destroy(f->srv, NULL, NULL);
+		crun__server_destroy(f->srv, NULL, NULL);
 		f->srv = NULL;
 		return rc;
 	}
-	f->port = crun_server_port(f->srv);
+	f->port = crun__server_port(f->srv);
 	return 0;
 }
 
 /* Runs the loop until *flag or ms pass; returns *flag. */
 static bool run_until(struct fx *f, const bool *flag, int ms)
 {
-	uint64_t deadline = crun_now_ms() + (uint64_t)ms;
+	uint64_t deadline = crun__now_ms() + (uint64_t)ms;
 
-	while (!*flag && crun_now_ms() < deadline)
+	while (!*flag && crun__now_ms() < deadline)
 		uv_run(&f->loop, UV_RUN_ONCE);
 	return *flag;
 }
@@ -93,13 +93,13 @@ static void run_for(struct fx *f, int ms)
 
 static void fx_finish(struct fx *f)
 {
-	uint64_t deadline = crun_now_ms() + 2000;
+	uint64_t deadline = crun__now_ms() + 2000;
 
 	if (f->srv)
-		crun_server_destroy(f->srv, NULL, NULL);
+		crun__server_destroy(f->srv, NULL, NULL);
 	f->srv = NULL;
 	uv_close((uv_handle_t *)&f->tick, NULL);
-	while (uv_loop_alive(&f->loop) && crun_now_ms() < deadline)
+	while (uv_loop_alive(&f->loop) && crun__now_ms() < deadline)
 		uv_run(&f->loop, UV_RUN_NOWAIT);
 	/* Every handle of the client is closed and freed. */
 	assert_int_equal(uv_loop_close(&f->loop), 0);
@@ -117,7 +117,7 @@ struct conn_res {
 	bool destroy; /* destroy the client inside the callback */
 };
 
-static void on_connect(struct crun_aclient *c, int status, const char *message, void *arg)
+static void on_connect(struct crun__aclient *c, int status, const char *message, void *arg)
 {
 	struct conn_res *r = arg;
 
@@ -128,7 +128,7 @@ static void on_connect(struct crun_aclient *c, int status, const char *message, 
 	if (status != 0)
 		assert_non_null(message);
 	if (r->destroy)
-		crun_aclient_destroy(c);
+		crun__aclient_destroy(c);
 }
 
 struct rep {
@@ -142,10 +142,10 @@ struct rep {
 	int64_t num;
 	uint32_t id, count;
 	char item[4][64];
-	struct crun_aclient **destroy; /* destroy *destroy inside the callback */
+	struct crun__aclient **destroy; /* destroy *destroy inside the callback */
 };
 
-static void copy_item(char *out, size_t outlen, const struct crun_wire_item *it)
+static void copy_item(char *out, size_t outlen, const struct crun__wire_item *it)
 {
 	size_t n = it->len < outlen - 1 ? it->len : outlen - 1;
 
@@ -153,8 +153,8 @@ static void copy_item(char *out, size_t outlen, const struct crun_wire_item *it)
 	out[n] = '\0';
 }
 
-static void on_reply(struct crun_aclient *c, int status, const char *message,
-		     const struct crun_wire_msg *reply, void *arg)
+static void on_reply(struct crun__aclient *c, int status, const char *message,
+		     const struct crun__wire_msg *reply, void *arg)
 {
 	struct rep *r = arg;
 
@@ -174,7 +174,7 @@ static void on_reply(struct crun_aclient *c, int status, const char *message,
 	}
 	if (r->destroy && *r->destroy) {
 		assert_ptr_equal(*r->destroy, c);
-		crun_aclient_destroy(c);
+		crun__aclient_destroy(c);
 		*r->destroy = NULL;
 	}
 }
@@ -198,8 +198,8 @@ struct evs {
 	char rdzv_reason[64], rdzv_msg[64];
 };
 
-static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, int err,
-		     const char *message, const struct crun_wire_msg *msg, void *arg)
+static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type, int err,
+		     const char *message, const struct crun__wire_msg *msg, void *arg)
 {
 	struct evs *e = arg;
 
@@ -213,7 +213,7 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 		e->lost_seq = ++seq;
 		snprintf(e->lost_msg, sizeof(e->lost_msg), "%s", message);
 		if (e->destroy_on_lost)
-			crun_aclient_destroy(c);
+			crun__aclient_destroy(c);
 		break;
 	case CRUN_ACLIENT_EV_NOTIFY:
 		assert_non_null(msg);
@@ -238,11 +238,11 @@ static void on_event(struct crun_aclient *c, enum crun_aclient_event_type type, 
 	}
 }
 
-static struct crun_aclient *client_opts(struct fx *f, const char *host, int port,
+static struct crun__aclient *client_opts(struct fx *f, const char *host, int port,
 					const char *token, int64_t connect_ms, int64_t ka_ms,
 					int ka_attempts, struct evs *e)
 {
-	struct crun_aclient_opts o = {
+	struct crun__aclient_opts o = {
 		.host = host,
 		.port = port,
 		.run_id = RUN,
@@ -252,45 +252,45 @@ static struct crun_aclient *client_opts(struct fx *f, const char *host, int port
 		.keepalive_interval_ms = ka_ms,
 		.keepalive_max_attempt = ka_attempts,
 	};
-	struct crun_aclient *c = crun_aclient_create(&f->loop, &o, on_event, e);
+	struct crun__aclient *c = crun__aclient_create(&f->loop, &o, on_event, e);
 
 	assert_non_null(c);
 	return c;
 }
 
-static struct crun_aclient *client(struct fx *f, int port, struct evs *e)
+static struct crun__aclient *client(struct fx *f, int port, struct evs *e)
 {
 	return client_opts(f, "127.0.0.1", port, NULL, 2000, 0, 0, e);
 }
 
 /* Connects and returns the status. */
-static int connect_now(struct fx *f, struct crun_aclient *c, struct conn_res *r)
+static int connect_now(struct fx *f, struct crun__aclient *c, struct conn_res *r)
 {
 	memset(r, 0, sizeof(*r));
-	assert_int_equal(crun_aclient_connect(c, on_connect, r), 0);
+	assert_int_equal(crun__aclient_connect(c, on_connect, r), 0);
 	assert_true(run_until(f, &r->done, 5000));
 	assert_int_equal(r->calls, 1);
 	return r->status;
 }
 
 /* Request helpers: items are C strings. */
-static int send_req(struct crun_aclient *c, uint8_t type, int64_t num, int64_t timeout_ms,
+static int send_req(struct crun__aclient *c, uint8_t type, int64_t num, int64_t timeout_ms,
 		    struct rep *r, uint32_t *id, int nitems, ...)
 {
-	struct crun_wire_item items[4];
-	struct crun_wire_msg m = { .type = type, .num = num, .items = items };
+	struct crun__wire_item items[4];
+	struct crun__wire_msg m = { .type = type, .num = num, .items = items };
 	va_list ap;
 
 	va_start(ap, nitems);
 	for (int i = 0; i < nitems; i++) {
 		const char *s = va_arg(ap, const char *);
 
-		items[i] = (struct crun_wire_item){ (const uint8_t *)s, (uint32_t)strlen(s) };
+		items[i] = (struct crun__wire_item){ (const uint8_t *)s, (uint32_t)strlen(s) };
 	}
 	va_end(ap);
 	m.count = (uint32_t)nitems;
 	memset(r, 0, sizeof(*r));
-	return crun_aclient_request(c, &m, timeout_ms, on_reply, r, id);
+	return crun__aclient_request(c, &m, timeout_ms, on_reply, r, id);
 }
 
 static void wait_rep(struct fx *f, struct rep *r)
@@ -343,8 +343,8 @@ static void fake_main(void *arg)
 	struct fake *fk = arg;
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[CRUN_WIRE_NONCE_LEN] = { 7 };
 	uint8_t buf[1024], out[256], zero_mac[CRUN_WIRE_MAC_LEN] = { 0 };
-	struct crun_wire_item items[8], it;
-	struct crun_wire_msg m, ok = { .type = CRUN_WIRE_OK };
+	struct crun__wire_item items[8], it;
+	struct crun__wire_msg m, ok = { .type = CRUN_WIRE_OK };
 	uint32_t cap = 8, plen;
 	int fd;
 
@@ -355,26 +355,26 @@ static void fake_main(void *arg)
 		return;
 	if (fk->mode == FAKE_NOT_STORE) {
 		memset(pre, 'x', sizeof(pre));
-		crun_write_all(fd, pre, sizeof(pre));
+		crun__write_all(fd, pre, sizeof(pre));
 		goto out_wait;
 	}
-	crun_wire_server_preamble(pre, fk->mode == FAKE_BAD_MAC ? CRUN_WIRE_F_AUTH : 0, nonce);
-	if (crun_write_all(fd, pre, sizeof(pre)) < 0 ||
+	crun__wire_server_preamble(pre, fk->mode == FAKE_BAD_MAC ? CRUN_WIRE_F_AUTH : 0, nonce);
+	if (crun__write_all(fd, pre, sizeof(pre)) < 0 ||
 	    read_full(fd, buf, CRUN_WIRE_CLIENT_PREAMBLE) < 0 ||
 	    read_full(fd, buf, CRUN_WIRE_HEADER_LEN) < 0 ||
-	    crun_wire_check_header(buf, sizeof(buf), &plen, NULL, 0) < 0 ||
+	    crun__wire_check_header(buf, sizeof(buf), &plen, NULL, 0) < 0 ||
 	    plen > sizeof(buf) - CRUN_WIRE_HEADER_LEN ||
 	    read_full(fd, buf + CRUN_WIRE_HEADER_LEN, plen) < 0 ||
-	    crun_wire_decode(buf, CRUN_WIRE_HEADER_LEN + plen, sizeof(buf), &m, items, &cap, NULL,
+	    crun__wire_decode(buf, CRUN_WIRE_HEADER_LEN + plen, sizeof(buf), &m, items, &cap, NULL,
 			     0) <= 0)
 		goto out_wait;
 	ok.id = m.id;
 	if (fk->mode == FAKE_BAD_MAC) {
-		it = (struct crun_wire_item){ zero_mac, sizeof(zero_mac) };
+		it = (struct crun__wire_item){ zero_mac, sizeof(zero_mac) };
 		ok.items = &it;
 		ok.count = 1;
 	}
-	crun_write_all(fd, out, crun_wire_encode(&ok, out));
+	crun__write_all(fd, out, crun__wire_encode(&ok, out));
 out_wait:
 	/* Silent: reads nothing, answers nothing, until told to stop. */
 	wait_in(fk->stop[0], 5000);
@@ -416,7 +416,7 @@ static void test_replies(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep set, get, miss, add, chk, list, ping, bad;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	char peer[64];
 	uint32_t id1 = 0, id2 = 0;
 
@@ -425,12 +425,12 @@ static void test_replies(void **state)
 	assert_int_equal(fx_serve(&f, "127.0.0.1", NULL), 0);
 	c = client(&f, f.port, &e);
 	snprintf(peer, sizeof(peer), "127.0.0.1:%d", f.port);
-	assert_string_equal(crun_aclient_peer(c), peer);
+	assert_string_equal(crun__aclient_peer(c), peer);
 	/* Not connected yet. */
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 0, &bad, NULL, 0), -ENOTCONN);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
-	assert_string_equal(crun_aclient_peer(c), peer);
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), -EALREADY);
+	assert_string_equal(crun__aclient_peer(c), peer);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), -EALREADY);
 
 	assert_int_equal(send_req(c, CRUN_WIRE_SET, 0, 1000, &set, &id1, 2, "k", "v"), 0);
 	assert_int_equal(send_req(c, CRUN_WIRE_GET, 0, 1000, &get, &id2, 1, "k"), 0);
@@ -470,13 +470,13 @@ static void test_replies(void **state)
 	assert_int_equal(bad.calls, 0);
 	assert_int_equal(e.lost, 0);
 
-	crun_aclient_destroy(c);
-	crun_aclient_destroy(NULL);
+	crun__aclient_destroy(c);
+	crun__aclient_destroy(NULL);
 	fx_finish(&f);
 }
 
 struct late_set {
-	struct crun_aclient *b;
+	struct crun__aclient *b;
 	struct rep *r;
 };
 
@@ -494,7 +494,7 @@ static void test_get_wait_answered_by_set(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep get, set;
-	struct crun_aclient *a, *b;
+	struct crun__aclient *a, *b;
 	struct late_set ls;
 	uv_timer_t t;
 	uint64_t t0;
@@ -506,7 +506,7 @@ static void test_get_wait_answered_by_set(void **state)
 	b = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, a, &cr), 0);
 	assert_int_equal(connect_now(&f, b, &cr), 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(send_req(a, CRUN_WIRE_GET, 5000, 6000, &get, NULL, 1, "late"), 0);
 	ls = (struct late_set){ b, &set };
 	uv_timer_init(&f.loop, &t);
@@ -521,8 +521,8 @@ static void test_get_wait_answered_by_set(void **state)
 	wait_rep(&f, &set);
 	assert_int_equal(set.status, 0);
 	uv_close((uv_handle_t *)&t, NULL);
-	crun_aclient_destroy(a);
-	crun_aclient_destroy(b);
+	crun__aclient_destroy(a);
+	crun__aclient_destroy(b);
 	fx_finish(&f);
 }
 
@@ -534,7 +534,7 @@ static void test_request_timeout(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep get, get2, ping;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	uint64_t t0;
 
 	(void)state;
@@ -542,7 +542,7 @@ static void test_request_timeout(void **state)
 	assert_int_equal(fx_serve(&f, "127.0.0.1", NULL), 0);
 	c = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	/* The server would wait 300 ms, the client gives up after 100. */
 	assert_int_equal(send_req(c, CRUN_WIRE_GET, 300, 100, &get, NULL, 1, "never"), 0);
 	assert_int_equal(send_req(c, CRUN_WIRE_GET, 10000, 250, &get2, NULL, 1, "never2"), 0);
@@ -563,20 +563,20 @@ static void test_request_timeout(void **state)
 	wait_rep(&f, &ping);
 	assert_int_equal(ping.status, 0);
 	assert_int_equal(e.lost, 0);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 }
 
 /* Mutual authentication against a server on its own thread. */
 static void test_auth(void **state)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	struct fx f;
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep set;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	uint64_t t0;
 
 	(void)state;
@@ -589,24 +589,24 @@ static void test_auth(void **state)
 	assert_int_equal(send_req(c, CRUN_WIRE_SET, 0, 1000, &set, NULL, 2, "k", "v"), 0);
 	wait_rep(&f, &set);
 	assert_int_equal(set.status, 0);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 
 	/* A wrong token: refused at once although retries would be allowed. */
 	c = client_opts(&f, "127.0.0.1", h.port, "wrong", 10000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -EACCES);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_string_equal(cr.msg, "authentication failed");
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 0, &set, NULL, 0), -ENOTCONN);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 
 	/* No token for a server that wants one. */
 	c = client_opts(&f, "127.0.0.1", h.port, NULL, 10000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -EACCES);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_non_null(strstr(cr.msg, "authentication failed"));
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	assert_int_equal(e.lost, 0);
 
 	fx_finish(&f);
@@ -621,27 +621,27 @@ static void test_fake_servers(void **state)
 	struct fx f;
 	struct evs e = { 0 };
 	struct conn_res cr;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	uint64_t t0;
 
 	(void)state;
 	fx_init(&f);
 	fake_start(&fk, FAKE_BAD_MAC);
 	c = client_opts(&f, "127.0.0.1", fk.port, TOKEN, 10000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -EACCES);
 	assert_true(elapsed_ms(t0) < 2000);
 	assert_non_null(strstr(cr.msg, "did not prove it knows the token"));
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fake_stop(&fk);
 
 	fake_start(&fk, FAKE_NOT_STORE);
 	c = client_opts(&f, "127.0.0.1", fk.port, NULL, 10000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -EPROTO);
 	assert_true(elapsed_ms(t0) < 2000);
 	assert_non_null(strstr(cr.msg, "is not a crun store"));
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fake_stop(&fk);
 	fx_finish(&f);
 }
@@ -671,7 +671,7 @@ static void test_connect_retry(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep ping;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	struct later_server ls;
 	uv_timer_t t;
 	int fd, port;
@@ -686,7 +686,7 @@ static void test_connect_retry(void **state)
 	t.data = &ls;
 	uv_timer_start(&t, on_start_server, 200, 0);
 	c = client_opts(&f, "127.0.0.1", port, NULL, 5000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), 0);
 	assert_true(ls.started);
 	assert_true(elapsed_ms(t0) >= 190);
@@ -695,7 +695,7 @@ static void test_connect_retry(void **state)
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 1000, &ping, NULL, 0), 0);
 	wait_rep(&f, &ping);
 	assert_int_equal(ping.status, 0);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	uv_close((uv_handle_t *)&t, NULL);
 	fx_finish(&f);
 	harness_stop(&h);
@@ -708,7 +708,7 @@ static void test_connect_timeout(void **state)
 	struct fx f;
 	struct evs e = { 0 };
 	struct conn_res cr;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	char want[128];
 	int fd, port;
 	uint64_t t0;
@@ -718,7 +718,7 @@ static void test_connect_timeout(void **state)
 	assert_true(port > 0);
 	fx_init(&f);
 	c = client_opts(&f, "127.0.0.1", port, NULL, 300, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -ETIMEDOUT);
 	assert_true(elapsed_ms(t0) >= 290);
 	assert_true(elapsed_ms(t0) < 1500);
@@ -726,16 +726,16 @@ static void test_connect_timeout(void **state)
 		 "cannot connect to the store at '127.0.0.1:%d' within 300ms: connection refused",
 		 port);
 	assert_string_equal(cr.msg, want);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 
 	c = client_opts(&f, "127.0.0.1", port, NULL, 0, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, c, &cr), -ECONNREFUSED);
 	assert_true(elapsed_ms(t0) < 500);
 	snprintf(want, sizeof(want),
 		 "cannot connect to the store at '127.0.0.1:%d': connection refused", port);
 	assert_string_equal(cr.msg, want);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 	close(fd);
 }
@@ -747,7 +747,7 @@ static void test_server_destroyed(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep get, wait, ping;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	char want[128];
 
 	(void)state;
@@ -760,7 +760,7 @@ static void test_server_destroyed(void **state)
 	assert_int_equal(send_req(c, CRUN_WIRE_WAIT, 10000, 20000, &wait, NULL, 1, "b"), 0);
 	run_for(&f, 30);
 	assert_false(get.done);
-	crun_server_destroy(f.srv, NULL, NULL);
+	crun__server_destroy(f.srv, NULL, NULL);
 	f.srv = NULL;
 	assert_true(run_until(&f, &e.lost_done, 2000));
 	assert_int_equal(e.lost_err, -ECONNRESET);
@@ -777,7 +777,7 @@ static void test_server_destroyed(void **state)
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 0, &ping, NULL, 0), -ENOTCONN);
 	run_for(&f, 100);
 	assert_int_equal(e.lost, 1);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 }
 
@@ -789,7 +789,7 @@ static void test_keepalive_loss(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep ping;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	char want[128];
 	uint64_t t0;
 
@@ -798,7 +798,7 @@ static void test_keepalive_loss(void **state)
 	fake_start(&fk, FAKE_SILENT);
 	c = client_opts(&f, "127.0.0.1", fk.port, NULL, 2000, 100, 3, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 0, &ping, NULL, 0), 0);
 	assert_true(run_until(&f, &e.lost_done, 3000));
 	assert_true(elapsed_ms(t0) >= 280);
@@ -811,7 +811,7 @@ static void test_keepalive_loss(void **state)
 	assert_int_equal(ping.status, -ETIMEDOUT);
 	run_for(&f, 50);
 	assert_int_equal(e.lost, 1);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 	fake_stop(&fk);
 }
@@ -824,7 +824,7 @@ static void test_keepalive_alive(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep get;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 
 	(void)state;
 	fx_init(&f);
@@ -838,7 +838,7 @@ static void test_keepalive_alive(void **state)
 	assert_true(get.has_reply); /* the server's ERROR, not the client */
 	run_for(&f, 100);
 	assert_int_equal(e.lost, 0);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 }
 
@@ -850,7 +850,7 @@ static void test_destroy_in_callbacks(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep r[4];
-	struct crun_aclient *c, *victim;
+	struct crun__aclient *c, *victim;
 	int fd, port;
 
 	(void)state;
@@ -876,7 +876,7 @@ static void test_destroy_in_callbacks(void **state)
 	e = (struct evs){ .destroy_on_lost = true };
 	c = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
-	crun_server_destroy(f.srv, NULL, NULL);
+	crun__server_destroy(f.srv, NULL, NULL);
 	f.srv = NULL;
 	assert_true(run_until(&f, &e.lost_done, 2000));
 	run_for(&f, 50);
@@ -903,7 +903,7 @@ static void test_destroy_in_callbacks(void **state)
 	assert_int_equal(send_req(c, CRUN_WIRE_GET, 10000, 0, &r[1], NULL, 1, "y"), 0);
 	r[0].destroy = &victim;
 	run_for(&f, 20);
-	crun_server_destroy(f.srv, NULL, NULL);
+	crun__server_destroy(f.srv, NULL, NULL);
 	f.srv = NULL;
 	assert_true(run_until(&f, &r[0].done, 2000));
 	assert_int_equal(r[0].status, -ECONNRESET);
@@ -917,14 +917,14 @@ static void test_destroy_in_callbacks(void **state)
 	c = client_opts(&f, "127.0.0.1", port, NULL, 0, 0, 0, &e);
 	memset(&cr, 0, sizeof(cr));
 	cr.destroy = true;
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), 0);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), 0);
 	assert_true(run_until(&f, &cr.done, 2000));
 	assert_int_equal(cr.status, -ECONNREFUSED);
 	assert_int_equal(fx_serve(&f, "127.0.0.1", NULL), 0);
 	c = client(&f, f.port, &e);
 	memset(&cr, 0, sizeof(cr));
 	cr.destroy = true;
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), 0);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), 0);
 	assert_true(run_until(&f, &cr.done, 2000));
 	assert_int_equal(cr.status, 0);
 
@@ -932,16 +932,16 @@ static void test_destroy_in_callbacks(void **state)
 	 * connect callback never runs. */
 	c = client_opts(&f, "127.0.0.1", port, NULL, 5000, 0, 0, &e);
 	memset(&cr, 0, sizeof(cr));
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), 0);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), 0);
 	run_for(&f, 40);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	c = client(&f, f.port, &e);
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), 0);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), 0);
 	uv_run(&f.loop, UV_RUN_NOWAIT);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	c = client_opts(&f, "localhost", f.port, NULL, 5000, 0, 0, &e);
-	assert_int_equal(crun_aclient_connect(c, on_connect, &cr), 0);
-	crun_aclient_destroy(c);
+	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), 0);
+	crun__aclient_destroy(c);
 	run_for(&f, 100);
 	assert_int_equal(cr.calls, 0);
 	close(fd);
@@ -955,7 +955,7 @@ static void test_watch_notify(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep w, set, del;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	uint32_t wid = 0;
 
 	(void)state;
@@ -980,7 +980,7 @@ static void test_watch_notify(void **state)
 	assert_string_equal(e.nval, "");
 	wait_rep(&f, &del);
 	assert_int_equal(del.num, 1);
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 }
 
@@ -991,7 +991,7 @@ static void test_names_and_ipv6(void **state)
 	struct evs e = { 0 };
 	struct conn_res cr;
 	struct rep ping;
-	struct crun_aclient *c;
+	struct crun__aclient *c;
 	char want[64];
 
 	(void)state;
@@ -999,18 +999,18 @@ static void test_names_and_ipv6(void **state)
 	assert_int_equal(fx_serve(&f, "127.0.0.1", NULL), 0);
 	c = client_opts(&f, "localhost", f.port, NULL, 2000, 0, 0, &e);
 	snprintf(want, sizeof(want), "localhost:%d", f.port);
-	assert_string_equal(crun_aclient_peer(c), want);
+	assert_string_equal(crun__aclient_peer(c), want);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
 	snprintf(want, sizeof(want), "127.0.0.1:%d", f.port);
-	assert_string_equal(crun_aclient_peer(c), want);
-	crun_aclient_destroy(c);
+	assert_string_equal(crun__aclient_peer(c), want);
+	crun__aclient_destroy(c);
 
 	c = client_opts(&f, "no-such-host.invalid", f.port, NULL, 0, 0, 0, &e);
 	assert_int_equal(connect_now(&f, c, &cr), -EHOSTUNREACH);
 	assert_non_null(strstr(cr.msg, "cannot resolve 'no-such-host.invalid'"));
-	crun_aclient_destroy(c);
+	crun__aclient_destroy(c);
 
-	crun_server_destroy(f.srv, NULL, NULL);
+	crun__server_destroy(f.srv, NULL, NULL);
 	f.srv = NULL;
 	if (fx_serve(&f, "::1", NULL) < 0) {
 		fprintf(stderr, "no IPv6 loopback here: IPv6 part skipped\n");
@@ -1018,11 +1018,11 @@ static void test_names_and_ipv6(void **state)
 		c = client_opts(&f, "::1", f.port, NULL, 2000, 0, 0, &e);
 		assert_int_equal(connect_now(&f, c, &cr), 0);
 		snprintf(want, sizeof(want), "[::1]:%d", f.port);
-		assert_string_equal(crun_aclient_peer(c), want);
+		assert_string_equal(crun__aclient_peer(c), want);
 		assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 1000, &ping, NULL, 0), 0);
 		wait_rep(&f, &ping);
 		assert_int_equal(ping.status, 0);
-		crun_aclient_destroy(c);
+		crun__aclient_destroy(c);
 	}
 	fx_finish(&f);
 }
@@ -1030,11 +1030,11 @@ static void test_names_and_ipv6(void **state)
 /* A store at its connection limit says so before HELLO; not retried. */
 static void test_connection_limit(void **state)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct fx f;
 	struct evs e = { 0 };
 	struct conn_res cr;
-	struct crun_aclient *a, *b;
+	struct crun__aclient *a, *b;
 	uint64_t t0;
 
 	(void)state;
@@ -1045,31 +1045,31 @@ static void test_connection_limit(void **state)
 	a = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, a, &cr), 0);
 	b = client_opts(&f, "127.0.0.1", f.port, NULL, 5000, 0, 0, &e);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(connect_now(&f, b, &cr), -EMFILE);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_string_equal(cr.msg, "too many connections");
-	crun_aclient_destroy(a);
-	crun_aclient_destroy(b);
+	crun__aclient_destroy(a);
+	crun__aclient_destroy(b);
 	fx_finish(&f);
 }
 
 /* A rendezvous round through the client: two nodes JOIN, both get their
  * assignment; a FAIL ends the round and each gets an RDZV_EVENT carrying
  * its own JOIN's id. */
-static void join(struct crun_aclient *c, const char *node_id, struct rep *r, uint32_t *id)
+static void join(struct crun__aclient *c, const char *node_id, struct rep *r, uint32_t *id)
 {
-	struct crun_rdzv_node self = { .node_id = (char *)node_id, .host = "host", .addr = "",
+	struct crun__rdzv_node self = { .node_id = (char *)node_id, .host = "host", .addr = "",
 				       .nproc = 2, .node_rank = -1 };
-	struct crun_rdzv_conf conf = { .min_nodes = 2, .max_nodes = 2, .join_timeout_ms = 5000,
+	struct crun__rdzv_conf conf = { .min_nodes = 2, .max_nodes = 2, .join_timeout_ms = 5000,
 				       .max_restarts = 3 };
-	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
-	struct crun_wire_msg m;
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__wire_msg m;
 	char scratch[160];
 
-	crun_rdzv_join_msg(&self, &conf, &m, items, scratch);
+	crun__rdzv_join_msg(&self, &conf, &m, items, scratch);
 	memset(r, 0, sizeof(*r));
-	assert_int_equal(crun_aclient_request(c, &m, 0, on_reply, r, id), 0);
+	assert_int_equal(crun__aclient_request(c, &m, 0, on_reply, r, id), 0);
 }
 
 static void test_rdzv_round(void **state)
@@ -1078,9 +1078,9 @@ static void test_rdzv_round(void **state)
 	struct evs ea = { 0 }, eb = { 0 };
 	struct conn_res cr;
 	struct rep ja, jb, fail = { 0 };
-	struct crun_aclient *a, *b;
-	struct crun_wire_item it = { (const uint8_t *)"rank 1 exited with status 1", 27 };
-	struct crun_wire_msg m;
+	struct crun__aclient *a, *b;
+	struct crun__wire_item it = { (const uint8_t *)"rank 1 exited with status 1", 27 };
+	struct crun__wire_msg m;
 	uint32_t ida = 0, idb = 0;
 	uint64_t t0;
 
@@ -1095,7 +1095,7 @@ static void test_rdzv_round(void **state)
 	/* The JOIN waits for the second node (keep-alives meanwhile). */
 	run_for(&f, 350);
 	assert_false(ja.done);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	join(b, "node-b", &jb, &idb);
 	wait_rep(&f, &ja);
 	wait_rep(&f, &jb);
@@ -1108,9 +1108,9 @@ static void test_rdzv_round(void **state)
 	assert_string_equal(jb.item[2], "1");
 
 	/* A worker on node b failed: the round ends for both. */
-	m = (struct crun_wire_msg){ .type = CRUN_WIRE_RDZV_FAIL, .num = atoi(ja.item[0]),
+	m = (struct crun__wire_msg){ .type = CRUN_WIRE_RDZV_FAIL, .num = atoi(ja.item[0]),
 				    .count = 1, .items = &it };
-	assert_int_equal(crun_aclient_request(b, &m, 1000, on_reply, &fail, NULL), 0);
+	assert_int_equal(crun__aclient_request(b, &m, 1000, on_reply, &fail, NULL), 0);
 	assert_true(run_until(&f, &ea.rdzv_done, 2000));
 	assert_true(run_until(&f, &eb.rdzv_done, 2000));
 	wait_rep(&f, &fail);
@@ -1124,41 +1124,41 @@ static void test_rdzv_round(void **state)
 	run_for(&f, 50);
 	assert_int_equal(ea.rdzv + eb.rdzv, 2);
 	assert_int_equal(ea.lost + eb.lost, 0);
-	crun_aclient_destroy(a);
-	crun_aclient_destroy(b);
+	crun__aclient_destroy(a);
+	crun__aclient_destroy(b);
 	fx_finish(&f);
 }
 
 static void test_bad_options(void **state)
 {
 	struct fx f;
-	struct crun_aclient_opts o = { .host = "127.0.0.1", .port = 1, .run_id = "r" };
-	struct crun_aclient *c;
+	struct crun__aclient_opts o = { .host = "127.0.0.1", .port = 1, .run_id = "r" };
+	struct crun__aclient *c;
 
 	(void)state;
 	fx_init(&f);
 	o.port = 0;
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.port = 70000;
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.port = 1;
 	o.run_id = "";
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.run_id = "r";
 	o.keepalive_interval_ms = 100;
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.keepalive_interval_ms = 0;
 	o.token = "t";
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.token = NULL;
 	o.host = NULL;
-	assert_null(crun_aclient_create(&f.loop, &o, NULL, NULL));
+	assert_null(crun__aclient_create(&f.loop, &o, NULL, NULL));
 	o.host = "::1";
-	c = crun_aclient_create(&f.loop, &o, NULL, NULL);
+	c = crun__aclient_create(&f.loop, &o, NULL, NULL);
 	assert_non_null(c);
-	assert_string_equal(crun_aclient_peer(c), "[::1]:1");
-	assert_int_equal(crun_aclient_connect(c, NULL, NULL), -EINVAL);
-	crun_aclient_destroy(c);
+	assert_string_equal(crun__aclient_peer(c), "[::1]:1");
+	assert_int_equal(crun__aclient_connect(c, NULL, NULL), -EINVAL);
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 }
 
@@ -1184,6 +1184,6 @@ int main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	crun_log_init("test_aclient", CRUN_LOG_ERROR);
+	crun__log_init("test_aclient", CRUN_LOG_ERROR);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* Unit tests of the agent: error files (reading PyTorch's formats, writing
- * crun's own), the failure summary's parts, and whole runs of crun_agent_run() in a forked child
+ * crun's own), the failure summary's parts, and whole runs of crun__agent_run() in a forked child
  * (its stdout and stderr in files) with the worker programs of
  * tests/helpers/, which are built next to this test. The runs cover what
  * needs the agent's insides: the environment, restarts, a worker that
@@ -326,7 +326,7 @@ static void test_mkdir_p(void **state)
 /* ---- whole runs ---- */
 
 struct run {
-	int status;	 /* crun_agent_run()'s return, or -1 */
+	int status;	 /* crun__agent_run()'s return, or -1 */
 	char *out, *err; /* the agent's stdout and stderr */
 	long ms;	 /* wall time */
 };
@@ -335,12 +335,12 @@ static int (*child_kill)(pid_t, int);
 
 static long now_ms(void)
 {
-	return (long)crun_now_ms();
+	return (long)crun__now_ms();
 }
 
 /* Runs the agent in a child with env (KEY=VALUE..., NULL) added to its
  * environment. The child is killed after limit_ms. */
-static void run_agent(struct run *r, struct crun_agent_spec *spec, char **env, long limit_ms)
+static void run_agent(struct run *r, struct crun__agent_spec *spec, char **env, long limit_ms)
 {
 	char out[PATH_MAX + 16], err[PATH_MAX + 16];
 	long start = now_ms();
@@ -363,7 +363,7 @@ static void run_agent(struct run *r, struct crun_agent_spec *spec, char **env, l
 			putenv(*e);
 		if (child_kill)
 			agent_kill = child_kill;
-		_exit(crun_agent_run(spec));
+		_exit(crun__agent_run(spec));
 	}
 	for (;;) {
 		pid_t w = waitpid(pid, &status, WNOHANG);
@@ -427,12 +427,12 @@ static void test_run_env(void **state)
 	char *extra[] = {"EXTRA_ONE=1", "RANK=99", "EXTRA_ONE=2", "OMP_NUM_THREADS=4", NULL};
 	char *env[] = {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b", "TORCHELASTIC_USE_AGENT_STORE=True",
 		       "INHERITED_X=yes", NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-env");
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 3;
 	spec.nproc_per_node = 3;
@@ -494,12 +494,12 @@ static void test_run_restarts(void **state)
 	char prog[PATH_MAX + 32];
 	char *argv[] = {prog,	  "--fail-rank", "1",		"--fail-below", "2",
 			"--code", "5",		 "--others-ms", "1500",		NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-exit");
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 9;
 	spec.nproc_per_node = 3;
@@ -547,15 +547,15 @@ static void test_run_signal_failure(void **state)
 	char *argv[] = {prog,	      "--signal", "11", "--stagger-ms", "200", "--ignore-term", "1",
 			"--delay-ms", "300",	  NULL};
 	char *env[] = {envbuf, NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 	char *text;
 
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-exit");
-	snprintf(own, sizeof(own), "%s/crun_error.json", scratch);
+	snprintf(own, sizeof(own), "%s/crun__error.json", scratch);
 	snprintf(envbuf, sizeof(envbuf), "TORCHELASTIC_ERROR_FILE=%s", own);
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 9;
 	spec.nproc_per_node = 2;
@@ -580,7 +580,7 @@ static void test_run_exec_errors(void **state)
 	char *missing[] = {"crun-no-such-command-xyz", NULL};
 	char path[PATH_MAX + 32];
 	char *noexec[] = {path, NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 	char *expect;
 
@@ -588,7 +588,7 @@ static void test_run_exec_errors(void **state)
 	snprintf(path, sizeof(path), "%s/not-executable", scratch);
 	spit(path, "#!/bin/sh\n");
 	chmod(path, 0644);
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = missing;
 	spec.argc = 1;
 	spec.nproc_per_node = 2;
@@ -620,13 +620,13 @@ static void test_run_stuck_worker(void **state)
 {
 	char prog[PATH_MAX + 32];
 	char *argv[] = {prog, "--fail-rank", "0", "--others-ms", "20000", NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 	pid_t stuck;
 
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-exit");
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 5;
 	spec.nproc_per_node = 2;
@@ -682,13 +682,13 @@ static void test_run_escaped_pipe(void **state)
 {
 	char prog[PATH_MAX + 32];
 	char *argv[] = {prog, "escaped-marker", "--exit", "0", "--escape", NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	struct run r;
 	pid_t gc;
 
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-fork");
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 5;
 	spec.kill_timeout_ms = 300;
@@ -709,7 +709,7 @@ static void test_run_guard(void **state)
 {
 	char prog[PATH_MAX + 32], out[PATH_MAX + 16];
 	char *argv[] = {prog, "guard-marker", NULL};
-	struct crun_agent_spec spec;
+	struct crun__agent_spec spec;
 	pid_t pid, gc[2] = {0, 0}, worker[2] = {0, 0};
 	char *text = NULL;
 	int status;
@@ -717,7 +717,7 @@ static void test_run_guard(void **state)
 	(void)state;
 	helper(prog, sizeof(prog), "crun-test-fork");
 	snprintf(out, sizeof(out), "%s/guard-out", scratch);
-	crun_agent_spec_init(&spec);
+	crun__agent_spec_init(&spec);
 	spec.argv = argv;
 	spec.argc = 2;
 	spec.nproc_per_node = 2;
@@ -730,7 +730,7 @@ static void test_run_guard(void **state)
 			_exit(99);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		_exit(crun_agent_run(&spec));
+		_exit(crun__agent_run(&spec));
 	}
 	for (int t = 0; t < 500 && !(gc[0] && gc[1]); t++) {
 		usleep(10000);

@@ -23,10 +23,10 @@
 
 static int start_with_token(struct harness *h, const char *token)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 
 	memset(&so, 0, sizeof(so));
-	crun_server_limits_default(&so.limits);
+	crun__server_limits_default(&so.limits);
 	so.token = token;
 	so.token_len = token ? strlen(token) : 0;
 	return harness_start(h, 0, &so);
@@ -77,13 +77,13 @@ static void test_wrong_token(void **state)
 	assert_int_equal(start_with_token(&h, TOKEN), 0);
 	/* A long connect timeout: the refusal must still come at once. */
 	s = client(h.port, "not-the-token", 10000);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_connect(s), -EACCES);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_string_equal(crun_store_errmsg(s), "authentication failed");
 	assert_int_equal(crun_store_fd(s), -1);
 	/* Calls fail the same way, without hanging either. */
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_set(s, "k", "v", 1, -1), -EACCES);
 	assert_true(elapsed_ms(t0) < 1000);
 	crun_store_destroy(s);
@@ -99,7 +99,7 @@ static void test_no_token_against_token_server(void **state)
 	(void)state;
 	assert_int_equal(start_with_token(&h, TOKEN), 0);
 	s = client(h.port, NULL, 10000);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_connect(s), -EACCES);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_non_null(strstr(crun_store_errmsg(s), "authentication failed"));
@@ -150,8 +150,8 @@ static void impostor_main(void *arg)
 	struct impostor *im = arg;
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[CRUN_WIRE_NONCE_LEN], hdr[12], *payload;
 	uint8_t fake_mac[CRUN_WIRE_MAC_LEN], out[256];
-	struct crun_wire_item it = { fake_mac, sizeof(fake_mac) };
-	struct crun_wire_msg reply = { .type = CRUN_WIRE_OK, .count = 1, .items = &it };
+	struct crun__wire_item it = { fake_mac, sizeof(fake_mac) };
+	struct crun__wire_msg reply = { .type = CRUN_WIRE_OK, .count = 1, .items = &it };
 	uint32_t plen;
 	int fd;
 
@@ -160,9 +160,9 @@ static void impostor_main(void *arg)
 		return;
 	memset(nonce, 7, sizeof(nonce));
 	memset(fake_mac, 9, sizeof(fake_mac));
-	crun_wire_server_preamble(pre, CRUN_WIRE_F_AUTH, nonce);
+	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH, nonce);
 	if (read_full(fd, out, CRUN_WIRE_CLIENT_PREAMBLE) < 0 ||
-	    crun_write_all(fd, pre, sizeof(pre)) < 0 || read_full(fd, hdr, sizeof(hdr)) < 0)
+	    crun__write_all(fd, pre, sizeof(pre)) < 0 || read_full(fd, hdr, sizeof(hdr)) < 0)
 		goto out_close;
 	plen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
 	if (plen > 4096)
@@ -175,7 +175,7 @@ static void impostor_main(void *arg)
 	free(payload);
 	reply.id = (uint32_t)hdr[8] << 24 | (uint32_t)hdr[9] << 16 | (uint32_t)hdr[10] << 8 |
 		   hdr[11];
-	crun_write_all(fd, out, crun_wire_encode(&reply, out));
+	crun__write_all(fd, out, crun__wire_encode(&reply, out));
 	im->replied = true;
 	/* Wait for the client to hang up. */
 	if (read(fd, out, sizeof(out)) < 0)
@@ -274,7 +274,7 @@ static void test_token_from_env_and_file(void **state)
 	 * newline is not part of the token */
 	fd = mkstemp(path);
 	assert_true(fd >= 0);
-	assert_int_equal(crun_write_all(fd, TOKEN "\n", strlen(TOKEN) + 1), 0);
+	assert_int_equal(crun__write_all(fd, TOKEN "\n", strlen(TOKEN) + 1), 0);
 	close(fd);
 	unsetenv("CRUN_TOKEN");
 	setenv("CRUN_TOKEN_FILE", path, 1);
@@ -314,6 +314,6 @@ int main(void)
 		cmocka_unit_test(test_token_from_env_and_file),
 	};
 
-	crun_log_init("test_auth", CRUN_LOG_WARN);
+	crun__log_init("test_auth", CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

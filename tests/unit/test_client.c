@@ -235,7 +235,7 @@ static void test_get_wait_answered(void **state)
 	assert_int_equal(crun_store_connect(s), 0);
 
 	uv_thread_create(&t, setter_main, &st);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_get(s, "late", &b, 5000), 0);
 	assert_true(elapsed_ms(t0) >= 100);
 	assert_true(elapsed_ms(t0) < 4000);
@@ -273,25 +273,25 @@ static void test_wait_timeouts(void **state)
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
 	s = client(h.port, "r", 0, 0);
 
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_wait(s, keys, 1, 200), -ETIMEDOUT);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 190);
 	assert_true(dt < 1500);
 
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_get(s, "never", &b, 200), -ETIMEDOUT);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 190 && dt < 1500);
 	assert_null(b.data);
 
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_mget(s, keys, 1, vals, 200), -ETIMEDOUT);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 190 && dt < 1500);
 
 	/* timeout 0: one check, no wait */
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_wait(s, keys, 1, 0), -ETIMEDOUT);
 	assert_true(elapsed_ms(t0) < 150);
 	set_str(s, "never", "now");
@@ -300,7 +300,7 @@ static void test_wait_timeouts(void **state)
 	/* nothing to wait for */
 	struct crun_store_event ev;
 
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_next_event(s, &ev, 150), -ETIMEDOUT);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 140 && dt < 1500);
@@ -322,13 +322,13 @@ static void test_call_timeout_leaves_handle_usable(void **state)
 	assert_int_equal(crun_store_add(s, "n", 1, &v, -1), 0);
 
 	harness_freeze(&h, 600);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_count(s, &v, 100), -ETIMEDOUT);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 90 && dt < 500);
 	assert_true(strlen(crun_store_errmsg(s)) > 0);
 	assert_true(crun_store_fd(s) >= 0); /* still connected */
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_ping(s, 100), -ETIMEDOUT);
 	assert_true(elapsed_ms(t0) < 500);
 
@@ -373,7 +373,7 @@ static void test_connect_retry(void **state)
 	assert_true(ls.port > 0);
 	s = client(ls.port, "r", 5000, 0);
 	uv_thread_create(&t, late_start_main, &ls);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_connect(s), 0);
 	assert_true(elapsed_ms(t0) >= 150);
 	assert_true(elapsed_ms(t0) < 4000);
@@ -396,7 +396,7 @@ static void test_connect_refused(void **state)
 	port = reserve_port(&fd);
 	assert_true(port > 0);
 	s = client(port, "r", 300, 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_connect(s), -ECONNREFUSED);
 	dt = elapsed_ms(t0);
 	assert_true(dt >= 290);
@@ -593,7 +593,7 @@ static void test_runs_isolated(void **state)
 
 static void test_errors_map(void **state)
 {
-	struct crun_server_opts so = { 0 };
+	struct crun__server_opts so = { 0 };
 	struct harness h;
 	struct crun_store *s, *s2;
 	char big[100];
@@ -601,7 +601,7 @@ static void test_errors_map(void **state)
 	int64_t v;
 
 	(void)state;
-	crun_server_limits_default(&so.limits);
+	crun__server_limits_default(&so.limits);
 	so.limits.max_key_size = 16;
 	so.limits.max_value_size = 64;
 	so.limits.max_keys_per_run = 3;
@@ -630,7 +630,7 @@ static void test_errors_map(void **state)
 
 	/* the connection limit: refused at once, not retried */
 	s2 = client(h.port, "r", 5000, 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	assert_int_equal(crun_store_connect(s2), -EMFILE);
 	assert_true(elapsed_ms(t0) < 1000);
 	assert_non_null(strstr(crun_store_errmsg(s2), "too many connections"));
@@ -750,7 +750,7 @@ static void dropper_main(void *arg)
 	while (!d->stop) {
 		struct pollfd p = { .fd = d->lfd, .events = POLLIN };
 		uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], out[64];
-		struct crun_wire_msg ok = { .type = CRUN_WIRE_OK };
+		struct crun__wire_msg ok = { .type = CRUN_WIRE_OK };
 		uint32_t id;
 		int fd, type;
 
@@ -759,12 +759,12 @@ static void dropper_main(void *arg)
 		fd = accept(d->lfd, NULL, NULL);
 		if (fd < 0)
 			continue;
-		crun_wire_server_preamble(pre, 0, NULL);
+		crun__wire_server_preamble(pre, 0, NULL);
 		if (read_full(fd, out, CRUN_WIRE_CLIENT_PREAMBLE) == 0 &&
-		    crun_write_all(fd, pre, sizeof(pre)) == 0 &&
+		    crun__write_all(fd, pre, sizeof(pre)) == 0 &&
 		    read_frame(fd, &id) == CRUN_WIRE_HELLO) {
 			ok.id = id;
-			crun_write_all(fd, out, crun_wire_encode(&ok, out));
+			crun__write_all(fd, out, crun__wire_encode(&ok, out));
 			type = read_frame(fd, &id);
 			if (type > 0)
 				d->requests[type]++;
@@ -831,6 +831,6 @@ int main(void)
 		cmocka_unit_test(test_lost_replies),
 	};
 
-	crun_log_init("test_client", CRUN_LOG_WARN);
+	crun__log_init("test_client", CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

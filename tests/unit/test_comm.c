@@ -60,20 +60,20 @@ static int start_server(void **state)
 		return -1;
 	if (server_pid == 0) {
 		uv_loop_t loop;
-		struct crun_server_opts so = {0};
-		struct crun_server *srv;
+		struct crun__server_opts so = {0};
+		struct crun__server *srv;
 		char err[256];
 		int port;
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(fds[0]);
-		crun_log_init("test_comm-server", CRUN_LOG_ERROR);
+		crun__log_init("test_comm-server", CRUN_LOG_ERROR);
 		uv_loop_init(&loop);
-		crun_server_limits_default(&so.limits);
-		srv = crun_server_create(&loop, &so);
-		if (!srv || crun_server_listen(srv, "127.0.0.1", 0, err, sizeof(err)) < 0)
+		crun__server_limits_default(&so.limits);
+		srv = crun__server_create(&loop, &so);
+		if (!srv || crun__server_listen(srv, "127.0.0.1", 0, err, sizeof(err)) < 0)
 			_exit(1);
-		port = crun_server_port(srv);
+		port = crun__server_port(srv);
 		if (write(fds[1], &port, sizeof(port)) != sizeof(port))
 			_exit(1);
 		close(fds[1]);
@@ -120,7 +120,7 @@ struct proc_status {
 
 /* Runs in each child. comm is NULL for ranks >= world (helpers that do
  * not join the group). Returns 0 when every check passed; fills res. */
-typedef int (*child_fn)(struct crun_comm *comm, int rank, int world, void *arg, struct result *res);
+typedef int (*child_fn)(struct crun__comm *comm, int rank, int world, void *arg, struct result *res);
 
 static void resf(struct result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -135,8 +135,8 @@ static void resf(struct result *res, const char *fmt, ...)
 
 static void child_main(int rank, int world, int64_t timeout_ms, child_fn fn, void *arg, int fd)
 {
-	struct crun_comm_opts o = {0};
-	struct crun_comm *comm = NULL;
+	struct crun__comm_opts o = {0};
+	struct crun__comm *comm = NULL;
 	struct result res = {0};
 	char err[512];
 
@@ -150,13 +150,13 @@ static void child_main(int rank, int world, int64_t timeout_ms, child_fn fn, voi
 		o.timeout_ms = timeout_ms;
 		o.no_shm = no_shm_rank == -1 || no_shm_rank == rank;
 		o.send_thread = send_thread;
-		comm = crun_comm_create(&o, err, sizeof(err));
+		comm = crun__comm_create(&o, err, sizeof(err));
 		if (!comm) {
 			res.rc = -1;
 			resf(&res, "rank %d: create: %s", rank, err);
 			goto out;
 		}
-		if (crun_comm_rank(comm) != rank || crun_comm_size(comm) != world) {
+		if (crun__comm_rank(comm) != rank || crun__comm_size(comm) != world) {
 			res.rc = -1;
 			resf(&res, "rank %d: wrong rank or size", rank);
 			goto out;
@@ -164,7 +164,7 @@ static void child_main(int rank, int world, int64_t timeout_ms, child_fn fn, voi
 	}
 	res.rc = fn(comm, rank, world, arg, &res);
 out:
-	crun_comm_destroy(comm);
+	crun__comm_destroy(comm);
 	if (write(fd, &res, sizeof(res)) != sizeof(res))
 		_exit(3);
 	_exit(res.rc == 0 ? 0 : 1);
@@ -199,8 +199,8 @@ static void run_group(int nproc, int world, int64_t timeout_ms, child_fn fn, voi
 		close(p[1]);
 		fds[i] = p[0];
 	}
-	deadline = crun_now_ms() + GROUP_BOUND_MS;
-	while (left > 0 && crun_now_ms() < deadline) {
+	deadline = crun__now_ms() + GROUP_BOUND_MS;
+	while (left > 0 && crun__now_ms() < deadline) {
 		for (int i = 0; i < nproc; i++) {
 			if (pids[i] > 0 && waitpid(pids[i], &st[i].status, WNOHANG) == pids[i]) {
 				pids[i] = -1;
@@ -252,7 +252,7 @@ static float val(int rank, size_t i)
 
 static const size_t sizes[] = {1, 7, 1000, 1 << 20};
 
-static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int check_all(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	(void)arg;
 	for (size_t k = 0; k < CRUN_ARRAY_SIZE(sizes); k++) {
@@ -269,9 +269,9 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 		for (size_t cnt = count; cnt + 2 >= count && cnt > 0; cnt--) {
 			for (size_t i = 0; i < cnt; i++)
 				a[i] = val(r, i);
-			if ((rc = crun_comm_allreduce_f32(comm, a, cnt)) < 0) {
+			if ((rc = crun__comm_allreduce_f32(comm, a, cnt)) < 0) {
 				resf(res, "rank %d: all-reduce %zu: %s", r, cnt,
-				     crun_comm_errmsg(comm));
+				     crun__comm_errmsg(comm));
 				return -1;
 			}
 			for (size_t i = 0; i < cnt; i++) {
@@ -289,9 +289,9 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 		/* reduce-scatter */
 		for (size_t i = 0; i < count * (size_t)n; i++)
 			a[i] = val(r, i);
-		if (crun_comm_reduce_scatter_f32(comm, a, b, count) < 0) {
+		if (crun__comm_reduce_scatter_f32(comm, a, b, count) < 0) {
 			resf(res, "rank %d: reduce-scatter %zu: %s", r, count,
-			     crun_comm_errmsg(comm));
+			     crun__comm_errmsg(comm));
 			return -1;
 		}
 		for (size_t i = 0; i < count; i++) {
@@ -311,9 +311,9 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 
 			for (size_t i = 0; i < count; i++)
 				in[i] = val(r, i) + 0.5f;
-			if (crun_comm_allgather_f32(comm, in, b, count) < 0) {
+			if (crun__comm_allgather_f32(comm, in, b, count) < 0) {
 				resf(res, "rank %d: all-gather %zu: %s", r, count,
-				     crun_comm_errmsg(comm));
+				     crun__comm_errmsg(comm));
 				return -1;
 			}
 			for (int q = 0; q < n; q++)
@@ -328,8 +328,8 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 		/* broadcast from a root that changes with the size */
 		for (size_t i = 0; i < count; i++)
 			a[i] = r == root ? val(root, i) : -1.0f;
-		if (crun_comm_broadcast(comm, a, count * sizeof(float), root) < 0) {
-			resf(res, "rank %d: broadcast %zu: %s", r, count, crun_comm_errmsg(comm));
+		if (crun__comm_broadcast(comm, a, count * sizeof(float), root) < 0) {
+			resf(res, "rank %d: broadcast %zu: %s", r, count, crun__comm_errmsg(comm));
 			return -1;
 		}
 		for (size_t i = 0; i < count; i++)
@@ -340,8 +340,8 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 			}
 		free(a);
 		free(b);
-		if (crun_comm_barrier(comm) < 0) {
-			resf(res, "rank %d: barrier: %s", r, crun_comm_errmsg(comm));
+		if (crun__comm_barrier(comm) < 0) {
+			resf(res, "rank %d: barrier: %s", r, crun__comm_errmsg(comm));
 			return -1;
 		}
 	}
@@ -353,17 +353,17 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 			w0 += q + 0.25;
 			w1 += (double)q * 1e10;
 		}
-		if (crun_comm_allreduce_f64(comm, d, 2) < 0 || d[0] != w0 || d[1] != w1) {
+		if (crun__comm_allreduce_f64(comm, d, 2) < 0 || d[0] != w0 || d[1] != w1) {
 			resf(res, "rank %d: all-reduce f64: %g %g, want %g %g (%s)", r, d[0], d[1],
-			     w0, w1, crun_comm_errmsg(comm));
+			     w0, w1, crun__comm_errmsg(comm));
 			return -1;
 		}
 	}
 	/* empty collectives are legal and keep the group in step */
-	if (crun_comm_allreduce_f32(comm, NULL, 0) < 0 ||
-	    crun_comm_allgather_f32(comm, NULL, NULL, 0) < 0 ||
-	    crun_comm_broadcast(comm, NULL, 0, n - 1) < 0 || crun_comm_barrier(comm) < 0) {
-		resf(res, "rank %d: empty collective: %s", r, crun_comm_errmsg(comm));
+	if (crun__comm_allreduce_f32(comm, NULL, 0) < 0 ||
+	    crun__comm_allgather_f32(comm, NULL, NULL, 0) < 0 ||
+	    crun__comm_broadcast(comm, NULL, 0, n - 1) < 0 || crun__comm_barrier(comm) < 0) {
+		resf(res, "rank %d: empty collective: %s", r, crun__comm_errmsg(comm));
 		return -1;
 	}
 	/* odd byte counts leave the streams unaligned for the next call */
@@ -372,11 +372,11 @@ static int check_all(struct crun_comm *comm, int r, int n, void *arg, struct res
 		float f[5] = {1, 2, 3, 4, 5};
 
 		snprintf(text, sizeof(text), "%s", r == 1 ? "from rank 1!" : "");
-		if (crun_comm_broadcast(comm, text, sizeof(text), 1) < 0 ||
-		    strcmp(text, "from rank 1!") || crun_comm_allreduce_f32(comm, f, 5) < 0 ||
+		if (crun__comm_broadcast(comm, text, sizeof(text), 1) < 0 ||
+		    strcmp(text, "from rank 1!") || crun__comm_allreduce_f32(comm, f, 5) < 0 ||
 		    f[4] != 5.0f * (float)n) {
 			resf(res, "rank %d: odd broadcast: '%s' %g (%s)", r, text, f[4],
-			     crun_comm_errmsg(comm));
+			     crun__comm_errmsg(comm));
 			return -1;
 		}
 	}
@@ -465,7 +465,7 @@ static float noise(int rank, size_t i)
 	return (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 1000.0f;
 }
 
-static int determinism(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int determinism(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	float *a = malloc(DET_COUNT * sizeof(float));
 	uint64_t h[2];
@@ -476,8 +476,8 @@ static int determinism(struct crun_comm *comm, int r, int n, void *arg, struct r
 	for (int run = 0; run < 2; run++) {
 		for (size_t i = 0; i < DET_COUNT; i++)
 			a[i] = noise(r, i);
-		if (crun_comm_allreduce_f32(comm, a, DET_COUNT) < 0) {
-			resf(res, "rank %d: %s", r, crun_comm_errmsg(comm));
+		if (crun__comm_allreduce_f32(comm, a, DET_COUNT) < 0) {
+			resf(res, "rank %d: %s", r, crun__comm_errmsg(comm));
 			free(a);
 			return -1;
 		}
@@ -531,7 +531,7 @@ static void test_determinism(void **state)
 
 /* Rank 1 is killed by SIGALRM while it runs all-reduces; the others must
  * fail in their current call, within the timeout, naming a peer. */
-static int peer_dies(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int peer_dies(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	float *a = calloc(BIG, sizeof(float));
 	int rc = 0;
@@ -546,11 +546,11 @@ static int peer_dies(struct crun_comm *comm, int r, int n, void *arg, struct res
 		setitimer(ITIMER_REAL, &it, NULL);
 	}
 	for (int i = 0; i < 100000; i++) {
-		uint64_t t0 = crun_now_ms();
+		uint64_t t0 = crun__now_ms();
 
-		rc = crun_comm_allreduce_f32(comm, a, BIG);
+		rc = crun__comm_allreduce_f32(comm, a, BIG);
 		if (rc < 0) {
-			res->call_ms = crun_now_ms() - t0;
+			res->call_ms = crun__now_ms() - t0;
 			break;
 		}
 	}
@@ -559,9 +559,9 @@ static int peer_dies(struct crun_comm *comm, int r, int n, void *arg, struct res
 		resf(res, "rank %d: no collective failed", r);
 		return -1;
 	}
-	resf(res, "%s", crun_comm_errmsg(comm));
+	resf(res, "%s", crun__comm_errmsg(comm));
 	/* A failed communicator refuses further calls at once. */
-	if (crun_comm_barrier(comm) != -ENOTCONN) {
+	if (crun__comm_barrier(comm) != -ENOTCONN) {
 		resf(res, "rank %d: barrier after failure did not return -ENOTCONN", r);
 		return -1;
 	}
@@ -600,7 +600,7 @@ static void test_peer_dies(void **state)
 }
 
 /* Rank 1 never calls; rank 0's all-reduce must time out. */
-static int peer_stalls(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int peer_stalls(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	float a[100] = {0};
 	uint64_t t0;
@@ -612,10 +612,10 @@ static int peer_stalls(struct crun_comm *comm, int r, int n, void *arg, struct r
 		usleep((TIMEOUT_MS + 700) * 1000);
 		return 0;
 	}
-	t0 = crun_now_ms();
-	rc = crun_comm_allreduce_f32(comm, a, 100);
-	res->call_ms = crun_now_ms() - t0;
-	resf(res, "%s", crun_comm_errmsg(comm));
+	t0 = crun__now_ms();
+	rc = crun__comm_allreduce_f32(comm, a, 100);
+	res->call_ms = crun__now_ms() - t0;
+	resf(res, "%s", crun__comm_errmsg(comm));
 	return rc == -ETIMEDOUT ? 1 : -1;
 }
 
@@ -637,16 +637,16 @@ static void test_peer_stalls(void **state)
 }
 
 /* Rank 0 all-gathers while rank 1 all-reduces: both must say so. */
-static int mismatch(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int mismatch(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	float a[64] = {0};
 	int rc;
 
 	(void)n;
 	(void)arg;
-	rc = r == 0 ? crun_comm_allgather_f32(comm, a, a, 32)
-		    : crun_comm_allreduce_f32(comm, a, 64);
-	resf(res, "%s", crun_comm_errmsg(comm));
+	rc = r == 0 ? crun__comm_allgather_f32(comm, a, a, 32)
+		    : crun__comm_allreduce_f32(comm, a, 64);
+	resf(res, "%s", crun__comm_errmsg(comm));
 	return rc == -EPROTO ? 1 : -1;
 }
 
@@ -668,7 +668,7 @@ static void test_mismatch(void **state)
 /* Process 2 finds rank 1's published address before rank 0 connects
  * (rank 0 starts late), connects and says hello as a peer of another
  * round. Rank 1 must refuse it and still form the group with rank 0. */
-static int stranger(struct crun_comm *comm, int r, int n, void *arg, struct result *res)
+static int stranger(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
 {
 	float a[10];
 
@@ -681,7 +681,7 @@ static int stranger(struct crun_comm *comm, int r, int n, void *arg, struct resu
 		struct crun_store_buf v = {0};
 		const char *key = NULL;
 		int port, fd, rc = -1;
-		uint64_t deadline = crun_now_ms() + 3000;
+		uint64_t deadline = crun__now_ms() + 3000;
 		uint8_t hello[32] = "CRUNCOMM";
 
 		if (crun_store_opts_from_env(&so) < 0 || !(s = crun_store_create(&so)) ||
@@ -689,7 +689,7 @@ static int stranger(struct crun_comm *comm, int r, int n, void *arg, struct resu
 			resf(res, "stranger: no store");
 			return -1;
 		}
-		while (!key && crun_now_ms() < deadline) {
+		while (!key && crun__now_ms() < deadline) {
 			crun_store_list_free(keys, nkeys);
 			keys = NULL;
 			if (crun_store_list(s, &keys, &nkeys, 1000) < 0)
@@ -701,7 +701,7 @@ static int stranger(struct crun_comm *comm, int r, int n, void *arg, struct resu
 				usleep(10000);
 		}
 		if (key && crun_store_get(s, key, &v, 0) == 0 &&
-		    crun_parse_endpoint((char *)v.data, 0, host, sizeof(host), &port, NULL, 0) ==
+		    crun__parse_endpoint((char *)v.data, 0, host, sizeof(host), &port, NULL, 0) ==
 			    0) {
 			struct sockaddr_in sin = {.sin_family = AF_INET,
 						  .sin_port = htons((uint16_t)port)};
@@ -727,8 +727,8 @@ static int stranger(struct crun_comm *comm, int r, int n, void *arg, struct resu
 	}
 	for (int i = 0; i < 10; i++)
 		a[i] = (float)r;
-	if (crun_comm_allreduce_f32(comm, a, 10) < 0 || a[9] != 1.0f) {
-		resf(res, "rank %d: %s", r, crun_comm_errmsg(comm));
+	if (crun__comm_allreduce_f32(comm, a, 10) < 0 || a[9] != 1.0f) {
+		resf(res, "rank %d: %s", r, crun__comm_errmsg(comm));
 		return -1;
 	}
 	return 0;
@@ -752,8 +752,8 @@ static void test_stranger_refused(void **state)
 
 static void test_world_one(void **state)
 {
-	struct crun_comm_opts o = {.rank = 0, .world_size = 1};
-	struct crun_comm *comm;
+	struct crun__comm_opts o = {.rank = 0, .world_size = 1};
+	struct crun__comm *comm;
 	float a[4] = {1, 2, 3, 4}, b[4] = {0};
 	double d = 2.5;
 	char err[256];
@@ -761,44 +761,44 @@ static void test_world_one(void **state)
 	(void)state;
 	/* No store: a world of one must not need one. */
 	setenv("CRUN_STORE", "127.0.0.1:1", 1);
-	comm = crun_comm_create(&o, err, sizeof(err));
+	comm = crun__comm_create(&o, err, sizeof(err));
 	assert_non_null(comm);
-	assert_string_equal(crun_comm_backend(comm), "cpu");
-	assert_int_equal(crun_comm_allreduce_f32(comm, a, 4), 0);
+	assert_string_equal(crun__comm_backend(comm), "cpu");
+	assert_int_equal(crun__comm_allreduce_f32(comm, a, 4), 0);
 	assert_true(a[3] == 4);
-	assert_int_equal(crun_comm_reduce_scatter_f32(comm, a, b, 4), 0);
+	assert_int_equal(crun__comm_reduce_scatter_f32(comm, a, b, 4), 0);
 	assert_true(b[2] == 3);
 	memset(b, 0, sizeof(b));
-	assert_int_equal(crun_comm_allgather_f32(comm, a, b, 4), 0);
+	assert_int_equal(crun__comm_allgather_f32(comm, a, b, 4), 0);
 	assert_true(b[1] == 2);
-	assert_int_equal(crun_comm_broadcast(comm, a, sizeof(a), 0), 0);
-	assert_int_equal(crun_comm_barrier(comm), 0);
-	assert_int_equal(crun_comm_allreduce_f64(comm, &d, 1), 0);
+	assert_int_equal(crun__comm_broadcast(comm, a, sizeof(a), 0), 0);
+	assert_int_equal(crun__comm_barrier(comm), 0);
+	assert_int_equal(crun__comm_allreduce_f64(comm, &d, 1), 0);
 	assert_true(d == 2.5);
 	/* Bad arguments are refused without poisoning the communicator. */
-	assert_int_equal(crun_comm_broadcast(comm, a, sizeof(a), 1), -EINVAL);
-	assert_non_null(strstr(crun_comm_errmsg(comm), "broadcast"));
-	assert_int_equal(crun_comm_allreduce_f32(comm, NULL, 3), -EINVAL);
-	assert_int_equal(crun_comm_barrier(comm), 0);
-	crun_comm_destroy(comm);
-	crun_comm_destroy(NULL);
+	assert_int_equal(crun__comm_broadcast(comm, a, sizeof(a), 1), -EINVAL);
+	assert_non_null(strstr(crun__comm_errmsg(comm), "broadcast"));
+	assert_int_equal(crun__comm_allreduce_f32(comm, NULL, 3), -EINVAL);
+	assert_int_equal(crun__comm_barrier(comm), 0);
+	crun__comm_destroy(comm);
+	crun__comm_destroy(NULL);
 
 	o.backend = "mpi";
-	assert_null(crun_comm_create(&o, err, sizeof(err)));
+	assert_null(crun__comm_create(&o, err, sizeof(err)));
 	assert_non_null(strstr(err, "unknown comm backend 'mpi'"));
 	o.backend = NULL;
 	o.rank = 2;
 	o.world_size = 2;
-	assert_null(crun_comm_create(&o, err, sizeof(err)));
+	assert_null(crun__comm_create(&o, err, sizeof(err)));
 	assert_non_null(strstr(err, "invalid rank"));
 	setenv("CRUN_STORE", "127.0.0.1:0", 1);
 }
 
 static void test_no_store(void **state)
 {
-	struct crun_comm_opts o = {.rank = 0, .world_size = 2, .timeout_ms = 500};
+	struct crun__comm_opts o = {.rank = 0, .world_size = 2, .timeout_ms = 500};
 	char err[512], store[64];
-	uint64_t t0 = crun_now_ms();
+	uint64_t t0 = crun__now_ms();
 	int fd;
 	struct sockaddr_in sin = {.sin_family = AF_INET};
 	socklen_t sl = sizeof(sin);
@@ -813,9 +813,9 @@ static void test_no_store(void **state)
 	close(fd);
 	setenv("CRUN_STORE", store, 1);
 	setenv("CRUN_CONNECT_TIMEOUT", "300ms", 1);
-	assert_null(crun_comm_create(&o, err, sizeof(err)));
+	assert_null(crun__comm_create(&o, err, sizeof(err)));
 	assert_non_null(strstr(err, "cannot reach the store"));
-	assert_true(crun_now_ms() - t0 < 5000);
+	assert_true(crun__now_ms() - t0 < 5000);
 	unsetenv("CRUN_CONNECT_TIMEOUT");
 }
 
@@ -823,7 +823,7 @@ static void test_no_store(void **state)
  * within the timeout. */
 static void test_missing_peer(void **state)
 {
-	struct crun_comm_opts o = {.rank = 0, .world_size = 2, .timeout_ms = 500};
+	struct crun__comm_opts o = {.rank = 0, .world_size = 2, .timeout_ms = 500};
 	char err[512], store[64];
 	uint64_t t0;
 
@@ -831,16 +831,16 @@ static void test_missing_peer(void **state)
 	snprintf(store, sizeof(store), "127.0.0.1:%d", server_port);
 	setenv("CRUN_STORE", store, 1);
 	setenv("CRUN_RUN_ID", "test-comm-missing", 1);
-	t0 = crun_now_ms();
-	assert_null(crun_comm_create(&o, err, sizeof(err)));
-	assert_true(crun_now_ms() - t0 < 3000);
+	t0 = crun__now_ms();
+	assert_null(crun__comm_create(&o, err, sizeof(err)));
+	assert_true(crun__now_ms() - t0 < 3000);
 	if (!strstr(err, "rank 1"))
 		fail_msg("unexpected message '%s'", err);
 }
 
 static void test_opts_from_env(void **state)
 {
-	struct crun_comm_opts o;
+	struct crun__comm_opts o;
 	char err[256];
 	static const char *vars[] = {"RANK",	       "WORLD_SIZE",	    "LOCAL_RANK",
 				     "CRUN_ROUND",     "CRUN_COMM_TIMEOUT", "CRUN_COMM_CHUNK",
@@ -849,7 +849,7 @@ static void test_opts_from_env(void **state)
 	(void)state;
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(vars); i++)
 		unsetenv(vars[i]);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), 0);
 	assert_int_equal(o.rank, 0);
 	assert_int_equal(o.world_size, 1);
 	assert_true(o.timeout_ms == 300000);
@@ -863,7 +863,7 @@ static void test_opts_from_env(void **state)
 	setenv("CRUN_COMM_TIMEOUT", "2s", 1);
 	setenv("CRUN_COMM_CHUNK", "64K", 1);
 	setenv("CRUN_COMM_ADDR", "10.1.2.3", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), 0);
 	assert_int_equal(o.rank, 3);
 	assert_int_equal(o.world_size, 4);
 	assert_int_equal(o.local_rank, 1);
@@ -873,36 +873,36 @@ static void test_opts_from_env(void **state)
 	assert_string_equal(o.addr, "10.1.2.3");
 
 	setenv("RANK", "4", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "RANK"));
 	setenv("RANK", "x", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "invalid RANK 'x'"));
 	unsetenv("RANK");
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "RANK"));
 	setenv("RANK", "0", 1);
 	setenv("CRUN_COMM_TIMEOUT", "soon", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "CRUN_COMM_TIMEOUT"));
 	setenv("CRUN_COMM_TIMEOUT", "0", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	unsetenv("CRUN_COMM_TIMEOUT");
 	setenv("CRUN_COMM_CHUNK", "0", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "CRUN_COMM_CHUNK"));
 	unsetenv("CRUN_COMM_CHUNK");
 	/* An interface name instead of an address, as gloo takes it. */
 	unsetenv("CRUN_COMM_ADDR");
 	setenv("GLOO_SOCKET_IFNAME", "no-such-if0,lo", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), 0);
 	assert_non_null(o.addr);
 	assert_string_equal(o.addr, "127.0.0.1");
 	setenv("CRUN_COMM_IFNAME", "no-such-if0", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "CRUN_COMM_IFNAME"));
 	setenv("CRUN_COMM_ADDR", "127.0.0.1", 1);
-	assert_int_equal(crun_comm_opts_from_env(&o, err, sizeof(err)), 0);
+	assert_int_equal(crun__comm_opts_from_env(&o, err, sizeof(err)), 0);
 	unsetenv("CRUN_COMM_ADDR");
 	unsetenv("CRUN_COMM_IFNAME");
 	unsetenv("GLOO_SOCKET_IFNAME");
@@ -954,6 +954,6 @@ int main(void)
 		cmocka_unit_test(test_stranger_refused),
 	};
 
-	crun_log_init("test_comm", CRUN_LOG_ERROR);
+	crun__log_init("test_comm", CRUN_LOG_ERROR);
 	return cmocka_run_group_tests(tests, group_setup, stop_server);
 }

@@ -33,17 +33,17 @@ static void test_parse_int64(void **state)
 				     "9223372036854775808", "-9223372036854775809" };
 
 	(void)state;
-	assert_int_equal(crun_parse_int64("42", 0, 100, &v, err, sizeof(err)), 0);
+	assert_int_equal(crun__parse_int64("42", 0, 100, &v, err, sizeof(err)), 0);
 	assert_true(v == 42);
-	assert_int_equal(crun_parse_int64("-7", -10, 10, &v, err, sizeof(err)), 0);
+	assert_int_equal(crun__parse_int64("-7", -10, 10, &v, err, sizeof(err)), 0);
 	assert_true(v == -7);
-	assert_int_equal(crun_parse_int64("0", 0, 0, &v, err, sizeof(err)), 0);
+	assert_int_equal(crun__parse_int64("0", 0, 0, &v, err, sizeof(err)), 0);
 	assert_true(v == 0);
-	assert_int_equal(crun_parse_int64("9223372036854775807", INT64_MIN, INT64_MAX, &v, err,
+	assert_int_equal(crun__parse_int64("9223372036854775807", INT64_MIN, INT64_MAX, &v, err,
 					  sizeof(err)),
 			 0);
 	assert_true(v == INT64_MAX);
-	assert_int_equal(crun_parse_int64("-9223372036854775808", INT64_MIN, INT64_MAX, &v, err,
+	assert_int_equal(crun__parse_int64("-9223372036854775808", INT64_MIN, INT64_MAX, &v, err,
 					  sizeof(err)),
 			 0);
 	assert_true(v == INT64_MIN);
@@ -51,18 +51,18 @@ static void test_parse_int64(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		v = 123;
 		err[0] = '\0';
-		if (crun_parse_int64(bad[i], INT64_MIN, INT64_MAX, &v, err, sizeof(err)) != -EINVAL)
+		if (crun__parse_int64(bad[i], INT64_MIN, INT64_MAX, &v, err, sizeof(err)) != -EINVAL)
 			fail_msg("'%s' was accepted as %lld", bad[i], (long long)v);
 		assert_true(v == 123);
 		assert_true(err[0] != '\0');
 	}
-	assert_int_equal(crun_parse_int64(NULL, 0, 1, &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_int64(NULL, 0, 1, &v, err, sizeof(err)), -EINVAL);
 	/* Out of range: the reason names the range. */
-	assert_int_equal(crun_parse_int64("5", 0, 4, &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_int64("5", 0, 4, &v, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "[0, 4]"));
-	assert_int_equal(crun_parse_int64("-1", 0, 4, &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_int64("-1", 0, 4, &v, err, sizeof(err)), -EINVAL);
 	/* A NULL error buffer is fine. */
-	assert_int_equal(crun_parse_int64("x", 0, 4, &v, NULL, 0), -EINVAL);
+	assert_int_equal(crun__parse_int64("x", 0, 4, &v, NULL, 0), -EINVAL);
 }
 
 static void test_parse_duration(void **state)
@@ -86,7 +86,7 @@ static void test_parse_duration(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		v = -1;
-		if (crun_parse_duration_ms(good[i].s, &v, err, sizeof(err)) != 0)
+		if (crun__parse_duration_ms(good[i].s, &v, err, sizeof(err)) != 0)
 			fail_msg("'%s' refused: %s", good[i].s, err);
 		if (v != good[i].ms)
 			fail_msg("'%s' gave %lld ms, want %lld", good[i].s, (long long)v,
@@ -95,13 +95,13 @@ static void test_parse_duration(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		v = -1;
 		err[0] = '\0';
-		if (crun_parse_duration_ms(bad[i], &v, err, sizeof(err)) != -EINVAL)
+		if (crun__parse_duration_ms(bad[i], &v, err, sizeof(err)) != -EINVAL)
 			fail_msg("'%s' was accepted as %lld ms", bad[i], (long long)v);
 		assert_true(v == -1);
 		assert_non_null(strstr(err, "duration"));
 	}
-	assert_int_equal(crun_parse_duration_ms(NULL, &v, err, sizeof(err)), -EINVAL);
-	assert_int_equal(crun_parse_duration_ms("1x", &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_duration_ms(NULL, &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_duration_ms("1x", &v, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "'1x'"));
 }
 
@@ -126,7 +126,7 @@ static void test_parse_size(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		v = 1;
-		if (crun_parse_size(good[i].s, &v, err, sizeof(err)) != 0)
+		if (crun__parse_size(good[i].s, &v, err, sizeof(err)) != 0)
 			fail_msg("'%s' refused: %s", good[i].s, err);
 		if (v != good[i].v)
 			fail_msg("'%s' gave %llu", good[i].s, (unsigned long long)v);
@@ -134,12 +134,12 @@ static void test_parse_size(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		v = 1;
 		err[0] = '\0';
-		if (crun_parse_size(bad[i], &v, err, sizeof(err)) != -EINVAL)
+		if (crun__parse_size(bad[i], &v, err, sizeof(err)) != -EINVAL)
 			fail_msg("'%s' was accepted as %llu", bad[i], (unsigned long long)v);
 		assert_true(v == 1);
 		assert_non_null(strstr(err, "size"));
 	}
-	assert_int_equal(crun_parse_size(NULL, &v, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__parse_size(NULL, &v, err, sizeof(err)), -EINVAL);
 }
 
 static void test_parse_endpoint(void **state)
@@ -171,7 +171,7 @@ static void test_parse_endpoint(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		port = -1;
-		if (crun_parse_endpoint(good[i].s, 29400, host, sizeof(host), &port, err,
+		if (crun__parse_endpoint(good[i].s, 29400, host, sizeof(host), &port, err,
 					sizeof(err)) != 0)
 			fail_msg("'%s' refused: %s", good[i].s, err);
 		assert_string_equal(host, good[i].host);
@@ -180,24 +180,24 @@ static void test_parse_endpoint(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		port = -1;
 		err[0] = '\0';
-		if (crun_parse_endpoint(bad[i], 29400, host, sizeof(host), &port, err,
+		if (crun__parse_endpoint(bad[i], 29400, host, sizeof(host), &port, err,
 					sizeof(err)) != -EINVAL)
 			fail_msg("'%s' was accepted as '%s' port %d", bad[i], host, port);
 		assert_int_equal(port, -1);
 		assert_true(err[0] != '\0');
 	}
-	assert_int_equal(crun_parse_endpoint(NULL, 1, host, sizeof(host), &port, err, sizeof(err)),
+	assert_int_equal(crun__parse_endpoint(NULL, 1, host, sizeof(host), &port, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(crun_parse_endpoint("host:99999", 1, host, sizeof(host), &port, err,
+	assert_int_equal(crun__parse_endpoint("host:99999", 1, host, sizeof(host), &port, err,
 					     sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "port"));
 	/* The host buffer's size is respected: "host" needs 5 bytes. */
-	assert_int_equal(crun_parse_endpoint("host:1", 1, host, 5, &port, err, sizeof(err)), 0);
+	assert_int_equal(crun__parse_endpoint("host:1", 1, host, 5, &port, err, sizeof(err)), 0);
 	assert_string_equal(host, "host");
-	assert_int_equal(crun_parse_endpoint("hosts:1", 1, host, 5, &port, err, sizeof(err)),
+	assert_int_equal(crun__parse_endpoint("hosts:1", 1, host, 5, &port, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(crun_parse_endpoint("[::1]:1", 1, host, 3, &port, err, sizeof(err)),
+	assert_int_equal(crun__parse_endpoint("[::1]:1", 1, host, 3, &port, err, sizeof(err)),
 			 -EINVAL);
 }
 
@@ -243,7 +243,7 @@ static const char *write_file(struct tmpdir *t, const char *name, const void *da
 	snprintf(p, sizeof(p), "%s/%s", t->path, name);
 	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	assert_true(fd >= 0);
-	assert_int_equal(crun_write_all(fd, data, len), 0);
+	assert_int_equal(crun__write_all(fd, data, len), 0);
 	close(fd);
 	return p;
 }
@@ -256,45 +256,45 @@ static void test_read_secret_file(void **state)
 	const char *p;
 
 	p = write_file(t, "tok", "s3cret\n", 7);
-	assert_int_equal(crun_read_secret_file(p, 64, &out, &len, err, sizeof(err)), 0);
+	assert_int_equal(crun__read_secret_file(p, 64, &out, &len, err, sizeof(err)), 0);
 	assert_string_equal(out, "s3cret");
 	assert_int_equal(len, 6);
 	free(out);
 
 	/* Only trailing newlines and spaces go; inner bytes, NUL included, stay. */
 	p = write_file(t, "tok", "a b\n\0c \r\n \n", 11);
-	assert_int_equal(crun_read_secret_file(p, 64, &out, &len, err, sizeof(err)), 0);
+	assert_int_equal(crun__read_secret_file(p, 64, &out, &len, err, sizeof(err)), 0);
 	assert_int_equal(len, 6);
 	assert_memory_equal(out, "a b\n\0c", 7);
 	free(out);
 
 	p = write_file(t, "exact", "12345678", 8);
-	assert_int_equal(crun_read_secret_file(p, 8, &out, &len, err, sizeof(err)), 0);
+	assert_int_equal(crun__read_secret_file(p, 8, &out, &len, err, sizeof(err)), 0);
 	assert_string_equal(out, "12345678");
 	free(out);
 
 	out = NULL;
 	p = write_file(t, "long", "123456789", 9);
-	assert_int_equal(crun_read_secret_file(p, 8, &out, &len, err, sizeof(err)), -EFBIG);
+	assert_int_equal(crun__read_secret_file(p, 8, &out, &len, err, sizeof(err)), -EFBIG);
 	assert_null(out);
 	assert_non_null(strstr(err, "longer than 8 bytes"));
 
 	p = write_file(t, "empty", "", 0);
-	assert_int_equal(crun_read_secret_file(p, 64, &out, &len, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__read_secret_file(p, 64, &out, &len, err, sizeof(err)), -EINVAL);
 	assert_null(out);
 	assert_non_null(strstr(err, "empty"));
 
 	p = write_file(t, "blank", "\n  \n", 4);
-	assert_int_equal(crun_read_secret_file(p, 64, &out, &len, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__read_secret_file(p, 64, &out, &len, err, sizeof(err)), -EINVAL);
 	assert_null(out);
 
 	snprintf(path, sizeof(path), "%s/missing", t->path);
-	assert_int_equal(crun_read_secret_file(path, 64, &out, &len, err, sizeof(err)), -ENOENT);
+	assert_int_equal(crun__read_secret_file(path, 64, &out, &len, err, sizeof(err)), -ENOENT);
 	assert_null(out);
 	assert_non_null(strstr(err, path));
 
 	/* A directory is not a secret. */
-	assert_true(crun_read_secret_file(t->path, 64, &out, &len, err, sizeof(err)) < 0);
+	assert_true(crun__read_secret_file(t->path, 64, &out, &len, err, sizeof(err)) < 0);
 	assert_null(out);
 }
 
@@ -308,36 +308,36 @@ static void test_loopback(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
-		if (!crun_addr_is_loopback(yes[i]))
+		if (!crun__addr_is_loopback(yes[i]))
 			fail_msg("'%s' is loopback", yes[i]);
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-		if (crun_addr_is_loopback(no[i]))
+		if (crun__addr_is_loopback(no[i]))
 			fail_msg("'%s' is not loopback", no[i]);
-	assert_false(crun_addr_is_loopback(NULL));
+	assert_false(crun__addr_is_loopback(NULL));
 }
 
 static void test_env(void **state)
 {
-	const struct crun_env_param *p;
+	const struct crun__env_param *p;
 	size_t n = 0;
 
 	(void)state;
 	unsetenv("CRUN_STORE");
-	assert_string_equal(crun_env_get("CRUN_STORE"), "127.0.0.1:29400");
+	assert_string_equal(crun__env_get("CRUN_STORE"), "127.0.0.1:29400");
 	setenv("CRUN_STORE", "10.1.1.1:1234", 1);
-	assert_string_equal(crun_env_get("CRUN_STORE"), "10.1.1.1:1234");
+	assert_string_equal(crun__env_get("CRUN_STORE"), "10.1.1.1:1234");
 	/* Set but empty counts as unset. */
 	setenv("CRUN_STORE", "", 1);
-	assert_string_equal(crun_env_get("CRUN_STORE"), "127.0.0.1:29400");
+	assert_string_equal(crun__env_get("CRUN_STORE"), "127.0.0.1:29400");
 	unsetenv("CRUN_STORE");
 	unsetenv("CRUN_TOKEN");
-	assert_null(crun_env_get("CRUN_TOKEN"));
+	assert_null(crun__env_get("CRUN_TOKEN"));
 	unsetenv("CRUN_RUN_ID");
-	assert_string_equal(crun_env_get("CRUN_RUN_ID"), "default");
+	assert_string_equal(crun__env_get("CRUN_RUN_ID"), "default");
 	unsetenv("CRUN_NO_SUCH_TUNABLE");
-	assert_null(crun_env_get("CRUN_NO_SUCH_TUNABLE"));
+	assert_null(crun__env_get("CRUN_NO_SUCH_TUNABLE"));
 
-	p = crun_env_params(&n);
+	p = crun__env_params(&n);
 	assert_true(n > 0);
 	for (size_t i = 0; i < n; i++) {
 		assert_int_equal(strncmp(p[i].name, "CRUN_", 5), 0);
@@ -371,11 +371,11 @@ static size_t capture_stderr(void (*fn)(void), char *buf, size_t cap)
 
 static void log_levels(void)
 {
-	crun_log_init("/usr/bin/crun-x", CRUN_LOG_INFO);
-	crun_error("cannot open '%s': %s", "f", "no such file");
-	crun_warn("careful");
-	crun_info("hello %d", 1);
-	crun_debug("not shown");
+	crun__log_init("/usr/bin/crun-x", CRUN_LOG_INFO);
+	crun__error("cannot open '%s': %s", "f", "no such file");
+	crun__warn("careful");
+	crun__info("hello %d", 1);
+	crun__debug("not shown");
 }
 
 static void log_long(void)
@@ -384,8 +384,8 @@ static void log_long(void)
 
 	memset(big, 'x', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
-	crun_log_init("p", CRUN_LOG_DEBUG);
-	crun_debug("%s", big);
+	crun__log_init("p", CRUN_LOG_DEBUG);
+	crun__debug("%s", big);
 }
 
 static void test_log(void **state)
@@ -399,9 +399,9 @@ static void test_log(void **state)
 	assert_string_equal(buf, "crun-x: cannot open 'f': no such file\n"
 				 "crun-x: warning: careful\n"
 				 "crun-x: hello 1\n");
-	assert_string_equal(crun_log_prog(), "crun-x");
-	assert_true(crun_log_enabled(CRUN_LOG_INFO));
-	assert_false(crun_log_enabled(CRUN_LOG_DEBUG));
+	assert_string_equal(crun__log_prog(), "crun-x");
+	assert_true(crun__log_enabled(CRUN_LOG_INFO));
+	assert_false(crun__log_enabled(CRUN_LOG_DEBUG));
 
 	/* An over-long line is cut, still one line ending in a newline. */
 	n = capture_stderr(log_long, buf, sizeof(buf) - 1);
@@ -409,8 +409,8 @@ static void test_log(void **state)
 	assert_int_equal(buf[n - 1], '\n');
 	assert_null(memchr(buf, '\n', n - 1));
 	assert_memory_equal(buf, "p: xxx", 6);
-	crun_log_set_level(CRUN_LOG_WARN);
-	assert_int_equal(crun_log_get_level(), CRUN_LOG_WARN);
+	crun__log_set_level(CRUN_LOG_WARN);
+	assert_int_equal(crun__log_get_level(), CRUN_LOG_WARN);
 }
 
 /* ---- fs, fnv, yaml ---------------------------------------------------- */

@@ -49,7 +49,7 @@
 #define TOL_BF16_LOSS 2e-2
 #define TOL_BF16_GRAD 5e-2
 
-static struct crun_cuda_ctx *ctx;
+static struct crun__cuda_ctx *ctx;
 static cudaStream_t st;
 
 /* Host data. */
@@ -60,7 +60,7 @@ static float *randn(size_t n, uint64_t seed, float scale)
 
 	assert_non_null(v);
 	for (size_t i = 0; i < n; i++)
-		v[i] = scale * (float)crun_rng_normal_at(seed, 7, i);
+		v[i] = scale * (float)crun__rng_normal_at(seed, 7, i);
 	return v;
 }
 
@@ -72,7 +72,7 @@ static uint8_t *rand_tokens(int rows, int context, uint64_t seed)
 	assert_non_null(t);
 	/* a skewed distribution, so that some bytes repeat (atomics collide) */
 	for (size_t i = 0; i < n; i++) {
-		uint64_t r = crun_rng_at(seed, 3, i);
+		uint64_t r = crun__rng_at(seed, 3, i);
 
 		t[i] = (uint8_t)(r % 4 == 0 ? 32 : (r >> 8) % 256);
 	}
@@ -99,7 +99,7 @@ static float from_bf16(uint16_t b)
 }
 
 /* x rounded to t in place (what the device sees). */
-static void quantize(float *x, size_t n, enum crun_dtype t)
+static void quantize(float *x, size_t n, enum crun__dtype t)
 {
 	if (t == CRUN_DTYPE_BF16)
 		for (size_t i = 0; i < n; i++)
@@ -169,7 +169,7 @@ static void *dput(const void *h, size_t bytes)
 }
 
 /* n floats as type t on the device. */
-static void *dput_t(const float *h, size_t n, enum crun_dtype t)
+static void *dput_t(const float *h, size_t n, enum crun__dtype t)
 {
 	uint16_t *b;
 	void *d;
@@ -186,7 +186,7 @@ static void *dput_t(const float *h, size_t n, enum crun_dtype t)
 }
 
 /* n elements of type t from the device, as floats (malloc'd). */
-static float *dget_t(const void *d, size_t n, enum crun_dtype t)
+static float *dget_t(const void *d, size_t n, enum crun__dtype t)
 {
 	float *h = malloc((n ? n : 1) * sizeof(float));
 
@@ -223,12 +223,12 @@ static double dget_f64(const double *d)
 	return v;
 }
 
-static const char *tname(enum crun_dtype t)
+static const char *tname(enum crun__dtype t)
 {
 	return t == CRUN_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
-static double ktol(enum crun_dtype t)
+static double ktol(enum crun__dtype t)
 {
 	return t == CRUN_DTYPE_BF16 ? TOL_BF16_KERNEL : TOL_F32_KERNEL;
 }
@@ -242,8 +242,8 @@ static void test_cast(void **state)
 	void *dx = dput(x, n * sizeof(float)), *db = dalloc(n * 2), *df = dalloc(n * 4);
 
 	(void)state;
-	CRUN_CUDA_CHECK(crun_k_cast(dx, CRUN_DTYPE_F32, db, CRUN_DTYPE_BF16, n, st));
-	CRUN_CUDA_CHECK(crun_k_cast(db, CRUN_DTYPE_BF16, df, CRUN_DTYPE_F32, n, st));
+	CRUN_CUDA_CHECK(crun__k_cast(dx, CRUN_DTYPE_F32, db, CRUN_DTYPE_BF16, n, st));
+	CRUN_CUDA_CHECK(crun__k_cast(db, CRUN_DTYPE_BF16, df, CRUN_DTYPE_F32, n, st));
 	back = dget(df, n);
 	quantize(x, n, CRUN_DTYPE_BF16);
 	/* rounding to nearest even is exact: the same bits as the host's */
@@ -257,14 +257,14 @@ static void test_cast(void **state)
 
 static void test_bias_colsum(void **state)
 {
-	enum crun_dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
+	enum crun__dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
 	int rows = 150, cols = 70; /* not multiples of the block shapes */
 	size_t n = (size_t)rows * cols;
 	float *ws = dalloc(2 * (size_t)CRUN_K_COL_SPLITS * cols * sizeof(float));
 
 	(void)state;
 	for (int k = 0; k < 2; k++) {
-		enum crun_dtype t = types[k];
+		enum crun__dtype t = types[k];
 		float *bias = randn((size_t)cols, 2, 1.0f), *add = randn(n, 3, 1.0f);
 		float *x = randn(n, 4, 1.0f), *acc = randn((size_t)cols, 5, 1.0f);
 		float *ref = malloc(n * sizeof(float)), *cref = malloc(cols * sizeof(float));
@@ -287,8 +287,8 @@ static void test_bias_colsum(void **state)
 			cref[c] = acc[c] + (float)s;
 		}
 		CRUN_CUDA_CHECK(
-			crun_k_bias_rows(dout, CRUN_DTYPE_F32, dbias, t, dadd, rows, cols, st));
-		CRUN_CUDA_CHECK(crun_k_colsum_add(dx, t, rows, cols, dacc, ws, st));
+			crun__k_bias_rows(dout, CRUN_DTYPE_F32, dbias, t, dadd, rows, cols, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(dx, t, rows, cols, dacc, ws, st));
 		out = dget(dout, n);
 		cs = dget(dacc, (size_t)cols);
 		EXPECT_L2(out, ref, n, TOL_F32_KERNEL, "bias_rows %s\n", tname(t));
@@ -335,13 +335,13 @@ static void ln_ref(int B, int H, const float *x, const float *g, const float *b,
 
 static void test_layernorm(void **state)
 {
-	enum crun_dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
+	enum crun__dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
 	int B = 37, H = 300;
 	size_t n = (size_t)B * H;
 
 	(void)state;
 	for (int k = 0; k < 2; k++) {
-		enum crun_dtype t = types[k];
+		enum crun__dtype t = types[k];
 		float *x = randn(n, 10, 2.0f), *dy = randn(n, 11, 1.0f), *dx0 = randn(n, 12, 1.0f);
 		float *g = randn((size_t)H, 13, 0.3f), *b = randn((size_t)H, 14, 0.3f);
 		float *out = malloc(n * sizeof(float)), *dx = malloc(n * sizeof(float));
@@ -368,8 +368,8 @@ static void test_layernorm(void **state)
 		db_d = dalloc((size_t)H * sizeof(float));
 		mean = dalloc((size_t)B * sizeof(float));
 		rstd = dalloc((size_t)B * sizeof(float));
-		CRUN_CUDA_CHECK(crun_k_ln_fwd(x_d, B, H, g_d, b_d, t, out_d, mean, rstd, st));
-		CRUN_CUDA_CHECK(crun_k_ln_bwd(dy_d, x_d, mean, rstd, g_d, t, B, H, dx_d, dg_d, db_d,
+		CRUN_CUDA_CHECK(crun__k_ln_fwd(x_d, B, H, g_d, b_d, t, out_d, mean, rstd, st));
+		CRUN_CUDA_CHECK(crun__k_ln_bwd(dy_d, x_d, mean, rstd, g_d, t, B, H, dx_d, dg_d, db_d,
 					      ws, st));
 		o = dget_t(out_d, n, t);
 		gx = dget(dx_d, n);
@@ -397,12 +397,12 @@ static float gelu_t_ref(float x)
 
 static void test_gelu(void **state)
 {
-	enum crun_dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
+	enum crun__dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
 	size_t n = 5000;
 
 	(void)state;
 	for (int k = 0; k < 2; k++) {
-		enum crun_dtype t = types[k];
+		enum crun__dtype t = types[k];
 		float *a = randn(n, 20, 3.0f), *dout = randn(n, 21, 1.0f);
 		float *y = malloc(n * sizeof(float)), *din = malloc(n * sizeof(float));
 		void *a_d, *dout_d, *io_d, *y_d = dalloc(n * 4), *din_d = dalloc(n * 4);
@@ -423,10 +423,10 @@ static void test_gelu(void **state)
 		a_d = dput_t(a, n, t);
 		dout_d = dput_t(dout, n, t);
 		io_d = dput_t(dout, n, t);
-		CRUN_CUDA_CHECK(crun_k_gelu_fwd(a_d, y_d, t, n, st));
-		CRUN_CUDA_CHECK(crun_k_gelu_bwd(dout_d, a_d, din_d, t, n, st));
+		CRUN_CUDA_CHECK(crun__k_gelu_fwd(a_d, y_d, t, n, st));
+		CRUN_CUDA_CHECK(crun__k_gelu_bwd(dout_d, a_d, din_d, t, n, st));
 		/* in place, as model.c calls it */
-		CRUN_CUDA_CHECK(crun_k_gelu_bwd(io_d, a_d, io_d, t, n, st));
+		CRUN_CUDA_CHECK(crun__k_gelu_bwd(io_d, a_d, io_d, t, n, st));
 		gy = dget_t(y_d, n, t);
 		gd = dget_t(din_d, n, t);
 		gio = dget_t(io_d, n, t);
@@ -442,14 +442,14 @@ static void test_gelu(void **state)
 
 static void test_xent(void **state)
 {
-	enum crun_dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
+	enum crun__dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
 	int B = 19, T = 5, V = CRUN_MODEL_VOCAB;
 	size_t n = (size_t)B * V;
 	float scale = 1.0f / 19;
 
 	(void)state;
 	for (int k = 0; k < 2; k++) {
-		enum crun_dtype t = types[k];
+		enum crun__dtype t = types[k];
 		float *z = randn(n, 30, 4.0f), *p = malloc(n * sizeof(float));
 		float *d = malloc(n * sizeof(float)), *loss = malloc(B * sizeof(float));
 		uint8_t *tok = rand_tokens(B, T, 31);
@@ -476,14 +476,14 @@ static void test_xent(void **state)
 					(p[(size_t)b * V + j] - (j == y ? 1.0f : 0.0f)) * scale;
 			}
 		}
-		CRUN_CUDA_CHECK(crun_k_xent_fwd(z_d, tok_d, B, T, l_d, st));
-		CRUN_CUDA_CHECK(crun_k_sum_add(l_d, B, acc, st));
+		CRUN_CUDA_CHECK(crun__k_xent_fwd(z_d, tok_d, B, T, l_d, st));
+		CRUN_CUDA_CHECK(crun__k_sum_add(l_d, B, acc, st));
 		gp = dget(z_d, n);
 		gl = dget(l_d, (size_t)B);
 		EXPECT_L2(gp, p, n, TOL_F32_KERNEL, "softmax probabilities\n");
 		EXPECT_L2(gl, loss, (size_t)B, TOL_F32_KERNEL, "cross-entropy losses\n");
 		EXPECT_REL(dget_f64(acc), lsum, TOL_F32_KERNEL, "summed loss\n");
-		CRUN_CUDA_CHECK(crun_k_xent_bwd(z_d, dz_d, t, tok_d, B, T, scale, st));
+		CRUN_CUDA_CHECK(crun__k_xent_bwd(z_d, dz_d, t, tok_d, B, T, scale, st));
 		gd = dget(z_d, n);
 		gdt = dget_t(dz_d, n, t);
 		EXPECT_L2(gd, d, n, TOL_F32_KERNEL, "cross-entropy gradient\n");
@@ -496,14 +496,14 @@ static void test_xent(void **state)
 
 static void test_embedding(void **state)
 {
-	enum crun_dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
+	enum crun__dtype types[2] = {CRUN_DTYPE_F32, CRUN_DTYPE_BF16};
 	int B = 23, T = 9, d = 6, C = T * d;
 	size_t n = (size_t)B * C, V = CRUN_MODEL_VOCAB;
 	float *ws = dalloc(2 * (size_t)CRUN_K_COL_SPLITS * C * sizeof(float));
 
 	(void)state;
 	for (int k = 0; k < 2; k++) {
-		enum crun_dtype t = types[k];
+		enum crun__dtype t = types[k];
 		float *tok = randn(V * d, 40, 1.0f), *pos = randn((size_t)C, 41, 1.0f);
 		float *dx = randn(n, 42, 1.0f), *x0 = malloc(n * sizeof(float));
 		float *dtok = calloc(V * d, sizeof(float)),
@@ -527,9 +527,9 @@ static void test_embedding(void **state)
 				}
 		tok_d = dput_t(tok, V * d, t);
 		pos_d = dput_t(pos, (size_t)C, t);
-		CRUN_CUDA_CHECK(crun_k_embed_fwd(tk_d, B, T, d, tok_d, pos_d, x0_d, t, st));
-		CRUN_CUDA_CHECK(crun_k_embed_bwd_tok(tk_d, B, T, d, dx_d, dtok_d, st));
-		CRUN_CUDA_CHECK(crun_k_colsum_add(dx_d, CRUN_DTYPE_F32, B, C, dpos_d, ws, st));
+		CRUN_CUDA_CHECK(crun__k_embed_fwd(tk_d, B, T, d, tok_d, pos_d, x0_d, t, st));
+		CRUN_CUDA_CHECK(crun__k_embed_bwd_tok(tk_d, B, T, d, dx_d, dtok_d, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(dx_d, CRUN_DTYPE_F32, B, C, dpos_d, ws, st));
 		gx = dget_t(x0_d, n, t);
 		gt = dget(dtok_d, V * d);
 		gp = dget(dpos_d, (size_t)C);
@@ -544,11 +544,11 @@ static void test_embedding(void **state)
 	cudaFree(ws);
 }
 
-static struct crun_model *small_model(int layers)
+static struct crun__model *small_model(int layers)
 {
-	struct crun_model_config mc = {12, 8, 48, layers, 4, 0.02f};
+	struct crun__model_config mc = {12, 8, 48, layers, 4, 0.02f};
 	char err[256];
-	struct crun_model *m = crun_model_create(&mc, err, sizeof(err));
+	struct crun__model *m = crun__model_create(&mc, err, sizeof(err));
 
 	assert_non_null(m);
 	return m;
@@ -557,8 +557,8 @@ static struct crun_model *small_model(int layers)
 /* AdamW, the gradient norm and the clip scale against optim.c. */
 static void test_adamw_norm(void **state)
 {
-	struct crun_model *m = small_model(1);
-	struct crun_optim o = {1e-2, CRUN_LR_COSINE, 0, 0.1, 0.9, 0.95, 1e-8, 0.1, 1.0};
+	struct crun__model *m = small_model(1);
+	struct crun__optim o = {1e-2, CRUN_LR_COSINE, 0, 0.1, 0.9, 0.95, 1e-8, 0.1, 1.0};
 	size_t n = m->n_params;
 	float *p = randn(n, 50, 0.1f), *g = randn(n, 51, 0.01f), *mm = randn(n, 52, 0.001f);
 	float *vv = randn(n, 53, 0.001f), *p_d, *g_d, *m_d, *v_d, *gs_d, *gp, *gm, *gv;
@@ -573,22 +573,22 @@ static void test_adamw_norm(void **state)
 		vv[i] = vv[i] * vv[i];
 	p_d = dput(p, n * 4), g_d = dput(g, n * 4), m_d = dput(mm, n * 4), v_d = dput(vv, n * 4);
 	gs_d = dalloc(sizeof(float));
-	sumsq = crun_optim_sumsq(g, n);
+	sumsq = crun__optim_sumsq(g, n);
 	norm = sqrt(sumsq);
 	o.grad_clip = norm / 2; /* so that clipping happens */
-	gscale = crun_optim_clip_scale(&o, norm);
-	CRUN_CUDA_CHECK(crun_k_sumsq_partial(g_d, n, part, st));
-	CRUN_CUDA_CHECK(crun_k_sum_f64(part, CRUN_K_SUMSQ_BLOCKS, sum, st));
-	CRUN_CUDA_CHECK(crun_k_clip_scale(sum, o.grad_clip, gs_d, st));
+	gscale = crun__optim_clip_scale(&o, norm);
+	CRUN_CUDA_CHECK(crun__k_sumsq_partial(g_d, n, part, st));
+	CRUN_CUDA_CHECK(crun__k_sum_f64(part, CRUN_K_SUMSQ_BLOCKS, sum, st));
+	CRUN_CUDA_CHECK(crun__k_clip_scale(sum, o.grad_clip, gs_d, st));
 	EXPECT_REL(dget_f64(sum), sumsq, 1e-12, "sum of squares\n");
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(st));
 	CRUN_CUDA_CHECK(cudaMemcpy(&gsd, gs_d, sizeof(float), cudaMemcpyDeviceToHost));
 	EXPECT_REL(gsd, gscale, 1e-6, "clip scale\n");
 	/* the device's update, tensor by tensor as cuda/parallel.c does */
 	for (int i = 0; i < m->n_tensors; i++) {
-		const struct crun_tensor *tn = &m->tensors[i];
+		const struct crun__tensor *tn = &m->tensors[i];
 
-		CRUN_CUDA_CHECK(crun_k_adamw(p_d + tn->offset, g_d + tn->offset, m_d + tn->offset,
+		CRUN_CUDA_CHECK(crun__k_adamw(p_d + tn->offset, g_d + tn->offset, m_d + tn->offset,
 					     v_d + tn->offset, tn->numel, (float)o.beta1,
 					     (float)o.beta2, (float)o.eps, bc1, bc2, (float)o.lr,
 					     tn->decay ? (float)o.weight_decay : 0.0f, gs_d, st));
@@ -598,7 +598,7 @@ static void test_adamw_norm(void **state)
 		float *upd = malloc(n * sizeof(float));
 
 		memcpy(p0, p, n * sizeof(float));
-		crun_optim_adamw(&o, m, 0, n, p, g, mm, vv, t, o.lr, gsd);
+		crun__optim_adamw(&o, m, 0, n, p, g, mm, vv, t, o.lr, gsd);
 		gp = dget(p_d, n);
 		gm = dget(m_d, n);
 		gv = dget(v_d, n);
@@ -614,18 +614,18 @@ static void test_adamw_norm(void **state)
 	free(p), free(g), free(mm), free(vv), free(gp), free(gm), free(gv);
 	cudaFree(p_d), cudaFree(g_d), cudaFree(m_d), cudaFree(v_d), cudaFree(gs_d);
 	cudaFree(part), cudaFree(sum);
-	crun_model_destroy(m);
+	crun__model_destroy(m);
 }
 
 /* ---- units: forward and backward against model.c ---- */
 
-static float *model_params(const struct crun_model *m, uint64_t seed)
+static float *model_params(const struct crun__model *m, uint64_t seed)
 {
 	float *p = malloc(m->n_params * sizeof(float));
 	float *noise = randn(m->n_params, seed + 1, 0.05f);
 
 	assert_non_null(p);
-	crun_model_init_params(m, seed, 0, m->n_params, p);
+	crun__model_init_params(m, seed, 0, m->n_params, p);
 	/* LayerNorm gains of 1 and zero biases would hide mistakes */
 	for (size_t i = 0; i < m->n_params; i++)
 		p[i] += noise[i];
@@ -633,53 +633,53 @@ static float *model_params(const struct crun_model *m, uint64_t seed)
 	return p;
 }
 
-static void check_units(enum crun_dtype t, bool recompute)
+static void check_units(enum crun__dtype t, bool recompute)
 {
-	struct crun_model *m = small_model(2);
+	struct crun__model *m = small_model(2);
 	int B = 10, T = m->cfg.context;
 	size_t n = m->n_params;
 	float *p = model_params(m, 60), *g = calloc(n, sizeof(float)), *gg;
 	float scale = 1.0f / (float)B;
 	uint8_t *tk = rand_tokens(B, T, 61), *tk_d = dput(tk, (size_t)B * (T + 1));
-	struct crun_model_acts *a = crun_model_acts_create(m, B);
-	struct crun_cuda_acts *ga = crun_cuda_acts_create(ctx, m, B, t, recompute);
+	struct crun__model_acts *a = crun__model_acts_create(m, B);
+	struct crun__cuda_acts *ga = crun__cuda_acts_create(ctx, m, B, t, recompute);
 	float *p_d = dput(p, n * sizeof(float)), *g_d = dalloc(n * sizeof(float));
-	char *pc_d = dalloc(n * crun_dtype_size(t));
-	size_t es = crun_dtype_size(t);
+	char *pc_d = dalloc(n * crun__dtype_size(t));
+	size_t es = crun__dtype_size(t);
 	double loss, gloss;
 	bool bf = t == CRUN_DTYPE_BF16;
 
 	assert_non_null(a);
 	assert_non_null(ga);
-	CRUN_CUDA_CHECK(crun_k_cast(p_d, CRUN_DTYPE_F32, pc_d, t, n, st));
-	CRUN_CUDA_CHECK(cudaMemsetAsync(crun_cuda_acts_loss(ga), 0, sizeof(double), st));
+	CRUN_CUDA_CHECK(crun__k_cast(p_d, CRUN_DTYPE_F32, pc_d, t, n, st));
+	CRUN_CUDA_CHECK(cudaMemsetAsync(crun__cuda_acts_loss(ga), 0, sizeof(double), st));
 	for (int u = 0; u < m->n_units; u++) {
-		crun_model_forward_unit(m, u, p + m->unit_off[u], a, tk, B);
-		crun_cuda_forward_unit(ctx, m, u, pc_d + m->unit_off[u] * es, ga, tk_d, B);
+		crun__model_forward_unit(m, u, p + m->unit_off[u], a, tk, B);
+		crun__cuda_forward_unit(ctx, m, u, pc_d + m->unit_off[u] * es, ga, tk_d, B);
 	}
-	loss = crun_model_loss_sum(a);
-	gloss = dget_f64(crun_cuda_acts_loss(ga));
+	loss = crun__model_loss_sum(a);
+	gloss = dget_f64(crun__cuda_acts_loss(ga));
 	EXPECT_REL(gloss, loss, bf ? TOL_BF16_LOSS : TOL_F32_LOSS, "summed loss %s%s\n", tname(t),
 		   recompute ? " (recompute)" : "");
 	for (int u = m->n_units - 1; u >= 0; u--) {
-		crun_model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tk, B,
+		crun__model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tk, B,
 					 scale);
-		crun_cuda_backward_unit(ctx, m, u, pc_d + m->unit_off[u] * es, g_d + m->unit_off[u],
+		crun__cuda_backward_unit(ctx, m, u, pc_d + m->unit_off[u] * es, g_d + m->unit_off[u],
 					ga, tk_d, B, scale);
 	}
 	gg = dget(g_d, n);
 	for (int i = 0; i < m->n_tensors; i++) {
-		const struct crun_tensor *tn = &m->tensors[i];
+		const struct crun__tensor *tn = &m->tensors[i];
 
 		EXPECT_L2(gg + tn->offset, g + tn->offset, tn->numel,
 			  bf ? TOL_BF16_GRAD : TOL_F32_GRAD, "gradient of %s, %s%s\n", tn->name,
 			  tname(t), recompute ? " (recompute)" : "");
 	}
 	free(p), free(g), free(gg), free(tk);
-	crun_model_acts_destroy(a);
-	crun_cuda_acts_destroy(ctx, ga);
+	crun__model_acts_destroy(a);
+	crun__cuda_acts_destroy(ctx, ga);
 	cudaFree(tk_d), cudaFree(p_d), cudaFree(g_d), cudaFree(pc_d);
-	crun_model_destroy(m);
+	crun__model_destroy(m);
 }
 
 static void test_units_fp32(void **state)
@@ -696,42 +696,42 @@ static void test_units_bf16(void **state)
 	check_units(CRUN_DTYPE_BF16, true);
 }
 
-/* ---- whole steps of every strategy against crun_parallel_step ---- */
+/* ---- whole steps of every strategy against crun__parallel_step ---- */
 
-static struct crun_comm *single_comm(const char *backend)
+static struct crun__comm *single_comm(const char *backend)
 {
-	struct crun_comm_opts o;
+	struct crun__comm_opts o;
 	char err[256];
-	struct crun_comm *c;
+	struct crun__comm *c;
 
 	memset(&o, 0, sizeof(o));
 	o.backend = backend;
 	o.world_size = 1;
-	c = crun_comm_create(&o, err, sizeof(err));
+	c = crun__comm_create(&o, err, sizeof(err));
 	if (!c)
 		print_error("comm backend %s: %s\n", backend, err);
 	return c;
 }
 
 struct step_case {
-	enum crun_strategy strategy;
+	enum crun__strategy strategy;
 	int accum;
-	enum crun_dtype t;
+	enum crun__dtype t;
 	bool recompute;
 	const char *backend;
 };
 
 static void check_steps(const struct step_case *sc)
 {
-	struct crun_model *m = small_model(3);
+	struct crun__model *m = small_model(3);
 	int micro = 8, T = m->cfg.context, steps = 3;
-	struct crun_parallel_opts po = {sc->strategy, sc->accum, micro, 8192};
-	struct crun_cuda_parallel_opts co = {sc->t, false, sc->recompute};
-	struct crun_optim o = {3e-3, CRUN_LR_COSINE, 0, 0.1, 0.9, 0.95, 1e-8, 0.1, 1.0};
-	struct crun_comm *cc = single_comm("cpu"), *gc = single_comm(sc->backend);
-	struct crun_parallel *cpu, *host;
-	struct crun_cuda_parallel *gpu;
-	struct crun_parallel_arrays ca, ha;
+	struct crun__parallel_opts po = {sc->strategy, sc->accum, micro, 8192};
+	struct crun__cuda_parallel_opts co = {sc->t, false, sc->recompute};
+	struct crun__optim o = {3e-3, CRUN_LR_COSINE, 0, 0.1, 0.9, 0.95, 1e-8, 0.1, 1.0};
+	struct crun__comm *cc = single_comm("cpu"), *gc = single_comm(sc->backend);
+	struct crun__parallel *cpu, *host;
+	struct crun__cuda_parallel *gpu;
+	struct crun__parallel_arrays ca, ha;
 	bool bf = sc->t == CRUN_DTYPE_BF16;
 	int64_t gb = (int64_t)sc->accum * micro;
 	char err[512], what[160];
@@ -739,28 +739,28 @@ static void check_steps(const struct step_case *sc)
 	double l_c, l_g, n_c, n_g, e_c = 0, e_g = 0;
 
 	snprintf(what, sizeof(what), "%s, grad_accum %d, %s%s, %s backend",
-		 crun_strategy_name(sc->strategy), sc->accum, tname(sc->t),
+		 crun__strategy_name(sc->strategy), sc->accum, tname(sc->t),
 		 sc->recompute ? ", recompute" : "", sc->backend);
 	assert_non_null(cc);
 	assert_non_null(gc);
-	cpu = crun_parallel_create(m, cc, &po);
-	host = crun_parallel_create_storage(m, gc, &po);
+	cpu = crun__parallel_create(m, cc, &po);
+	host = crun__parallel_create_storage(m, gc, &po);
 	assert_non_null(cpu);
 	assert_non_null(host);
-	crun_parallel_init_params(cpu, 70);
-	crun_parallel_init_params(host, 70);
-	gpu = crun_cuda_parallel_create(ctx, m, host, gc, &co, err, sizeof(err));
+	crun__parallel_init_params(cpu, 70);
+	crun__parallel_init_params(host, 70);
+	gpu = crun__cuda_parallel_create(ctx, m, host, gc, &co, err, sizeof(err));
 	if (!gpu)
 		fail_msg("%s: %s", what, err);
-	crun_cuda_parallel_upload(gpu);
-	crun_parallel_arrays(cpu, &ca);
+	crun__cuda_parallel_upload(gpu);
+	crun__parallel_arrays(cpu, &ca);
 	p0 = malloc(ca.p_len * sizeof(float));
 	memcpy(p0, ca.p, ca.p_len * sizeof(float));
 	for (int s = 1; s <= steps; s++) {
 		uint8_t *tk = rand_tokens((int)gb, T, 80 + (uint64_t)s);
 
-		assert_int_equal(crun_parallel_step(cpu, &o, tk, gb, s, o.lr, &l_c, &n_c), 0);
-		assert_int_equal(crun_cuda_parallel_step(gpu, &o, tk, gb, s, o.lr, &l_g, &n_g), 0);
+		assert_int_equal(crun__parallel_step(cpu, &o, tk, gb, s, o.lr, &l_c, &n_c), 0);
+		assert_int_equal(crun__cuda_parallel_step(gpu, &o, tk, gb, s, o.lr, &l_g, &n_g), 0);
 		EXPECT_REL(l_g, l_c, bf ? TOL_BF16_LOSS : TOL_F32_LOSS, "%s: loss of step %d\n",
 			   what, s);
 		EXPECT_REL(n_g, n_c, bf ? TOL_BF16_GRAD : TOL_F32_GRAD,
@@ -771,16 +771,16 @@ static void check_steps(const struct step_case *sc)
 		/* the forward pass alone (validation), also with no rows */
 		uint8_t *tk = rand_tokens(micro, T, 99);
 
-		assert_int_equal(crun_parallel_forward(cpu, tk, micro, &e_c), 0);
-		assert_int_equal(crun_cuda_parallel_forward(gpu, tk, micro, &e_g), 0);
-		assert_int_equal(crun_cuda_parallel_forward(gpu, tk, 0, &e_g), 0);
+		assert_int_equal(crun__parallel_forward(cpu, tk, micro, &e_c), 0);
+		assert_int_equal(crun__cuda_parallel_forward(gpu, tk, micro, &e_g), 0);
+		assert_int_equal(crun__cuda_parallel_forward(gpu, tk, 0, &e_g), 0);
 		EXPECT_REL(e_g, e_c, bf ? TOL_BF16_LOSS : TOL_F32_LOSS, "%s: validation loss\n",
 			   what);
 		free(tk);
 	}
 	if (!bf) {
-		crun_cuda_parallel_download(gpu, true);
-		crun_parallel_arrays(host, &ha);
+		crun__cuda_parallel_download(gpu, true);
+		crun__parallel_arrays(host, &ha);
 		assert_int_equal(ha.p_len, ca.p_len);
 		du = malloc(ca.p_len * sizeof(float));
 		cu = malloc(ca.p_len * sizeof(float));
@@ -794,12 +794,12 @@ static void check_steps(const struct step_case *sc)
 		free(du), free(cu);
 	}
 	free(p0);
-	crun_cuda_parallel_destroy(gpu);
-	crun_parallel_destroy(cpu);
-	crun_parallel_destroy(host);
-	crun_comm_destroy(cc);
-	crun_comm_destroy(gc);
-	crun_model_destroy(m);
+	crun__cuda_parallel_destroy(gpu);
+	crun__parallel_destroy(cpu);
+	crun__parallel_destroy(host);
+	crun__comm_destroy(cc);
+	crun__comm_destroy(gc);
+	crun__model_destroy(m);
 }
 
 static void test_steps_fp32(void **state)
@@ -841,26 +841,26 @@ static void test_steps_nccl(void **state)
 		{CRUN_STRATEGY_ZERO3, 2, CRUN_DTYPE_F32, false, "nccl"},
 		{CRUN_STRATEGY_ZERO1, 1, CRUN_DTYPE_BF16, false, "nccl"},
 	};
-	struct crun_comm *c;
+	struct crun__comm *c;
 	double x[3] = {1, 2, 3};
 	float f[2] = {4, 5}, *d, *back;
 
 	(void)state;
 	c = single_comm("nccl");
 	assert_non_null(c);
-	assert_string_equal(crun_comm_backend(c), "nccl");
+	assert_string_equal(crun__comm_backend(c), "nccl");
 	/* the synchronous interface with host and device buffers */
-	assert_int_equal(crun_comm_allreduce_f64(c, x, 3), 0);
+	assert_int_equal(crun__comm_allreduce_f64(c, x, 3), 0);
 	assert_true(x[0] == 1 && x[1] == 2 && x[2] == 3);
 	d = dput(f, sizeof(f));
-	assert_int_equal(crun_comm_allreduce_f32(c, d, 2), 0);
-	assert_int_equal(crun_comm_allreduce_f32(c, f, 2), 0);
-	assert_int_equal(crun_comm_barrier(c), 0);
+	assert_int_equal(crun__comm_allreduce_f32(c, d, 2), 0);
+	assert_int_equal(crun__comm_allreduce_f32(c, f, 2), 0);
+	assert_int_equal(crun__comm_barrier(c), 0);
 	back = dget(d, 2);
 	assert_true(back[0] == 4 && back[1] == 5 && f[0] == 4 && f[1] == 5);
 	free(back);
 	cudaFree(d);
-	crun_comm_destroy(c);
+	crun__comm_destroy(c);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		check_steps(&cases[i]);
 }
@@ -878,12 +878,12 @@ int main(void)
 	char why[256];
 	int count, rc;
 
-	crun_log_init("test_cuda", CRUN_LOG_INFO);
-	if (crun_cuda_device_count(&count, why, sizeof(why))) {
+	crun__log_init("test_cuda", CRUN_LOG_INFO);
+	if (crun__cuda_device_count(&count, why, sizeof(why))) {
 		printf("skipping the GPU tests: %s\n", why);
 		return 77;
 	}
-	ctx = crun_cuda_ctx_create(0, why, sizeof(why));
+	ctx = crun__cuda_ctx_create(0, why, sizeof(why));
 	if (!ctx) {
 		printf("skipping the GPU tests: %s\n", why);
 		return 77;
@@ -891,6 +891,6 @@ int main(void)
 	st = ctx->stream;
 	printf("GPU tests on cuda:0 %s\n", ctx->name);
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	crun_cuda_ctx_destroy(ctx);
+	crun__cuda_ctx_destroy(ctx);
 	return rc;
 }

@@ -57,7 +57,7 @@ static void client_init(struct crun__hello_client *h, const char *token)
 static void mac(const char *token, const char *role, const uint8_t *a, const uint8_t *b,
 		uint8_t *out)
 {
-	assert_int_equal(crun_wire_mac(token, strlen(token), role, a, b, out), 0);
+	assert_int_equal(crun__wire_mac(token, strlen(token), role, a, b, out), 0);
 }
 
 /* ---- client: the server's preamble ---------------------------------------- */
@@ -89,7 +89,7 @@ static void test_client_preamble(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct crun__hello_client h;
-		struct crun_wire_msg hello = {0};
+		struct crun__wire_msg hello = {0};
 		uint8_t buf[64] = {0}, want[CRUN_WIRE_MAC_LEN];
 		char err[256] = "";
 		char why[160];
@@ -106,7 +106,7 @@ static void test_client_preamble(void **state)
 		if (rc > 0) {
 			assert_int_equal(hello.type, CRUN_WIRE_HELLO);
 			assert_int_equal(hello.id, HELLO_ID);
-			assert_int_equal(crun_wire_validate(&hello, why, sizeof(why)), 0);
+			assert_int_equal(crun__wire_validate(&hello, why, sizeof(why)), 0);
 			assert_int_equal(hello.items[0].len, strlen(RUN));
 			assert_memory_equal(hello.items[0].data, RUN, strlen(RUN));
 			assert_memory_equal(hello.items[1].data, cnonce, CRUN_WIRE_NONCE_LEN);
@@ -177,8 +177,8 @@ static void test_client_reply(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct crun__hello_client h;
-		struct crun_wire_msg hello, reply = {0};
-		struct crun_wire_item items[2];
+		struct crun__wire_msg hello, reply = {0};
+		struct crun__wire_item items[2];
 		uint8_t buf[40], smac[CRUN_WIRE_MAC_LEN];
 		char err[256] = "stale";
 
@@ -194,13 +194,13 @@ static void test_client_reply(void **state)
 		reply.num = cases[i].num;
 		reply.items = items;
 		if (cases[i].text) {
-			items[0] = (struct crun_wire_item){(const uint8_t *)cases[i].text,
+			items[0] = (struct crun__wire_item){(const uint8_t *)cases[i].text,
 							   (uint32_t)strlen(cases[i].text)};
 			reply.count = 1;
 		} else if (cases[i].mac != MAC_NONE) {
 			if (cases[i].mac == MAC_WRONG)
 				smac[0] ^= 1;
-			items[0] = (struct crun_wire_item){smac, cases[i].mac == MAC_SHORT
+			items[0] = (struct crun__wire_item){smac, cases[i].mac == MAC_SHORT
 									 ? CRUN_WIRE_MAC_LEN - 1
 									 : CRUN_WIRE_MAC_LEN};
 			items[1] = items[0];
@@ -315,8 +315,8 @@ static void test_server_hello(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const char *tok = cases[i].server_token;
 		struct crun__hello_server hs = {tok, tok ? strlen(tok) : 0, snonce, 16};
-		struct crun_wire_item items[3], reply = {(const uint8_t *)"stale", 5};
-		struct crun_wire_msg m = {.type = cases[i].type, .id = 3, .items = items};
+		struct crun__wire_item items[3], reply = {(const uint8_t *)"stale", 5};
+		struct crun__wire_msg m = {.type = cases[i].type, .id = 3, .items = items};
 		uint8_t cmac[CRUN_WIRE_MAC_LEN], smac[CRUN_WIRE_MAC_LEN], want[CRUN_WIRE_MAC_LEN];
 		char why[128] = "";
 		int rc;
@@ -325,11 +325,11 @@ static void test_server_hello(void **state)
 		mac(TOKEN, "client", snonce, cnonce, cmac);
 		if (cases[i].mac == MAC_WRONG)
 			cmac[5] ^= 0x40;
-		items[0] = (struct crun_wire_item){
+		items[0] = (struct crun__wire_item){
 			(const uint8_t *)cases[i].run,
 			cases[i].run_len ? cases[i].run_len : (uint32_t)strlen(cases[i].run)};
-		items[1] = (struct crun_wire_item){cnonce, CRUN_WIRE_NONCE_LEN};
-		items[2] = (struct crun_wire_item){cmac, cases[i].mac == MAC_NONE    ? 0
+		items[1] = (struct crun__wire_item){cnonce, CRUN_WIRE_NONCE_LEN};
+		items[2] = (struct crun__wire_item){cmac, cases[i].mac == MAC_NONE    ? 0
 							 : cases[i].mac == MAC_SHORT ? 31
 										     : 32};
 		m.count = cases[i].type == CRUN_WIRE_HELLO ? 3
@@ -354,22 +354,22 @@ static void test_server_hello(void **state)
 
 /* Encodes m, then feeds it to the decoder one byte more at a time: nothing
  * decodes until the last byte. Returns the decoded frame (items in store). */
-static void through_codec(const struct crun_wire_msg *m, uint8_t *buf, size_t cap,
-			  struct crun_wire_msg *out, struct crun_wire_item *store)
+static void through_codec(const struct crun__wire_msg *m, uint8_t *buf, size_t cap,
+			  struct crun__wire_msg *out, struct crun__wire_item *store)
 {
-	size_t n = crun_wire_encoded_size(m);
+	size_t n = crun__wire_encoded_size(m);
 	char err[160];
 
 	assert_true(n <= cap);
-	assert_int_equal(crun_wire_encode(m, buf), n);
+	assert_int_equal(crun__wire_encode(m, buf), n);
 	for (size_t len = 0; len <= n; len++) {
 		uint32_t items_cap = 4;
-		long rc = crun_wire_decode(buf, len, 1 << 16, out, store, &items_cap, err,
+		long rc = crun__wire_decode(buf, len, 1 << 16, out, store, &items_cap, err,
 					   sizeof(err));
 
 		assert_int_equal(rc, len < n ? 0 : (long)n);
 	}
-	assert_int_equal(crun_wire_validate(out, err, sizeof(err)), 0);
+	assert_int_equal(crun__wire_validate(out, err, sizeof(err)), 0);
 }
 
 static void test_both_sides(void **state)
@@ -391,8 +391,8 @@ static void test_both_sides(void **state)
 		const char *st = cases[i].server_token;
 		struct crun__hello_server hs = {st, st ? strlen(st) : 0, snonce, 256};
 		struct crun__hello_client h;
-		struct crun_wire_item store[4], reply_item;
-		struct crun_wire_msg hello, got, reply;
+		struct crun__wire_item store[4], reply_item;
+		struct crun__wire_msg hello, got, reply;
 		uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE + CRUN_WIRE_CLIENT_PREAMBLE], buf[512];
 		uint8_t smac[CRUN_WIRE_MAC_LEN];
 		char err[256], why[128];
@@ -400,11 +400,11 @@ static void test_both_sides(void **state)
 
 		print_message("case: %s\n", cases[i].name);
 		client_init(&h, cases[i].client_token);
-		crun_wire_client_preamble(pre);
+		crun__wire_client_preamble(pre);
 		assert_int_equal(crun__hello_server_preamble(pre, CRUN_WIRE_CLIENT_PREAMBLE, why,
 							     sizeof(why)),
 				 CRUN_WIRE_CLIENT_PREAMBLE);
-		crun_wire_server_preamble(pre, st ? CRUN_WIRE_F_AUTH : 0, st ? snonce : NULL);
+		crun__wire_server_preamble(pre, st ? CRUN_WIRE_F_AUTH : 0, st ? snonce : NULL);
 		rc = crun__hello_client_preamble(&h, pre, CRUN_WIRE_SERVER_PREAMBLE, cnonce,
 						 HELLO_ID, &hello, err, sizeof(err));
 		assert_int_equal(rc, cases[i].client_rc);
@@ -418,15 +418,15 @@ static void test_both_sides(void **state)
 		assert_int_equal(rc, cases[i].server_rc);
 		if (rc < 0) {
 			/* The server answers with an ERROR, the client reports it. */
-			reply_item = (struct crun_wire_item){(const uint8_t *)why,
+			reply_item = (struct crun__wire_item){(const uint8_t *)why,
 							     (uint32_t)strlen(why)};
-			reply = (struct crun_wire_msg){.type = CRUN_WIRE_ERROR,
+			reply = (struct crun__wire_msg){.type = CRUN_WIRE_ERROR,
 						       .id = got.id,
 						       .num = -rc,
 						       .count = 1,
 						       .items = &reply_item};
 		} else {
-			reply = (struct crun_wire_msg){.type = CRUN_WIRE_OK,
+			reply = (struct crun__wire_msg){.type = CRUN_WIRE_OK,
 						       .id = got.id,
 						       .count = 1,
 						       .items = &reply_item};

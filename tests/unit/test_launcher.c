@@ -25,7 +25,7 @@
 #define MAXARGS 32
 
 struct run {
-	struct crun_launch_opts o;
+	struct crun__launch_opts o;
 	char *argv[MAXARGS];
 	int argc;
 	char *envp[MAXARGS];
@@ -51,9 +51,9 @@ static struct run *parse_env(const char *const *env, ...)
 	va_end(ap);
 	for (int i = 0; env && env[i] && i < MAXARGS - 1; i++)
 		r->envp[i] = (char *)env[i];
-	crun_launch_opts_init(&r->o);
+	crun__launch_opts_init(&r->o);
 	r->err[0] = '\0';
-	r->rc = crun_launch_opts_parse(&r->o, r->argc, r->argv, r->envp, r->err, sizeof(r->err));
+	r->rc = crun__launch_opts_parse(&r->o, r->argc, r->argv, r->envp, r->err, sizeof(r->err));
 	if (r->rc)
 		assert_true(strlen(r->err) > 0 && !strchr(r->err, '\n'));
 	return r;
@@ -63,7 +63,7 @@ static struct run *parse_env(const char *const *env, ...)
 
 static void done(struct run *r)
 {
-	crun_launch_opts_finish(&r->o);
+	crun__launch_opts_finish(&r->o);
 	free(r);
 }
 
@@ -160,9 +160,9 @@ static void test_spellings_and_forms(void **state)
 	assert_int_equal(r->rc, 0);
 	assert_int_equal(r->o.redirects.all, CRUN_STD_ALL);
 	assert_int_equal(r->o.tee.count, 2);
-	assert_int_equal(crun_std_spec_get(&r->o.tee, 0), CRUN_STD_OUT);
-	assert_int_equal(crun_std_spec_get(&r->o.tee, 1), CRUN_STD_ERR);
-	assert_int_equal(crun_std_spec_get(&r->o.tee, 2), CRUN_STD_NONE);
+	assert_int_equal(crun__std_spec_get(&r->o.tee, 0), CRUN_STD_OUT);
+	assert_int_equal(crun__std_spec_get(&r->o.tee, 1), CRUN_STD_ERR);
+	assert_int_equal(crun__std_spec_get(&r->o.tee, 2), CRUN_STD_NONE);
 	assert_true(r->o.module);
 	done(r);
 	r = parse("-r", "2", "x");
@@ -359,23 +359,23 @@ static void test_std_spec(void **state)
 		"",	"4",	"-1",	   "33",      "a",   "0:",    ":1",  "0:4",
 		"0:1,", ",0:1", "0:1,0:2", "0:1;1:2", "x:1", "0:1:2", "3,2",
 	};
-	struct crun_std_spec s;
+	struct crun__std_spec s;
 	char err[256];
 
 	(void)state;
-	assert_int_equal(crun_launch_parse_std("0", &s, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_parse_std("0", &s, err, sizeof(err)), 0);
 	assert_int_equal(s.all, CRUN_STD_NONE);
-	crun_std_spec_finish(&s);
-	assert_int_equal(crun_launch_parse_std("0:3,2:1,10:2", &s, err, sizeof(err)), 0);
+	crun__std_spec_finish(&s);
+	assert_int_equal(crun__launch_parse_std("0:3,2:1,10:2", &s, err, sizeof(err)), 0);
 	assert_int_equal(s.count, 3);
-	assert_int_equal(crun_std_spec_get(&s, 0), CRUN_STD_ALL);
-	assert_int_equal(crun_std_spec_get(&s, 1), CRUN_STD_NONE);
-	assert_int_equal(crun_std_spec_get(&s, 2), CRUN_STD_OUT);
-	assert_int_equal(crun_std_spec_get(&s, 10), CRUN_STD_ERR);
-	crun_std_spec_finish(&s);
+	assert_int_equal(crun__std_spec_get(&s, 0), CRUN_STD_ALL);
+	assert_int_equal(crun__std_spec_get(&s, 1), CRUN_STD_NONE);
+	assert_int_equal(crun__std_spec_get(&s, 2), CRUN_STD_OUT);
+	assert_int_equal(crun__std_spec_get(&s, 10), CRUN_STD_ERR);
+	crun__std_spec_finish(&s);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
-		if (crun_launch_parse_std(bad[i], &s, err, sizeof(err)) != -EINVAL)
+		if (crun__launch_parse_std(bad[i], &s, err, sizeof(err)) != -EINVAL)
 			fail_msg("'%s' accepted", bad[i]);
 		assert_true(err[0]);
 	}
@@ -394,13 +394,13 @@ static void test_rdzv_conf(void **state)
 					  "a=1,,b=2",
 					  "join_timeout=1,",
 					  "nope=1"};
-	struct crun_rdzv_conf c;
+	struct crun__rdzv_conf c;
 	char err[512];
 
 	(void)state;
-	crun_rdzv_conf_init(&c);
-	assert_int_equal(crun_launch_parse_rdzv_conf("", &c, err, sizeof(err)), 0);
-	assert_int_equal(crun_launch_parse_rdzv_conf(
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(crun__launch_parse_rdzv_conf("", &c, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_parse_rdzv_conf(
 				 " join_timeout = 60 ,last_call_timeout=500ms,close_timeout=2s,"
 				 "keep_alive_interval=1,keep_alive_max_attempt=5,is_host=true,"
 				 "token_file=/etc/tok,read_timeout=1m",
@@ -414,20 +414,20 @@ static void test_rdzv_conf(void **state)
 	assert_int_equal(c.is_host, 1);
 	assert_string_equal(c.token_file, "/etc/tok");
 	assert_true(c.read_timeout_ms == 60000);
-	crun_rdzv_conf_finish(&c);
+	crun__rdzv_conf_finish(&c);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		crun_rdzv_conf_init(&c);
+		crun__rdzv_conf_init(&c);
 		err[0] = '\0';
-		if (crun_launch_parse_rdzv_conf(bad[i], &c, err, sizeof(err)) != -EINVAL)
+		if (crun__launch_parse_rdzv_conf(bad[i], &c, err, sizeof(err)) != -EINVAL)
 			fail_msg("'%s' accepted", bad[i]);
 		assert_true(err[0]);
-		crun_rdzv_conf_finish(&c);
+		crun__rdzv_conf_finish(&c);
 	}
-	crun_rdzv_conf_init(&c);
-	assert_int_equal(crun_launch_parse_rdzv_conf("nope=1", &c, err, sizeof(err)), -EINVAL);
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(crun__launch_parse_rdzv_conf("nope=1", &c, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "unknown key 'nope'"));
 	assert_non_null(strstr(err, "keep_alive_max_attempt"));
-	crun_rdzv_conf_finish(&c);
+	crun__rdzv_conf_finish(&c);
 }
 
 static void test_signals(void **state)
@@ -437,20 +437,20 @@ static void test_signals(void **state)
 
 	(void)state;
 	assert_int_equal(
-		crun_launch_parse_signals("SIGTERM,usr1,SIGTERM,HUP", sigs, &n, err, sizeof(err)),
+		crun__launch_parse_signals("SIGTERM,usr1,SIGTERM,HUP", sigs, &n, err, sizeof(err)),
 		0);
 	assert_int_equal(n, 3);
 	assert_int_equal(sigs[0], SIGTERM);
 	assert_int_equal(sigs[1], SIGUSR1);
 	assert_int_equal(sigs[2], SIGHUP);
-	assert_string_equal(crun_signal_name(SIGUSR2), "SIGUSR2");
-	assert_int_equal(crun_launch_parse_signals("", sigs, &n, err, sizeof(err)), -EINVAL);
-	assert_int_equal(crun_launch_parse_signals("SIGTERM,", sigs, &n, err, sizeof(err)),
+	assert_string_equal(crun__signal_name(SIGUSR2), "SIGUSR2");
+	assert_int_equal(crun__launch_parse_signals("", sigs, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("SIGTERM,", sigs, &n, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(crun_launch_parse_signals("SIGSTOP", sigs, &n, err, sizeof(err)), -EINVAL);
-	assert_int_equal(crun_launch_parse_signals("SIGCHLD", sigs, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("SIGSTOP", sigs, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("SIGCHLD", sigs, &n, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "SIGCHLD"));
-	assert_int_equal(crun_launch_parse_signals("15", sigs, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("15", sigs, &n, err, sizeof(err)), -EINVAL);
 }
 
 static void test_config_file(void **state)
@@ -478,8 +478,8 @@ static void test_config_file(void **state)
 	assert_int_equal(r->o.signals[1], SIGUSR1);
 	assert_int_equal(r->o.nranks_filter, 2);
 	assert_int_equal(r->o.ranks_filter[1], 2);
-	assert_int_equal(crun_std_spec_get(&r->o.tee, 0), CRUN_STD_ALL);
-	assert_int_equal(crun_std_spec_get(&r->o.tee, 1), CRUN_STD_OUT);
+	assert_int_equal(crun__std_spec_get(&r->o.tee, 0), CRUN_STD_ALL);
+	assert_int_equal(crun__std_spec_get(&r->o.tee, 1), CRUN_STD_OUT);
 	assert_true(r->o.standalone);
 	assert_string_equal(r->o.log_dir, "/tmp/with space");
 	assert_string_equal(r->o.config_path, p);
@@ -549,7 +549,7 @@ static void test_count_gpus(void **state)
 	(void)state;
 	snprintf(gpus, sizeof(gpus), "%s/gpus", tmpdir);
 	snprintf(dev, sizeof(dev), "%s/dev", tmpdir);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, NULL), 0);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, NULL), 0);
 	make_dir(dev);
 	for (int i = 0; i < 3; i++) {
 		snprintf(p, sizeof(p), "%s/nvidia%d", dev, i);
@@ -557,33 +557,33 @@ static void test_count_gpus(void **state)
 	}
 	write_file("dev/nvidiactl", "");
 	write_file("dev/nvidia-uvm", "");
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, NULL), 3);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, NULL), 3);
 	make_dir(gpus);
 	for (int i = 0; i < 4; i++) {
 		snprintf(p, sizeof(p), "%s/0000:0%d:00.0", gpus, i);
 		make_dir(p);
 	}
 	/* /proc/driver/nvidia/gpus wins over /dev. */
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, NULL), 4);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "0,2"), 2);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, " 3 , 1"), 2);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, ""), 0);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "-1"), 0);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "0,1,7,2"), 2);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "1,1"), 1);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "GPU-8a3c,MIG-12ab,0"), 3);
-	assert_int_equal(crun_launch_count_gpus(gpus, dev, "0,1,2,3,0"), 4);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, NULL), 4);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "0,2"), 2);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, " 3 , 1"), 2);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, ""), 0);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "-1"), 0);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "0,1,7,2"), 2);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "1,1"), 1);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "GPU-8a3c,MIG-12ab,0"), 3);
+	assert_int_equal(crun__launch_count_gpus(gpus, dev, "0,1,2,3,0"), 4);
 }
 
-static struct crun_launch_plan *plan_for(struct run *r, const char *const *env,
-					 const struct crun_launch_host *host, int expect_rc)
+static struct crun__launch_plan *plan_for(struct run *r, const char *const *env,
+					 const struct crun__launch_host *host, int expect_rc)
 {
-	static struct crun_launch_plan plan;
+	static struct crun__launch_plan plan;
 	char err[512];
 	int rc;
 
 	assert_int_equal(r->rc, 0);
-	rc = crun_launch_plan_make(&plan, &r->o, (char **)env, host, false, err, sizeof(err));
+	rc = crun__launch_plan_make(&plan, &r->o, (char **)env, host, false, err, sizeof(err));
 	if (rc != expect_rc)
 		fail_msg("plan: %d (%s), expected %d", rc, rc ? err : "", expect_rc);
 	if (rc) {
@@ -595,12 +595,12 @@ static struct crun_launch_plan *plan_for(struct run *r, const char *const *env,
 
 static void test_plan(void **state)
 {
-	struct crun_launch_host nogpu = {
+	struct crun__launch_host nogpu = {
 		.gpus_dir = "/nonexistent/g", .dev_dir = "/nonexistent", .ncpus = 6};
-	struct crun_launch_host gpus = {.ncpus = 6};
+	struct crun__launch_host gpus = {.ncpus = 6};
 	const char *py[] = {"PYTHON_EXEC=/opt/py/bin/python", NULL};
 	char gdir[128];
-	struct crun_launch_plan *p;
+	struct crun__launch_plan *p;
 	struct run *r;
 
 	(void)state;
@@ -623,44 +623,44 @@ static void test_plan(void **state)
 	assert_int_equal(p->master_port, 0);
 	assert_null(p->redirects);
 	assert_null(p->console_ranks);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("dir/train.py");
 	p = plan_for(r, py, &nogpu, 0);
 	assert_string_equal(p->argv[0], "/opt/py/bin/python");
 	assert_string_equal(p->argv[2], "dir/train.py");
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("-m", "pkg.train", "a");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_int_equal(p->argc, 5);
 	assert_string_equal(p->argv[2], "-m");
 	assert_string_equal(p->argv[3], "pkg.train");
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--no-python", "tool.py", "a");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_int_equal(p->argc, 2);
 	assert_string_equal(p->argv[0], "tool.py");
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("/bin/echo", "x.py");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_int_equal(p->argc, 2);
 	assert_string_equal(p->argv[0], "/bin/echo");
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 
 	/* nproc words. */
 	r = parse("--nproc-per-node=auto", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_int_equal(p->nproc, 6);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--nproc-per-node=auto", "x");
 	p = plan_for(r, NULL, &gpus, 0);
 	assert_int_equal(p->nproc, 4);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	{
 		const char *cvd[] = {"CUDA_VISIBLE_DEVICES=1", NULL};
@@ -668,43 +668,43 @@ static void test_plan(void **state)
 		r = parse("--nproc-per-node=gpu", "x");
 		p = plan_for(r, cvd, &gpus, 0);
 		assert_int_equal(p->nproc, 1);
-		crun_launch_plan_finish(p);
+		crun__launch_plan_finish(p);
 		done(r);
 	}
 	r = parse("--nproc-per-node=cpu", "x");
 	p = plan_for(r, NULL, &gpus, 0);
 	assert_int_equal(p->nproc, 6);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--nproc-per-node=gpu", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value 'gpu' for --nproc-per-node: no NVIDIA GPU found");
 	{
 		const char *env[] = {"PET_NPROC_PER_NODE=gpu", NULL};
 
 		r = parse_env(env, "x", NULL);
 		p = plan_for(r, env, &nogpu, -EINVAL);
-		crun_launch_plan_finish(p);
+		crun__launch_plan_finish(p);
 		expect_error(r, "for PET_NPROC_PER_NODE: no NVIDIA GPU");
 	}
 
 	/* Several nodes: c10d needs an endpoint, static a fixed count. */
 	r = parse("--nnodes=2", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value '2' for --nnodes: more than one node needs --rdzv-endpoint");
 	r = parse("--nnodes=1:3", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value '1:3' for --nnodes");
 	r = parse("--nnodes=2:3", "--rdzv-backend=static", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "--rdzv-backend=static needs a fixed number of nodes");
 	r = parse("--nnodes=2", "--rdzv-endpoint=[::1]:0", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value '[::1]:0' for --rdzv-endpoint: a store of several nodes");
 
 	/* c10d: the endpoint (default port 29400), dynamic ranks unless one
@@ -718,10 +718,10 @@ static void test_plan(void **state)
 	assert_int_equal(p->node_rank, -1);
 	assert_int_equal(p->is_host, -1);
 	{
-		struct crun_agent_spec spec;
+		struct crun__agent_spec spec;
 
 		memset(&spec, 0, sizeof(spec));
-		crun_launch_plan_to_spec(p, &r->o, &spec);
+		crun__launch_plan_to_spec(p, &r->o, &spec);
 		assert_true(spec.rdzv.enabled);
 		assert_false(spec.host_store);
 		assert_string_equal(spec.rdzv.host, "node0");
@@ -733,14 +733,14 @@ static void test_plan(void **state)
 		assert_true(spec.rdzv.join_timeout_ms == 600000);
 		assert_int_equal(spec.rdzv.keep_alive_max_attempt, 3);
 	}
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--nnodes=2", "--node-rank=1", "--rdzv-endpoint=[fd00::1]:7000", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_string_equal(p->rdzv_host, "fd00::1");
 	assert_int_equal(p->rdzv_port, 7000);
 	assert_int_equal(p->node_rank, 1);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	/* One node with an endpoint joins a rendezvous too (as torchrun);
 	 * --standalone never does, and refuses several nodes rather than
@@ -748,12 +748,12 @@ static void test_plan(void **state)
 	r = parse("--rdzv-endpoint=h:1234", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_true(p->rendezvous);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--standalone", "--rdzv-endpoint=h:1234", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_false(p->rendezvous);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--standalone", "--nnodes=2", "--rdzv-endpoint=h:1234", "x");
 	plan_for(r, NULL, &nogpu, -EINVAL);
@@ -767,7 +767,7 @@ static void test_plan(void **state)
 	assert_int_equal(p->rdzv_port, 29500);
 	assert_int_equal(p->node_rank, 2);
 	assert_int_equal(p->is_host, 0);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--nnodes=3", "--rdzv-backend=static", "--master-port=4000", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
@@ -775,22 +775,22 @@ static void test_plan(void **state)
 	assert_int_equal(p->rdzv_port, 4000);
 	assert_int_equal(p->node_rank, 0);
 	assert_int_equal(p->is_host, 1);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--nnodes=2", "--rdzv-backend=static", "--rdzv-conf=is_host=0", "x");
 	p = plan_for(r, NULL, &nogpu, 0);
 	assert_int_equal(p->is_host, 0);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 
 	/* Ranks beyond the workers. */
 	r = parse("--nproc-per-node=2", "-r", "0:1,2:3", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value '2:3' for --redirects: local rank 2 is not below");
 	r = parse("--nproc-per-node=2", "--local-ranks-filter=1,5", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "invalid value '5' for --local-ranks-filter");
 
 	/* Per-rank arrays, run ids, addresses. */
@@ -805,10 +805,10 @@ static void test_plan(void **state)
 	assert_string_equal(p->run_id, "job7");
 	assert_string_equal(p->master_addr, "node0");
 	{
-		struct crun_agent_spec spec;
+		struct crun__agent_spec spec;
 
 		memset(&spec, 0, sizeof(spec));
-		crun_launch_plan_to_spec(p, &r->o, &spec);
+		crun__launch_plan_to_spec(p, &r->o, &spec);
 		assert_int_equal(spec.nproc_per_node, 3);
 		assert_int_equal(spec.nnodes, 1);
 		assert_int_equal(spec.max_restarts, 3);
@@ -820,7 +820,7 @@ static void test_plan(void **state)
 		assert_true(spec.shutdown_timeout_ms == 30000);
 		assert_ptr_equal(spec.argv, p->argv);
 	}
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 	r = parse("--standalone", "--rdzv-id=ignored", "--master-addr=10.1.1.1",
 		  "--master-port=2222", "x");
@@ -829,13 +829,13 @@ static void test_plan(void **state)
 	assert_int_equal(p->run_id[14], '4');
 	assert_string_equal(p->master_addr, "10.1.1.1");
 	assert_int_equal(p->master_port, 2222);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	done(r);
 
 	/* The token file of --rdzv-conf is read; a missing one is an error. */
 	r = parse("--rdzv-conf", "token_file=/nonexistent/tok", "x");
 	p = plan_for(r, NULL, &nogpu, -EINVAL);
-	crun_launch_plan_finish(p);
+	crun__launch_plan_finish(p);
 	expect_error(r, "for --rdzv-conf: cannot open '/nonexistent/tok'");
 }
 
@@ -845,23 +845,23 @@ static void test_free_port(void **state)
 	char err[256];
 
 	(void)state;
-	assert_int_equal(crun_launch_free_port(&a, err, sizeof(err)), 0);
-	assert_int_equal(crun_launch_free_port(&b, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_free_port(&a, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_free_port(&b, err, sizeof(err)), 0);
 	assert_true(a > 0 && a < 65536 && b > 0 && b < 65536);
 }
 
 static void test_help_layout(void **state)
 {
-	const struct crun_launch_optdef *defs;
+	const struct crun__launch_optdef *defs;
 	char *buf = NULL, *line, *save = NULL;
 	size_t len = 0, n;
 	FILE *f = open_memstream(&buf, &len);
 
 	(void)state;
 	assert_non_null(f);
-	crun_launch_print_help(f);
+	crun__launch_print_help(f);
 	fclose(f);
-	defs = crun_launch_optdefs(&n);
+	defs = crun__launch_optdefs(&n);
 	assert_int_equal(n, CRUN_OPT_COUNT);
 	for (size_t i = 0; i < n; i++) {
 		char flag[64];

@@ -1,7 +1,7 @@
 /* Rendezvous rounds (rdzv.h) through a real store server: the server runs
  * on its own libuv loop in a thread (store_harness.h; 127.0.0.1, port 0),
  * and every node is a blocking socket that speaks the protocol with
- * crun_wire_* and the rdzv.h helpers, so nothing here depends on the
+ * crun__wire_* and the rdzv.h helpers, so nothing here depends on the
  * agent's client. Every receive has a 5 s timeout and every "nothing
  * arrives" check a short poll, so no test can hang; the timeouts under
  * test are 100-300 ms. Each server is destroyed at the end of its test and
@@ -36,26 +36,26 @@
 
 /* ---- a blocking node ------------------------------------------------------ */
 
-static void send_msg(int fd, const struct crun_wire_msg *m)
+static void send_msg(int fd, const struct crun__wire_msg *m)
 {
-	size_t n = crun_wire_encoded_size(m);
+	size_t n = crun__wire_encoded_size(m);
 	uint8_t *buf = malloc(n);
 
 	assert_non_null(buf);
-	assert_int_equal(crun_wire_encode(m, buf), n);
-	assert_int_equal(crun_write_all(fd, buf, n), 0);
+	assert_int_equal(crun__wire_encode(m, buf), n);
+	assert_int_equal(crun__write_all(fd, buf, n), 0);
 	free(buf);
 }
 
 static void send_frame(int fd, uint8_t type, uint32_t id, int64_t num,
-		       const struct crun_wire_item *items, uint32_t count)
+		       const struct crun__wire_item *items, uint32_t count)
 {
-	struct crun_wire_msg m = { type, 0, id, num, count, (struct crun_wire_item *)items };
+	struct crun__wire_msg m = { type, 0, id, num, count, (struct crun__wire_item *)items };
 
 	send_msg(fd, &m);
 }
 
-static void text(const struct crun_wire_item *it, char *out, size_t len)
+static void text(const struct crun__wire_item *it, char *out, size_t len)
 {
 	snprintf(out, len, "%.*s", (int)it->len, (const char *)it->data);
 }
@@ -72,15 +72,15 @@ static bool quiet(int fd, int ms)
 static int connect_run(int port, const char *run)
 {
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = { 0 }, snonce[32];
-	struct crun_wire_item hello[3] = { its(run), { nonce, 32 }, { NULL, 0 } };
+	struct crun__wire_item hello[3] = { its(run), { nonce, 32 }, { NULL, 0 } };
 	uint16_t version, flags;
 	struct rmsg r;
 	int fd = tconnect(port);
 
-	crun_wire_client_preamble(pre);
-	assert_int_equal(crun_write_all(fd, pre, CRUN_WIRE_CLIENT_PREAMBLE), 0);
+	crun__wire_client_preamble(pre);
+	assert_int_equal(crun__write_all(fd, pre, CRUN_WIRE_CLIENT_PREAMBLE), 0);
 	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);
-	assert_int_equal(crun_wire_parse_server_preamble(pre, &version, &flags, snonce), 0);
+	assert_int_equal(crun__wire_parse_server_preamble(pre, &version, &flags, snonce), 0);
 	send_frame(fd, CRUN_WIRE_HELLO, 1, 0, hello, 3);
 	assert_int_equal(trecv(fd, &r), 0);
 	assert_int_equal(r.m.type, CRUN_WIRE_OK);
@@ -93,15 +93,15 @@ static uint32_t next_id = 100;
 /* A node of a test: its connection and what its JOINs say. */
 struct tnode {
 	int fd;
-	struct crun_rdzv_node self;
-	struct crun_rdzv_conf conf;
+	struct crun__rdzv_node self;
+	struct crun__rdzv_conf conf;
 	uint32_t join_id;
 };
 
-static struct crun_rdzv_conf conf_of(int min, int max, int64_t last_call_ms,
+static struct crun__rdzv_conf conf_of(int min, int max, int64_t last_call_ms,
 				     int64_t join_timeout_ms)
 {
-	struct crun_rdzv_conf c = {
+	struct crun__rdzv_conf c = {
 		.min_nodes = min,
 		.max_nodes = max,
 		.join_timeout_ms = join_timeout_ms,
@@ -114,7 +114,7 @@ static struct crun_rdzv_conf conf_of(int min, int max, int64_t last_call_ms,
 }
 
 static void node_init(struct tnode *n, int port, const char *run, const char *id, const char *host,
-		      int nproc, const struct crun_rdzv_conf *conf)
+		      int nproc, const struct crun__rdzv_conf *conf)
 {
 	memset(n, 0, sizeof(*n));
 	n->fd = connect_run(port, run);
@@ -136,11 +136,11 @@ static void node_close(struct tnode *n)
 /* Sends a JOIN; its id is remembered (the id of the round's events). */
 static void join(struct tnode *n)
 {
-	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
-	struct crun_wire_msg m;
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__wire_msg m;
 	char scratch[160];
 
-	crun_rdzv_join_msg(&n->self, &n->conf, &m, items, scratch);
+	crun__rdzv_join_msg(&n->self, &n->conf, &m, items, scratch);
 	m.id = n->join_id = next_id++;
 	send_msg(n->fd, &m);
 }
@@ -163,7 +163,7 @@ static void join_sync(struct tnode *n)
 
 static uint32_t send_round_msg(struct tnode *n, uint8_t type, int64_t round, const char *msg)
 {
-	struct crun_wire_item it = its(msg ? msg : "");
+	struct crun__wire_item it = its(msg ? msg : "");
 	uint32_t id = next_id++;
 
 	send_frame(n->fd, type, id, round, &it, type == CRUN_WIRE_RDZV_FAIL ? 1 : 0);
@@ -171,7 +171,7 @@ static uint32_t send_round_msg(struct tnode *n, uint8_t type, int64_t round, con
 }
 
 /* Expects the assignment for n's JOIN. */
-static void want_assignment(struct tnode *n, struct crun_rdzv_assignment *a)
+static void want_assignment(struct tnode *n, struct crun__rdzv_assignment *a)
 {
 	struct rmsg r;
 	char err[256];
@@ -182,7 +182,7 @@ static void want_assignment(struct tnode *n, struct crun_rdzv_assignment *a)
 		fail_msg("%s: JOIN refused (%lld): %s", n->self.host, (long long)r.m.num, err);
 	}
 	assert_int_equal(r.m.id, n->join_id);
-	if (crun_rdzv_parse_assignment(&r.m, a, err, sizeof(err)) < 0)
+	if (crun__rdzv_parse_assignment(&r.m, a, err, sizeof(err)) < 0)
 		fail_msg("%s: bad assignment: %s", n->self.host, err);
 	rmsg_finish(&r);
 }
@@ -197,7 +197,7 @@ static int64_t want_event(struct tnode *n, int64_t round, const char *reason, co
 	assert_int_equal(trecv(n->fd, &r), 0);
 	if (r.m.type != CRUN_WIRE_RDZV_EVENT)
 		fail_msg("%s: expected RDZV_EVENT, got %s", n->self.host,
-			 crun_wire_type_name(r.m.type));
+			 crun__wire_type_name(r.m.type));
 	assert_int_equal(r.m.id, n->join_id);
 	assert_int_equal(r.m.num, round);
 	text(&r.m.items[0], buf, sizeof(buf));
@@ -234,7 +234,7 @@ static void want_ok(struct tnode *n, uint32_t id)
 
 	assert_int_equal(trecv(n->fd, &r), 0);
 	if (r.m.type != CRUN_WIRE_OK)
-		fail_msg("%s: expected OK, got %s", n->self.host, crun_wire_type_name(r.m.type));
+		fail_msg("%s: expected OK, got %s", n->self.host, crun__wire_type_name(r.m.type));
 	assert_int_equal(r.m.id, id);
 	rmsg_finish(&r);
 }
@@ -242,7 +242,7 @@ static void want_ok(struct tnode *n, uint32_t id)
 /* SET then GET of a key in n's run. */
 static void key_roundtrip(struct tnode *n, const char *k, const char *v)
 {
-	struct crun_wire_item kv[2] = { its(k), its(v) };
+	struct crun__wire_item kv[2] = { its(k), its(v) };
 	uint32_t id = next_id++;
 	struct rmsg r;
 
@@ -257,8 +257,8 @@ static void key_roundtrip(struct tnode *n, const char *k, const char *v)
 	rmsg_finish(&r);
 }
 
-static void assert_same_nodes(const struct crun_rdzv_assignment *a,
-			      const struct crun_rdzv_assignment *b)
+static void assert_same_nodes(const struct crun__rdzv_assignment *a,
+			      const struct crun__rdzv_assignment *b)
 {
 	assert_int_equal(a->round, b->round);
 	assert_int_equal(a->restart_count, b->restart_count);
@@ -280,8 +280,8 @@ static void assert_same_nodes(const struct crun_rdzv_assignment *a,
 static void test_two_nodes(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 10000, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 10000, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb;
 	uint64_t t0;
 
@@ -291,12 +291,12 @@ static void test_two_nodes(void **state)
 	node_init(&nb, h.port, "job", "host-b:2:bb", "host-b", 4, &c);
 	na.self.addr = (char *)"10.1.2.3";
 	join_sync(&na);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
 	/* max reached: no last call (10 s) */
-	assert_true(crun_now_ms() - t0 < 2000);
+	assert_true(crun__now_ms() - t0 < 2000);
 	assert_same_nodes(&a, &b);
 	assert_int_equal(a.round, 1);
 	assert_int_equal(a.restart_count, 0);
@@ -311,8 +311,8 @@ static void test_two_nodes(void **state)
 	assert_string_equal(a.nodes[1].host, "host-b");
 	assert_string_equal(a.nodes[1].addr, "127.0.0.1");
 	assert_int_equal(a.nodes[1].nproc, 4);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	/* The run's keys are shared with its rounds' members. */
 	key_roundtrip(&na, "rdzv/1/master", "10.1.2.3:29500");
 	key_roundtrip(&nb, "rdzv/1/master", "10.1.2.3:29501");
@@ -325,8 +325,8 @@ static void test_two_nodes(void **state)
 static void test_last_call(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 3, 200, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 3, 200, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb;
 	uint64_t t0, dt;
 
@@ -335,12 +335,12 @@ static void test_last_call(void **state)
 	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
 	node_init(&nb, h.port, "job", "b", "host-b", 2, &c);
 	join_sync(&nb);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	join(&na);
 	assert_true(quiet(na.fd, 100));
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	dt = crun_now_ms() - t0;
+	dt = crun__now_ms() - t0;
 	if (dt < 180 || dt > 2000)
 		fail_msg("round closed after %llu ms, expected about 200", (unsigned long long)dt);
 	assert_int_equal(a.nnodes, 2);
@@ -348,8 +348,8 @@ static void test_last_call(void **state)
 	assert_int_equal(a.group_rank, 1);
 	assert_int_equal(a.rank_offset, 2);
 	assert_int_equal(a.world_size, 3);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	node_close(&na);
 	node_close(&nb);
 	assert_int_equal(harness_stop(&h), 0);
@@ -361,8 +361,8 @@ static void test_last_call(void **state)
 static void test_left_and_join_timeout(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 
 	(void)state;
@@ -379,8 +379,8 @@ static void test_left_and_join_timeout(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	node_close(&nb);
 	assert_int_equal(want_event(&na, 1, "left", "node 1 (host-b) left: connection closed"), 1);
 	na.conf.join_timeout_ms = 150;
@@ -399,8 +399,8 @@ static void test_left_and_join_timeout(void **state)
 static void test_keepalive(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb;
 	bool got_event = false;
 	int pongs = 0, pings = 0;
@@ -415,11 +415,11 @@ static void test_keepalive(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	/* a pings every 50 ms; b says nothing. */
-	t0 = crun_now_ms();
-	while (crun_now_ms() - t0 < 600) {
+	t0 = crun__now_ms();
+	while (crun__now_ms() - t0 < 600) {
 		struct rmsg r;
 
 		send_frame(na.fd, CRUN_WIRE_PING, next_id++, 0, NULL, 0);
@@ -457,8 +457,8 @@ static void test_keepalive(void **state)
 static void test_refused_join_keeps_keepalive(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb;
 
 	(void)state;
@@ -469,8 +469,8 @@ static void test_refused_join_keeps_keepalive(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	na.conf.keepalive_ms = 100;
 	join(&na);
 	want_error(&na, na.join_id, EALREADY, NULL);
@@ -496,8 +496,8 @@ static void test_refused_join_keeps_keepalive(void **state)
 static void test_fail(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(3, 3, 0, 5000);
-	struct crun_rdzv_assignment as[3];
+	struct crun__rdzv_conf c = conf_of(3, 3, 0, 5000);
+	struct crun__rdzv_assignment as[3];
 	struct tnode n[3];
 	const char *why = "rank 5 (local 1) on host-b exited with status 1";
 	uint32_t id;
@@ -513,7 +513,7 @@ static void test_fail(void **state)
 	for (int i = 0; i < 3; i++) {
 		want_assignment(&n[i], &as[i]);
 		assert_int_equal(as[i].group_rank, i);
-		crun_rdzv_assignment_finish(&as[i]);
+		crun__rdzv_assignment_finish(&as[i]);
 	}
 	id = send_round_msg(&n[1], CRUN_WIRE_RDZV_FAIL, 1, why);
 	want_ok(&n[1], id);
@@ -529,7 +529,7 @@ static void test_fail(void **state)
 		assert_int_equal(as[i].restart_count, 1);
 		assert_int_equal(as[i].group_rank, i);
 		assert_int_equal(as[i].rank_offset, 2 * i);
-		crun_rdzv_assignment_finish(&as[i]);
+		crun__rdzv_assignment_finish(&as[i]);
 	}
 	/* A late FAIL for round 1 changes nothing. */
 	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_FAIL, 1, "stale");
@@ -547,8 +547,8 @@ static void test_fail(void **state)
 static void test_late_joiner(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 4, 300, 5000);
-	struct crun_rdzv_assignment a, b, x;
+	struct crun__rdzv_conf c = conf_of(2, 4, 300, 5000);
+	struct crun__rdzv_assignment a, b, x;
 	struct tnode na, nb, nx;
 	uint64_t t0, dt;
 
@@ -561,18 +561,18 @@ static void test_late_joiner(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	join(&nx);
 	assert_int_equal(want_event(&na, 1, "join", "node 'x' (host-x) is joining"), 0);
 	assert_int_equal(want_event(&nb, 1, "join", NULL), 0);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	join_sync(&nb);
 	join(&na);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
 	want_assignment(&nx, &x);
-	dt = crun_now_ms() - t0;
+	dt = crun__now_ms() - t0;
 	if (dt >= 250)
 		fail_msg("round 2 took %llu ms: it waited for the last call",
 			 (unsigned long long)dt);
@@ -584,9 +584,9 @@ static void test_late_joiner(void **state)
 	assert_int_equal(b.group_rank, 1);
 	assert_int_equal(x.group_rank, 2);
 	assert_int_equal(x.world_size, 6);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
-	crun_rdzv_assignment_finish(&x);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&x);
 	node_close(&na);
 	node_close(&nb);
 	node_close(&nx);
@@ -598,8 +598,8 @@ static void test_late_joiner(void **state)
 static void test_standby(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b, s;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b, s;
 	struct tnode na, nb, ns;
 	uint32_t id;
 
@@ -613,8 +613,8 @@ static void test_standby(void **state)
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
 	assert_int_equal(a.nnodes, 2);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	join_sync(&ns);
 	assert_true(quiet(ns.fd, 50));
 	assert_true(quiet(na.fd, 0));
@@ -631,8 +631,8 @@ static void test_standby(void **state)
 	assert_int_equal(a.round, 2);
 	assert_int_equal(a.group_rank, 0);
 	assert_int_equal(s.group_rank, 1);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&s);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&s);
 	nb.conf.join_timeout_ms = 150;
 	join(&nb);
 	want_error(&nb, nb.join_id, ETIMEDOUT, "no round of run 'job' opened within 150ms");
@@ -646,8 +646,8 @@ static void test_standby(void **state)
 static void test_exhausted(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 	uint32_t id;
 
@@ -663,8 +663,8 @@ static void test_exhausted(void **state)
 		want_assignment(&nb, &b);
 		assert_int_equal(a.round, round);
 		assert_int_equal(a.restart_count, round - 1);
-		crun_rdzv_assignment_finish(&a);
-		crun_rdzv_assignment_finish(&b);
+		crun__rdzv_assignment_finish(&a);
+		crun__rdzv_assignment_finish(&b);
 		id = send_round_msg(&nb, CRUN_WIRE_RDZV_FAIL, round, "worker died");
 		want_ok(&nb, id);
 		if (round == 1) {
@@ -690,8 +690,8 @@ static void test_exhausted(void **state)
 static void test_done(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb, nc;
 	uint32_t ida, idb;
 
@@ -703,8 +703,8 @@ static void test_done(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	/* a is done first, then b fails: a's DONE is cancelled. */
 	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
 	assert_true(quiet(na.fd, 50));
@@ -719,8 +719,8 @@ static void test_done(void **state)
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
 	assert_int_equal(a.round, 2);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 1, NULL);
 	want_error(&na, ida, ECANCELED, "round 1 ended");
 	ida = send_round_msg(&na, CRUN_WIRE_RDZV_DONE, 2, NULL);
@@ -737,7 +737,7 @@ static void test_done(void **state)
 	node_close(&na);
 	node_close(&nb);
 	{
-		struct crun_wire_item k = its("after");
+		struct crun__wire_item k = its("after");
 		uint32_t id = next_id++;
 		struct rmsg r;
 
@@ -753,7 +753,7 @@ static void test_done(void **state)
 	join(&nc);
 	want_assignment(&nc, &a);
 	assert_int_equal(a.round, 1);
-	crun_rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&a);
 	node_close(&nc);
 	assert_int_equal(harness_stop(&h), 0);
 }
@@ -763,8 +763,8 @@ static void test_done(void **state)
 static void test_done_then_gone(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb, nd;
 	uint32_t id;
 
@@ -777,8 +777,8 @@ static void test_done_then_gone(void **state)
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	id = send_round_msg(&nd, CRUN_WIRE_RDZV_DONE, 1, NULL);
 	want_error(&nd, id, EINVAL, "not a member of round 1");
 	id = send_round_msg(&nd, CRUN_WIRE_RDZV_FAIL, 1, "not mine");
@@ -802,8 +802,8 @@ static void test_done_then_gone(void **state)
 static void test_static_ranks(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun_rdzv_assignment a, b;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
 	struct tnode na, nb, nd, ne;
 
 	(void)state;
@@ -833,8 +833,8 @@ static void test_static_ranks(void **state)
 	assert_int_equal(b.group_rank, 1);
 	assert_int_equal(a.world_size, 4);
 	assert_int_equal(b.rank_offset, 1);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	node_close(&na);
 	node_close(&nb);
 	node_close(&nd);
@@ -848,9 +848,9 @@ static void test_static_ranks(void **state)
 static void test_config_errors(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 4, 1000, 5000);
-	struct crun_wire_item items[CRUN_RDZV_JOIN_ITEMS];
-	struct crun_wire_msg m;
+	struct crun__rdzv_conf c = conf_of(2, 4, 1000, 5000);
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__wire_msg m;
 	struct tnode na, nb;
 	char scratch[160];
 
@@ -876,7 +876,7 @@ static void test_config_errors(void **state)
 	want_error(&nb, nb.join_id, EINVAL, "node id 'a' is already in use");
 	nb.self.node_id = (char *)"b";
 	/* nproc "x" */
-	crun_rdzv_join_msg(&nb.self, &nb.conf, &m, items, scratch);
+	crun__rdzv_join_msg(&nb.self, &nb.conf, &m, items, scratch);
 	items[3] = its("x");
 	m.id = next_id++;
 	send_msg(nb.fd, &m);
@@ -893,8 +893,8 @@ static void test_config_errors(void **state)
 static void test_two_runs(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c2 = conf_of(2, 2, 0, 5000), c1 = conf_of(1, 1, 0, 5000);
-	struct crun_rdzv_assignment a, b, x;
+	struct crun__rdzv_conf c2 = conf_of(2, 2, 0, 5000), c1 = conf_of(1, 1, 0, 5000);
+	struct crun__rdzv_assignment a, b, x;
 	struct tnode na, nb, nx;
 	uint32_t id;
 
@@ -906,15 +906,15 @@ static void test_two_runs(void **state)
 	join(&nx);
 	want_assignment(&nx, &x);
 	assert_int_equal(x.nnodes, 1);
-	crun_rdzv_assignment_finish(&x);
+	crun__rdzv_assignment_finish(&x);
 	assert_true(quiet(na.fd, 30));
 	node_init(&nb, h.port, "job-1", "b", "host-b", 1, &c2);
 	join(&nb);
 	want_assignment(&na, &a);
 	want_assignment(&nb, &b);
 	assert_int_equal(a.nnodes, 2);
-	crun_rdzv_assignment_finish(&a);
-	crun_rdzv_assignment_finish(&b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
 	id = send_round_msg(&nx, CRUN_WIRE_RDZV_FAIL, 1, "job-2 only");
 	want_ok(&nx, id);
 	want_event(&nx, 1, "failure", "job-2 only");
@@ -931,7 +931,7 @@ static void test_two_runs(void **state)
 static void test_destroy_busy(void **state)
 {
 	struct harness h;
-	struct crun_rdzv_conf c = conf_of(2, 3, 5000, 5000);
+	struct crun__rdzv_conf c = conf_of(2, 3, 5000, 5000);
 	struct tnode na;
 
 	(void)state;
@@ -964,6 +964,6 @@ int main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	crun_log_init("test_round", getenv("TEST_VERBOSE") ? CRUN_LOG_DEBUG : CRUN_LOG_WARN);
+	crun__log_init("test_round", getenv("TEST_VERBOSE") ? CRUN_LOG_DEBUG : CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* The store server through real sockets: a server runs on its own libuv
  * loop in a thread (store_harness.h; 127.0.0.1, port 0) and the test
  * talks to it with blocking sockets and frames encoded by hand with
- * crun_wire_encode, so nothing here depends on libcrun. Every socket has a
+ * crun__wire_encode, so nothing here depends on libcrun. Every socket has a
  * 5 s receive timeout, so no test can hang; every server is destroyed and
  * its loop must close with no handle left. */
 #include <errno.h>
@@ -34,12 +34,12 @@
 
 static void tsend(int fd, const void *p, size_t n)
 {
-	assert_int_equal(crun_write_all(fd, p, n), 0);
+	assert_int_equal(crun__write_all(fd, p, n), 0);
 }
 
-static struct crun_wire_item it(const void *data, size_t len)
+static struct crun__wire_item it(const void *data, size_t len)
 {
-	struct crun_wire_item i = { data, (uint32_t)len };
+	struct crun__wire_item i = { data, (uint32_t)len };
 
 	return i;
 }
@@ -47,18 +47,18 @@ static struct crun_wire_item it(const void *data, size_t len)
 /* Encodes a frame and appends it to buf at *off (buf must be big enough
  * or NULL to only count). */
 static size_t put_frame(uint8_t *buf, size_t off, uint8_t type, uint8_t flags, uint32_t id,
-			int64_t num, const struct crun_wire_item *items, uint32_t count)
+			int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
-	struct crun_wire_msg m = { type, flags, id, num, count, (struct crun_wire_item *)items };
-	size_t n = crun_wire_encoded_size(&m);
+	struct crun__wire_msg m = { type, flags, id, num, count, (struct crun__wire_item *)items };
+	size_t n = crun__wire_encoded_size(&m);
 
 	if (buf)
-		assert_int_equal(crun_wire_encode(&m, buf + off), n);
+		assert_int_equal(crun__wire_encode(&m, buf + off), n);
 	return off + n;
 }
 
 static void send_frame(int fd, uint8_t type, uint8_t flags, uint32_t id, int64_t num,
-		       const struct crun_wire_item *items, uint32_t count)
+		       const struct crun__wire_item *items, uint32_t count)
 {
 	size_t n = put_frame(NULL, 0, type, flags, id, num, items, count);
 	uint8_t *buf = malloc(n);
@@ -97,7 +97,7 @@ static void read_server_preamble(int fd, uint16_t *flags, uint8_t *nonce)
 	uint16_t version;
 
 	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);
-	assert_int_equal(crun_wire_parse_server_preamble(pre, &version, flags, nonce), 0);
+	assert_int_equal(crun__wire_parse_server_preamble(pre, &version, flags, nonce), 0);
 }
 
 /* Preambles and HELLO. token NULL: send an empty mac; bad_token: use it
@@ -106,18 +106,18 @@ static void handshake(int fd, const char *run, const char *token, struct rmsg *r
 {
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], snonce[32], cnonce[32], mac[32];
 	uint16_t flags;
-	struct crun_wire_item items[3];
+	struct crun__wire_item items[3];
 
-	crun_wire_client_preamble(pre);
+	crun__wire_client_preamble(pre);
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, snonce);
-	assert_int_equal(crun_wire_random(cnonce, sizeof(cnonce)), 0);
+	assert_int_equal(crun__wire_random(cnonce, sizeof(cnonce)), 0);
 	items[0] = its(run);
 	items[1] = it(cnonce, 32);
 	items[2] = it(NULL, 0);
 	if (token) {
 		assert_int_equal(
-			crun_wire_mac(token, strlen(token), "client", snonce, cnonce, mac), 0);
+			crun__wire_mac(token, strlen(token), "client", snonce, cnonce, mac), 0);
 		items[2] = it(mac, 32);
 	}
 	send_frame(fd, CRUN_WIRE_HELLO, 0, 1, 0, items, 3);
@@ -129,7 +129,7 @@ static void handshake(int fd, const char *run, const char *token, struct rmsg *r
 		assert_int_equal(r->m.count, 1);
 		assert_int_equal(r->m.items[0].len, 32);
 		assert_int_equal(
-			crun_wire_mac(token, strlen(token), "server", cnonce, snonce, want), 0);
+			crun__wire_mac(token, strlen(token), "server", cnonce, snonce, want), 0);
 		assert_memory_equal(want, r->m.items[0].data, 32);
 	}
 }
@@ -155,7 +155,7 @@ static uint32_t next_id = 100;
 
 /* One request, one reply (which must carry the request's id). */
 static void rpc(int fd, uint8_t type, uint8_t flags, int64_t num,
-		const struct crun_wire_item *items, uint32_t count, struct rmsg *r)
+		const struct crun__wire_item *items, uint32_t count, struct rmsg *r)
 {
 	uint32_t id = next_id++;
 
@@ -165,19 +165,19 @@ static void rpc(int fd, uint8_t type, uint8_t flags, int64_t num,
 }
 
 static void want_ok(int fd, uint8_t type, uint8_t flags, int64_t num,
-		      const struct crun_wire_item *items, uint32_t count)
+		      const struct crun__wire_item *items, uint32_t count)
 {
 	struct rmsg r;
 
 	rpc(fd, type, flags, num, items, count, &r);
 	if (r.m.type != CRUN_WIRE_OK)
-		fail_msg("%s: expected OK, got %s (%lld)", crun_wire_type_name(type),
-			 crun_wire_type_name(r.m.type), (long long)r.m.num);
+		fail_msg("%s: expected OK, got %s (%lld)", crun__wire_type_name(type),
+			 crun__wire_type_name(r.m.type), (long long)r.m.num);
 	rmsg_finish(&r);
 }
 
 static void want_err(int fd, uint8_t type, uint8_t flags, int64_t num,
-		       const struct crun_wire_item *items, uint32_t count, int errnum)
+		       const struct crun__wire_item *items, uint32_t count, int errnum)
 {
 	struct rmsg r;
 
@@ -189,7 +189,7 @@ static void want_err(int fd, uint8_t type, uint8_t flags, int64_t num,
 	rmsg_finish(&r);
 }
 
-static int64_t want_int(int fd, uint8_t type, int64_t num, const struct crun_wire_item *items,
+static int64_t want_int(int fd, uint8_t type, int64_t num, const struct crun__wire_item *items,
 			  uint32_t count)
 {
 	struct rmsg r;
@@ -203,15 +203,15 @@ static int64_t want_int(int fd, uint8_t type, int64_t num, const struct crun_wir
 }
 
 static void want_value(int fd, uint8_t type, uint8_t flags, int64_t num,
-			 const struct crun_wire_item *items, uint32_t count, const void *want,
+			 const struct crun__wire_item *items, uint32_t count, const void *want,
 			 size_t wantlen)
 {
 	struct rmsg r;
 
 	rpc(fd, type, flags, num, items, count, &r);
 	if (r.m.type != CRUN_WIRE_VALUE)
-		fail_msg("%s: expected VALUE, got %s (%lld)", crun_wire_type_name(type),
-			 crun_wire_type_name(r.m.type), (long long)r.m.num);
+		fail_msg("%s: expected VALUE, got %s (%lld)", crun__wire_type_name(type),
+			 crun__wire_type_name(r.m.type), (long long)r.m.num);
 	assert_int_equal(r.m.count, 1);
 	assert_int_equal(r.m.items[0].len, wantlen);
 	if (wantlen)
@@ -221,21 +221,21 @@ static void want_value(int fd, uint8_t type, uint8_t flags, int64_t num,
 
 static void set(int fd, const char *k, const char *v)
 {
-	struct crun_wire_item kv[2] = { its(k), its(v) };
+	struct crun__wire_item kv[2] = { its(k), its(v) };
 
 	want_ok(fd, CRUN_WIRE_SET, 0, 0, kv, 2);
 }
 
 static void get(int fd, const char *k, const char *v)
 {
-	struct crun_wire_item key = its(k);
+	struct crun__wire_item key = its(k);
 
 	want_value(fd, CRUN_WIRE_GET, 0, 0, &key, 1, v, strlen(v));
 }
 
 static void get_missing(int fd, const char *k)
 {
-	struct crun_wire_item key = its(k);
+	struct crun__wire_item key = its(k);
 
 	want_err(fd, CRUN_WIRE_GET, 0, 0, &key, 1, ENOENT);
 }
@@ -252,7 +252,7 @@ static void fresh_client_works(int port)
 
 static uint64_t now_ms(void)
 {
-	return crun_now_ms();
+	return crun__now_ms();
 }
 
 /* ---- tests ------------------------------------------------------------- */
@@ -262,10 +262,10 @@ static void test_operations(void **state)
 	struct harness h;
 	int fd;
 	static const uint8_t bin[] = { 0, 1, 2, 0xff, '\n', 0 };
-	struct crun_wire_item k = its("k"), n = its("n");
-	struct crun_wire_item bk[2] = { its("bin"), it(bin, sizeof(bin)) };
-	struct crun_wire_item keys3[3] = { its("a"), its("b"), its("c") };
-	struct crun_wire_item mset[6] = { its("b"), its("2"), its("a"), its("1"), its("c"),
+	struct crun__wire_item k = its("k"), n = its("n");
+	struct crun__wire_item bk[2] = { its("bin"), it(bin, sizeof(bin)) };
+	struct crun__wire_item keys3[3] = { its("a"), its("b"), its("c") };
+	struct crun__wire_item mset[6] = { its("b"), its("2"), its("a"), its("1"), its("c"),
 					  its("") };
 	struct rmsg r;
 
@@ -295,26 +295,26 @@ static void test_operations(void **state)
 	want_err(fd, CRUN_WIRE_ADD, 0, 1, &k, 1, EINVAL); /* "a longer ..." */
 	set(fd, "big", "9223372036854775807");
 	{
-		struct crun_wire_item big = its("big");
+		struct crun__wire_item big = its("big");
 
 		want_err(fd, CRUN_WIRE_ADD, 0, 1, &big, 1, ERANGE);
 		assert_int_equal(want_int(fd, CRUN_WIRE_ADD, 0, &big, 1), INT64_MAX);
 	}
 	set(fd, "huge", "99999999999999999999");
 	{
-		struct crun_wire_item huge = its("huge");
+		struct crun__wire_item huge = its("huge");
 
 		want_err(fd, CRUN_WIRE_ADD, 0, 1, &huge, 1, ERANGE);
 	}
 
 	/* CAS, torch's compareSet semantics */
 	{
-		struct crun_wire_item c1[3] = { its("cas"), its("x"), its("y") };
-		struct crun_wire_item c2[3] = { its("cas"), its(""), its("first") };
-		struct crun_wire_item c3[3] = { its("cas"), its("wrong"), its("z") };
-		struct crun_wire_item c4[3] = { its("cas"), its("first"), its("second") };
-		struct crun_wire_item c5[3] = { its("cas"), its(""), its("third") };
-		struct crun_wire_item c6[3] = { its("cas2"), its("ignored"), its("new") };
+		struct crun__wire_item c1[3] = { its("cas"), its("x"), its("y") };
+		struct crun__wire_item c2[3] = { its("cas"), its(""), its("first") };
+		struct crun__wire_item c3[3] = { its("cas"), its("wrong"), its("z") };
+		struct crun__wire_item c4[3] = { its("cas"), its("first"), its("second") };
+		struct crun__wire_item c5[3] = { its("cas"), its(""), its("third") };
+		struct crun__wire_item c6[3] = { its("cas2"), its("ignored"), its("new") };
 
 		/* missing key, non-empty expected: nothing stored, expected returned */
 		want_value(fd, CRUN_WIRE_CAS, 0, 0, c1, 3, "x", 1);
@@ -339,8 +339,8 @@ static void test_operations(void **state)
 
 	/* APPEND creates, then appends */
 	{
-		struct crun_wire_item a1[2] = { its("log"), its("ab") };
-		struct crun_wire_item a2[2] = { its("log"), its("cd") };
+		struct crun__wire_item a1[2] = { its("log"), its("ab") };
+		struct crun__wire_item a2[2] = { its("log"), its("cd") };
 
 		want_ok(fd, CRUN_WIRE_APPEND, 0, 0, a1, 2);
 		for (int i = 0; i < 100; i++)
@@ -362,7 +362,7 @@ static void test_operations(void **state)
 	assert_int_equal(r.m.items[2].len, 0);
 	rmsg_finish(&r);
 	{
-		struct crun_wire_item mk[2] = { its("a"), its("nope") };
+		struct crun__wire_item mk[2] = { its("a"), its("nope") };
 
 		want_err(fd, CRUN_WIRE_MGET, 0, 0, mk, 2, ENOENT);
 	}
@@ -394,7 +394,7 @@ static void test_waiting_reads(void **state)
 {
 	struct harness h;
 	int a, b;
-	struct crun_wire_item k = its("late"), two[2] = { its("m1"), its("m2") };
+	struct crun__wire_item k = its("late"), two[2] = { its("m1"), its("m2") };
 	struct rmsg r;
 
 	(void)state;
@@ -433,7 +433,7 @@ static void test_waiting_reads(void **state)
 	}
 	/* ADD, APPEND and CAS also wake waiters */
 	{
-		struct crun_wire_item c = its("ctr"), ap[2] = { its("ap"), its("x") };
+		struct crun__wire_item c = its("ctr"), ap[2] = { its("ap"), its("x") };
 
 		send_frame(a, CRUN_WIRE_GET, 0, 10, 5000, &c, 1);
 		send_frame(a, CRUN_WIRE_GET, 0, 11, 5000, ap, 1);
@@ -448,7 +448,7 @@ static void test_waiting_reads(void **state)
 		}
 	}
 	/* a waiter whose connection closes is simply dropped */
-	struct crun_wire_item k_never = its("never");
+	struct crun__wire_item k_never = its("never");
 
 	send_frame(b, CRUN_WIRE_GET, 0, 12, 5000, &k_never, 1);
 	close(b);
@@ -463,7 +463,7 @@ static void test_wait_timeout(void **state)
 {
 	struct harness h;
 	int fd;
-	struct crun_wire_item keys[2] = { its("x"), its("y") };
+	struct crun__wire_item keys[2] = { its("x"), its("y") };
 	uint64_t t0;
 	struct rmsg r;
 
@@ -497,7 +497,7 @@ static void test_wait_deadlines(void **state)
 {
 	struct harness h;
 	int fd;
-	struct crun_wire_item k1 = its("d1"), k2 = its("d2"), k3 = its("d3"), k4 = its("d4");
+	struct crun__wire_item k1 = its("d1"), k2 = its("d2"), k3 = its("d3"), k4 = its("d4");
 	uint64_t t0;
 	struct rmsg r;
 
@@ -552,8 +552,8 @@ static void test_watch(void **state)
 {
 	struct harness h;
 	int a, b;
-	struct crun_wire_item w = its("w"), eph = its("eph");
-	struct crun_wire_item ev[2] = { its("eph"), its("alive") };
+	struct crun__wire_item w = its("w"), eph = its("eph");
+	struct crun__wire_item ev[2] = { its("eph"), its("alive") };
 	struct rmsg r;
 	char run[64];
 
@@ -643,7 +643,7 @@ static void test_runs_isolated(void **state)
 
 static void test_limits(void **state)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	int fd, extra[3];
 	char key17[18], val65[66];
@@ -662,11 +662,11 @@ static void test_limits(void **state)
 
 	fd = client(h.port, "lim");
 	{
-		struct crun_wire_item kv[2] = { its(key17), its("v") };
-		struct crun_wire_item big[2] = { its("k"), its(val65) };
-		struct crun_wire_item ms[4] = { its("m1"), its("ok"), its("m2"), its(val65) };
-		struct crun_wire_item ap[2] = { its("ap"), it(val65, 40) };
-		struct crun_wire_item cas[3] = { its("k"), its(""), its(val65) };
+		struct crun__wire_item kv[2] = { its(key17), its("v") };
+		struct crun__wire_item big[2] = { its("k"), its(val65) };
+		struct crun__wire_item ms[4] = { its("m1"), its("ok"), its("m2"), its(val65) };
+		struct crun__wire_item ap[2] = { its("ap"), it(val65, 40) };
+		struct crun__wire_item cas[3] = { its("k"), its(""), its(val65) };
 
 		want_err(fd, CRUN_WIRE_SET, 0, 0, kv, 2, E2BIG);
 		want_err(fd, CRUN_WIRE_GET, 0, 0, kv, 1, E2BIG);
@@ -680,9 +680,9 @@ static void test_limits(void **state)
 	set(fd, "k2", "v");
 	set(fd, "k3", "v");
 	{
-		struct crun_wire_item k4[2] = { its("k4"), its("v") };
-		struct crun_wire_item ms[4] = { its("k2"), its("x"), its("k5"), its("y") };
-		struct crun_wire_item add = its("k6");
+		struct crun__wire_item k4[2] = { its("k4"), its("v") };
+		struct crun__wire_item ms[4] = { its("k2"), its("x"), its("k5"), its("y") };
+		struct crun__wire_item add = its("k6");
 
 		want_err(fd, CRUN_WIRE_SET, 0, 0, k4, 2, ENOSPC);
 		want_err(fd, CRUN_WIRE_MSET, 0, 0, ms, 4, ENOSPC);
@@ -716,7 +716,7 @@ static void test_limits(void **state)
 
 static void test_auth(void **state)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	struct rmsg r;
 	int fd;
@@ -746,9 +746,9 @@ static void test_auth(void **state)
 		int bad = tconnect(h.port);
 		uint8_t pre[8], cnonce[32] = { 0 }, snonce[32];
 		uint16_t flags;
-		struct crun_wire_item items[3] = { its("secure"), it(cnonce, 32), it(NULL, 0) };
+		struct crun__wire_item items[3] = { its("secure"), it(cnonce, 32), it(NULL, 0) };
 
-		crun_wire_client_preamble(pre);
+		crun__wire_client_preamble(pre);
 		tsend(bad, pre, sizeof(pre));
 		read_server_preamble(bad, &flags, snonce);
 		assert_true(flags & CRUN_WIRE_F_AUTH);
@@ -760,9 +760,9 @@ static void test_auth(void **state)
 		int bad = tconnect(h.port);
 		uint8_t pre[8], snonce[32];
 		uint16_t flags;
-		struct crun_wire_item kv[2] = { its("k"), its("stolen") };
+		struct crun__wire_item kv[2] = { its("k"), its("stolen") };
 
-		crun_wire_client_preamble(pre);
+		crun__wire_client_preamble(pre);
 		tsend(bad, pre, sizeof(pre));
 		read_server_preamble(bad, &flags, snonce);
 		send_frame(bad, CRUN_WIRE_SET, 0, 2, 0, kv, 2);
@@ -791,7 +791,7 @@ static void test_garbage(void **state)
 
 	/* another version */
 	fd = tconnect(h.port);
-	crun_wire_client_preamble(pre);
+	crun__wire_client_preamble(pre);
 	pre[5] = 9;
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
@@ -807,7 +807,7 @@ static void test_garbage(void **state)
 	{
 		uint8_t junk[512];
 
-		assert_int_equal(crun_wire_random(junk, sizeof(junk)), 0);
+		assert_int_equal(crun__wire_random(junk, sizeof(junk)), 0);
 		junk[4] = 0x42; /* make sure the type is unknown */
 		tsend(fd, junk, sizeof(junk));
 		assert_true(closed_by_server(fd));
@@ -821,14 +821,14 @@ static void test_garbage(void **state)
 	fd = client(h.port, "g");
 	{
 		uint8_t cn[32] = { 0 };
-		struct crun_wire_item hello[3] = { its("g"), it(cn, 32), it(NULL, 0) };
+		struct crun__wire_item hello[3] = { its("g"), it(cn, 32), it(NULL, 0) };
 
 		send_frame(fd, CRUN_WIRE_HELLO, 0, 5, 0, hello, 3);
 		expect_error_and_close(fd, EPROTO, "HELLO after");
 	}
 	fd = client(h.port, "g");
 	{
-		struct crun_wire_item k = its("k");
+		struct crun__wire_item k = its("k");
 
 		send_frame(fd, CRUN_WIRE_GET, 0, 5, INT64_MIN, &k, 1); /* negative timeout */
 		expect_error_and_close(fd, EPROTO, "negative");
@@ -838,7 +838,7 @@ static void test_garbage(void **state)
 	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
-		struct crun_wire_item kv[2] = { its("key"), its("value") };
+		struct crun__wire_item kv[2] = { its("key"), its("value") };
 		size_t n = put_frame(buf, 0, CRUN_WIRE_SET, 0, 9, 0, kv, 2);
 
 		tsend(fd, buf, n - 3);
@@ -849,7 +849,7 @@ static void test_garbage(void **state)
 	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
-		struct crun_wire_item kv[2] = { its("key"), its("value") };
+		struct crun__wire_item kv[2] = { its("key"), its("value") };
 		size_t n = put_frame(buf, 0, CRUN_WIRE_SET, 0, 9, 0, kv, 2);
 
 		tsend(fd, buf, n - 3);
@@ -884,7 +884,7 @@ static void test_huge_lengths(void **state)
 
 	/* before HELLO the cap is a few KiB */
 	fd = tconnect(h.port);
-	crun_wire_client_preamble(pre);
+	crun__wire_client_preamble(pre);
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
 	{
@@ -926,7 +926,7 @@ static void test_tiny_frames(void **state)
 	enum { N = 10000 };
 	struct harness h;
 	int fd;
-	struct crun_wire_item ctr = its("c");
+	struct crun__wire_item ctr = its("c");
 	size_t per = put_frame(NULL, 0, CRUN_WIRE_ADD, 0, 0, 1, &ctr, 1), off = 0;
 	uint8_t *buf = malloc(per * N);
 	struct rmsg r;
@@ -974,7 +974,7 @@ static void test_tiny_frames(void **state)
 
 static void test_handshake_timeout(void **state)
 {
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
 	uint16_t flags;
@@ -995,7 +995,7 @@ static void test_handshake_timeout(void **state)
 	assert_true(now_ms() - t0 < 3000);
 
 	fd = tconnect(h.port); /* sends its preamble, then nothing */
-	crun_wire_client_preamble(pre);
+	crun__wire_client_preamble(pre);
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
 	expect_error_and_close(fd, ETIMEDOUT, "handshake");
@@ -1013,11 +1013,11 @@ static void test_handshake_timeout(void **state)
 static void test_slow_reader(void **state)
 {
 	enum { VAL = 100 * 1024, N = 400 };
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	int fd, got = 0;
 	char *val = malloc(VAL + 1);
-	struct crun_wire_item k = its("big");
+	struct crun__wire_item k = its("big");
 	size_t per, off = 0;
 	uint8_t *buf;
 	struct rmsg r;
@@ -1056,10 +1056,10 @@ static void test_slow_reader(void **state)
 static void test_wait_bytes_capped(void **state)
 {
 	enum { KEY = 3000 };
-	struct crun_server_opts so;
+	struct crun__server_opts so;
 	struct harness h;
 	char key[KEY + 8];
-	struct crun_wire_item k;
+	struct crun__wire_item k;
 	int fd, refused = 0;
 	struct rmsg r;
 
@@ -1100,7 +1100,7 @@ static void test_destroy_busy(void **state)
 {
 	struct harness h;
 	int a, b, c;
-	struct crun_wire_item k = its("never"), ev[2] = { its("e"), its("v") };
+	struct crun__wire_item k = its("never"), ev[2] = { its("e"), its("v") };
 	uint8_t half[6] = { 0, 0, 0, 40, CRUN_WIRE_SET, 0 };
 
 	(void)state;
@@ -1131,59 +1131,59 @@ static void done_flag(void *arg)
 static void test_listen(void **state)
 {
 	uv_loop_t loop;
-	struct crun_server *s1, *s2;
+	struct crun__server *s1, *s2;
 	char err[256];
 	bool d1 = false, d2 = false;
 	int rc;
 
 	(void)state;
 	assert_int_equal(uv_loop_init(&loop), 0);
-	s1 = crun_server_create(&loop, NULL);
-	s2 = crun_server_create(&loop, NULL);
+	s1 = crun__server_create(&loop, NULL);
+	s2 = crun__server_create(&loop, NULL);
 	assert_non_null(s1);
 	assert_non_null(s2);
-	assert_int_equal(crun_server_port(s1), 0);
-	assert_int_equal(crun_server_listen(s1, "127.0.0.1", 0, err, sizeof(err)), 0);
-	assert_true(crun_server_port(s1) > 0);
-	rc = crun_server_listen(s2, "127.0.0.1", crun_server_port(s1), err, sizeof(err));
+	assert_int_equal(crun__server_port(s1), 0);
+	assert_int_equal(crun__server_listen(s1, "127.0.0.1", 0, err, sizeof(err)), 0);
+	assert_true(crun__server_port(s1) > 0);
+	rc = crun__server_listen(s2, "127.0.0.1", crun__server_port(s1), err, sizeof(err));
 	assert_int_equal(rc, -EADDRINUSE);
 	assert_non_null(strstr(err, "cannot listen on '127.0.0.1:"));
 	assert_non_null(strstr(err, "address already in use"));
-	rc = crun_server_listen(s2, "127.0.0.1", 0, err, sizeof(err));
+	rc = crun__server_listen(s2, "127.0.0.1", 0, err, sizeof(err));
 	assert_int_equal(rc, -EALREADY);
-	assert_int_equal(crun_server_connections(s1), 0);
-	crun_server_destroy(s1, done_flag, &d1);
-	crun_server_destroy(s2, done_flag, &d2);
-	crun_server_destroy(NULL, NULL, NULL);
+	assert_int_equal(crun__server_connections(s1), 0);
+	crun__server_destroy(s1, done_flag, &d1);
+	crun__server_destroy(s2, done_flag, &d2);
+	crun__server_destroy(NULL, NULL, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_true(d1 && d2);
 
-	s1 = crun_server_create(&loop, NULL);
-	assert_int_equal(crun_server_listen(s1, "localhost", 0, err, sizeof(err)), 0);
-	assert_true(crun_server_port(s1) > 0);
+	s1 = crun__server_create(&loop, NULL);
+	assert_int_equal(crun__server_listen(s1, "localhost", 0, err, sizeof(err)), 0);
+	assert_true(crun__server_port(s1) > 0);
 	d1 = false;
-	crun_server_destroy(s1, done_flag, &d1);
+	crun__server_destroy(s1, done_flag, &d1);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_true(d1);
 
-	s1 = crun_server_create(&loop, NULL);
-	rc = crun_server_listen(s1, "::1", 0, err, sizeof(err));
+	s1 = crun__server_create(&loop, NULL);
+	rc = crun__server_listen(s1, "::1", 0, err, sizeof(err));
 	if (rc == 0) {
-		assert_true(crun_server_port(s1) > 0);
+		assert_true(crun__server_port(s1) > 0);
 	} else {
 		assert_int_equal(rc, -EADDRNOTAVAIL); /* no IPv6 here */
 	}
 	d1 = false;
-	crun_server_destroy(s1, done_flag, &d1);
+	crun__server_destroy(s1, done_flag, &d1);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_true(d1);
 
-	s1 = crun_server_create(&loop, NULL);
-	rc = crun_server_listen(s1, "no-such-host.invalid", 0, err, sizeof(err));
+	s1 = crun__server_create(&loop, NULL);
+	rc = crun__server_listen(s1, "no-such-host.invalid", 0, err, sizeof(err));
 	assert_true(rc < 0);
 	assert_non_null(strstr(err, "no-such-host.invalid"));
 	d1 = false;
-	crun_server_destroy(s1, done_flag, &d1);
+	crun__server_destroy(s1, done_flag, &d1);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_true(d1);
 	assert_int_equal(uv_loop_close(&loop), 0);
@@ -1211,6 +1211,6 @@ int main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	crun_log_init("test_server", getenv("TEST_VERBOSE") ? CRUN_LOG_DEBUG : CRUN_LOG_WARN);
+	crun__log_init("test_server", getenv("TEST_VERBOSE") ? CRUN_LOG_DEBUG : CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

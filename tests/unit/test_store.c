@@ -46,7 +46,7 @@ struct rec {
 };
 
 static int rec_send(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
-		    int64_t num, const struct crun_wire_item *items, uint32_t count)
+		    int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
 	struct rec *r = ctx;
 	struct sent *s;
@@ -161,8 +161,8 @@ static void fixture_stop(struct fixture *fx)
 static void req(struct fixture *fx, struct crun__store_client *c, uint8_t type, uint8_t flags,
 		uint32_t id, int64_t num, uint64_t now, ...)
 {
-	struct crun_wire_item items[MAX_ITEMS];
-	struct crun_wire_msg m = {type, flags, id, num, 0, items};
+	struct crun__wire_item items[MAX_ITEMS];
+	struct crun__wire_msg m = {type, flags, id, num, 0, items};
 	char err[160];
 	const char *s;
 	va_list ap;
@@ -174,7 +174,7 @@ static void req(struct fixture *fx, struct crun__store_client *c, uint8_t type, 
 		items[m.count++].len = (uint32_t)strlen(s);
 	}
 	va_end(ap);
-	assert_int_equal(crun_wire_validate(&m, err, sizeof(err)), 0);
+	assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), 0);
 	assert_int_equal(crun__store_apply(fx->st, c, &m, now), 0);
 }
 
@@ -326,8 +326,8 @@ static void test_operations(void **state)
 	fixture_start(&fx, NULL);
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(steps); i++) {
 		const struct step *s = &steps[i];
-		struct crun_wire_item items[16];
-		struct crun_wire_msg m = {s->type, s->flags,	     (uint32_t)i,
+		struct crun__wire_item items[16];
+		struct crun__wire_msg m = {s->type, s->flags,	     (uint32_t)i,
 					  s->num,  nitems(s->items), items};
 		struct sent *r;
 		uint32_t nwant = nitems(s->want);
@@ -340,8 +340,8 @@ static void test_operations(void **state)
 		r = next_frame(&fx.rec);
 		no_more_frames(&fx.rec);
 		if (r->type != s->want_type || r->num != s->want_num)
-			fail_msg("step %zu (%s): got %s num %lld", i, crun_wire_type_name(s->type),
-				 crun_wire_type_name(r->type), (long long)r->num);
+			fail_msg("step %zu (%s): got %s num %lld", i, crun__wire_type_name(s->type),
+				 crun__wire_type_name(r->type), (long long)r->num);
 		assert_ptr_equal(r->to, &fx.a);
 		assert_int_equal(r->id, i);
 		if (s->want_type == CRUN_WIRE_ERROR) {
@@ -361,9 +361,9 @@ static void test_operations(void **state)
 static void test_binary(void **state)
 {
 	static const uint8_t bin[] = {0, 1, 2, 0xff, '\n', 0};
-	struct crun_wire_item kv[2] = {{bin, 3}, {bin, sizeof(bin)}};
-	struct crun_wire_msg set = {CRUN_WIRE_SET, 0, 1, 0, 2, kv};
-	struct crun_wire_msg get = {CRUN_WIRE_GET, 0, 2, 0, 1, kv};
+	struct crun__wire_item kv[2] = {{bin, 3}, {bin, sizeof(bin)}};
+	struct crun__wire_msg set = {CRUN_WIRE_SET, 0, 1, 0, 2, kv};
+	struct crun__wire_msg get = {CRUN_WIRE_GET, 0, 2, 0, 1, kv};
 	struct fixture fx;
 	struct sent *s;
 
@@ -390,7 +390,7 @@ static void test_not_store_requests(void **state)
 	(void)state;
 	fixture_start(&fx, NULL);
 	for (size_t i = 0; i < sizeof(types); i++) {
-		struct crun_wire_msg m = {types[i], 0, 1, 0, 0, NULL};
+		struct crun__wire_msg m = {types[i], 0, 1, 0, 0, NULL};
 
 		assert_int_equal(crun__store_apply(fx.st, &fx.a, &m, 0), -EINVAL);
 	}
@@ -553,8 +553,8 @@ static void test_waiter_heap(void **state)
 static void test_mget_many(void **state)
 {
 	enum { N = 40 };
-	struct crun_wire_item keys[N];
-	struct crun_wire_msg m = {CRUN_WIRE_MGET, 0, 99, 1000, N, keys};
+	struct crun__wire_item keys[N];
+	struct crun__wire_msg m = {CRUN_WIRE_MGET, 0, 99, 1000, N, keys};
 	char names[N][8];
 	struct fixture fx;
 	struct sent *s;
@@ -911,11 +911,11 @@ static void test_destroy_busy(void **state)
 	st = crun__store_create(&l, 7, &rec_ops, &rec);
 	assert_non_null(st);
 	for (int i = 0; i < 3; i++) {
-		struct crun_wire_item k[2] = {{(const uint8_t *)"key", 3},
+		struct crun__wire_item k[2] = {{(const uint8_t *)"key", 3},
 					      {(const uint8_t *)"v", 1}};
-		struct crun_wire_msg get = {CRUN_WIRE_GET, 0, 1, 1000, 1, k};
-		struct crun_wire_msg watch = {CRUN_WIRE_WATCH, 0, 2, 0, 1, k};
-		struct crun_wire_msg eph = {CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 3, 0, 2, k};
+		struct crun__wire_msg get = {CRUN_WIRE_GET, 0, 1, 1000, 1, k};
+		struct crun__wire_msg watch = {CRUN_WIRE_WATCH, 0, 2, 0, 1, k};
+		struct crun__wire_msg eph = {CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 3, 0, 2, k};
 
 		crun__store_client_init(&c[i], "c");
 		k[0].data = (const uint8_t *)(i == 2 ? "r2" : "r1");
@@ -983,6 +983,6 @@ int main(void)
 		cmocka_unit_test(test_show),
 	};
 
-	crun_log_init("test_store", CRUN_LOG_WARN);
+	crun__log_init("test_store", CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

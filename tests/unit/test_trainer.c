@@ -37,45 +37,45 @@ static void write_file(const char *path, const char *text)
 	fclose(f);
 }
 
-static int load_text(const char *text, struct crun_train_config *cfg, char *err, size_t len)
+static int load_text(const char *text, struct crun__train_config *cfg, char *err, size_t len)
 {
 	char path[256];
 
 	snprintf(path, sizeof(path), "%s/c.yaml", tmpdir);
 	write_file(path, text);
-	return crun_train_config_load(cfg, path, err, len);
+	return crun__train_config_load(cfg, path, err, len);
 }
 
 static void test_config_defaults_roundtrip(void **state)
 {
-	struct crun_train_config a, b;
+	struct crun__train_config a, b;
 	char *ta = NULL, *tb = NULL, path[256], err[512];
 	size_t la, lb;
 	FILE *f;
 
 	(void)state;
-	assert_int_equal(crun_train_config_init(&a), 0);
+	assert_int_equal(crun__train_config_init(&a), 0);
 	assert_int_equal(a.model.context, 32);
 	assert_string_equal(a.parallel.strategy, "ddp");
 	assert_string_equal(a.data.path, "");
 	assert_true(a.checkpoint.resume);
 	assert_true(fabs(a.optim.lr - 0.003) < 1e-12);
 
-	assert_int_equal(crun_train_config_set(&a, "model.width=64", err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_set(&a, "data.path=some file.txt", err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_set(&a, "optim.lr=1e-4", err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_set(&a, "parallel.strategy=fsdp", err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_set(&a, "checkpoint.resume=no", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "model.width=64", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "data.path=some file.txt", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "optim.lr=1e-4", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "parallel.strategy=fsdp", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "checkpoint.resume=no", err, sizeof(err)), 0);
 	f = open_memstream(&ta, &la);
-	crun_train_config_print(&a, f);
+	crun__train_config_print(&a, f);
 	fclose(f);
 
 	snprintf(path, sizeof(path), "%s/p.yaml", tmpdir);
 	write_file(path, ta);
-	assert_int_equal(crun_train_config_init(&b), 0);
-	assert_int_equal(crun_train_config_load(&b, path, err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_init(&b), 0);
+	assert_int_equal(crun__train_config_load(&b, path, err, sizeof(err)), 0);
 	f = open_memstream(&tb, &lb);
-	crun_train_config_print(&b, f);
+	crun__train_config_print(&b, f);
 	fclose(f);
 	assert_string_equal(ta, tb);
 	assert_int_equal(b.model.width, 64);
@@ -83,26 +83,26 @@ static void test_config_defaults_roundtrip(void **state)
 	assert_false(b.checkpoint.resume);
 	free(ta);
 	free(tb);
-	crun_train_config_finish(&a);
-	crun_train_config_finish(&b);
+	crun__train_config_finish(&a);
+	crun__train_config_finish(&b);
 }
 
 static void expect_error(const char *yaml, const char *want)
 {
-	struct crun_train_config cfg;
+	struct crun__train_config cfg;
 	char err[512], full[600];
 
-	assert_int_equal(crun_train_config_init(&cfg), 0);
+	assert_int_equal(crun__train_config_init(&cfg), 0);
 	assert_int_equal(load_text(yaml, &cfg, err, sizeof(err)), -EINVAL);
 	snprintf(full, sizeof(full), "config '%s/c.yaml' %s", tmpdir, want);
 	if (strncmp(err, full, strlen(full)))
 		fail_msg("got \"%s\", want prefix \"%s\"", err, full);
-	crun_train_config_finish(&cfg);
+	crun__train_config_finish(&cfg);
 }
 
 static void test_config_errors(void **state)
 {
-	struct crun_train_config cfg;
+	struct crun__train_config cfg;
 	char err[512];
 
 	(void)state;
@@ -123,25 +123,25 @@ static void test_config_errors(void **state)
 	expect_error("- a\n- b\n", "line 1: expected a mapping of sections");
 	expect_error("model:\n  width: [1\n", "line ");
 
-	assert_int_equal(crun_train_config_init(&cfg), 0);
+	assert_int_equal(crun__train_config_init(&cfg), 0);
 	assert_int_equal(load_text("", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(load_text("model:\nlog:\n  every: 5\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.log.every, 5);
-	assert_int_equal(crun_train_config_set(&cfg, "model.widht=3", err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__train_config_set(&cfg, "model.widht=3", err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "--set 'model.widht=3': unknown key 'model.widht'");
-	assert_int_equal(crun_train_config_set(&cfg, "steps=3", err, sizeof(err)), -EINVAL);
-	assert_int_equal(crun_train_config_set(&cfg, "train.steps=x", err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__train_config_set(&cfg, "steps=3", err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__train_config_set(&cfg, "train.steps=x", err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "key 'train.steps' expects an integer"));
-	assert_int_equal(crun_train_config_set(&cfg, "parallel.timeout=2s", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&cfg, "parallel.timeout=2s", err, sizeof(err)), 0);
 	assert_int_equal(cfg.parallel.timeout_ms, 2000);
 
-	assert_int_equal(crun_train_config_check(&cfg, 4, err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_set(&cfg, "parallel.grad_accum=3", err, sizeof(err)), 0);
-	assert_int_equal(crun_train_config_check(&cfg, 4, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__train_config_check(&cfg, 4, err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&cfg, "parallel.grad_accum=3", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_check(&cfg, 4, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "train.batch_size 64 does not split evenly"));
-	crun_train_config_finish(&cfg);
+	crun__train_config_finish(&cfg);
 
-	assert_int_equal(crun_train_config_load(&cfg, "/nonexistent/x.yaml", err, sizeof(err)),
+	assert_int_equal(crun__train_config_load(&cfg, "/nonexistent/x.yaml", err, sizeof(err)),
 			 -ENOENT);
 }
 
@@ -149,11 +149,11 @@ static void test_config_errors(void **state)
  * aliases, one document, files that are not files. */
 static void test_config_yaml(void **state)
 {
-	struct crun_train_config cfg;
+	struct crun__train_config cfg;
 	char err[512], want[512];
 
 	(void)state;
-	assert_int_equal(crun_train_config_init(&cfg), 0);
+	assert_int_equal(crun__train_config_init(&cfg), 0);
 	assert_int_equal(load_text("data:\n  path: Null\nlog:\n  csv: ~\nmodel: NULL\n", &cfg, err,
 				   sizeof(err)),
 			 0);
@@ -165,25 +165,25 @@ static void test_config_yaml(void **state)
 		load_text("model:\n  width: &w 96\n  embed_dim: *w\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.model.embed_dim, 96);
 	assert_int_equal(load_text("Null\n", &cfg, err, sizeof(err)), 0);
-	crun_train_config_finish(&cfg);
+	crun__train_config_finish(&cfg);
 
 	expect_error("model:\n  width: NULL\n", "line 2: key 'model.width' expects an integer");
 	expect_error("model:\n  width: 3\n---\nmodel:\n  width: 4\n",
 		     "line 3: only one YAML document is allowed");
 	expect_error("model:\n  width: *w\n", "line 2: undefined alias 'w'");
 
-	assert_int_equal(crun_train_config_init(&cfg), 0);
-	assert_int_equal(crun_train_config_load(&cfg, tmpdir, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__train_config_init(&cfg), 0);
+	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EINVAL);
 	snprintf(want, sizeof(want), "cannot read config '%s': not a regular file", tmpdir);
 	assert_string_equal(err, want);
-	crun_train_config_finish(&cfg);
+	crun__train_config_finish(&cfg);
 }
 
-static struct crun_model *small_model(int T, int d, int H, int L, int mult)
+static struct crun__model *small_model(int T, int d, int H, int L, int mult)
 {
-	struct crun_model_config mc = {T, d, H, L, mult, 0.3f};
+	struct crun__model_config mc = {T, d, H, L, mult, 0.3f};
 	char err[256];
-	struct crun_model *m = crun_model_create(&mc, err, sizeof(err));
+	struct crun__model *m = crun__model_create(&mc, err, sizeof(err));
 
 	assert_non_null(m);
 	return m;
@@ -192,24 +192,24 @@ static struct crun_model *small_model(int T, int d, int H, int L, int mult)
 static void random_tokens(uint8_t *t, size_t n, uint64_t seed)
 {
 	for (size_t i = 0; i < n; i++)
-		t[i] = (uint8_t)(crun_rng_at(seed, 7, i) % 256);
+		t[i] = (uint8_t)(crun__rng_at(seed, 7, i) % 256);
 }
 
-static double full_loss(const struct crun_model *m, const float *p, struct crun_model_acts *a,
+static double full_loss(const struct crun__model *m, const float *p, struct crun__model_acts *a,
 			const uint8_t *tokens, int B)
 {
 	for (int u = 0; u < m->n_units; u++)
-		crun_model_forward_unit(m, u, p + m->unit_off[u], a, tokens, B);
-	return crun_model_loss_sum(a);
+		crun__model_forward_unit(m, u, p + m->unit_off[u], a, tokens, B);
+	return crun__model_loss_sum(a);
 }
 
 /* Finite differences against the hand-written backward, for every
  * parameter of a small model. */
 static void test_gradcheck(void **state)
 {
-	struct crun_model *m = small_model(3, 2, 6, 2, 2);
+	struct crun__model *m = small_model(3, 2, 6, 2, 2);
 	const int B = 4;
-	struct crun_model_acts *a = crun_model_acts_create(m, B);
+	struct crun__model_acts *a = crun__model_acts_create(m, B);
 	size_t n = m->n_params, bad = 0;
 	float *p = malloc(n * sizeof(float)), *g = calloc(n, sizeof(float));
 	uint8_t tokens[4 * 4];
@@ -219,13 +219,13 @@ static void test_gradcheck(void **state)
 	(void)state;
 	assert_non_null(a);
 	random_tokens(tokens, sizeof(tokens), 3);
-	crun_model_init_params(m, 42, 0, n, p);
+	crun__model_init_params(m, 42, 0, n, p);
 	/* move norms and biases off their constant start so every path counts */
 	for (size_t i = 0; i < n; i++)
-		p[i] += 0.1f * (float)crun_rng_normal_at(9, 9, i);
+		p[i] += 0.1f * (float)crun__rng_normal_at(9, 9, i);
 	full_loss(m, p, a, tokens, B);
 	for (int u = m->n_units - 1; u >= 0; u--)
-		crun_model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tokens, B,
+		crun__model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tokens, B,
 					 scale);
 	for (size_t i = 0; i < n; i++) {
 		const float eps = 1e-2f;
@@ -249,14 +249,14 @@ static void test_gradcheck(void **state)
 	assert_int_equal(bad, 0);
 	free(p);
 	free(g);
-	crun_model_acts_destroy(a);
-	crun_model_destroy(m);
+	crun__model_acts_destroy(a);
+	crun__model_destroy(m);
 }
 
 static void test_model_layout(void **state)
 {
-	struct crun_model *m = small_model(32, 16, 128, 2, 4);
-	struct crun_model_acts *a = crun_model_acts_create(m, 64);
+	struct crun__model *m = small_model(32, 16, 128, 2, 4);
+	struct crun__model_acts *a = crun__model_acts_create(m, 64);
 	float *p = malloc(m->n_params * sizeof(float));
 	uint8_t tokens[64 * 33];
 	double loss;
@@ -278,83 +278,83 @@ static void test_model_layout(void **state)
 	for (int i = 0; i < m->n_tensors; i++)
 		if (!strcmp(m->tensors[i].name, "head.weight"))
 			m->tensors[i].init = 0.02f;
-	crun_model_init_params(m, 1, 0, m->n_params, p);
+	crun__model_init_params(m, 1, 0, m->n_params, p);
 	loss = full_loss(m, p, a, tokens, 64) / 64;
 	assert_true(fabs(loss - log(256.0)) < 0.1);
 	/* slices initialise exactly as the whole */
 	{
 		float *q = malloc(1000 * sizeof(float));
 
-		crun_model_init_params(m, 1, 70000, 1000, q);
+		crun__model_init_params(m, 1, 70000, 1000, q);
 		assert_memory_equal(q, p + 70000, 1000 * sizeof(float));
 		free(q);
 	}
 	free(p);
-	crun_model_acts_destroy(a);
-	crun_model_destroy(m);
+	crun__model_acts_destroy(a);
+	crun__model_destroy(m);
 }
 
 static void test_data(void **state)
 {
 	uint8_t a[5000], b[5000], uni[512];
-	struct crun_data d;
-	struct crun_sampler s;
+	struct crun__data d;
+	struct crun__sampler s;
 	char err[256];
 	size_t n = 103;
 	unsigned char *seen;
 
 	(void)state;
-	crun_data_generate(a, sizeof(a), 5);
-	crun_data_generate(b, sizeof(b), 5);
+	crun__data_generate(a, sizeof(a), 5);
+	crun__data_generate(b, sizeof(b), 5);
 	assert_memory_equal(a, b, sizeof(a));
-	crun_data_generate(b, sizeof(b), 6);
+	crun__data_generate(b, sizeof(b), 6);
 	assert_memory_not_equal(a, b, sizeof(a));
 	for (size_t i = 0; i < sizeof(a); i++)
 		assert_true(a[i] == '\n' || (a[i] >= 32 && a[i] < 127));
 	for (int i = 0; i < 512; i++)
 		uni[i] = (uint8_t)i;
-	assert_true(fabs(crun_data_unigram_bits(uni, 512) - 8.0) < 1e-12);
-	assert_true(crun_data_unigram_bits(a, sizeof(a)) > 3.5);
-	assert_true(crun_data_unigram_bits(a, sizeof(a)) < 5.0);
+	assert_true(fabs(crun__data_unigram_bits(uni, 512) - 8.0) < 1e-12);
+	assert_true(crun__data_unigram_bits(a, sizeof(a)) > 3.5);
+	assert_true(crun__data_unigram_bits(a, sizeof(a)) < 5.0);
 
-	assert_int_equal(crun_data_load(&d, NULL, 10000, 5, 0.1, 8, err, sizeof(err)), 0);
+	assert_int_equal(crun__data_load(&d, NULL, 10000, 5, 0.1, 8, err, sizeof(err)), 0);
 	assert_int_equal(d.train_len, 9000);
 	assert_int_equal(d.n_train, 8992);
 	assert_int_equal(d.n_val, 992);
 	{
 		uint8_t row[9];
 
-		crun_data_sample(&d, 1, 3, row);
+		crun__data_sample(&d, 1, 3, row);
 		assert_memory_equal(row, d.bytes + 9003, 9);
 	}
-	crun_data_finish(&d);
-	assert_int_equal(crun_data_load(&d, NULL, 100, 5, 0.05, 8, err, sizeof(err)), -EINVAL);
+	crun__data_finish(&d);
+	assert_int_equal(crun__data_load(&d, NULL, 100, 5, 0.05, 8, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "too small"));
-	assert_int_equal(crun_data_load(&d, "/nonexistent", 0, 0, 0.1, 8, err, sizeof(err)),
+	assert_int_equal(crun__data_load(&d, "/nonexistent", 0, 0, 0.1, 8, err, sizeof(err)),
 			 -ENOENT);
 
 	/* every epoch a permutation; the ranks' positions tile it */
 	seen = calloc(n, 1);
-	assert_int_equal(crun_sampler_init(&s, n, 11), 0);
+	assert_int_equal(crun__sampler_init(&s, n, 11), 0);
 	for (int64_t e = 0; e < 3; e++) {
 		memset(seen, 0, n);
 		for (size_t pos = 0; pos < n; pos++)
-			seen[crun_sampler_at(&s, e, pos)]++;
+			seen[crun__sampler_at(&s, e, pos)]++;
 		for (size_t i = 0; i < n; i++)
 			assert_int_equal(seen[i], 1);
 	}
-	assert_int_not_equal(crun_sampler_at(&s, 0, 0) * 1000 + crun_sampler_at(&s, 0, 1),
-			     crun_sampler_at(&s, 1, 0) * 1000 + crun_sampler_at(&s, 1, 1));
+	assert_int_not_equal(crun__sampler_at(&s, 0, 0) * 1000 + crun__sampler_at(&s, 0, 1),
+			     crun__sampler_at(&s, 1, 0) * 1000 + crun__sampler_at(&s, 1, 1));
 	/* world 4 pads 103 to 104: rank 3's last position wraps to the start */
-	assert_int_equal(crun_sampler_rank_at(&s, 2, 3, 4, 25), crun_sampler_at(&s, 2, 0));
-	assert_int_equal(crun_sampler_rank_at(&s, 2, 1, 4, 7), crun_sampler_at(&s, 2, 29));
-	crun_sampler_finish(&s);
+	assert_int_equal(crun__sampler_rank_at(&s, 2, 3, 4, 25), crun__sampler_at(&s, 2, 0));
+	assert_int_equal(crun__sampler_rank_at(&s, 2, 1, 4, 7), crun__sampler_at(&s, 2, 29));
+	crun__sampler_finish(&s);
 	free(seen);
 }
 
 static void test_optim(void **state)
 {
-	struct crun_optim o = {.lr = 1.0,
+	struct crun__optim o = {.lr = 1.0,
 			       .schedule = CRUN_LR_COSINE,
 			       .warmup_steps = 10,
 			       .min_lr_ratio = 0.1,
@@ -363,34 +363,34 @@ static void test_optim(void **state)
 			       .eps = 1e-8,
 			       .weight_decay = 0.5,
 			       .grad_clip = 1.0};
-	struct crun_model *m = small_model(2, 2, 4, 1, 1);
+	struct crun__model *m = small_model(2, 2, 4, 1, 1);
 	float *p = calloc(m->n_params, sizeof(float)), *g = calloc(m->n_params, sizeof(float));
 	float *mm = calloc(m->n_params, sizeof(float)), *vv = calloc(m->n_params, sizeof(float));
 
 	(void)state;
-	assert_true(fabs(crun_optim_lr(&o, 0, 110) - 0.1) < 1e-12);
-	assert_true(fabs(crun_optim_lr(&o, 9, 110) - 1.0) < 1e-12);
-	assert_true(fabs(crun_optim_lr(&o, 10, 110) - 1.0) < 1e-12);
-	assert_true(fabs(crun_optim_lr(&o, 109, 110) - 0.1) < 1e-12);
-	assert_true(crun_optim_lr(&o, 60, 110) < 0.6 && crun_optim_lr(&o, 60, 110) > 0.5);
+	assert_true(fabs(crun__optim_lr(&o, 0, 110) - 0.1) < 1e-12);
+	assert_true(fabs(crun__optim_lr(&o, 9, 110) - 1.0) < 1e-12);
+	assert_true(fabs(crun__optim_lr(&o, 10, 110) - 1.0) < 1e-12);
+	assert_true(fabs(crun__optim_lr(&o, 109, 110) - 0.1) < 1e-12);
+	assert_true(crun__optim_lr(&o, 60, 110) < 0.6 && crun__optim_lr(&o, 60, 110) > 0.5);
 	o.schedule = CRUN_LR_LINEAR;
-	assert_true(fabs(crun_optim_lr(&o, 55, 101) - 0.55) < 1e-12);
+	assert_true(fabs(crun__optim_lr(&o, 55, 101) - 0.55) < 1e-12);
 	o.schedule = CRUN_LR_CONSTANT;
-	assert_true(fabs(crun_optim_lr(&o, 100, 110) - 1.0) < 1e-12);
+	assert_true(fabs(crun__optim_lr(&o, 100, 110) - 1.0) < 1e-12);
 
-	assert_true(crun_optim_clip_scale(&o, 0.5) == 1.0f);
-	assert_true(fabs(crun_optim_clip_scale(&o, 4.0) - 0.25) < 1e-6);
+	assert_true(crun__optim_clip_scale(&o, 0.5) == 1.0f);
+	assert_true(fabs(crun__optim_clip_scale(&o, 4.0) - 0.25) < 1e-6);
 	o.grad_clip = 0;
-	assert_true(crun_optim_clip_scale(&o, 4.0) == 1.0f);
+	assert_true(crun__optim_clip_scale(&o, 4.0) == 1.0f);
 
 	/* first step: p -= lr * (sign(g) + wd * p) where the tensor decays */
 	for (size_t i = 0; i < m->n_params; i++) {
 		p[i] = 1.0f;
 		g[i] = (i % 2) ? 3.0f : -2.0f;
 	}
-	crun_optim_adamw(&o, m, 0, m->n_params, p, g, mm, vv, 1, 0.01, 1.0f);
+	crun__optim_adamw(&o, m, 0, m->n_params, p, g, mm, vv, 1, 0.01, 1.0f);
 	for (int t = 0; t < m->n_tensors; t++) {
-		const struct crun_tensor *tn = &m->tensors[t];
+		const struct crun__tensor *tn = &m->tensors[t];
 
 		for (size_t i = tn->offset; i < tn->offset + tn->numel; i++) {
 			float want =
@@ -403,32 +403,32 @@ static void test_optim(void **state)
 	free(g);
 	free(mm);
 	free(vv);
-	crun_model_destroy(m);
+	crun__model_destroy(m);
 }
 
-static struct crun_comm *single_comm(void)
+static struct crun__comm *single_comm(void)
 {
-	struct crun_comm_opts o;
+	struct crun__comm_opts o;
 	char err[256];
-	struct crun_comm *c;
+	struct crun__comm *c;
 
 	memset(&o, 0, sizeof(o));
 	o.backend = "cpu";
 	o.world_size = 1;
-	c = crun_comm_create(&o, err, sizeof(err));
+	c = crun__comm_create(&o, err, sizeof(err));
 	assert_non_null(c);
 	return c;
 }
 
 /* Full parameter vector of a one-rank par. */
-static float *params_of(struct crun_parallel *par, const struct crun_model *m)
+static float *params_of(struct crun__parallel *par, const struct crun__model *m)
 {
 	float *out = calloc(m->n_params, sizeof(float));
 
-	for (int s = 0; s < crun_parallel_n_segments(par); s++) {
-		struct crun_view pv, ov;
+	for (int s = 0; s < crun__parallel_n_segments(par); s++) {
+		struct crun__view pv, ov;
 
-		crun_parallel_held(par, s, &pv, &ov);
+		crun__parallel_held(par, s, &pv, &ov);
 		memcpy(out + pv.flat, pv.p, pv.n * sizeof(float));
 	}
 	return out;
@@ -445,7 +445,7 @@ static double rel_diff(const float *a, const float *b, size_t n)
 	return sqrt(num / den);
 }
 
-static const struct crun_optim test_optim_cfg = {
+static const struct crun__optim test_optim_cfg = {
 	.lr = 3e-3,
 	.schedule = CRUN_LR_COSINE,
 	.warmup_steps = 2,
@@ -458,28 +458,28 @@ static const struct crun_optim test_optim_cfg = {
 };
 
 /* Trains steps steps of a global batch of 16 on one rank. */
-static float *train_one_rank(struct crun_comm *comm, const struct crun_model *m,
-			     enum crun_strategy st, int accum, size_t bucket, int steps)
+static float *train_one_rank(struct crun__comm *comm, const struct crun__model *m,
+			     enum crun__strategy st, int accum, size_t bucket, int steps)
 {
-	struct crun_parallel_opts po = {st, accum, 16 / accum, bucket};
-	struct crun_parallel *par = crun_parallel_create(m, comm, &po);
+	struct crun__parallel_opts po = {st, accum, 16 / accum, bucket};
+	struct crun__parallel *par = crun__parallel_create(m, comm, &po);
 	uint8_t tokens[16 * 9];
 	float *out;
 
 	assert_non_null(par);
-	crun_parallel_init_params(par, 7);
+	crun__parallel_init_params(par, 7);
 	for (int s = 0; s < steps; s++) {
 		double loss, gnorm;
 
 		random_tokens(tokens, sizeof(tokens), 100 + (uint64_t)s);
-		assert_int_equal(crun_parallel_step(par, &test_optim_cfg, tokens, 16, s + 1,
-						    crun_optim_lr(&test_optim_cfg, s, steps), &loss,
+		assert_int_equal(crun__parallel_step(par, &test_optim_cfg, tokens, 16, s + 1,
+						    crun__optim_lr(&test_optim_cfg, s, steps), &loss,
 						    &gnorm),
 				 0);
 		assert_true(isfinite(loss) && loss > 0);
 	}
 	out = params_of(par, m);
-	crun_parallel_destroy(par);
+	crun__parallel_destroy(par);
 	return out;
 }
 
@@ -487,17 +487,17 @@ static float *train_one_rank(struct crun_comm *comm, const struct crun_model *m,
  * same mathematics; one configuration is bitwise repeatable. */
 static void test_strategies_one_rank(void **state)
 {
-	struct crun_comm *comm = single_comm();
-	struct crun_model *m = small_model(8, 4, 16, 2, 4);
+	struct crun__comm *comm = single_comm();
+	struct crun__model *m = small_model(8, 4, 16, 2, 4);
 	float *ref = train_one_rank(comm, m, CRUN_STRATEGY_DDP, 1, 1 << 20, 6);
 	float *again = train_one_rank(comm, m, CRUN_STRATEGY_DDP, 1, 1 << 20, 6);
-	const enum crun_strategy all[] = {CRUN_STRATEGY_DDP, CRUN_STRATEGY_ZERO1,
+	const enum crun__strategy all[] = {CRUN_STRATEGY_DDP, CRUN_STRATEGY_ZERO1,
 					  CRUN_STRATEGY_ZERO2, CRUN_STRATEGY_ZERO3};
 	float *init = calloc(m->n_params, sizeof(float));
 
 	(void)state;
 	assert_memory_equal(ref, again, m->n_params * sizeof(float));
-	crun_model_init_params(m, 7, 0, m->n_params, init);
+	crun__model_init_params(m, 7, 0, m->n_params, init);
 	assert_true(rel_diff(init, ref, m->n_params) > 1e-3);
 	for (size_t i = 0; i < 4; i++) {
 		for (int accum = 1; accum <= 4; accum *= 2) {
@@ -506,42 +506,42 @@ static void test_strategies_one_rank(void **state)
 
 			if (d > 1e-5)
 				fail_msg("%s accum %d: relative difference %g",
-					 crun_strategy_name(all[i]), accum, d);
+					 crun__strategy_name(all[i]), accum, d);
 			free(p);
 		}
 	}
 	free(init);
 	free(ref);
 	free(again);
-	crun_model_destroy(m);
-	crun_comm_destroy(comm);
+	crun__model_destroy(m);
+	crun__comm_destroy(comm);
 }
 
 static void test_parallel_memory(void **state)
 {
-	struct crun_comm *comm = single_comm();
-	struct crun_model *m = small_model(8, 4, 16, 3, 4);
-	struct crun_parallel_opts po = {CRUN_STRATEGY_ZERO3, 1, 4, 1 << 20};
-	struct crun_parallel *par = crun_parallel_create(m, comm, &po);
-	struct crun_parallel_memory mem;
+	struct crun__comm *comm = single_comm();
+	struct crun__model *m = small_model(8, 4, 16, 3, 4);
+	struct crun__parallel_opts po = {CRUN_STRATEGY_ZERO3, 1, 4, 1 << 20};
+	struct crun__parallel *par = crun__parallel_create(m, comm, &po);
+	struct crun__parallel_memory mem;
 
 	(void)state;
 	assert_non_null(par);
-	assert_int_equal(crun_parallel_n_segments(par), m->n_units);
-	crun_parallel_memory(par, &mem);
+	assert_int_equal(crun__parallel_n_segments(par), m->n_units);
+	crun__parallel_memory(par, &mem);
 	assert_int_equal(mem.param_bytes, m->n_params * 4);
 	assert_int_equal(mem.total_param_bytes, m->n_params * 4);
-	crun_parallel_destroy(par);
+	crun__parallel_destroy(par);
 	po.strategy = CRUN_STRATEGY_DDP;
-	par = crun_parallel_create(m, comm, &po);
-	assert_int_equal(crun_parallel_n_segments(par), 1);
-	crun_parallel_destroy(par);
+	par = crun__parallel_create(m, comm, &po);
+	assert_int_equal(crun__parallel_n_segments(par), 1);
+	crun__parallel_destroy(par);
 	po.bucket_bytes = 1; /* one unit per bucket */
-	par = crun_parallel_create(m, comm, &po);
-	assert_int_equal(crun_parallel_n_segments(par), m->n_units);
-	crun_parallel_destroy(par);
-	crun_model_destroy(m);
-	crun_comm_destroy(comm);
+	par = crun__parallel_create(m, comm, &po);
+	assert_int_equal(crun__parallel_n_segments(par), m->n_units);
+	crun__parallel_destroy(par);
+	crun__model_destroy(m);
+	crun__comm_destroy(comm);
 }
 
 /* ---- the schedule on a recording device ---- */
@@ -744,14 +744,14 @@ static int rec_sumsq_allreduce(struct crun__device *d)
 	return 0;
 }
 
-static void rec_clip(struct crun__device *d, const struct crun_optim *o)
+static void rec_clip(struct crun__device *d, const struct crun__optim *o)
 {
 	(void)o;
 	assert_int_equal(rec(d)->compute_sees, rec(d)->n_comm);
 	rec(d)->n_compute++;
 }
 
-static void rec_adamw(struct crun__device *d, const struct crun_optim *o, size_t flat, size_t n,
+static void rec_adamw(struct crun__device *d, const struct crun__optim *o, size_t flat, size_t n,
 		      struct crun__ref p, struct crun__ref g, size_t moff, int64_t t, double lr)
 {
 	(void)o, (void)flat, (void)n, (void)p, (void)g, (void)moff, (void)t, (void)lr;
@@ -831,7 +831,7 @@ static const struct crun__device_ops rec_ops = {
 static void test_schedule_trace(void **state)
 {
 	static const struct {
-		enum crun_strategy st;
+		enum crun__strategy st;
 		int accum, slots;
 		size_t bucket;
 		const char *trace;
@@ -851,8 +851,8 @@ static void test_schedule_trace(void **state)
 		{CRUN_STRATEGY_ZERO3, 1, 2, 1,
 		 "G1:0 G0:-1 F0 G1:-1 F1 F2 B2 S G1:0 B1 S B0 S N U U U"},
 	};
-	struct crun_comm *comm = single_comm();
-	struct crun_model *m = small_model(8, 4, 16, 1, 4);
+	struct crun__comm *comm = single_comm();
+	struct crun__model *m = small_model(8, 4, 16, 1, 4);
 	uint8_t tokens[16 * 9];
 	char err[256];
 
@@ -860,9 +860,9 @@ static void test_schedule_trace(void **state)
 	assert_int_equal(m->n_units, 3);
 	memset(tokens, 1, sizeof(tokens));
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct crun_parallel_opts po = {cases[i].st, cases[i].accum, 16 / cases[i].accum,
+		struct crun__parallel_opts po = {cases[i].st, cases[i].accum, 16 / cases[i].accum,
 						cases[i].bucket};
-		struct crun_parallel *host = crun_parallel_create_storage(m, comm, &po);
+		struct crun__parallel *host = crun__parallel_create_storage(m, comm, &po);
 		struct crun__device_ops ops = rec_ops;
 		struct crun__device *d;
 		double loss, gnorm;
@@ -877,13 +877,13 @@ static void test_schedule_trace(void **state)
 			0);
 		if (strcmp(rec(d)->trace, cases[i].trace))
 			fail_msg("%s, grad_accum %d, %d slots:\n  got  %s\n  want %s",
-				 crun_strategy_name(cases[i].st), cases[i].accum, cases[i].slots,
+				 crun__strategy_name(cases[i].st), cases[i].accum, cases[i].slots,
 				 rec(d)->trace, cases[i].trace);
 		crun__device_close(d);
-		crun_parallel_destroy(host);
+		crun__parallel_destroy(host);
 	}
-	crun_model_destroy(m);
-	crun_comm_destroy(comm);
+	crun__model_destroy(m);
+	crun__comm_destroy(comm);
 }
 
 static void corrupt_byte(const char *path, long off)
@@ -901,12 +901,12 @@ static void corrupt_byte(const char *path, long off)
 
 static void test_checkpoint(void **state)
 {
-	struct crun_comm *comm = single_comm();
-	struct crun_model *m = small_model(8, 4, 16, 2, 4);
-	struct crun_parallel_opts po = {CRUN_STRATEGY_ZERO1, 1, 16, 1024};
-	struct crun_parallel *a = crun_parallel_create(m, comm, &po), *b;
-	struct crun_ckpt_meta meta = {0};
-	struct crun_model_config mc;
+	struct crun__comm *comm = single_comm();
+	struct crun__model *m = small_model(8, 4, 16, 2, 4);
+	struct crun__parallel_opts po = {CRUN_STRATEGY_ZERO1, 1, 16, 1024};
+	struct crun__parallel *a = crun__parallel_create(m, comm, &po), *b;
+	struct crun__ckpt_meta meta = {0};
+	struct crun__model_config mc;
 	char dir[256], path[512], out[1024], err[512];
 	uint8_t tokens[16 * 9];
 	float *pa, *pb, *pc;
@@ -915,14 +915,14 @@ static void test_checkpoint(void **state)
 
 	(void)state;
 	snprintf(dir, sizeof(dir), "%s/ckpt", tmpdir);
-	assert_int_equal(crun_ckpt_latest(dir, &step, err, sizeof(err)), -ENOENT);
-	crun_parallel_init_params(a, 3);
+	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), -ENOENT);
+	crun__parallel_init_params(a, 3);
 	for (int s = 0; s < 3; s++) {
 		double loss, gn;
 
 		random_tokens(tokens, sizeof(tokens), (uint64_t)s);
 		assert_int_equal(
-			crun_parallel_step(a, &test_optim_cfg, tokens, 16, s + 1, 1e-3, &loss, &gn),
+			crun__parallel_step(a, &test_optim_cfg, tokens, 16, s + 1, 1e-3, &loss, &gn),
 			0);
 	}
 	meta.world_size = 1;
@@ -931,19 +931,19 @@ static void test_checkpoint(void **state)
 	meta.n_params = m->n_params;
 	for (int64_t s = 1; s <= 3; s++) {
 		meta.step = s;
-		assert_int_equal(crun_ckpt_save(a, comm, dir, &meta, 2, err, sizeof(err)), 0);
+		assert_int_equal(crun__ckpt_save(a, comm, dir, &meta, 2, err, sizeof(err)), 0);
 	}
 	/* keep 2: step 1 is gone */
-	crun_ckpt_path(dir, 1, path, sizeof(path));
+	crun__ckpt_path(dir, 1, path, sizeof(path));
 	assert_int_equal(access(path, F_OK), -1);
-	assert_int_equal(crun_ckpt_latest(dir, &step, err, sizeof(err)), 0);
+	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), 0);
 	assert_int_equal(step, 3);
 
 	/* load into another strategy: same parameters and moments */
 	po.strategy = CRUN_STRATEGY_ZERO3;
-	b = crun_parallel_create(m, comm, &po);
-	crun_ckpt_path(dir, 3, path, sizeof(path));
-	assert_int_equal(crun_ckpt_load(b, m, path, err, sizeof(err)), 0);
+	b = crun__parallel_create(m, comm, &po);
+	crun__ckpt_path(dir, 3, path, sizeof(path));
+	assert_int_equal(crun__ckpt_load(b, m, path, err, sizeof(err)), 0);
 	pa = params_of(a, m);
 	pb = params_of(b, m);
 	assert_memory_equal(pa, pb, m->n_params * sizeof(float));
@@ -952,9 +952,9 @@ static void test_checkpoint(void **state)
 
 		random_tokens(tokens, sizeof(tokens), 77);
 		assert_int_equal(
-			crun_parallel_step(a, &test_optim_cfg, tokens, 16, 4, 1e-3, &la, &gn), 0);
+			crun__parallel_step(a, &test_optim_cfg, tokens, 16, 4, 1e-3, &la, &gn), 0);
 		assert_int_equal(
-			crun_parallel_step(b, &test_optim_cfg, tokens, 16, 4, 1e-3, &lb, &gn), 0);
+			crun__parallel_step(b, &test_optim_cfg, tokens, 16, 4, 1e-3, &lb, &gn), 0);
 		free(pa);
 		free(pb);
 		pa = params_of(a, m);
@@ -964,8 +964,8 @@ static void test_checkpoint(void **state)
 
 	/* export of the newest one */
 	snprintf(out, sizeof(out), "%s/model.bin", tmpdir);
-	assert_int_equal(crun_ckpt_export(dir, out, err, sizeof(err)), 0);
-	assert_int_equal(crun_ckpt_read_consolidated(out, &pc, &n, &mc, &step, err, sizeof(err)),
+	assert_int_equal(crun__ckpt_export(dir, out, err, sizeof(err)), 0);
+	assert_int_equal(crun__ckpt_read_consolidated(out, &pc, &n, &mc, &step, err, sizeof(err)),
 			 0);
 	assert_int_equal(n, m->n_params);
 	assert_int_equal(step, 3);
@@ -975,30 +975,30 @@ static void test_checkpoint(void **state)
 	/* a damaged shard is refused, a checkpoint without MANIFEST ignored */
 	snprintf(out, sizeof(out), "%s/shard-00000-of-00001.bin", path);
 	corrupt_byte(out, 100);
-	assert_int_equal(crun_ckpt_load(b, m, path, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__ckpt_load(b, m, path, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "checksum"));
 	snprintf(out, sizeof(out), "%s/MANIFEST", path);
 	assert_int_equal(unlink(out), 0);
-	assert_int_equal(crun_ckpt_latest(dir, &step, err, sizeof(err)), 0);
+	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), 0);
 	assert_int_equal(step, 2);
 
 	/* another model is refused */
 	{
-		struct crun_model *other = small_model(8, 4, 32, 2, 4);
-		struct crun_parallel *c = crun_parallel_create(other, comm, &po);
+		struct crun__model *other = small_model(8, 4, 32, 2, 4);
+		struct crun__parallel *c = crun__parallel_create(other, comm, &po);
 
-		crun_ckpt_path(dir, 2, path, sizeof(path));
-		assert_int_equal(crun_ckpt_load(c, other, path, err, sizeof(err)), -EINVAL);
+		crun__ckpt_path(dir, 2, path, sizeof(path));
+		assert_int_equal(crun__ckpt_load(c, other, path, err, sizeof(err)), -EINVAL);
 		assert_non_null(strstr(err, "another model"));
-		crun_parallel_destroy(c);
-		crun_model_destroy(other);
+		crun__parallel_destroy(c);
+		crun__model_destroy(other);
 	}
 	free(pa);
 	free(pb);
-	crun_parallel_destroy(a);
-	crun_parallel_destroy(b);
-	crun_model_destroy(m);
-	crun_comm_destroy(comm);
+	crun__parallel_destroy(a);
+	crun__parallel_destroy(b);
+	crun__model_destroy(m);
+	crun__comm_destroy(comm);
 }
 
 static int setup(void **state)

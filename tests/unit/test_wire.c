@@ -20,39 +20,39 @@
 
 #define MAXP (1u << 20)
 
-static struct crun_wire_item it(const void *data, size_t len)
+static struct crun__wire_item it(const void *data, size_t len)
 {
-	struct crun_wire_item i = { data, (uint32_t)len };
+	struct crun__wire_item i = { data, (uint32_t)len };
 
 	return i;
 }
 
-static struct crun_wire_item its(const char *s)
+static struct crun__wire_item its(const char *s)
 {
 	return it(s, strlen(s));
 }
 
-static struct crun_wire_msg mk(uint8_t type, uint8_t flags, uint32_t id, int64_t num,
-			       struct crun_wire_item *items, uint32_t count)
+static struct crun__wire_msg mk(uint8_t type, uint8_t flags, uint32_t id, int64_t num,
+			       struct crun__wire_item *items, uint32_t count)
 {
-	struct crun_wire_msg m = { type, flags, id, num, count, items };
+	struct crun__wire_msg m = { type, flags, id, num, count, items };
 
 	return m;
 }
 
 /* Encodes m into a fresh buffer; *size gets the encoded size. */
-static uint8_t *encode(const struct crun_wire_msg *m, size_t *size)
+static uint8_t *encode(const struct crun__wire_msg *m, size_t *size)
 {
-	size_t n = crun_wire_encoded_size(m);
+	size_t n = crun__wire_encoded_size(m);
 	uint8_t *buf = malloc(n);
 
 	assert_non_null(buf);
-	assert_int_equal(crun_wire_encode(m, buf), n);
+	assert_int_equal(crun__wire_encode(m, buf), n);
 	*size = n;
 	return buf;
 }
 
-static void assert_same_msg(const struct crun_wire_msg *a, const struct crun_wire_msg *b)
+static void assert_same_msg(const struct crun__wire_msg *a, const struct crun__wire_msg *b)
 {
 	assert_int_equal(a->type, b->type);
 	assert_int_equal(a->flags, b->flags);
@@ -67,10 +67,10 @@ static void assert_same_msg(const struct crun_wire_msg *a, const struct crun_wir
 }
 
 /* Encode, decode, compare, validate; returns validate's result. */
-static int roundtrip(const struct crun_wire_msg *m)
+static int roundtrip(const struct crun__wire_msg *m)
 {
-	struct crun_wire_item store[16];
-	struct crun_wire_msg out;
+	struct crun__wire_item store[16];
+	struct crun__wire_msg out;
 	uint32_t cap = 16;
 	char err[256] = "";
 	size_t n;
@@ -78,10 +78,10 @@ static int roundtrip(const struct crun_wire_msg *m)
 	long rc;
 	int vrc;
 
-	rc = crun_wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err));
 	assert_int_equal(rc, (long)n);
 	assert_same_msg(m, &out);
-	vrc = crun_wire_validate(&out, err, sizeof(err));
+	vrc = crun__wire_validate(&out, err, sizeof(err));
 	free(buf);
 	return vrc;
 }
@@ -93,23 +93,23 @@ static const uint8_t bin[] = { 'a', 0, 'b', 0, 0, 0xff, 0x80, '\n' };
 static void test_requests_roundtrip(void **state)
 {
 	uint8_t mac[32];
-	struct crun_wire_item hello[3] = { its("job-1"), it(nonce_a, 32), it(mac, 32) };
-	struct crun_wire_item hello_noauth[3] = { its("job-1"), it(nonce_a, 32), it(NULL, 0) };
-	struct crun_wire_item kv[2] = { its("key"), it(bin, sizeof(bin)) };
-	struct crun_wire_item kempty[2] = { its("key"), it(NULL, 0) };
-	struct crun_wire_item bkey[1] = { it(bin, sizeof(bin)) };
-	struct crun_wire_item keys[3] = { its("a"), its("bb"), its("ccc") };
-	struct crun_wire_item cas[3] = { its("k"), its("old"), it(bin, sizeof(bin)) };
-	struct crun_wire_item cas_absent[3] = { its("k"), it(NULL, 0), its("new") };
-	struct crun_wire_item mset[4] = { its("k1"), it(bin, sizeof(bin)), its("k2"),
+	struct crun__wire_item hello[3] = { its("job-1"), it(nonce_a, 32), it(mac, 32) };
+	struct crun__wire_item hello_noauth[3] = { its("job-1"), it(nonce_a, 32), it(NULL, 0) };
+	struct crun__wire_item kv[2] = { its("key"), it(bin, sizeof(bin)) };
+	struct crun__wire_item kempty[2] = { its("key"), it(NULL, 0) };
+	struct crun__wire_item bkey[1] = { it(bin, sizeof(bin)) };
+	struct crun__wire_item keys[3] = { its("a"), its("bb"), its("ccc") };
+	struct crun__wire_item cas[3] = { its("k"), its("old"), it(bin, sizeof(bin)) };
+	struct crun__wire_item cas_absent[3] = { its("k"), it(NULL, 0), its("new") };
+	struct crun__wire_item mset[4] = { its("k1"), it(bin, sizeof(bin)), its("k2"),
 					  it(NULL, 0) };
-	struct crun_wire_item ping[1] = { it(bin, sizeof(bin)) };
-	struct crun_wire_item join[10] = { its("host-a:42:0badf00d"), its("host-a"), it(NULL, 0),
+	struct crun__wire_item ping[1] = { it(bin, sizeof(bin)) };
+	struct crun__wire_item join[10] = { its("host-a:42:0badf00d"), its("host-a"), it(NULL, 0),
 					   its("8"), its("-1"), its("2"), its("4"), its("30000"),
 					   its("15000"), its("3") };
-	struct crun_wire_item fail[1] = { its("rank 5 (local 1) on host-b exited with status 1") };
-	struct crun_wire_item fail_empty[1] = { it(NULL, 0) };
-	struct crun_wire_msg reqs[] = {
+	struct crun__wire_item fail[1] = { its("rank 5 (local 1) on host-b exited with status 1") };
+	struct crun__wire_item fail_empty[1] = { it(NULL, 0) };
+	struct crun__wire_msg reqs[] = {
 		mk(CRUN_WIRE_HELLO, 0, 1, 0, hello, 3),
 		mk(CRUN_WIRE_HELLO, 0, 0, 0, hello_noauth, 3),
 		mk(CRUN_WIRE_SET, 0, 2, 0, kv, 2),
@@ -147,8 +147,8 @@ static void test_requests_roundtrip(void **state)
 	(void)state;
 	memset(mac, 0xa5, sizeof(mac));
 	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
-		assert_true(crun_wire_is_request(reqs[i].type));
-		assert_false(crun_wire_is_reply(reqs[i].type));
+		assert_true(crun__wire_is_request(reqs[i].type));
+		assert_false(crun__wire_is_reply(reqs[i].type));
 		assert_int_equal(roundtrip(&reqs[i]), 0);
 		seen[reqs[i].type] = true;
 	}
@@ -159,17 +159,17 @@ static void test_requests_roundtrip(void **state)
 static void test_replies_roundtrip(void **state)
 {
 	uint8_t mac[32];
-	struct crun_wire_item one_mac[1] = { it(mac, 32) };
-	struct crun_wire_item msg[1] = { its("authentication failed") };
-	struct crun_wire_item val[1] = { it(bin, sizeof(bin)) };
-	struct crun_wire_item empty[1] = { it(NULL, 0) };
-	struct crun_wire_item vals[4] = { its("x"), it(NULL, 0), it(bin, sizeof(bin)), its("z") };
-	struct crun_wire_item notify_set[2] = { its("key"), it(bin, sizeof(bin)) };
-	struct crun_wire_item notify_del[2] = { its("key"), it(NULL, 0) };
-	struct crun_wire_item event[3] = { its("left"),
+	struct crun__wire_item one_mac[1] = { it(mac, 32) };
+	struct crun__wire_item msg[1] = { its("authentication failed") };
+	struct crun__wire_item val[1] = { it(bin, sizeof(bin)) };
+	struct crun__wire_item empty[1] = { it(NULL, 0) };
+	struct crun__wire_item vals[4] = { its("x"), it(NULL, 0), it(bin, sizeof(bin)), its("z") };
+	struct crun__wire_item notify_set[2] = { its("key"), it(bin, sizeof(bin)) };
+	struct crun__wire_item notify_del[2] = { its("key"), it(NULL, 0) };
+	struct crun__wire_item event[3] = { its("left"),
 					   its("node 1 (host-b) left: connection closed"),
 					   its("1") };
-	struct crun_wire_msg reps[] = {
+	struct crun__wire_msg reps[] = {
 		mk(CRUN_WIRE_OK, 0, 1, 0, NULL, 0),
 		mk(CRUN_WIRE_OK, 0, 1, 0, one_mac, 1),
 		mk(CRUN_WIRE_ERROR, 0, 2, EACCES, msg, 1),
@@ -192,8 +192,8 @@ static void test_replies_roundtrip(void **state)
 	(void)state;
 	memset(mac, 0x5a, sizeof(mac));
 	for (size_t i = 0; i < sizeof(reps) / sizeof(reps[0]); i++) {
-		assert_true(crun_wire_is_reply(reps[i].type));
-		assert_false(crun_wire_is_request(reps[i].type));
+		assert_true(crun__wire_is_reply(reps[i].type));
+		assert_false(crun__wire_is_request(reps[i].type));
 		assert_int_equal(roundtrip(&reps[i]), 0);
 		seen[reps[i].type] = true;
 	}
@@ -204,8 +204,8 @@ static void test_replies_roundtrip(void **state)
 /* The byte order is part of the protocol: check one frame byte by byte. */
 static void test_encoding_layout(void **state)
 {
-	struct crun_wire_item kv[2] = { its("ab"), it("\0", 1) };
-	struct crun_wire_msg m = mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0x01020304,
+	struct crun__wire_item kv[2] = { its("ab"), it("\0", 1) };
+	struct crun__wire_msg m = mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0x01020304,
 				    0x1122334455667788, kv, 2);
 	static const uint8_t want[] = {
 		0, 0, 0, 23,				/* len: 12 + 4+2 + 4+1 */
@@ -220,7 +220,7 @@ static void test_encoding_layout(void **state)
 	uint8_t *buf;
 
 	(void)state;
-	assert_int_equal(crun_wire_encoded_size(&m), sizeof(want));
+	assert_int_equal(crun__wire_encoded_size(&m), sizeof(want));
 	buf = encode(&m, &n);
 	assert_memory_equal(buf, want, sizeof(want));
 	free(buf);
@@ -229,36 +229,36 @@ static void test_encoding_layout(void **state)
 static void test_type_names(void **state)
 {
 	(void)state;
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_HELLO), "HELLO");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_SET), "SET");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_UNWATCH), "UNWATCH");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_ERROR), "ERROR");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_NOTIFY), "NOTIFY");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_JOIN), "RDZV_JOIN");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_FAIL), "RDZV_FAIL");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_DONE), "RDZV_DONE");
-	assert_string_equal(crun_wire_type_name(CRUN_WIRE_RDZV_EVENT), "RDZV_EVENT");
-	assert_string_equal(crun_wire_type_name(0), "unknown");
-	assert_string_equal(crun_wire_type_name(20), "unknown");
-	assert_string_equal(crun_wire_type_name(0x7f), "unknown");
-	assert_string_equal(crun_wire_type_name(0x87), "unknown");
-	assert_string_equal(crun_wire_type_name(0xff), "unknown");
-	assert_false(crun_wire_is_request(0));
-	assert_false(crun_wire_is_request(20));
-	assert_false(crun_wire_is_request(CRUN_WIRE_RDZV_EVENT));
-	assert_true(crun_wire_is_request(CRUN_WIRE_RDZV_JOIN));
-	assert_true(crun_wire_is_request(CRUN_WIRE_RDZV_DONE));
-	assert_false(crun_wire_is_reply(0x7f));
-	assert_false(crun_wire_is_reply(0x87));
-	assert_false(crun_wire_is_reply(CRUN_WIRE_RDZV_DONE));
-	assert_true(crun_wire_is_reply(CRUN_WIRE_RDZV_EVENT));
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_HELLO), "HELLO");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_SET), "SET");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_UNWATCH), "UNWATCH");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_ERROR), "ERROR");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_NOTIFY), "NOTIFY");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_JOIN), "RDZV_JOIN");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_FAIL), "RDZV_FAIL");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_DONE), "RDZV_DONE");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_EVENT), "RDZV_EVENT");
+	assert_string_equal(crun__wire_type_name(0), "unknown");
+	assert_string_equal(crun__wire_type_name(20), "unknown");
+	assert_string_equal(crun__wire_type_name(0x7f), "unknown");
+	assert_string_equal(crun__wire_type_name(0x87), "unknown");
+	assert_string_equal(crun__wire_type_name(0xff), "unknown");
+	assert_false(crun__wire_is_request(0));
+	assert_false(crun__wire_is_request(20));
+	assert_false(crun__wire_is_request(CRUN_WIRE_RDZV_EVENT));
+	assert_true(crun__wire_is_request(CRUN_WIRE_RDZV_JOIN));
+	assert_true(crun__wire_is_request(CRUN_WIRE_RDZV_DONE));
+	assert_false(crun__wire_is_reply(0x7f));
+	assert_false(crun__wire_is_reply(0x87));
+	assert_false(crun__wire_is_reply(CRUN_WIRE_RDZV_DONE));
+	assert_true(crun__wire_is_reply(CRUN_WIRE_RDZV_EVENT));
 }
 
 static void test_incremental(void **state)
 {
-	struct crun_wire_item kv[2] = { its("some/key"), it(bin, sizeof(bin)) };
-	struct crun_wire_msg m = mk(CRUN_WIRE_SET, 0, 42, 0, kv, 2), out;
-	struct crun_wire_item store[4];
+	struct crun__wire_item kv[2] = { its("some/key"), it(bin, sizeof(bin)) };
+	struct crun__wire_msg m = mk(CRUN_WIRE_SET, 0, 42, 0, kv, 2), out;
+	struct crun__wire_item store[4];
 	uint32_t cap = 4;
 	char err[256];
 	size_t n;
@@ -272,12 +272,12 @@ static void test_incremental(void **state)
 
 		assert_non_null(part);
 		memcpy(part, buf, len);
-		assert_int_equal(crun_wire_decode(part, len, MAXP, &out, store, &cap, err,
+		assert_int_equal(crun__wire_decode(part, len, MAXP, &out, store, &cap, err,
 						  sizeof(err)),
 				 CRUN_WIRE_NEED_MORE);
 		free(part);
 	}
-	assert_int_equal(crun_wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 (long)n);
 	assert_same_msg(&m, &out);
 	free(buf);
@@ -285,11 +285,11 @@ static void test_incremental(void **state)
 
 static void test_back_to_back(void **state)
 {
-	struct crun_wire_item k[1] = { its("k") };
-	struct crun_wire_item v[1] = { it(bin, sizeof(bin)) };
-	struct crun_wire_msg a = mk(CRUN_WIRE_GET, 0, 1, 0, k, 1);
-	struct crun_wire_msg b = mk(CRUN_WIRE_VALUE, 0, 1, 0, v, 1), out;
-	struct crun_wire_item store[4];
+	struct crun__wire_item k[1] = { its("k") };
+	struct crun__wire_item v[1] = { it(bin, sizeof(bin)) };
+	struct crun__wire_msg a = mk(CRUN_WIRE_GET, 0, 1, 0, k, 1);
+	struct crun__wire_msg b = mk(CRUN_WIRE_VALUE, 0, 1, 0, v, 1), out;
+	struct crun__wire_item store[4];
 	uint32_t cap = 4;
 	char err[256];
 	size_t na, nb;
@@ -303,15 +303,15 @@ static void test_back_to_back(void **state)
 	memcpy(buf + na, eb, nb);
 	memcpy(buf + na + nb, ea, na);
 	/* Two whole frames and a partial third. */
-	rc = crun_wire_decode(buf, na + nb + 5, MAXP, &out, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf, na + nb + 5, MAXP, &out, store, &cap, err, sizeof(err));
 	assert_int_equal(rc, (long)na);
 	assert_same_msg(&a, &out);
-	rc = crun_wire_decode(buf + na, nb + 5, MAXP, &out, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf + na, nb + 5, MAXP, &out, store, &cap, err, sizeof(err));
 	assert_int_equal(rc, (long)nb);
 	assert_same_msg(&b, &out);
-	rc = crun_wire_decode(buf + na + nb, 5, MAXP, &out, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf + na + nb, 5, MAXP, &out, store, &cap, err, sizeof(err));
 	assert_int_equal(rc, CRUN_WIRE_NEED_MORE);
-	rc = crun_wire_decode(buf + na + nb, na, MAXP, &out, store, &cap, err, sizeof(err));
+	rc = crun__wire_decode(buf + na + nb, na, MAXP, &out, store, &cap, err, sizeof(err));
 	assert_int_equal(rc, (long)na);
 	free(buf);
 	free(ea);
@@ -341,8 +341,8 @@ static void header(uint8_t *h, uint32_t len, uint8_t type, uint8_t flags, uint16
 static long decode_header_only(uint32_t len, uint8_t type, uint16_t zero, uint32_t max,
 			       char *err, size_t errlen)
 {
-	struct crun_wire_item store[1];
-	struct crun_wire_msg out;
+	struct crun__wire_item store[1];
+	struct crun__wire_msg out;
 	uint32_t cap = 1, plen = 0;
 	uint8_t *h = malloc(CRUN_WIRE_HEADER_LEN);
 	long rc;
@@ -351,8 +351,8 @@ static long decode_header_only(uint32_t len, uint8_t type, uint16_t zero, uint32
 	assert_non_null(h);
 	header(h, len, type, 0, zero, 7);
 	err[0] = '\0';
-	rc = crun_wire_decode(h, CRUN_WIRE_HEADER_LEN, max, &out, store, &cap, err, errlen);
-	hrc = crun_wire_check_header(h, max, &plen, NULL, 0);
+	rc = crun__wire_decode(h, CRUN_WIRE_HEADER_LEN, max, &out, store, &cap, err, errlen);
+	hrc = crun__wire_check_header(h, max, &plen, NULL, 0);
 	if (rc < 0) {
 		assert_int_equal(hrc, rc);
 		assert_true(err[0] != '\0');
@@ -406,7 +406,7 @@ static void test_header_rejects(void **state)
 		uint32_t plen;
 
 		header(h, 0, CRUN_WIRE_SET, 0, 0, 0);
-		assert_int_equal(crun_wire_check_header(h, MAXP, &plen, NULL, 0), -EPROTO);
+		assert_int_equal(crun__wire_check_header(h, MAXP, &plen, NULL, 0), -EPROTO);
 	}
 }
 
@@ -429,15 +429,15 @@ static uint8_t *raw_frame(uint8_t type, uint32_t count, const uint8_t *body, siz
 static long decode_raw(uint8_t type, uint32_t count, const uint8_t *body, size_t bodylen,
 		       char *err, size_t errlen)
 {
-	struct crun_wire_item store[8];
-	struct crun_wire_msg out;
+	struct crun__wire_item store[8];
+	struct crun__wire_msg out;
 	uint32_t cap = 8;
 	size_t n;
 	uint8_t *f = raw_frame(type, count, body, bodylen, &n);
 	long rc;
 
 	err[0] = '\0';
-	rc = crun_wire_decode(f, n, MAXP, &out, store, &cap, err, errlen);
+	rc = crun__wire_decode(f, n, MAXP, &out, store, &cap, err, errlen);
 	if (rc < 0)
 		assert_true(err[0] != '\0');
 	free(f);
@@ -491,8 +491,8 @@ static void test_max_items(void **state)
 {
 	size_t body = 4 * ((size_t)CRUN_WIRE_MAX_ITEMS + 1), n;
 	uint8_t *zeros = calloc(1, body), *f;
-	struct crun_wire_item *store = calloc(CRUN_WIRE_MAX_ITEMS + 1, sizeof(*store));
-	struct crun_wire_msg out;
+	struct crun__wire_item *store = calloc(CRUN_WIRE_MAX_ITEMS + 1, sizeof(*store));
+	struct crun__wire_msg out;
 	uint32_t cap = CRUN_WIRE_MAX_ITEMS + 1;
 	char err[256];
 
@@ -501,14 +501,14 @@ static void test_max_items(void **state)
 	assert_non_null(store);
 	/* 65536 empty items: the most a frame may carry. */
 	f = raw_frame(CRUN_WIRE_VALUES, CRUN_WIRE_MAX_ITEMS, zeros, body - 4, &n);
-	assert_int_equal(crun_wire_decode(f, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(f, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 (long)n);
 	assert_int_equal(out.count, CRUN_WIRE_MAX_ITEMS);
-	assert_int_equal(crun_wire_validate(&out, err, sizeof(err)), 0);
+	assert_int_equal(crun__wire_validate(&out, err, sizeof(err)), 0);
 	free(f);
 	/* One more is refused even though len could hold it. */
 	f = raw_frame(CRUN_WIRE_VALUES, CRUN_WIRE_MAX_ITEMS + 1, zeros, body, &n);
-	assert_int_equal(crun_wire_decode(f, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(f, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 -EPROTO);
 	free(f);
 	free(store);
@@ -517,9 +517,9 @@ static void test_max_items(void **state)
 
 static void test_enobufs(void **state)
 {
-	struct crun_wire_item keys[5] = { its("a"), its("b"), its("c"), its("d"), its("e") };
-	struct crun_wire_msg m = mk(CRUN_WIRE_MGET, 0, 3, 0, keys, 5), out;
-	struct crun_wire_item *store = malloc(2 * sizeof(*store));
+	struct crun__wire_item keys[5] = { its("a"), its("b"), its("c"), its("d"), its("e") };
+	struct crun__wire_msg m = mk(CRUN_WIRE_MGET, 0, 3, 0, keys, 5), out;
+	struct crun__wire_item *store = malloc(2 * sizeof(*store));
 	uint32_t cap = 2;
 	char err[256];
 	size_t n;
@@ -527,16 +527,16 @@ static void test_enobufs(void **state)
 
 	(void)state;
 	assert_non_null(store);
-	assert_int_equal(crun_wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 -ENOBUFS);
 	assert_int_equal(cap, 5);
 	cap = 4; /* one short is still too small */
-	assert_int_equal(crun_wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 -ENOBUFS);
 	assert_int_equal(cap, 5);
 	store = realloc(store, cap * sizeof(*store));
 	assert_non_null(store);
-	assert_int_equal(crun_wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
 			 (long)n);
 	assert_same_msg(&m, &out);
 	assert_ptr_equal(out.items, store);
@@ -547,37 +547,37 @@ static void test_enobufs(void **state)
 	m = mk(CRUN_WIRE_COUNT, 0, 4, 0, NULL, 0);
 	buf = encode(&m, &n);
 	cap = 0;
-	assert_int_equal(crun_wire_decode(buf, n, MAXP, &out, NULL, &cap, err, sizeof(err)),
+	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, NULL, &cap, err, sizeof(err)),
 			 (long)n);
 	assert_int_equal(out.count, 0);
 	free(buf);
 }
 
 /* Expects validate to refuse m with a reason. */
-static void refuse_msg(struct crun_wire_msg m, const char *needle)
+static void refuse_msg(struct crun__wire_msg m, const char *needle)
 {
 	char err[256] = "";
 
-	if (crun_wire_validate(&m, err, sizeof(err)) != -EPROTO)
+	if (crun__wire_validate(&m, err, sizeof(err)) != -EPROTO)
 		fail_msg("%s (flags 0x%x, num %lld, %u items) was accepted",
-			 crun_wire_type_name(m.type), m.flags, (long long)m.num, m.count);
+			 crun__wire_type_name(m.type), m.flags, (long long)m.num, m.count);
 	assert_true(err[0] != '\0');
 	if (needle && !strstr(err, needle))
 		fail_msg("reason '%s' does not mention '%s'", err, needle);
 }
 
-static void accept_msg(struct crun_wire_msg m)
+static void accept_msg(struct crun__wire_msg m)
 {
 	char err[256] = "";
 
-	if (crun_wire_validate(&m, err, sizeof(err)) != 0)
-		fail_msg("%s refused: %s", crun_wire_type_name(m.type), err);
+	if (crun__wire_validate(&m, err, sizeof(err)) != 0)
+		fail_msg("%s refused: %s", crun__wire_type_name(m.type), err);
 }
 
 static void test_validate_counts(void **state)
 {
-	struct crun_wire_item k[4] = { its("k1"), its("v1"), its("k2"), its("v2") };
-	struct crun_wire_item h[4] = { its("run"), it(nonce_a, 32), it(NULL, 0), its("x") };
+	struct crun__wire_item k[4] = { its("k1"), its("v1"), its("k2"), its("v2") };
+	struct crun__wire_item h[4] = { its("run"), it(nonce_a, 32), it(NULL, 0), its("x") };
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_HELLO, 0, 1, 0, h, 2), "items");
@@ -619,7 +619,7 @@ static void test_validate_counts(void **state)
 
 static void test_validate_flags_num(void **state)
 {
-	struct crun_wire_item k[3] = { its("k"), its("v"), its("w") };
+	struct crun__wire_item k[3] = { its("k"), its("v"), its("w") };
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EXPECT_ABSENT, 1, 0, k, 2), "flags");
@@ -674,10 +674,10 @@ static void test_validate_flags_num(void **state)
 
 static void test_validate_rdzv_join(void **state)
 {
-	struct crun_wire_item j[10] = { its("node-a"), its("host-a"), it(NULL, 0), its("1"),
+	struct crun__wire_item j[10] = { its("node-a"), its("host-a"), it(NULL, 0), its("1"),
 					its("-1"), its("1"), its("1"), its("0"), its("0"),
 					its("0") };
-	struct crun_wire_item e[3] = { it(NULL, 0), its("m"), its("0") };
+	struct crun__wire_item e[3] = { it(NULL, 0), its("m"), its("0") };
 
 	(void)state;
 	accept_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 1, j, 10));
@@ -693,9 +693,9 @@ static void test_validate_rdzv_join(void **state)
 
 static void test_validate_keys(void **state)
 {
-	struct crun_wire_item e[4] = { it(NULL, 0), its("v"), its("k"), its("v") };
-	struct crun_wire_item later[4] = { its("k"), its("v"), it(NULL, 0), its("v") };
-	struct crun_wire_item mset_odd[3] = { its("k"), its("v"), its("k2") };
+	struct crun__wire_item e[4] = { it(NULL, 0), its("v"), its("k"), its("v") };
+	struct crun__wire_item later[4] = { its("k"), its("v"), it(NULL, 0), its("v") };
+	struct crun__wire_item mset_odd[3] = { its("k"), its("v"), its("k2") };
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_SET, 0, 1, 0, e, 2), "empty key");
@@ -724,15 +724,15 @@ static void test_validate_keys(void **state)
 static void test_validate_hello(void **state)
 {
 	uint8_t n33[33] = { 0 }, mac[33] = { 0 };
-	struct crun_wire_item good[3] = { its("run"), it(n33, 32), it(mac, 32) };
-	struct crun_wire_item noauth[3] = { its("run"), it(n33, 32), it(NULL, 0) };
-	struct crun_wire_item norun[3] = { it(NULL, 0), it(n33, 32), it(mac, 32) };
-	struct crun_wire_item nonce31[3] = { its("run"), it(n33, 31), it(mac, 32) };
-	struct crun_wire_item nonce33[3] = { its("run"), it(n33, 33), it(mac, 32) };
-	struct crun_wire_item nonce0[3] = { its("run"), it(NULL, 0), it(NULL, 0) };
-	struct crun_wire_item mac31[3] = { its("run"), it(n33, 32), it(mac, 31) };
-	struct crun_wire_item mac33[3] = { its("run"), it(n33, 32), it(mac, 33) };
-	struct crun_wire_item mac1[3] = { its("run"), it(n33, 32), it(mac, 1) };
+	struct crun__wire_item good[3] = { its("run"), it(n33, 32), it(mac, 32) };
+	struct crun__wire_item noauth[3] = { its("run"), it(n33, 32), it(NULL, 0) };
+	struct crun__wire_item norun[3] = { it(NULL, 0), it(n33, 32), it(mac, 32) };
+	struct crun__wire_item nonce31[3] = { its("run"), it(n33, 31), it(mac, 32) };
+	struct crun__wire_item nonce33[3] = { its("run"), it(n33, 33), it(mac, 32) };
+	struct crun__wire_item nonce0[3] = { its("run"), it(NULL, 0), it(NULL, 0) };
+	struct crun__wire_item mac31[3] = { its("run"), it(n33, 32), it(mac, 31) };
+	struct crun__wire_item mac33[3] = { its("run"), it(n33, 32), it(mac, 33) };
+	struct crun__wire_item mac1[3] = { its("run"), it(n33, 32), it(mac, 1) };
 
 	(void)state;
 	accept_msg(mk(CRUN_WIRE_HELLO, 0, 1, 0, good, 3));
@@ -756,52 +756,52 @@ static void test_preambles(void **state)
 
 	(void)state;
 	memset(c, 0xee, sizeof(c));
-	crun_wire_client_preamble(c);
+	crun__wire_client_preamble(c);
 	assert_memory_equal(c, want_c, 8);
 	assert_int_equal(c[8], 0xee); /* writes exactly 8 bytes */
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), 0);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), 0);
 	assert_int_equal(version, CRUN_WIRE_VERSION);
 	c[0] = 'c';
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), -EPROTO);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), -EPROTO);
 	c[0] = 'C';
 	c[3] = 0;
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), -EPROTO);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), -EPROTO);
 	c[3] = 'N';
 	c[7] = 1; /* reserved field */
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), -EPROTO);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), -EPROTO);
 	c[7] = 0;
 	c[4] = 0x01;
 	c[5] = 0x00;
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), -EPROTONOSUPPORT);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), -EPROTONOSUPPORT);
 	assert_int_equal(version, 0x0100);
 	c[4] = 0;
 	c[5] = 2;
-	assert_int_equal(crun_wire_parse_client_preamble(c, &version), -EPROTONOSUPPORT);
+	assert_int_equal(crun__wire_parse_client_preamble(c, &version), -EPROTONOSUPPORT);
 	assert_int_equal(version, 2);
 
 	for (int i = 0; i < 32; i++)
 		nonce[i] = (uint8_t)(0x40 + i);
 	memset(s, 0xee, sizeof(s));
-	crun_wire_server_preamble(s, CRUN_WIRE_F_AUTH, nonce);
+	crun__wire_server_preamble(s, CRUN_WIRE_F_AUTH, nonce);
 	assert_int_equal(s[CRUN_WIRE_SERVER_PREAMBLE], 0xee);
 	assert_memory_equal(s, "CRUN\0\1\0\1", 8);
 	assert_memory_equal(s + 8, nonce, 32);
-	assert_int_equal(crun_wire_parse_server_preamble(s, &version, &flags, got), 0);
+	assert_int_equal(crun__wire_parse_server_preamble(s, &version, &flags, got), 0);
 	assert_int_equal(version, CRUN_WIRE_VERSION);
 	assert_int_equal(flags, CRUN_WIRE_F_AUTH);
 	assert_memory_equal(got, nonce, 32);
 
-	crun_wire_server_preamble(s, 0, NULL);
-	assert_int_equal(crun_wire_parse_server_preamble(s, &version, &flags, got), 0);
+	crun__wire_server_preamble(s, 0, NULL);
+	assert_int_equal(crun__wire_parse_server_preamble(s, &version, &flags, got), 0);
 	assert_int_equal(flags, 0);
 	for (int i = 0; i < 32; i++)
 		assert_int_equal(got[i], 0);
 
 	s[1] = 'X';
-	assert_int_equal(crun_wire_parse_server_preamble(s, &version, &flags, got), -EPROTO);
+	assert_int_equal(crun__wire_parse_server_preamble(s, &version, &flags, got), -EPROTO);
 	s[1] = 'R';
 	s[5] = 9;
-	assert_int_equal(crun_wire_parse_server_preamble(s, &version, &flags, got),
+	assert_int_equal(crun__wire_parse_server_preamble(s, &version, &flags, got),
 			 -EPROTONOSUPPORT);
 	assert_int_equal(version, 9);
 }
@@ -859,39 +859,39 @@ static void test_mac(void **state)
 	/* Known answers, computed with
 	 *   printf 'crun-auth-v1 client<a><b>' | openssl dgst -sha256 -hmac secret-token
 	 * and Python's hmac module, which agree. */
-	assert_int_equal(crun_wire_mac(token, strlen(token), "client", a, b, got), 0);
+	assert_int_equal(crun__wire_mac(token, strlen(token), "client", a, b, got), 0);
 	hex("ebcee1731593fe7398f8605ac99738cc667f06bc935c80302e98b4950f5a4718", want, 32);
 	assert_memory_equal(got, want, 32);
 	evp_hmac(token, "client", a, b, other);
 	assert_memory_equal(got, other, 32);
 
-	assert_int_equal(crun_wire_mac(token, strlen(token), "server", b, a, got), 0);
+	assert_int_equal(crun__wire_mac(token, strlen(token), "server", b, a, got), 0);
 	hex("0f871a0b9b4dda2cb388f7e26a37558b24f1b5812d9451995dfaf54f778549dc", want, 32);
 	assert_memory_equal(got, want, 32);
 	evp_hmac(token, "server", b, a, other);
 	assert_memory_equal(got, other, 32);
 
 	/* Roles, nonce order and token all matter. */
-	assert_int_equal(crun_wire_mac(token, strlen(token), "client", a, b, got), 0);
-	assert_int_equal(crun_wire_mac(token, strlen(token), "server", a, b, other), 0);
-	assert_false(crun_wire_mac_equal(got, other));
-	assert_int_equal(crun_wire_mac(token, strlen(token), "client", b, a, other), 0);
-	assert_false(crun_wire_mac_equal(got, other));
-	assert_int_equal(crun_wire_mac("secret-tokeN", strlen(token), "client", a, b, other), 0);
-	assert_false(crun_wire_mac_equal(got, other));
+	assert_int_equal(crun__wire_mac(token, strlen(token), "client", a, b, got), 0);
+	assert_int_equal(crun__wire_mac(token, strlen(token), "server", a, b, other), 0);
+	assert_false(crun__wire_mac_equal(got, other));
+	assert_int_equal(crun__wire_mac(token, strlen(token), "client", b, a, other), 0);
+	assert_false(crun__wire_mac_equal(got, other));
+	assert_int_equal(crun__wire_mac("secret-tokeN", strlen(token), "client", a, b, other), 0);
+	assert_false(crun__wire_mac_equal(got, other));
 	/* A token with a NUL byte inside is used whole. */
-	assert_int_equal(crun_wire_mac("ab\0cd", 5, "client", a, b, got), 0);
-	assert_int_equal(crun_wire_mac("ab\0ce", 5, "client", a, b, other), 0);
-	assert_false(crun_wire_mac_equal(got, other));
+	assert_int_equal(crun__wire_mac("ab\0cd", 5, "client", a, b, got), 0);
+	assert_int_equal(crun__wire_mac("ab\0ce", 5, "client", a, b, other), 0);
+	assert_false(crun__wire_mac_equal(got, other));
 
 	/* mac_equal compares all 32 bytes. */
 	memcpy(other, got, 32);
-	assert_true(crun_wire_mac_equal(got, other));
+	assert_true(crun__wire_mac_equal(got, other));
 	other[0] ^= 1;
-	assert_false(crun_wire_mac_equal(got, other));
+	assert_false(crun__wire_mac_equal(got, other));
 	other[0] ^= 1;
 	other[31] ^= 0x80;
-	assert_false(crun_wire_mac_equal(got, other));
+	assert_false(crun__wire_mac_equal(got, other));
 }
 
 static void test_random(void **state)
@@ -899,11 +899,11 @@ static void test_random(void **state)
 	uint8_t x[32], y[32], zero[32] = { 0 };
 
 	(void)state;
-	assert_int_equal(crun_wire_random(x, sizeof(x)), 0);
-	assert_int_equal(crun_wire_random(y, sizeof(y)), 0);
+	assert_int_equal(crun__wire_random(x, sizeof(x)), 0);
+	assert_int_equal(crun__wire_random(y, sizeof(y)), 0);
 	assert_memory_not_equal(x, y, 32);
 	assert_memory_not_equal(x, zero, 32);
-	assert_int_equal(crun_wire_random(x, 0), 0);
+	assert_int_equal(crun__wire_random(x, 0), 0);
 }
 
 
@@ -918,8 +918,8 @@ static void test_frame_error(void **state)
 		{ 0, -EPROTO },	     { -5, -EPROTO }, { CRUN_WIRE_ERRNO_MAX + 1, -EPROTO },
 		{ INT64_MAX, -EPROTO },
 	};
-	struct crun_wire_item item = its("bad\tkey\x7f 'k'");
-	struct crun_wire_msg m = mk(CRUN_WIRE_ERROR, 0, 1, EINVAL, &item, 1);
+	struct crun__wire_item item = its("bad\tkey\x7f 'k'");
+	struct crun__wire_msg m = mk(CRUN_WIRE_ERROR, 0, 1, EINVAL, &item, 1);
 	char buf[64], small[5], *heap;
 	const char *text;
 
@@ -949,7 +949,7 @@ static void test_frame_error(void **state)
 /* A client accepts only valid replies from the server. */
 static void test_check_reply(void **state)
 {
-	struct crun_wire_item items[2] = { its("k"), its("v") };
+	struct crun__wire_item items[2] = { its("k"), its("v") };
 	static const struct {
 		uint8_t type;
 		int64_t num;
@@ -968,7 +968,7 @@ static void test_check_reply(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct crun_wire_msg m = mk(cases[i].type, 0, 1, cases[i].num, items,
+		struct crun__wire_msg m = mk(cases[i].type, 0, 1, cases[i].num, items,
 					    cases[i].count);
 		char err[160] = "";
 
@@ -981,8 +981,8 @@ static void test_check_reply(void **state)
 /* Decoding into a store that grows; the size a frame needs; request ids. */
 static void test_decode_grow(void **state)
 {
-	struct crun_wire_item in[40], *store = calloc(2, sizeof(*store));
-	struct crun_wire_msg m = mk(CRUN_WIRE_VALUES, 0, 5, 0, in, 40), out;
+	struct crun__wire_item in[40], *store = calloc(2, sizeof(*store));
+	struct crun__wire_msg m = mk(CRUN_WIRE_VALUES, 0, 5, 0, in, 40), out;
 	uint32_t cap = 2, last = UINT32_MAX - 1;
 	size_t size;
 	uint8_t *buf;

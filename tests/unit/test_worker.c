@@ -113,7 +113,7 @@ static void run_ranks(const struct ranks *r)
 	pid_t pids[MAX_RANKS];
 	int status[MAX_RANKS];
 	int left = r->nranks;
-	uint64_t t0 = crun_now_ms();
+	uint64_t t0 = crun__now_ms();
 
 	assert_true(r->nranks > 0 && r->nranks <= MAX_RANKS);
 	fflush(NULL);
@@ -331,7 +331,7 @@ static void test_allgather(void **state)
 static int repeat_fn(struct crun_worker *w, int rank, void *arg)
 {
 	struct crun_store *s = crun_worker_store(w);
-	uint64_t t0 = crun_now_ms();
+	uint64_t t0 = crun__now_ms();
 	int64_t count = 0;
 	int rc;
 
@@ -414,7 +414,7 @@ static int round_root_fn(struct crun_worker *w, int rank, void *arg)
 static int round_alone_fn(struct crun_worker *w, int rank, void *arg)
 {
 	uint8_t id[ID_LEN];
-	uint64_t t0 = crun_now_ms();
+	uint64_t t0 = crun__now_ms();
 	int rc;
 
 	(void)rank;
@@ -536,7 +536,7 @@ static int timeout_fn(struct crun_worker *w, int rank, void *arg)
 		usleep(1500 * 1000);
 		return 0;
 	}
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	rc = crun_worker_barrier(w, 300);
 	CHECK(rc == -ETIMEDOUT, "barrier: %d %s", rc, crun_worker_errmsg(w));
 	CHECK(elapsed_ms(t0) >= 250 && elapsed_ms(t0) < 3000, "barrier timed out after %llu ms",
@@ -557,7 +557,7 @@ static int timeout_fn(struct crun_worker *w, int rank, void *arg)
 		x = crun_worker_create(2000, err, sizeof(err));
 		CHECK(x, "create: %s", err);
 	}
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	rc = crun_worker_allgather(x, &v, sizeof(v), all, 300);
 	CHECK(rc == -ETIMEDOUT, "allgather: %d %s", rc, crun_worker_errmsg(x));
 	CHECK(elapsed_ms(t0) >= 250 && elapsed_ms(t0) < 3000, "allgather timed out after %llu ms",
@@ -565,7 +565,7 @@ static int timeout_fn(struct crun_worker *w, int rank, void *arg)
 	crun_worker_destroy(x);
 	x = crun_worker_create(2000, (char[256]){0}, 256);
 	CHECK(x, "create");
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	rc = crun_worker_broadcast(x, id, sizeof(id), 3, 300);
 	CHECK(rc == -ETIMEDOUT, "broadcast: %d %s", rc, crun_worker_errmsg(x));
 	CHECK(elapsed_ms(t0) >= 250 && elapsed_ms(t0) < 3000, "broadcast timed out after %llu ms",
@@ -764,7 +764,7 @@ static int env_fn(struct crun_worker *w, int rank, void *arg)
 	/* Nobody listens: a bounded failure naming the store. */
 	snprintf(v, sizeof(v), "127.0.0.1:%d", *unused_port);
 	setenv("CRUN_STORE", v, 1);
-	t0 = crun_now_ms();
+	t0 = crun__now_ms();
 	if (expect_create_error("cannot reach the store: ", 300))
 		return 1;
 	CHECK(elapsed_ms(t0) < 3000, "refused store took %llu ms",
@@ -846,13 +846,13 @@ static int bad_token_fn(struct crun_worker *w, int rank, void *arg)
 
 static void test_token(void **state)
 {
-	struct crun_server_opts o = {.token = "s3cret", .token_len = 6};
+	struct crun__server_opts o = {.token = "s3cret", .token_len = 6};
 	struct harness h;
 	struct ranks r = {
 		.run_id = "token", .world_size = 2, .nranks = 2, .fn = token_fn, .token = "s3cret"};
 
 	(void)state;
-	crun_server_limits_default(&o.limits);
+	crun__server_limits_default(&o.limits);
 	assert_int_equal(harness_start(&h, 0, &o), 0);
 	r.port = h.port;
 	run_ranks(&r);
@@ -874,6 +874,6 @@ int main(void)
 	};
 
 	signal(SIGPIPE, SIG_IGN);
-	crun_log_init("test_worker", CRUN_LOG_WARN);
+	crun__log_init("test_worker", CRUN_LOG_WARN);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

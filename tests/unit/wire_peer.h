@@ -1,6 +1,6 @@
 /* A peer of the store server that speaks the wire protocol by hand over a
  * blocking loopback socket, for the server and round tests (so that they
- * depend on crun_wire_* only, not on libcrun). Every socket has a 5 s
+ * depend on crun__wire_* only, not on libcrun). Every socket has a 5 s
  * receive and send timeout, so no test can hang. Everything is static:
  * each test binary includes this once. */
 #ifndef CRUN_TESTS_WIRE_PEER_H
@@ -25,9 +25,9 @@ static inline void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static inline struct crun_wire_item its(const char *s)
+static inline struct crun__wire_item its(const char *s)
 {
-	struct crun_wire_item i = { (const uint8_t *)s, (uint32_t)strlen(s) };
+	struct crun__wire_item i = { (const uint8_t *)s, (uint32_t)strlen(s) };
 
 	return i;
 }
@@ -70,8 +70,8 @@ static inline int recv_all(int fd, void *p, size_t n)
 
 /* A received frame; items point into buf. */
 struct rmsg {
-	struct crun_wire_msg m;
-	struct crun_wire_item items[256];
+	struct crun__wire_msg m;
+	struct crun__wire_item items[256];
 	uint8_t *buf;
 };
 
@@ -92,7 +92,7 @@ static inline int trecv(int fd, struct rmsg *r)
 	r->buf = NULL;
 	if (recv_all(fd, hdr, sizeof(hdr)) < 0)
 		return -1;
-	assert_int_equal(crun_wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
+	assert_int_equal(crun__wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
 			 0);
 	r->buf = malloc(sizeof(hdr) + len);
 	assert_non_null(r->buf);
@@ -101,10 +101,10 @@ static inline int trecv(int fd, struct rmsg *r)
 		rmsg_finish(r);
 		return -1;
 	}
-	assert_int_equal(crun_wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m,
+	assert_int_equal(crun__wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m,
 					  r->items, &cap, err, sizeof(err)),
 			 (long)(sizeof(hdr) + len));
-	if (crun_wire_validate(&r->m, err, sizeof(err)) < 0)
+	if (crun__wire_validate(&r->m, err, sizeof(err)) < 0)
 		fail_msg("invalid frame from the server: %s", err);
 	return 0;
 }

@@ -2,7 +2,7 @@
  *
  * One file, so that nvcc runs once per build: it is the slowest step of
  * the CUDA build. Kernels are templates over the compute type T (float or
- * __nv_bfloat16); every launcher switches on enum crun_dtype. Arithmetic
+ * __nv_bfloat16); every launcher switches on enum crun__dtype. Arithmetic
  * is float32 (double for loss and norm sums); a T is rounded once, on
  * store. Block sizes are multiples of 32 (the reductions rely on it). */
 #include "trainer/cuda/kernels.h"
@@ -434,13 +434,13 @@ int col_splits(int rows, int *per)
 
 extern "C" {
 
-cudaError_t crun_k_cast(const void *in, enum crun_dtype tin, void *out, enum crun_dtype tout,
+cudaError_t crun__k_cast(const void *in, enum crun__dtype tin, void *out, enum crun__dtype tout,
 			size_t n, cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
 	if (tin == tout)
-		return cudaMemcpyAsync(out, in, n * crun_dtype_size(tin), cudaMemcpyDeviceToDevice,
+		return cudaMemcpyAsync(out, in, n * crun__dtype_size(tin), cudaMemcpyDeviceToDevice,
 				       stream);
 	if (tin == CRUN_DTYPE_F32)
 		LAUNCH(cast_k, grid_for(n), THREADS, stream, (const float *)in, (bf16 *)out, n);
@@ -449,7 +449,7 @@ cudaError_t crun_k_cast(const void *in, enum crun_dtype tin, void *out, enum cru
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_bias_rows(void *out, enum crun_dtype tout, const void *bias, enum crun_dtype t,
+cudaError_t crun__k_bias_rows(void *out, enum crun__dtype tout, const void *bias, enum crun__dtype t,
 			     const float *add, int rows, int cols, cudaStream_t stream)
 {
 	size_t n = (size_t)rows * cols;
@@ -471,7 +471,7 @@ cudaError_t crun_k_bias_rows(void *out, enum crun_dtype tout, const void *bias, 
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_colsum_add(const void *in, enum crun_dtype tin, int rows, int cols, float *out,
+cudaError_t crun__k_colsum_add(const void *in, enum crun__dtype tin, int rows, int cols, float *out,
 			      float *ws, cudaStream_t stream)
 {
 	int per, splits;
@@ -490,8 +490,8 @@ cudaError_t crun_k_colsum_add(const void *in, enum crun_dtype tin, int rows, int
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim, const void *tok,
-			     const void *pos, void *x0, enum crun_dtype t, cudaStream_t stream)
+cudaError_t crun__k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim, const void *tok,
+			     const void *pos, void *x0, enum crun__dtype t, cudaStream_t stream)
 {
 	size_t n = (size_t)rows * context * dim;
 
@@ -506,7 +506,7 @@ cudaError_t crun_k_embed_fwd(const uint8_t *tokens, int rows, int context, int d
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, int dim,
+cudaError_t crun__k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, int dim,
 				 const float *dx0, float *dtok, cudaStream_t stream)
 {
 	size_t n = (size_t)rows * context * dim;
@@ -517,8 +517,8 @@ cudaError_t crun_k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, i
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_ln_fwd(const float *x, int rows, int cols, const void *gamma, const void *beta,
-			  enum crun_dtype t, void *out, float *mean, float *rstd,
+cudaError_t crun__k_ln_fwd(const float *x, int rows, int cols, const void *gamma, const void *beta,
+			  enum crun__dtype t, void *out, float *mean, float *rstd,
 			  cudaStream_t stream)
 {
 	if (rows <= 0 || cols <= 0)
@@ -532,8 +532,8 @@ cudaError_t crun_k_ln_fwd(const float *x, int rows, int cols, const void *gamma,
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_ln_bwd(const float *dout, const float *x, const float *mean, const float *rstd,
-			  const void *gamma, enum crun_dtype t, int rows, int cols, float *dx,
+cudaError_t crun__k_ln_bwd(const float *dout, const float *x, const float *mean, const float *rstd,
+			  const void *gamma, enum crun__dtype t, int rows, int cols, float *dx,
 			  float *dgamma, float *dbeta, float *ws, cudaStream_t stream)
 {
 	int per, splits;
@@ -557,7 +557,7 @@ cudaError_t crun_k_ln_bwd(const float *dout, const float *x, const float *mean, 
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_gelu_fwd(const void *a, void *out, enum crun_dtype t, size_t n,
+cudaError_t crun__k_gelu_fwd(const void *a, void *out, enum crun__dtype t, size_t n,
 			    cudaStream_t stream)
 {
 	if (!n)
@@ -569,7 +569,7 @@ cudaError_t crun_k_gelu_fwd(const void *a, void *out, enum crun_dtype t, size_t 
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_gelu_bwd(const void *dout, const void *a, void *din, enum crun_dtype t,
+cudaError_t crun__k_gelu_bwd(const void *dout, const void *a, void *din, enum crun__dtype t,
 			    size_t n, cudaStream_t stream)
 {
 	if (!n)
@@ -583,7 +583,7 @@ cudaError_t crun_k_gelu_bwd(const void *dout, const void *a, void *din, enum cru
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_xent_fwd(float *z, const uint8_t *tokens, int rows, int context, float *losses,
+cudaError_t crun__k_xent_fwd(float *z, const uint8_t *tokens, int rows, int context, float *losses,
 			    cudaStream_t stream)
 {
 	if (rows <= 0)
@@ -592,7 +592,7 @@ cudaError_t crun_k_xent_fwd(float *z, const uint8_t *tokens, int rows, int conte
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_xent_bwd(float *p, void *dz, enum crun_dtype t, const uint8_t *tokens, int rows,
+cudaError_t crun__k_xent_bwd(float *p, void *dz, enum crun__dtype t, const uint8_t *tokens, int rows,
 			    int context, float scale, cudaStream_t stream)
 {
 	if (rows <= 0)
@@ -604,7 +604,7 @@ cudaError_t crun_k_xent_bwd(float *p, void *dz, enum crun_dtype t, const uint8_t
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_sum_add(const float *x, int n, double *acc, cudaStream_t stream)
+cudaError_t crun__k_sum_add(const float *x, int n, double *acc, cudaStream_t stream)
 {
 	if (n <= 0)
 		return cudaSuccess;
@@ -612,26 +612,26 @@ cudaError_t crun_k_sum_add(const float *x, int n, double *acc, cudaStream_t stre
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_sumsq_partial(const float *x, size_t n, double *partials, cudaStream_t stream)
+cudaError_t crun__k_sumsq_partial(const float *x, size_t n, double *partials, cudaStream_t stream)
 {
 	/* always every block, so that empty ranges still write their zeros */
 	LAUNCH(sumsq_partial_k, CRUN_K_SUMSQ_BLOCKS, THREADS, stream, x, n, partials);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_sum_f64(const double *x, size_t n, double *out, cudaStream_t stream)
+cudaError_t crun__k_sum_f64(const double *x, size_t n, double *out, cudaStream_t stream)
 {
 	LAUNCH(sum_f64_k, 1, THREADS, stream, x, n, out);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_clip_scale(const double *sumsq, double clip, float *gscale, cudaStream_t stream)
+cudaError_t crun__k_clip_scale(const double *sumsq, double clip, float *gscale, cudaStream_t stream)
 {
 	LAUNCH(clip_scale_k, 1, 1, stream, sumsq, clip, gscale);
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun_k_adamw(float *p, const float *g, float *m, float *v, size_t n, float beta1,
+cudaError_t crun__k_adamw(float *p, const float *g, float *m, float *v, size_t n, float beta1,
 			 float beta2, float eps, float bc1, float bc2, float lr, float wd,
 			 const float *gscale, cudaStream_t stream)
 {

@@ -22,8 +22,8 @@ struct block_acts {
 	void *gel;	    /* B x F, T: GELU output */
 };
 
-struct crun_cuda_acts {
-	enum crun_dtype t;
+struct crun__cuda_acts {
+	enum crun__dtype t;
 	size_t es; /* bytes of a T */
 	int batch;
 	bool recompute;
@@ -57,7 +57,7 @@ static void *carve(char *base, size_t *off, size_t n)
 }
 
 /* Lays out every buffer at base (NULL: only sums the size). */
-static size_t layout(struct crun_cuda_acts *a, const struct crun_model *m, char *base)
+static size_t layout(struct crun__cuda_acts *a, const struct crun__model *m, char *base)
 {
 	size_t B = (size_t)a->batch, T = (size_t)m->cfg.context, d = (size_t)m->cfg.embed_dim;
 	size_t H = (size_t)m->cfg.width, F = H * (size_t)m->cfg.ffn_mult, C = T * d;
@@ -100,16 +100,16 @@ static size_t layout(struct crun_cuda_acts *a, const struct crun_model *m, char 
 	return off;
 }
 
-struct crun_cuda_acts *crun_cuda_acts_create(struct crun_cuda_ctx *ctx, const struct crun_model *m,
-					     int batch, enum crun_dtype t, bool recompute)
+struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx, const struct crun__model *m,
+					     int batch, enum crun__dtype t, bool recompute)
 {
-	struct crun_cuda_acts *a = calloc(1, sizeof(*a));
+	struct crun__cuda_acts *a = calloc(1, sizeof(*a));
 	size_t L = (size_t)m->cfg.layers;
 
 	if (!a)
 		return NULL;
 	a->t = t;
-	a->es = crun_dtype_size(t);
+	a->es = crun__dtype_size(t);
 	a->batch = batch > 0 ? batch : 1;
 	a->recompute = recompute;
 	a->h = calloc(L + 1, sizeof(*a->h));
@@ -117,7 +117,7 @@ struct crun_cuda_acts *crun_cuda_acts_create(struct crun_cuda_ctx *ctx, const st
 	if (!a->h || !a->blk)
 		goto out_free;
 	a->bytes = layout(a, m, NULL);
-	a->mem = crun_cuda_alloc(ctx, a->bytes);
+	a->mem = crun__cuda_alloc(ctx, a->bytes);
 	if (!a->mem)
 		goto out_free;
 	layout(a, m, a->mem);
@@ -130,41 +130,41 @@ out_free:
 	return NULL;
 }
 
-void crun_cuda_acts_destroy(struct crun_cuda_ctx *ctx, struct crun_cuda_acts *a)
+void crun__cuda_acts_destroy(struct crun__cuda_ctx *ctx, struct crun__cuda_acts *a)
 {
 	if (!a)
 		return;
-	crun_cuda_free(ctx, a->mem);
+	crun__cuda_free(ctx, a->mem);
 	free(a->h);
 	free(a->blk);
 	free(a);
 }
 
-size_t crun_cuda_acts_bytes(const struct crun_cuda_acts *a)
+size_t crun__cuda_acts_bytes(const struct crun__cuda_acts *a)
 {
 	return a->bytes;
 }
 
-double *crun_cuda_acts_loss(struct crun_cuda_acts *a)
+double *crun__cuda_acts_loss(struct crun__cuda_acts *a)
 {
 	return a->loss;
 }
 
-const float *crun_cuda_acts_residual(const struct crun_cuda_acts *a, int l)
+const float *crun__cuda_acts_residual(const struct crun__cuda_acts *a, int l)
 {
 	return a->h[l];
 }
 
-static cudaDataType_t cuda_type(enum crun_dtype t)
+static cudaDataType_t cuda_type(enum crun__dtype t)
 {
 	return t == CRUN_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 /* C (ct) = op(A) op(B) + beta C, with A and B in the compute type t and
  * float32 accumulation (no TF32: float32 inputs multiply in float32). */
-static void gemm(struct crun_cuda_ctx *ctx, enum crun_dtype t, bool ta, bool tb, int m, int n,
+static void gemm(struct crun__cuda_ctx *ctx, enum crun__dtype t, bool ta, bool tb, int m, int n,
 		 int k, const void *A, int lda, const void *B, int ldb, float beta, void *C,
-		 enum crun_dtype ct, int ldc)
+		 enum crun__dtype ct, int ldc)
 {
 	const float alpha = 1.0f;
 
@@ -188,7 +188,7 @@ struct head_p {
 	const char *g, *b, *w, *bias;
 };
 
-static struct embed_p embed_p(const struct crun_model *m, const void *p, size_t es)
+static struct embed_p embed_p(const struct crun__model *m, const void *p, size_t es)
 {
 	size_t d = (size_t)m->cfg.embed_dim, C = (size_t)m->cfg.context * d;
 	struct embed_p e;
@@ -200,7 +200,7 @@ static struct embed_p embed_p(const struct crun_model *m, const void *p, size_t 
 	return e;
 }
 
-static struct block_p block_p(const struct crun_model *m, const void *p, size_t es)
+static struct block_p block_p(const struct crun__model *m, const void *p, size_t es)
 {
 	size_t H = (size_t)m->cfg.width, F = H * (size_t)m->cfg.ffn_mult;
 	struct block_p k;
@@ -214,7 +214,7 @@ static struct block_p block_p(const struct crun_model *m, const void *p, size_t 
 	return k;
 }
 
-static struct head_p head_p(const struct crun_model *m, const void *p, size_t es)
+static struct head_p head_p(const struct crun__model *m, const void *p, size_t es)
 {
 	size_t H = (size_t)m->cfg.width;
 	struct head_p k;
@@ -227,26 +227,26 @@ static struct head_p head_p(const struct crun_model *m, const void *p, size_t es
 }
 
 /* A block's LayerNorm, first product and GELU from its input h[l]. */
-static void block_front(struct crun_cuda_ctx *ctx, const struct crun_model *m, int l,
-			const struct block_p *k, struct crun_cuda_acts *a, int B)
+static void block_front(struct crun__cuda_ctx *ctx, const struct crun__model *m, int l,
+			const struct block_p *k, struct crun__cuda_acts *a, int B)
 {
 	int H = m->cfg.width, F = m->cfg.ffn_mult * H;
 	struct block_acts *s = &a->blk[l];
-	enum crun_dtype t = a->t;
+	enum crun__dtype t = a->t;
 	cudaStream_t st = ctx->stream;
 
-	CRUN_CUDA_CHECK(crun_k_ln_fwd(a->h[l], B, H, k->g, k->b, t, s->ln, s->mean, s->rstd, st));
-	CRUN_CUDA_CHECK(crun_k_bias_rows(s->a, t, k->b1, t, NULL, B, F, st));
+	CRUN_CUDA_CHECK(crun__k_ln_fwd(a->h[l], B, H, k->g, k->b, t, s->ln, s->mean, s->rstd, st));
+	CRUN_CUDA_CHECK(crun__k_bias_rows(s->a, t, k->b1, t, NULL, B, F, st));
 	gemm(ctx, t, true, false, F, B, H, k->w1, H, s->ln, H, 1.0f, s->a, t, F);
-	CRUN_CUDA_CHECK(crun_k_gelu_fwd(s->a, s->gel, t, (size_t)B * F, st));
+	CRUN_CUDA_CHECK(crun__k_gelu_fwd(s->a, s->gel, t, (size_t)B * F, st));
 }
 
-void crun_cuda_forward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *m, int unit,
-			    const void *p, struct crun_cuda_acts *a, const uint8_t *tokens, int B)
+void crun__cuda_forward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
+			    const void *p, struct crun__cuda_acts *a, const uint8_t *tokens, int B)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d, V = CRUN_MODEL_VOCAB;
-	enum crun_dtype t = a->t;
+	enum crun__dtype t = a->t;
 	cudaStream_t st = ctx->stream;
 
 	if (B <= 0)
@@ -254,8 +254,8 @@ void crun_cuda_forward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *
 	if (unit == 0) {
 		struct embed_p e = embed_p(m, p, a->es);
 
-		CRUN_CUDA_CHECK(crun_k_embed_fwd(tokens, B, T, d, e.tok, e.pos, a->x0, t, st));
-		CRUN_CUDA_CHECK(crun_k_bias_rows(a->h[0], CRUN_DTYPE_F32, e.b, t, NULL, B, H, st));
+		CRUN_CUDA_CHECK(crun__k_embed_fwd(tokens, B, T, d, e.tok, e.pos, a->x0, t, st));
+		CRUN_CUDA_CHECK(crun__k_bias_rows(a->h[0], CRUN_DTYPE_F32, e.b, t, NULL, B, H, st));
 		gemm(ctx, t, true, false, H, B, C, e.w, C, a->x0, C, 1.0f, a->h[0], CRUN_DTYPE_F32,
 		     H);
 	} else if (unit <= L) {
@@ -265,40 +265,40 @@ void crun_cuda_forward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *
 		block_front(ctx, m, l, &k, a, B);
 		/* h[l+1] = h[l] + b2, then += gelu W2^T */
 		CRUN_CUDA_CHECK(
-			crun_k_bias_rows(a->h[l + 1], CRUN_DTYPE_F32, k.b2, t, a->h[l], B, H, st));
+			crun__k_bias_rows(a->h[l + 1], CRUN_DTYPE_F32, k.b2, t, a->h[l], B, H, st));
 		gemm(ctx, t, true, false, H, B, F, k.w2, F, a->blk[l].gel, F, 1.0f, a->h[l + 1],
 		     CRUN_DTYPE_F32, H);
 	} else {
 		struct head_p k = head_p(m, p, a->es);
 
 		CRUN_CUDA_CHECK(
-			crun_k_ln_fwd(a->h[L], B, H, k.g, k.b, t, a->lnf, a->meanf, a->rstdf, st));
+			crun__k_ln_fwd(a->h[L], B, H, k.g, k.b, t, a->lnf, a->meanf, a->rstdf, st));
 		CRUN_CUDA_CHECK(
-			crun_k_bias_rows(a->logits, CRUN_DTYPE_F32, k.bias, t, NULL, B, V, st));
+			crun__k_bias_rows(a->logits, CRUN_DTYPE_F32, k.bias, t, NULL, B, V, st));
 		gemm(ctx, t, true, false, V, B, H, k.w, H, a->lnf, H, 1.0f, a->logits,
 		     CRUN_DTYPE_F32, V);
-		CRUN_CUDA_CHECK(crun_k_xent_fwd(a->logits, tokens, B, T, a->losses, st));
-		CRUN_CUDA_CHECK(crun_k_sum_add(a->losses, B, a->loss, st));
+		CRUN_CUDA_CHECK(crun__k_xent_fwd(a->logits, tokens, B, T, a->losses, st));
+		CRUN_CUDA_CHECK(crun__k_sum_add(a->losses, B, a->loss, st));
 	}
 }
 
 /* dh as the compute type, for the products that take it. */
-static const void *dh_t(struct crun_cuda_ctx *ctx, struct crun_cuda_acts *a, int B, int H)
+static const void *dh_t(struct crun__cuda_ctx *ctx, struct crun__cuda_acts *a, int B, int H)
 {
 	if (a->t != CRUN_DTYPE_F32)
-		CRUN_CUDA_CHECK(crun_k_cast(a->dh, CRUN_DTYPE_F32, a->dht, a->t, (size_t)B * H,
+		CRUN_CUDA_CHECK(crun__k_cast(a->dh, CRUN_DTYPE_F32, a->dht, a->t, (size_t)B * H,
 					    ctx->stream));
 	return a->dht;
 }
 
-void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *m, int unit,
-			     const void *p, float *g, struct crun_cuda_acts *a,
+void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
+			     const void *p, float *g, struct crun__cuda_acts *a,
 			     const uint8_t *tokens, int B, float scale)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d, V = CRUN_MODEL_VOCAB;
 	size_t Hs = (size_t)H, Fs = (size_t)F, Cs = (size_t)C, ds = (size_t)d;
-	enum crun_dtype t = a->t, f32 = CRUN_DTYPE_F32;
+	enum crun__dtype t = a->t, f32 = CRUN_DTYPE_F32;
 	cudaStream_t st = ctx->stream;
 
 	if (B <= 0)
@@ -307,12 +307,12 @@ void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model 
 		struct head_p k = head_p(m, p, a->es);
 		float *dg = g, *db = dg + Hs, *dw = db + Hs, *dbias = dw + CRUN_MODEL_VOCAB * Hs;
 
-		CRUN_CUDA_CHECK(crun_k_xent_bwd(a->logits, a->dz, t, tokens, B, T, scale, st));
+		CRUN_CUDA_CHECK(crun__k_xent_bwd(a->logits, a->dz, t, tokens, B, T, scale, st));
 		gemm(ctx, t, false, true, H, V, B, a->lnf, H, a->dz, V, 1.0f, dw, f32, H);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->logits, f32, B, V, dbias, a->ws, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(a->logits, f32, B, V, dbias, a->ws, st));
 		gemm(ctx, t, false, false, H, B, V, k.w, H, a->dz, V, 0.0f, a->dln, f32, H);
 		CRUN_CUDA_CHECK(cudaMemsetAsync(a->dh, 0, (size_t)B * Hs * sizeof(float), st));
-		CRUN_CUDA_CHECK(crun_k_ln_bwd(a->dln, a->h[L], a->meanf, a->rstdf, k.g, t, B, H,
+		CRUN_CUDA_CHECK(crun__k_ln_bwd(a->dln, a->h[L], a->meanf, a->rstdf, k.g, t, B, H,
 					      a->dh, dg, db, a->ws, st));
 	} else if (unit >= 1) {
 		int l = unit - 1;
@@ -327,16 +327,16 @@ void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model 
 		/* dh holds the gradient at h[l+1]; the residual passes it on */
 		dht = dh_t(ctx, a, B, H);
 		gemm(ctx, t, false, true, F, H, B, s->gel, F, dht, H, 1.0f, dw2, f32, F);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->dh, f32, B, H, db2, a->ws, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(a->dh, f32, B, H, db2, a->ws, st));
 		/* the widest activations (B x F) stay in the compute type, as
 		 * mixed precision keeps them: the product writes them so and the
 		 * GELU backward works in place (float32 inside) */
 		gemm(ctx, t, false, false, F, B, H, k.w2, F, dht, H, 0.0f, a->df, t, F);
-		CRUN_CUDA_CHECK(crun_k_gelu_bwd(a->df, s->a, a->df, t, (size_t)B * Fs, st));
+		CRUN_CUDA_CHECK(crun__k_gelu_bwd(a->df, s->a, a->df, t, (size_t)B * Fs, st));
 		gemm(ctx, t, false, true, H, F, B, s->ln, H, a->df, F, 1.0f, dw1, f32, H);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->df, t, B, F, db1, a->ws, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(a->df, t, B, F, db1, a->ws, st));
 		gemm(ctx, t, false, false, H, B, F, k.w1, H, a->df, F, 0.0f, a->dln, f32, H);
-		CRUN_CUDA_CHECK(crun_k_ln_bwd(a->dln, a->h[l], s->mean, s->rstd, k.g, t, B, H,
+		CRUN_CUDA_CHECK(crun__k_ln_bwd(a->dln, a->h[l], s->mean, s->rstd, k.g, t, B, H,
 					      a->dh, dg, db, a->ws, st));
 	} else {
 		struct embed_p e = embed_p(m, p, a->es);
@@ -345,9 +345,9 @@ void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model 
 		const void *dht = dh_t(ctx, a, B, H);
 
 		gemm(ctx, t, false, true, C, H, B, a->x0, C, dht, H, 1.0f, dw, f32, C);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->dh, f32, B, H, db, a->ws, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(a->dh, f32, B, H, db, a->ws, st));
 		gemm(ctx, t, false, false, C, B, H, e.w, C, dht, H, 0.0f, a->dx0, f32, C);
-		CRUN_CUDA_CHECK(crun_k_colsum_add(a->dx0, f32, B, C, dpos, a->ws, st));
-		CRUN_CUDA_CHECK(crun_k_embed_bwd_tok(tokens, B, T, d, a->dx0, dtok, st));
+		CRUN_CUDA_CHECK(crun__k_colsum_add(a->dx0, f32, B, C, dpos, a->ws, st));
+		CRUN_CUDA_CHECK(crun__k_embed_bwd_tok(tokens, B, T, d, a->dx0, dtok, st));
 	}
 }

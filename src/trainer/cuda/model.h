@@ -30,37 +30,37 @@
 #include "trainer/cuda/runtime.h"
 #include "trainer/model.h"
 
-struct crun_cuda_acts;
+struct crun__cuda_acts;
 
 /* Activations and scratch for batches of at most `batch` samples, in one
  * device allocation. NULL when the device is out of memory. */
-struct crun_cuda_acts *crun_cuda_acts_create(struct crun_cuda_ctx *ctx, const struct crun_model *m,
-					     int batch, enum crun_dtype t, bool recompute);
-void crun_cuda_acts_destroy(struct crun_cuda_ctx *ctx, struct crun_cuda_acts *a);
+struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx, const struct crun__model *m,
+					     int batch, enum crun__dtype t, bool recompute);
+void crun__cuda_acts_destroy(struct crun__cuda_ctx *ctx, struct crun__cuda_acts *a);
 /* Bytes of device memory the activations take. */
-size_t crun_cuda_acts_bytes(const struct crun_cuda_acts *a);
+size_t crun__cuda_acts_bytes(const struct crun__cuda_acts *a);
 
 /* Forward pass of one unit (units in order) on `batch` samples: tokens
  * holds batch rows of context+1 bytes (device). p is the unit's first
  * parameter, in the compute type. The head's forward adds the batch's
- * summed cross-entropy (nats) to the double at crun_cuda_acts_loss(). */
-void crun_cuda_forward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *m, int unit,
-			    const void *p, struct crun_cuda_acts *a, const uint8_t *tokens,
+ * summed cross-entropy (nats) to the double at crun__cuda_acts_loss(). */
+void crun__cuda_forward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
+			    const void *p, struct crun__cuda_acts *a, const uint8_t *tokens,
 			    int batch);
 
 /* Backward pass of one unit (units in reverse order, after a full forward
  * on the same acts and tokens): adds the gradient of scale * (summed loss)
  * with respect to the unit's parameters to g (float32, the unit's layout). */
-void crun_cuda_backward_unit(struct crun_cuda_ctx *ctx, const struct crun_model *m, int unit,
-			     const void *p, float *g, struct crun_cuda_acts *a,
+void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
+			     const void *p, float *g, struct crun__cuda_acts *a,
 			     const uint8_t *tokens, int batch, float scale);
 
 /* The device double that head forwards add their loss sums to (the caller
  * zeroes and reads it). */
-double *crun_cuda_acts_loss(struct crun_cuda_acts *a);
+double *crun__cuda_acts_loss(struct crun__cuda_acts *a);
 
 /* The residual stream h[l] (l = 0 .. layers; batch x width float32,
  * device) of the last forward pass, for tests. */
-const float *crun_cuda_acts_residual(const struct crun_cuda_acts *a, int l);
+const float *crun__cuda_acts_residual(const struct crun__cuda_acts *a, int l);
 
 #endif

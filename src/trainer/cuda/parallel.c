@@ -22,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct crun_cuda_parallel {
+struct crun__cuda_parallel {
 	struct crun__device d;
-	struct crun_cuda_ctx *ctx;
+	struct crun__cuda_ctx *ctx;
 	bool own_ctx;
-	struct crun_cuda_parallel_opts copts;
+	struct crun__cuda_parallel_opts copts;
 	int world, rank;
-	enum crun_dtype t;
+	enum crun__dtype t;
 	size_t es;
 	bool nccl;
 	bool reduce_bf16;
@@ -52,7 +52,7 @@ struct crun_cuda_parallel {
 	void *g_red;	 /* bf16 reduction: W * max_chunk bf16 */
 	float *m, *v;
 	uint8_t *tokens, *tokens_host;
-	struct crun_cuda_acts *acts;
+	struct crun__cuda_acts *acts;
 	double *d_partials, *d_sumsq;
 	float *d_gscale;
 	double *h_stats;	     /* pinned: loss, sum of squares */
@@ -60,20 +60,20 @@ struct crun_cuda_parallel {
 	struct crun__device_memory mem;
 };
 
-static struct crun_cuda_parallel *cu(struct crun__device *d)
+static struct crun__cuda_parallel *cu(struct crun__device *d)
 {
-	return (struct crun_cuda_parallel *)d;
+	return (struct crun__cuda_parallel *)d;
 }
 
-static enum crun_comm_dtype comm_type(enum crun_dtype t)
+static enum crun__comm_dtype comm_type(enum crun__dtype t)
 {
 	return t == CRUN_DTYPE_BF16 ? CRUN_COMM_BF16 : CRUN_COMM_F32;
 }
 
 /* A buffer the schedule names, and the type of its elements. */
-static void *at(struct crun_cuda_parallel *pc, struct crun__ref r, enum crun_dtype *t)
+static void *at(struct crun__cuda_parallel *pc, struct crun__ref r, enum crun__dtype *t)
 {
-	enum crun_dtype ft = CRUN_DTYPE_F32;
+	enum crun__dtype ft = CRUN_DTYPE_F32;
 	void *p = NULL;
 
 	switch (r.buf) {
@@ -103,7 +103,7 @@ static void *at(struct crun_cuda_parallel *pc, struct crun__ref r, enum crun_dty
 	return p;
 }
 
-static float *at_f32(struct crun_cuda_parallel *pc, struct crun__ref r)
+static float *at_f32(struct crun__cuda_parallel *pc, struct crun__ref r)
 {
 	return at(pc, r, NULL);
 }
@@ -112,32 +112,32 @@ static float *at_f32(struct crun_cuda_parallel *pc, struct crun__ref r)
  * are asynchronous; with the cpu backend they copy to pinned host memory,
  * run the host collective and copy back, blocking the host. */
 
-static void ms_sync(struct crun_cuda_parallel *pc)
+static void ms_sync(struct crun__cuda_parallel *pc)
 {
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->ms));
 }
 
-static void d2d(struct crun_cuda_parallel *pc, void *dst, const void *src, size_t bytes)
+static void d2d(struct crun__cuda_parallel *pc, void *dst, const void *src, size_t bytes)
 {
 	if (dst != src && bytes)
 		CRUN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, pc->ms));
 }
 
 /* Sum over ranks in place (float32 only over the cpu backend). */
-static int dc_allreduce(struct crun_cuda_parallel *pc, void *buf, size_t count, enum crun_dtype t)
+static int dc_allreduce(struct crun__cuda_parallel *pc, void *buf, size_t count, enum crun__dtype t)
 {
 	size_t bytes = count * sizeof(float);
 	int rc;
 
 	if (pc->nccl)
-		return crun_comm_nccl_allreduce(pc->d.comm, buf, count, comm_type(t));
+		return crun__comm_nccl_allreduce(pc->d.comm, buf, count, comm_type(t));
 	if (t != CRUN_DTYPE_F32)
 		return -EINVAL; /* the cpu backend reduces float32 only */
 	if (pc->world == 1 || !count)
 		return 0;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(pc->stage_in, buf, bytes, cudaMemcpyDeviceToHost, pc->ms));
 	ms_sync(pc);
-	rc = crun_comm_allreduce_f32(pc->d.comm, pc->stage_in, count);
+	rc = crun__comm_allreduce_f32(pc->d.comm, pc->stage_in, count);
 	if (rc)
 		return rc;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(buf, pc->stage_in, bytes, cudaMemcpyHostToDevice, pc->ms));
@@ -146,14 +146,14 @@ static int dc_allreduce(struct crun_cuda_parallel *pc, void *buf, size_t count, 
 }
 
 /* in: W * count; out: count (may be in + rank * count). */
-static int dc_reduce_scatter(struct crun_cuda_parallel *pc, const void *in, void *out, size_t count,
-			     enum crun_dtype t)
+static int dc_reduce_scatter(struct crun__cuda_parallel *pc, const void *in, void *out, size_t count,
+			     enum crun__dtype t)
 {
 	size_t bytes = count * sizeof(float), W = (size_t)pc->world;
 	int rc;
 
 	if (pc->nccl)
-		return crun_comm_nccl_reduce_scatter(pc->d.comm, in, out, count, comm_type(t));
+		return crun__comm_nccl_reduce_scatter(pc->d.comm, in, out, count, comm_type(t));
 	if (t != CRUN_DTYPE_F32)
 		return -EINVAL; /* the cpu backend reduces float32 only */
 	if (pc->world == 1) {
@@ -165,7 +165,7 @@ static int dc_reduce_scatter(struct crun_cuda_parallel *pc, const void *in, void
 	CRUN_CUDA_CHECK(
 		cudaMemcpyAsync(pc->stage_in, in, W * bytes, cudaMemcpyDeviceToHost, pc->ms));
 	ms_sync(pc);
-	rc = crun_comm_reduce_scatter_f32(pc->d.comm, pc->stage_in, pc->stage_out, count);
+	rc = crun__comm_reduce_scatter_f32(pc->d.comm, pc->stage_in, pc->stage_out, count);
 	if (rc)
 		return rc;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(out, pc->stage_out, bytes, cudaMemcpyHostToDevice, pc->ms));
@@ -175,14 +175,14 @@ static int dc_reduce_scatter(struct crun_cuda_parallel *pc, const void *in, void
 
 /* in: count; out: W * count (in may be out + rank * count). Over the cpu
  * backend any type travels as bytes, padded to whole floats per rank. */
-static int dc_allgather(struct crun_cuda_parallel *pc, const void *in, void *out, size_t count,
-			enum crun_dtype t)
+static int dc_allgather(struct crun__cuda_parallel *pc, const void *in, void *out, size_t count,
+			enum crun__dtype t)
 {
-	size_t bytes = count * crun_dtype_size(t), fr = (bytes + 3) / 4;
+	size_t bytes = count * crun__dtype_size(t), fr = (bytes + 3) / 4;
 	int rc;
 
 	if (pc->nccl)
-		return crun_comm_nccl_allgather(pc->d.comm, in, out, count, comm_type(t));
+		return crun__comm_nccl_allgather(pc->d.comm, in, out, count, comm_type(t));
 	if (pc->world == 1) {
 		d2d(pc, out, in, bytes);
 		return 0;
@@ -191,7 +191,7 @@ static int dc_allgather(struct crun_cuda_parallel *pc, const void *in, void *out
 		return 0;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(pc->stage_in, in, bytes, cudaMemcpyDeviceToHost, pc->ms));
 	ms_sync(pc);
-	rc = crun_comm_allgather_f32(pc->d.comm, pc->stage_in, pc->stage_out, fr);
+	rc = crun__comm_allgather_f32(pc->d.comm, pc->stage_in, pc->stage_out, fr);
 	if (rc)
 		return rc;
 	CRUN_CUDA_CHECK(cudaMemcpy2DAsync(out, bytes, pc->stage_out, fr * sizeof(float), bytes,
@@ -201,18 +201,18 @@ static int dc_allgather(struct crun_cuda_parallel *pc, const void *in, void *out
 }
 
 /* Sum of one device double over ranks, in place. */
-static int dc_allreduce_f64(struct crun_cuda_parallel *pc, double *d)
+static int dc_allreduce_f64(struct crun__cuda_parallel *pc, double *d)
 {
 	int rc;
 
 	if (pc->nccl)
-		return crun_comm_nccl_allreduce(pc->d.comm, d, 1, CRUN_COMM_F64);
+		return crun__comm_nccl_allreduce(pc->d.comm, d, 1, CRUN_COMM_F64);
 	if (pc->world == 1)
 		return 0;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(&pc->h_stats[1], d, sizeof(double), cudaMemcpyDeviceToHost,
 					pc->ms));
 	ms_sync(pc);
-	rc = crun_comm_allreduce_f64(pc->d.comm, &pc->h_stats[1], 1);
+	rc = crun__comm_allreduce_f64(pc->d.comm, &pc->h_stats[1], 1);
 	if (rc)
 		return rc;
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(d, &pc->h_stats[1], sizeof(double), cudaMemcpyHostToDevice,
@@ -222,24 +222,24 @@ static int dc_allreduce_f64(struct crun_cuda_parallel *pc, double *d)
 }
 
 /* The host waits for ev (bounded and watching NCCL's errors with nccl). */
-static int wait_event(struct crun_cuda_parallel *pc, cudaEvent_t ev)
+static int wait_event(struct crun__cuda_parallel *pc, cudaEvent_t ev)
 {
 	if (pc->nccl)
-		return crun_comm_nccl_wait(pc->d.comm, ev);
+		return crun__comm_nccl_wait(pc->d.comm, ev);
 	CRUN_CUDA_CHECK(cudaEventSynchronize(ev));
 	return 0;
 }
 
-static void *dalloc(struct crun_cuda_parallel *pc, size_t bytes, size_t *count, const char *what,
+static void *dalloc(struct crun__cuda_parallel *pc, size_t bytes, size_t *count, const char *what,
 		    bool *ok, char *err, size_t errlen)
 {
 	void *p;
 
 	if (!*ok)
 		return NULL;
-	p = crun_cuda_alloc(pc->ctx, bytes);
+	p = crun__cuda_alloc(pc->ctx, bytes);
 	if (!p) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "out of GPU memory for the %s (%.1f MiB more; %.1f MiB allocated so "
 			    "far, the device has %.1f MiB): see OUT OF MEMORY in crun-train(1)",
 			    what, (double)bytes / (1 << 20), (double)pc->ctx->bytes / (1 << 20),
@@ -253,21 +253,21 @@ static void *dalloc(struct crun_cuda_parallel *pc, size_t bytes, size_t *count, 
 }
 
 /* Frees what attach made (the context stays). */
-static void free_buffers(struct crun_cuda_parallel *pc)
+static void free_buffers(struct crun__cuda_parallel *pc)
 {
-	struct crun_cuda_ctx *ctx = pc->ctx;
+	struct crun__cuda_ctx *ctx = pc->ctx;
 
 	if (pc->cs)
 		CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->cs));
 	if (pc->ms)
 		CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->ms));
-	crun_cuda_acts_destroy(ctx, pc->acts);
+	crun__cuda_acts_destroy(ctx, pc->acts);
 	if (pc->pc != pc->p)
-		crun_cuda_free(ctx, pc->pc);
-	crun_cuda_free(ctx, pc->p);
+		crun__cuda_free(ctx, pc->pc);
+	crun__cuda_free(ctx, pc->p);
 	for (int i = 0; i < 2; i++) {
-		crun_cuda_free(ctx, pc->gather[i]);
-		crun_cuda_free(ctx, pc->g_seg[i]);
+		crun__cuda_free(ctx, pc->gather[i]);
+		crun__cuda_free(ctx, pc->g_seg[i]);
 		if (pc->ev_reduced[i])
 			cudaEventDestroy(pc->ev_reduced[i]);
 		if (pc->z3_gathered[i])
@@ -275,19 +275,19 @@ static void free_buffers(struct crun_cuda_parallel *pc)
 		if (pc->z3_freed[i])
 			cudaEventDestroy(pc->z3_freed[i]);
 	}
-	crun_cuda_free(ctx, pc->g_full);
-	crun_cuda_free(ctx, pc->g_shard);
-	crun_cuda_free(ctx, pc->g_red);
-	crun_cuda_free(ctx, pc->m);
-	crun_cuda_free(ctx, pc->v);
-	crun_cuda_free(ctx, pc->tokens);
-	crun_cuda_free(ctx, pc->tokens_host);
-	crun_cuda_free(ctx, pc->d_partials);
-	crun_cuda_free(ctx, pc->d_sumsq);
-	crun_cuda_free(ctx, pc->d_gscale);
-	crun_cuda_free(ctx, pc->h_stats);
-	crun_cuda_free(ctx, pc->stage_in);
-	crun_cuda_free(ctx, pc->stage_out);
+	crun__cuda_free(ctx, pc->g_full);
+	crun__cuda_free(ctx, pc->g_shard);
+	crun__cuda_free(ctx, pc->g_red);
+	crun__cuda_free(ctx, pc->m);
+	crun__cuda_free(ctx, pc->v);
+	crun__cuda_free(ctx, pc->tokens);
+	crun__cuda_free(ctx, pc->tokens_host);
+	crun__cuda_free(ctx, pc->d_partials);
+	crun__cuda_free(ctx, pc->d_sumsq);
+	crun__cuda_free(ctx, pc->d_gscale);
+	crun__cuda_free(ctx, pc->h_stats);
+	crun__cuda_free(ctx, pc->stage_in);
+	crun__cuda_free(ctx, pc->stage_out);
 	if (pc->ev_ready)
 		cudaEventDestroy(pc->ev_ready);
 	if (pc->ev_comm)
@@ -300,13 +300,13 @@ static void free_buffers(struct crun_cuda_parallel *pc)
 	if (pc->own_ms)
 		cudaStreamDestroy(pc->ms);
 	/* everything from the world size on is attach's */
-	memset(&pc->world, 0, sizeof(*pc) - offsetof(struct crun_cuda_parallel, world));
+	memset(&pc->world, 0, sizeof(*pc) - offsetof(struct crun__cuda_parallel, world));
 }
 
 static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 {
-	struct crun_cuda_parallel *pc = cu(d);
-	struct crun_cuda_ctx *ctx = pc->ctx;
+	struct crun__cuda_parallel *pc = cu(d);
+	struct crun__cuda_ctx *ctx = pc->ctx;
 	const struct crun__layout *lay = d->lay;
 	size_t W, row = (size_t)d->model->cfg.context + 1, tok_bytes;
 	bool ok = true;
@@ -315,14 +315,14 @@ static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 	pc->world = lay->world;
 	pc->rank = lay->rank;
 	pc->t = pc->copts.compute;
-	pc->es = crun_dtype_size(pc->t);
-	pc->nccl = crun_comm_is_nccl(d->comm);
+	pc->es = crun__dtype_size(pc->t);
+	pc->nccl = crun__comm_is_nccl(d->comm);
 	pc->reduce_bf16 = pc->t == CRUN_DTYPE_BF16 && !pc->copts.reduce_fp32 && pc->nccl;
 	W = (size_t)pc->world;
 
 	pc->cs = ctx->stream;
 	if (pc->nccl) {
-		pc->ms = crun_comm_nccl_stream(d->comm);
+		pc->ms = crun__comm_nccl_stream(d->comm);
 	} else {
 		CRUN_CUDA_CHECK(cudaStreamCreateWithFlags(&pc->ms, cudaStreamNonBlocking));
 		pc->own_ms = true;
@@ -376,9 +376,9 @@ static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 	pc->d_gscale = dalloc(pc, sizeof(float), NULL, "clip scale", &ok, err, errlen);
 	if (!ok)
 		goto out_free;
-	pc->acts = crun_cuda_acts_create(ctx, d->model, lay->micro, pc->t, pc->copts.recompute);
+	pc->acts = crun__cuda_acts_create(ctx, d->model, lay->micro, pc->t, pc->copts.recompute);
 	if (!pc->acts) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 			    "out of GPU memory for the activations of a micro-batch of %d (%.1f "
 			    "MiB allocated so far, the device has %.1f MiB): see OUT OF MEMORY in "
 			    "crun-train(1)",
@@ -386,21 +386,21 @@ static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 			    (double)ctx->total_bytes / (1 << 20));
 		goto out_free;
 	}
-	pc->mem.act_bytes = crun_cuda_acts_bytes(pc->acts);
-	pc->tokens_host = crun_cuda_host_alloc(ctx, tok_bytes);
-	pc->h_stats = crun_cuda_host_alloc(ctx, 2 * sizeof(double));
+	pc->mem.act_bytes = crun__cuda_acts_bytes(pc->acts);
+	pc->tokens_host = crun__cuda_host_alloc(ctx, tok_bytes);
+	pc->h_stats = crun__cuda_host_alloc(ctx, 2 * sizeof(double));
 	if (!pc->tokens_host || !pc->h_stats)
 		goto out_host;
 	if (!pc->nccl && pc->world > 1) {
-		pc->stage_in = crun_cuda_host_alloc(ctx, W * lay->max_chunk * sizeof(float));
-		pc->stage_out = crun_cuda_host_alloc(ctx, W * lay->max_chunk * sizeof(float));
+		pc->stage_in = crun__cuda_host_alloc(ctx, W * lay->max_chunk * sizeof(float));
+		pc->stage_out = crun__cuda_host_alloc(ctx, W * lay->max_chunk * sizeof(float));
 		if (!pc->stage_in || !pc->stage_out)
 			goto out_host;
 	}
 	return 0;
 
 out_host:
-	crun_seterr(err, errlen, "out of pinned host memory for staging buffers");
+	crun__seterr(err, errlen, "out of pinned host memory for staging buffers");
 	free_buffers(pc);
 	return -ENOMEM;
 out_free:
@@ -410,16 +410,16 @@ out_free:
 
 static struct crun__device *cuda_open(const struct crun__device_opts *o, char *err, size_t errlen)
 {
-	struct crun_cuda_parallel *pc = calloc(1, sizeof(*pc));
+	struct crun__cuda_parallel *pc = calloc(1, sizeof(*pc));
 	int dev;
 
 	if (!pc) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (crun_cuda_pick_device(o->local_rank, o->shared, &dev, err, errlen))
+	if (crun__cuda_pick_device(o->local_rank, o->shared, &dev, err, errlen))
 		goto out_free;
-	pc->ctx = crun_cuda_ctx_create(dev, err, errlen);
+	pc->ctx = crun__cuda_ctx_create(dev, err, errlen);
 	if (!pc->ctx)
 		goto out_free;
 	pc->own_ctx = true;
@@ -435,31 +435,31 @@ out_free:
 
 static void cuda_close(struct crun__device *d)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	if (pc->ctx)
 		free_buffers(pc);
 	if (pc->own_ctx)
-		crun_cuda_ctx_destroy(pc->ctx);
+		crun__cuda_ctx_destroy(pc->ctx);
 	free(pc);
 }
 
 /* The compute copy follows the master parameters. */
 static void cuda_params_changed(struct crun__device *d)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	if (pc->pc != pc->p)
 		CRUN_CUDA_CHECK(
-			crun_k_cast(pc->p, CRUN_DTYPE_F32, pc->pc, pc->t, d->lay->p_len, pc->cs));
+			crun__k_cast(pc->p, CRUN_DTYPE_F32, pc->pc, pc->t, d->lay->p_len, pc->cs));
 }
 
 static void cuda_upload(struct crun__device *d)
 {
-	struct crun_cuda_parallel *pc = cu(d);
-	struct crun_parallel_arrays arr;
+	struct crun__cuda_parallel *pc = cu(d);
+	struct crun__parallel_arrays arr;
 
-	crun_parallel_arrays(d->host, &arr);
+	crun__parallel_arrays(d->host, &arr);
 	/* on the compute stream, so that what follows there sees the bytes */
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->ms));
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(pc->p, arr.p, arr.p_len * sizeof(float),
@@ -474,10 +474,10 @@ static void cuda_upload(struct crun__device *d)
 
 static void cuda_download(struct crun__device *d, bool optim)
 {
-	struct crun_cuda_parallel *pc = cu(d);
-	struct crun_parallel_arrays arr;
+	struct crun__cuda_parallel *pc = cu(d);
+	struct crun__parallel_arrays arr;
 
-	crun_parallel_arrays(d->host, &arr);
+	crun__parallel_arrays(d->host, &arr);
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->ms));
 	CRUN_CUDA_CHECK(cudaMemcpyAsync(arr.p, pc->p, arr.p_len * sizeof(float),
 					cudaMemcpyDeviceToHost, pc->cs));
@@ -490,12 +490,12 @@ static void cuda_download(struct crun__device *d, bool optim)
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(pc->cs));
 }
 
-static cudaStream_t stream(struct crun_cuda_parallel *pc, enum crun__queue q)
+static cudaStream_t stream(struct crun__cuda_parallel *pc, enum crun__queue q)
 {
 	return q == CRUN__QUEUE_COMPUTE ? pc->cs : pc->ms;
 }
 
-static cudaEvent_t event(struct crun_cuda_parallel *pc, enum crun__event ev, int slot)
+static cudaEvent_t event(struct crun__cuda_parallel *pc, enum crun__event ev, int slot)
 {
 	switch (ev) {
 	case CRUN__EV_COMPUTED:
@@ -514,26 +514,26 @@ static cudaEvent_t event(struct crun_cuda_parallel *pc, enum crun__event ev, int
 
 static void cuda_signal(struct crun__device *d, enum crun__queue q, enum crun__event ev, int slot)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	CRUN_CUDA_CHECK(cudaEventRecord(event(pc, ev, slot), stream(pc, q)));
 }
 
 static void cuda_wait(struct crun__device *d, enum crun__queue q, enum crun__event ev, int slot)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	CRUN_CUDA_CHECK(cudaStreamWaitEvent(stream(pc, q), event(pc, ev, slot), 0));
 }
 
 static void cuda_mark(struct crun__device *d, enum crun__mark m)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	CRUN_CUDA_CHECK(cudaEventRecord(pc->t_ev[m], pc->cs));
 }
 
-static void upload_tokens(struct crun_cuda_parallel *pc, const uint8_t *tokens, size_t bytes)
+static void upload_tokens(struct crun__cuda_parallel *pc, const uint8_t *tokens, size_t bytes)
 {
 	if (!bytes)
 		return;
@@ -544,34 +544,34 @@ static void upload_tokens(struct crun_cuda_parallel *pc, const uint8_t *tokens, 
 
 static void cuda_begin(struct crun__device *d, const uint8_t *tokens, size_t bytes)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	upload_tokens(pc, tokens, bytes);
-	CRUN_CUDA_CHECK(cudaMemsetAsync(crun_cuda_acts_loss(pc->acts), 0, sizeof(double), pc->cs));
+	CRUN_CUDA_CHECK(cudaMemsetAsync(crun__cuda_acts_loss(pc->acts), 0, sizeof(double), pc->cs));
 }
 
 static void cuda_forward(struct crun__device *d, int unit, struct crun__ref p, size_t row, int rows)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	size_t rowlen = (size_t)d->model->cfg.context + 1;
 
-	crun_cuda_forward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), pc->acts,
+	crun__cuda_forward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), pc->acts,
 			       pc->tokens + row * rowlen, rows);
 }
 
 static void cuda_backward(struct crun__device *d, int unit, struct crun__ref p, struct crun__ref g,
 			  size_t row, int rows, float scale)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	size_t rowlen = (size_t)d->model->cfg.context + 1;
 
-	crun_cuda_backward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), at_f32(pc, g), pc->acts,
+	crun__cuda_backward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), at_f32(pc, g), pc->acts,
 				pc->tokens + row * rowlen, rows, scale);
 }
 
 static void cuda_zero(struct crun__device *d, struct crun__ref x, size_t n)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
 	CRUN_CUDA_CHECK(cudaMemsetAsync(at_f32(pc, x), 0, n * sizeof(float), pc->cs));
 }
@@ -580,25 +580,25 @@ static void cuda_zero(struct crun__device *d, struct crun__ref x, size_t n)
  * cast back, all on ms. */
 static int cuda_allreduce(struct crun__device *d, struct crun__ref x, size_t chunk)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	size_t n = (size_t)pc->world * chunk;
 	float *buf = at_f32(pc, x);
 	int rc;
 
 	if (!pc->reduce_bf16)
 		return dc_allreduce(pc, buf, n, CRUN_DTYPE_F32);
-	CRUN_CUDA_CHECK(crun_k_cast(buf, CRUN_DTYPE_F32, pc->g_red, CRUN_DTYPE_BF16, n, pc->ms));
+	CRUN_CUDA_CHECK(crun__k_cast(buf, CRUN_DTYPE_F32, pc->g_red, CRUN_DTYPE_BF16, n, pc->ms));
 	rc = dc_allreduce(pc, pc->g_red, n, CRUN_DTYPE_BF16);
 	if (rc)
 		return rc;
-	CRUN_CUDA_CHECK(crun_k_cast(pc->g_red, CRUN_DTYPE_BF16, buf, CRUN_DTYPE_F32, n, pc->ms));
+	CRUN_CUDA_CHECK(crun__k_cast(pc->g_red, CRUN_DTYPE_BF16, buf, CRUN_DTYPE_F32, n, pc->ms));
 	return 0;
 }
 
 static int cuda_reduce_scatter(struct crun__device *d, struct crun__ref in, struct crun__ref out,
 			       size_t chunk)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	size_t n = (size_t)pc->world * chunk;
 	float *buf = at_f32(pc, in), *shard = at_f32(pc, out);
 	char *own = (char *)pc->g_red + (size_t)pc->rank * chunk * 2;
@@ -606,19 +606,19 @@ static int cuda_reduce_scatter(struct crun__device *d, struct crun__ref in, stru
 
 	if (!pc->reduce_bf16)
 		return dc_reduce_scatter(pc, buf, shard, chunk, CRUN_DTYPE_F32);
-	CRUN_CUDA_CHECK(crun_k_cast(buf, CRUN_DTYPE_F32, pc->g_red, CRUN_DTYPE_BF16, n, pc->ms));
+	CRUN_CUDA_CHECK(crun__k_cast(buf, CRUN_DTYPE_F32, pc->g_red, CRUN_DTYPE_BF16, n, pc->ms));
 	rc = dc_reduce_scatter(pc, pc->g_red, own, chunk, CRUN_DTYPE_BF16);
 	if (rc)
 		return rc;
-	CRUN_CUDA_CHECK(crun_k_cast(own, CRUN_DTYPE_BF16, shard, CRUN_DTYPE_F32, chunk, pc->ms));
+	CRUN_CUDA_CHECK(crun__k_cast(own, CRUN_DTYPE_BF16, shard, CRUN_DTYPE_F32, chunk, pc->ms));
 	return 0;
 }
 
 static int cuda_gather(struct crun__device *d, struct crun__ref in, struct crun__ref out,
 		       size_t chunk)
 {
-	struct crun_cuda_parallel *pc = cu(d);
-	enum crun_dtype t;
+	struct crun__cuda_parallel *pc = cu(d);
+	enum crun__dtype t;
 	const void *src = at(pc, in, &t);
 
 	return dc_allgather(pc, src, at(pc, out, NULL), chunk, t);
@@ -626,17 +626,17 @@ static int cuda_gather(struct crun__device *d, struct crun__ref in, struct crun_
 
 static void cuda_sumsq(struct crun__device *d, int part, struct crun__ref x, size_t n)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
-	CRUN_CUDA_CHECK(crun_k_sumsq_partial(
+	CRUN_CUDA_CHECK(crun__k_sumsq_partial(
 		at_f32(pc, x), n, pc->d_partials + (size_t)part * CRUN_K_SUMSQ_BLOCKS, pc->cs));
 }
 
 static void cuda_sumsq_total(struct crun__device *d, int n_parts)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
-	CRUN_CUDA_CHECK(crun_k_sum_f64(pc->d_partials, (size_t)n_parts * CRUN_K_SUMSQ_BLOCKS,
+	CRUN_CUDA_CHECK(crun__k_sum_f64(pc->d_partials, (size_t)n_parts * CRUN_K_SUMSQ_BLOCKS,
 				       pc->d_sumsq, pc->cs));
 }
 
@@ -645,41 +645,41 @@ static int cuda_sumsq_allreduce(struct crun__device *d)
 	return dc_allreduce_f64(cu(d), cu(d)->d_sumsq);
 }
 
-static void cuda_clip(struct crun__device *d, const struct crun_optim *o)
+static void cuda_clip(struct crun__device *d, const struct crun__optim *o)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 
-	CRUN_CUDA_CHECK(crun_k_clip_scale(pc->d_sumsq, o->grad_clip, pc->d_gscale, pc->cs));
+	CRUN_CUDA_CHECK(crun__k_clip_scale(pc->d_sumsq, o->grad_clip, pc->d_gscale, pc->cs));
 }
 
 /* AdamW on flat parameters [flat, flat+n), tensor by tensor for their
- * weight decay (crun_optim_adamw on the device). */
-static void adamw_range(struct crun_cuda_parallel *pc, const struct crun_optim *o, size_t flat,
+ * weight decay (crun__optim_adamw on the device). */
+static void adamw_range(struct crun__cuda_parallel *pc, const struct crun__optim *o, size_t flat,
 			size_t n, float *p, const float *g, float *m, float *v, float bc1,
 			float bc2, float lr)
 {
-	const struct crun_model *model = pc->d.model;
+	const struct crun__model *model = pc->d.model;
 	size_t end = flat + n;
 
 	for (int i = 0; i < model->n_tensors; i++) {
-		const struct crun_tensor *tn = &model->tensors[i];
+		const struct crun__tensor *tn = &model->tensors[i];
 		size_t a = tn->offset > flat ? tn->offset : flat;
 		size_t b = tn->offset + tn->numel < end ? tn->offset + tn->numel : end;
 		size_t k = a - flat;
 
 		if (a >= b)
 			continue;
-		CRUN_CUDA_CHECK(crun_k_adamw(p + k, g + k, m + k, v + k, b - a, (float)o->beta1,
+		CRUN_CUDA_CHECK(crun__k_adamw(p + k, g + k, m + k, v + k, b - a, (float)o->beta1,
 					     (float)o->beta2, (float)o->eps, bc1, bc2, lr,
 					     tn->decay ? (float)o->weight_decay : 0.0f,
 					     pc->d_gscale, pc->cs));
 	}
 }
 
-static void cuda_adamw(struct crun__device *d, const struct crun_optim *o, size_t flat, size_t n,
+static void cuda_adamw(struct crun__device *d, const struct crun__optim *o, size_t flat, size_t n,
 		       struct crun__ref p, struct crun__ref g, size_t moff, int64_t t, double lr)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	float bc1 = (float)(1.0 - pow(o->beta1, (double)t));
 	float bc2 = (float)(1.0 - pow(o->beta2, (double)t));
 
@@ -689,7 +689,7 @@ static void cuda_adamw(struct crun__device *d, const struct crun_optim *o, size_
 
 /* Adds the finished step's phases (the first step, with cuBLAS's and
  * NCCL's warm-up, is left out). */
-static void add_times(struct crun_cuda_parallel *pc)
+static void add_times(struct crun__cuda_parallel *pc)
 {
 	float ms[3];
 
@@ -705,10 +705,10 @@ static void add_times(struct crun_cuda_parallel *pc)
 
 static int cuda_finish(struct crun__device *d, double *loss, double *sumsq)
 {
-	struct crun_cuda_parallel *pc = cu(d);
+	struct crun__cuda_parallel *pc = cu(d);
 	int rc;
 
-	CRUN_CUDA_CHECK(cudaMemcpyAsync(&pc->h_stats[0], crun_cuda_acts_loss(pc->acts),
+	CRUN_CUDA_CHECK(cudaMemcpyAsync(&pc->h_stats[0], crun__cuda_acts_loss(pc->acts),
 					sizeof(double), cudaMemcpyDeviceToHost, pc->cs));
 	if (sumsq) {
 		CRUN_CUDA_CHECK(cudaMemcpyAsync(&pc->h_stats[1], pc->d_sumsq, sizeof(double),
@@ -729,30 +729,30 @@ static int cuda_finish(struct crun__device *d, double *loss, double *sumsq)
 
 static void cuda_memory(const struct crun__device *d, struct crun__device_memory *out)
 {
-	const struct crun_cuda_parallel *pc = (const struct crun_cuda_parallel *)d;
+	const struct crun__cuda_parallel *pc = (const struct crun__cuda_parallel *)d;
 
 	*out = pc->mem;
 	/* the nccl backend's staging buffer (made at setup, grown only for a
 	 * larger collective on host memory) adds its largest size: a bound */
-	out->peak_bytes = pc->ctx->peak_bytes + (pc->nccl ? crun_comm_nccl_peak_bytes(d->comm) : 0);
-	out->used_bytes = crun_cuda_used_bytes();
+	out->peak_bytes = pc->ctx->peak_bytes + (pc->nccl ? crun__comm_nccl_peak_bytes(d->comm) : 0);
+	out->used_bytes = crun__cuda_used_bytes();
 }
 
 static void cuda_times(const struct crun__device *d, struct crun__device_times *out)
 {
-	*out = ((const struct crun_cuda_parallel *)d)->times;
+	*out = ((const struct crun__cuda_parallel *)d)->times;
 }
 
 static void cuda_describe(const struct crun__device *d, char *buf, size_t len)
 {
-	const struct crun_cuda_parallel *pc = (const struct crun_cuda_parallel *)d;
+	const struct crun__cuda_parallel *pc = (const struct crun__cuda_parallel *)d;
 	bool bf16 = pc->t == CRUN_DTYPE_BF16;
 
 	snprintf(buf, len, "device: cuda:%d %s (%.1f GiB); %s%s; gradients reduced in %s over %s%s",
 		 pc->ctx->device, pc->ctx->name, (double)pc->ctx->total_bytes / (1u << 30),
 		 bf16 ? "bf16 compute with fp32 master weights" : "fp32 compute",
 		 pc->copts.recompute ? ", activation checkpointing" : "",
-		 pc->reduce_bf16 ? "bf16" : "fp32", crun_comm_backend(d->comm),
+		 pc->reduce_bf16 ? "bf16" : "fp32", crun__comm_backend(d->comm),
 		 pc->nccl ? " (communication overlapped with backward)" : "");
 }
 
@@ -788,15 +788,15 @@ const struct crun__device_ops crun__device_cuda_ops = {
 	.describe = cuda_describe,
 };
 
-struct crun_cuda_parallel *
-crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *model,
-			  struct crun_parallel *host, struct crun_comm *comm,
-			  const struct crun_cuda_parallel_opts *copts, char *err, size_t errlen)
+struct crun__cuda_parallel *
+crun__cuda_parallel_create(struct crun__cuda_ctx *ctx, const struct crun__model *model,
+			  struct crun__parallel *host, struct crun__comm *comm,
+			  const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen)
 {
-	struct crun_cuda_parallel *pc = calloc(1, sizeof(*pc));
+	struct crun__cuda_parallel *pc = calloc(1, sizeof(*pc));
 
 	if (!pc) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	pc->d.ops = &crun__device_cuda_ops;
@@ -809,30 +809,30 @@ crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *mo
 	return pc;
 }
 
-void crun_cuda_parallel_destroy(struct crun_cuda_parallel *pc)
+void crun__cuda_parallel_destroy(struct crun__cuda_parallel *pc)
 {
 	if (pc)
 		cuda_close(&pc->d);
 }
 
-void crun_cuda_parallel_upload(struct crun_cuda_parallel *pc)
+void crun__cuda_parallel_upload(struct crun__cuda_parallel *pc)
 {
 	crun__schedule_upload(&pc->d);
 }
 
-void crun_cuda_parallel_download(struct crun_cuda_parallel *pc, bool optim)
+void crun__cuda_parallel_download(struct crun__cuda_parallel *pc, bool optim)
 {
 	crun__schedule_download(&pc->d, optim);
 }
 
-int crun_cuda_parallel_step(struct crun_cuda_parallel *pc, const struct crun_optim *o,
+int crun__cuda_parallel_step(struct crun__cuda_parallel *pc, const struct crun__optim *o,
 			    const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
 			    double *loss, double *grad_norm)
 {
 	return crun__schedule_step(&pc->d, o, tokens, global_batch, t, lr, loss, grad_norm);
 }
 
-int crun_cuda_parallel_forward(struct crun_cuda_parallel *pc, const uint8_t *tokens, int rows,
+int crun__cuda_parallel_forward(struct crun__cuda_parallel *pc, const uint8_t *tokens, int rows,
 			       double *loss_sum)
 {
 	return crun__schedule_forward(&pc->d, tokens, rows, loss_sum);

@@ -3,7 +3,7 @@
  * it with the same collectives on the same buffers in the same order as on
  * the cpu, and a checkpoint loads into either path.
  *
- * The host crun_parallel (crun_parallel_create_storage) keeps the layout
+ * The host crun__parallel (crun__parallel_create_storage) keeps the layout
  * and a host copy of the parameters and optimizer state for checkpoints;
  * the device mirrors those arrays, with the gradients and activations.
  *
@@ -24,7 +24,7 @@
  * The functions below are the device for tests, on a context the caller
  * made; crun-train opens it through device.h. Every rank calls them in the
  * same order (collectives inside); they return 0 or a negative errno from
- * the comm layer (message in crun_comm_errmsg). CUDA failures end the
+ * the comm layer (message in crun__comm_errmsg). CUDA failures end the
  * process (runtime.h). */
 #ifndef CRUN_TRAINER_CUDA_PARALLEL_H
 #define CRUN_TRAINER_CUDA_PARALLEL_H
@@ -43,34 +43,34 @@
 
 extern const struct crun__device_ops crun__device_cuda_ops;
 
-struct crun_cuda_parallel_opts {
-	enum crun_dtype compute; /* float32, or bfloat16 with float32 master weights */
+struct crun__cuda_parallel_opts {
+	enum crun__dtype compute; /* float32, or bfloat16 with float32 master weights */
 	bool reduce_fp32;	 /* reduce gradients in float32 even when compute is bf16 */
 	bool recompute;		 /* activation checkpointing (model.checkpoint_activations) */
 };
 
-struct crun_cuda_parallel;
+struct crun__cuda_parallel;
 
-/* The cuda device on ctx, attached to host (crun_parallel_create_storage)
+/* The cuda device on ctx, attached to host (crun__parallel_create_storage)
  * and its model and comm; it uses (does not own) them, and they must
- * outlive it. Parameters start at zero: call crun_cuda_parallel_upload.
+ * outlive it. Parameters start at zero: call crun__cuda_parallel_upload.
  * NULL with the reason in err when the device is out of memory. */
-struct crun_cuda_parallel *
-crun_cuda_parallel_create(struct crun_cuda_ctx *ctx, const struct crun_model *model,
-			  struct crun_parallel *host, struct crun_comm *comm,
-			  const struct crun_cuda_parallel_opts *copts, char *err, size_t errlen);
-void crun_cuda_parallel_destroy(struct crun_cuda_parallel *pc);
+struct crun__cuda_parallel *
+crun__cuda_parallel_create(struct crun__cuda_ctx *ctx, const struct crun__model *model,
+			  struct crun__parallel *host, struct crun__comm *comm,
+			  const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen);
+void crun__cuda_parallel_destroy(struct crun__cuda_parallel *pc);
 
 /* crun__schedule_upload and crun__schedule_download (device.h). */
-void crun_cuda_parallel_upload(struct crun_cuda_parallel *pc);
-void crun_cuda_parallel_download(struct crun_cuda_parallel *pc, bool optim);
+void crun__cuda_parallel_upload(struct crun__cuda_parallel *pc);
+void crun__cuda_parallel_download(struct crun__cuda_parallel *pc, bool optim);
 
-/* crun_parallel_step and crun_parallel_forward on the device: the same
+/* crun__parallel_step and crun__parallel_forward on the device: the same
  * arguments and results (tokens is host memory). */
-int crun_cuda_parallel_step(struct crun_cuda_parallel *pc, const struct crun_optim *o,
+int crun__cuda_parallel_step(struct crun__cuda_parallel *pc, const struct crun__optim *o,
 			    const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
 			    double *loss, double *grad_norm);
-int crun_cuda_parallel_forward(struct crun_cuda_parallel *pc, const uint8_t *tokens, int rows,
+int crun__cuda_parallel_forward(struct crun__cuda_parallel *pc, const uint8_t *tokens, int rows,
 			       double *loss_sum);
 
 #endif

@@ -12,7 +12,7 @@
 
 #define BLAS_WORKSPACE (32u << 20)
 
-struct crun_cuda_alloc_rec {
+struct crun__cuda_alloc_rec {
 	void *p;
 	size_t bytes;
 	bool host;
@@ -33,49 +33,49 @@ static const char *base_name(const char *file)
 	return slash ? slash + 1 : file;
 }
 
-void crun_cuda_check_at(cudaError_t rc, const char *call, const char *file, int line)
+void crun__cuda_check_at(cudaError_t rc, const char *call, const char *file, int line)
 {
 	if (rc == cudaSuccess)
 		return;
-	crun_error("CUDA call '%.*s' failed at %s:%d: %s (%s)", call_name_len(call), call,
+	crun__error("CUDA call '%.*s' failed at %s:%d: %s (%s)", call_name_len(call), call,
 		   base_name(file), line, cudaGetErrorString(rc), cudaGetErrorName(rc));
 	exit(1);
 }
 
-void crun_cublas_check_at(cublasStatus_t rc, const char *call, const char *file, int line)
+void crun__cublas_check_at(cublasStatus_t rc, const char *call, const char *file, int line)
 {
 	if (rc == CUBLAS_STATUS_SUCCESS)
 		return;
-	crun_error("cuBLAS call '%.*s' failed at %s:%d: %s", call_name_len(call), call,
+	crun__error("cuBLAS call '%.*s' failed at %s:%d: %s", call_name_len(call), call,
 		   base_name(file), line, cublasGetStatusString(rc));
 	exit(1);
 }
 
-int crun_cuda_device_count(int *count, char *err, size_t errlen)
+int crun__cuda_device_count(int *count, char *err, size_t errlen)
 {
 	cudaError_t rc = cudaGetDeviceCount(count);
 
 	if (rc != cudaSuccess) {
-		crun_seterr(err, errlen, "no CUDA device: %s", cudaGetErrorString(rc));
+		crun__seterr(err, errlen, "no CUDA device: %s", cudaGetErrorString(rc));
 		/* reset the runtime's last error: the failure is reported here */
 		(void)cudaGetLastError();
 		*count = 0;
 		return -ENODEV;
 	}
 	if (*count < 1) {
-		crun_seterr(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES='%s')",
+		crun__seterr(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES='%s')",
 		       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
 		return -ENODEV;
 	}
 	return 0;
 }
 
-int crun_cuda_pick_device(int local_rank, bool shared, int *device, char *err, size_t errlen)
+int crun__cuda_pick_device(int local_rank, bool shared, int *device, char *err, size_t errlen)
 {
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 	int count, rc;
 
-	rc = crun_cuda_device_count(&count, err, errlen);
+	rc = crun__cuda_device_count(&count, err, errlen);
 	if (rc)
 		return rc;
 	if (local_rank < 0)
@@ -85,7 +85,7 @@ int crun_cuda_pick_device(int local_rank, bool shared, int *device, char *err, s
 		return 0;
 	}
 	if (!shared) {
-		crun_seterr(err, errlen,
+		crun__seterr(err, errlen,
 		       "LOCAL_RANK %d needs %d GPUs but %d %s visible (CUDA_VISIBLE_DEVICES='%s'): "
 		       "the nccl backend needs one GPU per rank",
 		       local_rank, local_rank + 1, count, count == 1 ? "is" : "are",
@@ -96,11 +96,11 @@ int crun_cuda_pick_device(int local_rank, bool shared, int *device, char *err, s
 	return 0;
 }
 
-static int track(struct crun_cuda_ctx *ctx, void *p, size_t bytes, bool host)
+static int track(struct crun__cuda_ctx *ctx, void *p, size_t bytes, bool host)
 {
 	if (ctx->n_allocs == ctx->cap_allocs) {
 		size_t cap = ctx->cap_allocs ? 2 * ctx->cap_allocs : 32;
-		struct crun_cuda_alloc_rec *a = realloc(ctx->allocs, cap * sizeof(*a));
+		struct crun__cuda_alloc_rec *a = realloc(ctx->allocs, cap * sizeof(*a));
 
 		if (!a)
 			return -ENOMEM;
@@ -119,7 +119,7 @@ static int track(struct crun_cuda_ctx *ctx, void *p, size_t bytes, bool host)
 	return 0;
 }
 
-void *crun_cuda_alloc(struct crun_cuda_ctx *ctx, size_t bytes)
+void *crun__cuda_alloc(struct crun__cuda_ctx *ctx, size_t bytes)
 {
 	void *p = NULL;
 	cudaError_t rc;
@@ -143,7 +143,7 @@ void *crun_cuda_alloc(struct crun_cuda_ctx *ctx, size_t bytes)
 	return p;
 }
 
-void *crun_cuda_host_alloc(struct crun_cuda_ctx *ctx, size_t bytes)
+void *crun__cuda_host_alloc(struct crun__cuda_ctx *ctx, size_t bytes)
 {
 	void *p = NULL;
 	cudaError_t rc;
@@ -164,12 +164,12 @@ void *crun_cuda_host_alloc(struct crun_cuda_ctx *ctx, size_t bytes)
 	return p;
 }
 
-void crun_cuda_free(struct crun_cuda_ctx *ctx, void *p)
+void crun__cuda_free(struct crun__cuda_ctx *ctx, void *p)
 {
 	if (!ctx || !p)
 		return;
 	for (size_t i = 0; i < ctx->n_allocs; i++) {
-		struct crun_cuda_alloc_rec *a = &ctx->allocs[i];
+		struct crun__cuda_alloc_rec *a = &ctx->allocs[i];
 
 		if (a->p != p)
 			continue;
@@ -184,7 +184,7 @@ void crun_cuda_free(struct crun_cuda_ctx *ctx, void *p)
 	}
 }
 
-size_t crun_cuda_used_bytes(void)
+size_t crun__cuda_used_bytes(void)
 {
 	size_t free_b = 0, total_b = 0;
 
@@ -195,15 +195,15 @@ size_t crun_cuda_used_bytes(void)
 	return total_b - free_b;
 }
 
-struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
+struct crun__cuda_ctx *crun__cuda_ctx_create(int device, char *err, size_t errlen)
 {
-	struct crun_cuda_ctx *ctx = calloc(1, sizeof(*ctx));
+	struct crun__cuda_ctx *ctx = calloc(1, sizeof(*ctx));
 	struct cudaDeviceProp prop;
 	void *ws;
 	cudaError_t rc;
 
 	if (!ctx) {
-		crun_seterr(err, errlen, "out of memory");
+		crun__seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	ctx->device = device;
@@ -211,7 +211,7 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	if (rc == cudaSuccess)
 		rc = cudaGetDeviceProperties(&prop, device);
 	if (rc != cudaSuccess) {
-		crun_seterr(err, errlen, "cannot use CUDA device %d: %s", device,
+		crun__seterr(err, errlen, "cannot use CUDA device %d: %s", device,
 		       cudaGetErrorString(rc));
 		free(ctx);
 		return NULL;
@@ -220,30 +220,30 @@ struct crun_cuda_ctx *crun_cuda_ctx_create(int device, char *err, size_t errlen)
 	ctx->total_bytes = prop.totalGlobalMem;
 	CRUN_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
 	if (cublasCreate(&ctx->blas) != CUBLAS_STATUS_SUCCESS) {
-		crun_seterr(err, errlen, "cannot create a cuBLAS handle on device %d", device);
+		crun__seterr(err, errlen, "cannot create a cuBLAS handle on device %d", device);
 		CRUN_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
 		free(ctx);
 		return NULL;
 	}
 	CRUN_CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
-	ws = crun_cuda_alloc(ctx, BLAS_WORKSPACE);
+	ws = crun__cuda_alloc(ctx, BLAS_WORKSPACE);
 	if (!ws) {
-		crun_seterr(err, errlen, "out of GPU memory for cuBLAS's workspace");
-		crun_cuda_ctx_destroy(ctx);
+		crun__seterr(err, errlen, "out of GPU memory for cuBLAS's workspace");
+		crun__cuda_ctx_destroy(ctx);
 		return NULL;
 	}
 	CRUN_CUBLAS_CHECK(cublasSetWorkspace(ctx->blas, ws, BLAS_WORKSPACE));
 	return ctx;
 }
 
-void crun_cuda_ctx_destroy(struct crun_cuda_ctx *ctx)
+void crun__cuda_ctx_destroy(struct crun__cuda_ctx *ctx)
 {
 	if (!ctx)
 		return;
 	CRUN_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
 	cublasDestroy(ctx->blas);
 	while (ctx->n_allocs)
-		crun_cuda_free(ctx, ctx->allocs[ctx->n_allocs - 1].p);
+		crun__cuda_free(ctx, ctx->allocs[ctx->n_allocs - 1].p);
 	free(ctx->allocs);
 	CRUN_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
 	free(ctx);
