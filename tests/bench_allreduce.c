@@ -36,7 +36,7 @@ static int size_arg(const char *opt, const char *v, uint64_t *out)
 
 	if (crun__parse_size(v, out, err, sizeof(err)) < 0 || *out < 4) {
 		crun__error("invalid value '%s' for %s: %s", v, opt,
-			   *out < 4 ? "expected at least 4 bytes" : err);
+			    *out < 4 ? "expected at least 4 bytes" : err);
 		return -EINVAL;
 	}
 	return 0;
@@ -141,7 +141,7 @@ int main(int argc, char **argv)
 			if (w == 0 && (buf[0] != (float)(n * (n + 1) / 2) ||
 				       buf[count - 1] != (float)(n * (n + 1) / 2))) {
 				crun__error("wrong all-reduce result %g, expected %d", buf[0],
-					   n * (n + 1) / 2);
+					    n * (n + 1) / 2);
 				rc = 1;
 			}
 			memset(buf, 0, count * sizeof(float));

@@ -60,13 +60,13 @@ extern "C" {
 struct crun_store;
 
 struct crun_store_opts {
-	const char *host;      /* name or address; NULL: "127.0.0.1" */
-	int port;              /* 0: 29400 */
-	const char *run_id;    /* NULL: "default" */
-	const void *token;     /* NULL: no authentication */
+	const char *host;   /* name or address; NULL: "127.0.0.1" */
+	int port;	    /* 0: 29400 */
+	const char *run_id; /* NULL: "default" */
+	const void *token;  /* NULL: no authentication */
 	size_t token_len;
 	int connect_timeout_ms; /* total time to keep retrying; 0: 30000 */
-	int timeout_ms;         /* default per-call timeout; 0: 300000 */
+	int timeout_ms;		/* default per-call timeout; 0: 300000 */
 	size_t max_event_bytes; /* unread watch events held at most, in bytes;
 				 * 0: 64 MiB. See crun_store_watch. */
 };
@@ -97,7 +97,8 @@ CRUN_EXPORT struct crun_store *crun_store_create(const struct crun_store_opts *o
 CRUN_EXPORT int crun_store_opts_from_env(struct crun_store_opts *opts);
 /* The same, writing a one-line reason naming the variable to err (when
  * not NULL) on failure. */
-CRUN_EXPORT int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t errlen);
+CRUN_EXPORT int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err,
+					     size_t errlen);
 
 /* Connects and authenticates, retrying refused or unreachable connections
  * and connections reset during the handshake with exponential backoff
@@ -120,15 +121,15 @@ CRUN_EXPORT const char *crun_store_errmsg(const struct crun_store *s);
 CRUN_EXPORT const char *crun_store_strerror(int code);
 
 /* Flags */
-#define CRUN_STORE_EPHEMERAL 0x01 /* set: delete the key when this connection closes */
+#define CRUN_STORE_EPHEMERAL 0x01     /* set: delete the key when this connection closes */
 #define CRUN_STORE_EXPECT_ABSENT 0x02 /* cas: swap only if the key is missing */
 
 /* Sets key to len bytes at val (any bytes; keys are non-empty C strings).
  * set_flags takes CRUN_STORE_EPHEMERAL, nothing else (-EINVAL). */
 CRUN_EXPORT int crun_store_set(struct crun_store *s, const char *key, const void *val, size_t len,
-		   int timeout_ms);
-CRUN_EXPORT int crun_store_set_flags(struct crun_store *s, const char *key, const void *val, size_t len,
-			 int flags, int timeout_ms);
+			       int timeout_ms);
+CRUN_EXPORT int crun_store_set_flags(struct crun_store *s, const char *key, const void *val,
+				     size_t len, int flags, int timeout_ms);
 
 /* Gets a value into *out (emptied first; free with crun_store_buf_finish).
  * wait_ms == 0: -ENOENT at once when the key is missing (the call itself
@@ -136,22 +137,24 @@ CRUN_EXPORT int crun_store_set_flags(struct crun_store *s, const char *key, cons
  * wait_ms for it to be set (-ETIMEDOUT); wait_ms < 0: waits up to the
  * handle's default timeout. */
 CRUN_EXPORT int crun_store_get(struct crun_store *s, const char *key, struct crun_store_buf *out,
-		   int wait_ms);
+			       int wait_ms);
 
 /* 1 when every key exists (also for n == 0), 0 when one does not, or a
  * negative errno. */
-CRUN_EXPORT int crun_store_check(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
+CRUN_EXPORT int crun_store_check(struct crun_store *s, const char *const *keys, size_t n,
+				 int timeout_ms);
 
 /* Waits until every key exists: 0, -ETIMEDOUT, or another error.
  * timeout_ms == 0 checks once without waiting; < 0 waits up to the
  * handle's default timeout. No keys: 0 at once. */
-CRUN_EXPORT int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n, int timeout_ms);
+CRUN_EXPORT int crun_store_wait(struct crun_store *s, const char *const *keys, size_t n,
+				int timeout_ms);
 
 /* Adds delta to the decimal integer stored at key (missing: 0) and stores
  * the new value in *out (may be NULL). -EINVAL when the value is not a
  * decimal integer, -ERANGE on overflow. Not repeated after a lost reply. */
 CRUN_EXPORT int crun_store_add(struct crun_store *s, const char *key, int64_t delta, int64_t *out,
-		   int timeout_ms);
+			       int timeout_ms);
 
 /* Compare-and-set. Replaces the value by desired when it equals expected
  * (or, with CRUN_STORE_EXPECT_ABSENT, when the key is missing; expected is
@@ -159,17 +162,17 @@ CRUN_EXPORT int crun_store_add(struct crun_store *s, const char *key, int64_t de
  * afterwards (desired when the swap happened; for a missing key and a
  * non-empty expected, expected, as torch's TCPStore answers). Returns 1
  * when the swap happened, 0 when it did not, or a negative errno. */
-CRUN_EXPORT int crun_store_cas(struct crun_store *s, const char *key, const void *expected, size_t elen,
-		   const void *desired, size_t dlen, int flags, struct crun_store_buf *current,
-		   int timeout_ms);
+CRUN_EXPORT int crun_store_cas(struct crun_store *s, const char *key, const void *expected,
+			       size_t elen, const void *desired, size_t dlen, int flags,
+			       struct crun_store_buf *current, int timeout_ms);
 
 /* 1 when the key existed and was deleted, 0 when it did not exist. */
 CRUN_EXPORT int crun_store_delete(struct crun_store *s, const char *key, int timeout_ms);
 
 /* Appends val to the value at key (creating it when missing). Not
  * repeated after a lost reply. */
-CRUN_EXPORT int crun_store_append(struct crun_store *s, const char *key, const void *val, size_t len,
-		      int timeout_ms);
+CRUN_EXPORT int crun_store_append(struct crun_store *s, const char *key, const void *val,
+				  size_t len, int timeout_ms);
 
 /* Number of keys in the run, in *out (may be NULL). */
 CRUN_EXPORT int crun_store_count(struct crun_store *s, int64_t *out, int timeout_ms);
@@ -178,11 +181,12 @@ CRUN_EXPORT int crun_store_count(struct crun_store *s, int64_t *out, int timeout
  * waiting, one missing key fails the call with -ENOENT). On failure
  * nothing is left allocated in vals. */
 CRUN_EXPORT int crun_store_mget(struct crun_store *s, const char *const *keys, size_t n,
-		    struct crun_store_buf *vals, int wait_ms);
+				struct crun_store_buf *vals, int wait_ms);
 
 /* Sets n keys at once, all or nothing. */
-CRUN_EXPORT int crun_store_mset(struct crun_store *s, const char *const *keys, const void *const *vals,
-		    const size_t *lens, size_t n, int timeout_ms);
+CRUN_EXPORT int crun_store_mset(struct crun_store *s, const char *const *keys,
+				const void *const *vals, const size_t *lens, size_t n,
+				int timeout_ms);
 
 /* Lists the run's keys, sorted. *keys is a malloc'd array of n malloc'd
  * strings; free with crun_store_list_free. */
@@ -215,14 +219,15 @@ enum crun_store_event_type {
 };
 struct crun_store_event {
 	enum crun_store_event_type type;
-	char *key;                   /* malloc'd */
+	char *key;		     /* malloc'd */
 	struct crun_store_buf value; /* empty for DELETE */
 };
 CRUN_EXPORT void crun_store_event_finish(struct crun_store_event *ev);
 
 CRUN_EXPORT int crun_store_watch(struct crun_store *s, const char *key, int timeout_ms);
 CRUN_EXPORT int crun_store_unwatch(struct crun_store *s, const char *key, int timeout_ms);
-CRUN_EXPORT int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev, int timeout_ms);
+CRUN_EXPORT int crun_store_next_event(struct crun_store *s, struct crun_store_event *ev,
+				      int timeout_ms);
 
 /* The connection's file descriptor (-1 when not connected), for callers
  * that poll it themselves: when it is readable, call next_event with a

@@ -125,7 +125,8 @@ CRUN_EXPORT const char *crun_worker_errmsg(const struct crun_worker *w);
  * notice), and a rank that reads bytes stored by another root than its
  * own gets -EPROTO. len may be 0 (then only the root's arrival is
  * awaited). With one rank it does nothing and returns 0. */
-CRUN_EXPORT int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t len, int root, int timeout_ms);
+CRUN_EXPORT int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t len, int root,
+				      int timeout_ms);
 
 /* All-gather: every rank contributes len bytes at in; on return out holds
  * world_size * len bytes, rank r's contribution at out + r * len, on every
@@ -136,7 +137,7 @@ CRUN_EXPORT int crun_worker_broadcast(struct crun_worker *w, void *buf, size_t l
  * then unspecified. Meant for small blobs (host names, addresses): each
  * rank reads world_size * len bytes from the store. */
 CRUN_EXPORT int crun_worker_allgather(struct crun_worker *w, const void *in, size_t len, void *out,
-			  int timeout_ms);
+				      int timeout_ms);
 
 /* Barrier: returns 0 once every rank has called it (the last to arrive
  * returns at once and wakes the others; the waiting is done by the store,

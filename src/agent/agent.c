@@ -107,7 +107,7 @@ static int check_rdzv(const struct crun__agent_spec *spec)
 	    spec->nproc_per_node > CRUN_RDZV_MAX_NPROC || spec->node_rank < -1 ||
 	    spec->node_rank >= r->max_nodes) {
 		crun__error("invalid node counts: nnodes %d:%d, node rank %d, nproc-per-node %d",
-			   r->min_nodes, r->max_nodes, spec->node_rank, spec->nproc_per_node);
+			    r->min_nodes, r->max_nodes, spec->node_rank, spec->nproc_per_node);
 		return -EINVAL;
 	}
 	if (r->join_timeout_ms <= 0 || r->last_call_timeout_ms < 0 || r->close_timeout_ms < 0 ||
@@ -139,12 +139,12 @@ static int check_spec(const struct crun__agent_spec *spec)
 	} else if (spec->nproc_per_node < 1 || spec->nnodes < 1 || spec->node_rank < 0 ||
 		   spec->node_rank >= spec->nnodes) {
 		crun__error("invalid worker counts: nproc-per-node %d, nnodes %d, node rank %d",
-			   spec->nproc_per_node, spec->nnodes, spec->node_rank);
+			    spec->nproc_per_node, spec->nnodes, spec->node_rank);
 		return -EINVAL;
 	}
 	if (!spec->rdzv.enabled && (int64_t)spec->nnodes * spec->nproc_per_node > 1 << 24) {
 		crun__error("world size %lld is too large",
-			   (long long)spec->nnodes * spec->nproc_per_node);
+			    (long long)spec->nnodes * spec->nproc_per_node);
 		return -EINVAL;
 	}
 	if (spec->max_restarts < 0 || spec->shutdown_timeout_ms < 0 || spec->kill_timeout_ms < 0 ||
@@ -242,7 +242,7 @@ static int setup_dirs(struct agent *a)
 		err = crun__mkdir_p(a->log_root, 0777);
 		if (err < 0) {
 			crun__error("cannot create log directory '%s': %s", a->log_root,
-				   strerror(-err));
+				    strerror(-err));
 			return err;
 		}
 		return 0;
@@ -286,7 +286,7 @@ static int setup_store(struct agent *a)
 	r = crun__server_listen(a->server, host, spec->store_port, err, sizeof(err));
 	if (r < 0) {
 		crun__error("cannot listen for the store on '%s:%d': %s", host, spec->store_port,
-			   err[0] ? err : strerror(-r));
+			    err[0] ? err : strerror(-r));
 		return r;
 	}
 	if (asprintf(&a->store_env, strchr(host, ':') ? "CRUN_STORE=[%s]:%d" : "CRUN_STORE=%s:%d",
@@ -315,7 +315,7 @@ static int setup_signals(struct agent *a)
 		err = uv_signal_start(&a->signals[i], on_signal, spec->signals[i]);
 		if (err < 0) {
 			crun__error("cannot handle signal %d: %s", spec->signals[i],
-				   uv_strerror(err));
+				    uv_strerror(err));
 			return err;
 		}
 	}
@@ -378,7 +378,7 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 		a->lingering = true;
 		crun__server_set_disconnect_cb(a->server, node_left, a);
 		crun__debug("serving the store until the other nodes have left (%lld ms at most)",
-			   (long long)a->spec->rdzv.close_timeout_ms);
+			    (long long)a->spec->rdzv.close_timeout_ms);
 		uv_timer_start(&a->linger, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms,
 			       0);
 		return;
@@ -418,7 +418,7 @@ static int fixed_placement(const struct crun__agent_spec *spec, struct crun__pla
 	place->master_port = crun__free_port();
 	if (place->master_port < 0) {
 		crun__error("cannot find a free port for MASTER_PORT: %s",
-			   strerror(-place->master_port));
+			    strerror(-place->master_port));
 		return place->master_port;
 	}
 	return 0;
@@ -532,11 +532,11 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	status = crun__group_status(g);
 	if (status < 0) {
 		crun__error("internal error: the worker group ended in state '%s'",
-			   crun__group_state_name(g->core.state));
+			    crun__group_state_name(g->core.state));
 		status = 1;
 	}
 	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
-		   status);
+		    status);
 	goto out_close;
 
 out_loop:

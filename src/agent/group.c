@@ -29,7 +29,7 @@ static void then(struct group *g, const struct crun__group_event *ev)
 {
 	if (g->have_next)
 		crun__error("internal error: worker group event '%s' dropped",
-			   crun__group_event_name(g->next.kind));
+			    crun__group_event_name(g->next.kind));
 	g->next = *ev;
 	g->have_next = true;
 }
@@ -150,9 +150,9 @@ static void abandon_unreaped(struct group *g)
 		if (!w->running)
 			continue;
 		crun__error("rank %d (local rank %d, pid %d) did not exit %lld ms after SIGKILL "
-			   "(stuck in the kernel?); giving up on it",
-			   w->rank, w->local_rank, (int)w->pid,
-			   (long long)g->spec->kill_timeout_ms);
+			    "(stuck in the kernel?); giving up on it",
+			    w->rank, w->local_rank, (int)w->pid,
+			    (long long)g->spec->kill_timeout_ms);
 		crun__worker_abandon(w);
 		g->running--;
 	}
@@ -245,32 +245,32 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		return;
 	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
 		crun__warn("%d worker%s still running after the shutdown timeout (%lld ms); "
-			  "sending SIGKILL",
-			  g->running, g->running == 1 ? "" : "s",
-			  (long long)g->spec->shutdown_timeout_ms);
+			   "sending SIGKILL",
+			   g->running, g->running == 1 ? "" : "s",
+			   (long long)g->spec->shutdown_timeout_ms);
 		return;
 	case CRUN__GNOTE_OPEN_PIPES:
 		for (int i = 0; i < g->nworkers; i++) {
 			struct worker *w = g->workers[i];
 			if (w->spawned && (w->out[0].open || w->out[1].open))
 				crun__warn("output of rank %d is still open in a process outside "
-					  "its process group; not waiting for it",
-					  w->rank);
+					   "its process group; not waiting for it",
+					   w->rank);
 		}
 		return;
 	case CRUN__GNOTE_RESTARTING:
 		if (!g->failures.n) {
 			crun__warn("worker group failed; restarting (restart %d of %d)",
-				  g->core.place.restart_count, g->spec->max_restarts);
+				   g->core.place.restart_count, g->spec->max_restarts);
 			return;
 		}
 		agent_describe_exit(what, sizeof(what), g->failures.v[0].exit_code,
 				    g->failures.v[0].term_signal);
 		crun__warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
-			  "(restart %d of %d)",
-			  g->failures.v[0].rank, g->failures.v[0].local_rank,
-			  (int)g->failures.v[0].pid, what, g->core.place.restart_count,
-			  g->spec->max_restarts);
+			   "(restart %d of %d)",
+			   g->failures.v[0].rank, g->failures.v[0].local_rank,
+			   (int)g->failures.v[0].pid, what, g->core.place.restart_count,
+			   g->spec->max_restarts);
 		return;
 	case CRUN__GNOTE_ROUND_ENDED: {
 		const char *why = g->round_end ? g->round_end : "?";
@@ -280,11 +280,11 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 			crun__error("round %lld ended: %s", round, why);
 		else if (g->round_end_joined)
 			crun__warn("round %lld ended: %s; restarting (a joining node is not "
-				  "counted as a restart)",
-				  round, why);
+				   "counted as a restart)",
+				   round, why);
 		else
 			crun__warn("round %lld ended: %s; restarting (restart %lld of %d)", round,
-				  why, (long long)g->round_end_count, g->spec->max_restarts);
+				   why, (long long)g->round_end_count, g->spec->max_restarts);
 		return;
 	}
 	case CRUN__GNOTE_RDZV_ERROR:
@@ -381,12 +381,12 @@ static void feed(struct group *g, const struct crun__group_event *first)
 
 		if (crun__group_step(&g->core, &ev, &f, &acts) < 0) {
 			crun__error("internal error: the worker group (%s) cannot take event '%s'",
-				   crun__group_state_name(was), crun__group_event_name(ev.kind));
+				    crun__group_state_name(was), crun__group_event_name(ev.kind));
 		} else {
 			if (crun__log_enabled(CRUN_LOG_DEBUG))
 				crun__debug("group %s: %s -> %s", crun__group_state_name(was),
-					   crun__group_event_name(ev.kind),
-					   crun__group_state_name(g->core.state));
+					    crun__group_event_name(ev.kind),
+					    crun__group_state_name(g->core.state));
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}

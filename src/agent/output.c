@@ -89,7 +89,7 @@ static void write_file(struct outpipe *p, const char *data, size_t len)
 
 	if (err < 0) {
 		crun__warn("cannot write log file '%s': %s; no longer writing it", p->file_path,
-			  strerror(-err));
+			   strerror(-err));
 		close(p->file_fd);
 		p->file_fd = -1;
 	}
@@ -276,7 +276,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread < 0) {
 		if (nread != UV_EOF)
 			crun__warn("cannot read output of rank %d: %s", p->rank,
-				  uv_strerror((int)nread));
+				   uv_strerror((int)nread));
 		uv_read_stop(s);
 		p->eof = true;
 		pump(p);

@@ -196,7 +196,7 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 		rc = crun__server_listen(*server, cand[i], spec->rdzv.port, err, sizeof(err));
 		if (rc == 0) {
 			crun__info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
-				  r->endpoint);
+				   r->endpoint);
 			r->hosting = true;
 			return 0;
 		}
@@ -208,7 +208,7 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 			break;
 	}
 	crun__error("cannot host the rendezvous store on '%s': %s", r->endpoint,
-		   err[0] ? err : strerror(-rc));
+		    err[0] ? err : strerror(-rc));
 	return rc;
 }
 
@@ -389,10 +389,10 @@ static void ready(struct agent_rdzv *r)
 	};
 
 	crun__debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
-		   "master %s:%d",
-		   asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
-		   asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
-		   place.restart_count, place.master_addr, place.master_port);
+		    "master %s:%d",
+		    asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
+		    asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
+		    place.restart_count, place.master_addr, place.master_port);
 	r->hooks.ready(r->hooks.arg, &place);
 }
 
@@ -516,7 +516,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 	case REQ_FAIL:
 		if (status < 0)
 			crun__debug("the store refused the failure report of round %" PRId64 ": %s",
-				   round, message ? message : strerror(-status));
+				    round, message ? message : strerror(-status));
 		return;
 	case REQ_DONE:
 		if (stale)
@@ -529,7 +529,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 			/* The round ended first; its RDZV_EVENT came before this
 			 * reply and moved the group already. */
 			crun__debug("exit barrier of round %" PRId64 ": %s", round,
-				   message ? message : "canceled");
+				    message ? message : "canceled");
 			return;
 		}
 		set_error(r, "the exit barrier of round %" PRId64 " failed: %s", round,
@@ -610,8 +610,8 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 		case ETIMEDOUT:
 			snprintf(why, sizeof(why), "no reply for %s",
 				 crun__rdzv_format_ms(r->spec->rdzv.keep_alive_interval_ms *
-							     r->spec->rdzv.keep_alive_max_attempt,
-						     t, sizeof(t)));
+							      r->spec->rdzv.keep_alive_max_attempt,
+						      t, sizeof(t)));
 			break;
 		default:
 			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
@@ -659,8 +659,8 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 		rc = host_store(r, spec->rdzv.is_host == 1, server);
 		if (rc == -EADDRINUSE)
 			crun__debug("'%s' is served already (by another agent on this host or "
-				   "crun-rdzvd): joining it as a client",
-				   r->endpoint);
+				    "crun-rdzvd): joining it as a client",
+				    r->endpoint);
 		else if (rc < 0)
 			return rc;
 	}
@@ -686,7 +686,7 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 	rc = crun__aclient_connect(r->client, on_connect, r);
 	if (rc < 0) {
 		crun__error("cannot connect to the rendezvous store at '%s': %s", r->endpoint,
-			   strerror(-rc));
+			    strerror(-rc));
 		return rc;
 	}
 	return 0;

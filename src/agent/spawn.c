@@ -165,7 +165,7 @@ int crun__spawner_env_init(struct crun__spawner *a)
 	if (spec->nproc_per_node > 1 && !find_env(a->env, a->nenv, "OMP_NUM_THREADS")) {
 		err = err ? err : add_own(a, "OMP_NUM_THREADS=1");
 		crun__info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the "
-			  "system; tune it for your application as needed");
+			   "system; tune it for your application as needed");
 	}
 	/* GROUP_RANK, the world sizes and MASTER_* belong to the attempt
 	 * (with rendezvous each round sets them): worker_env adds them. */
@@ -482,7 +482,7 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 		err = crun__outpipe_init(&w->out[s], a->loop, w->prefix, w->rank, pipe_closed, w);
 		if (err < 0) {
 			crun__error("cannot create output pipe of rank %d: %s", w->rank,
-				   uv_strerror(err));
+				    uv_strerror(err));
 			goto out_close;
 		}
 		w->handles++;

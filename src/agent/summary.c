@@ -194,7 +194,8 @@ static json_t *parse_doc(char *text, size_t len, const char *what)
 	mend_lone_surrogates(text, len);
 	doc = json_loadb(text, len, JSON_ALLOW_NUL, &e);
 	if (!doc)
-		crun__debug("%s is not JSON: line %d column %d: %s", what, e.line, e.column, e.text);
+		crun__debug("%s is not JSON: line %d column %d: %s", what, e.line, e.column,
+			    e.text);
 	return doc;
 }
 
@@ -467,7 +468,7 @@ static void remote_report(const struct crun__summary_job *job)
 					     message ? message : "job failed", t.oom ? "" : t.p, 1);
 		if (err < 0)
 			crun__warn("cannot write error file '%s': %s", job->own_error_file,
-				  strerror(-err));
+				   strerror(-err));
 		free(message);
 	}
 	free(t.p);
@@ -522,7 +523,7 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 					     code);
 		if (err < 0)
 			crun__warn("cannot write error file '%s': %s", job->own_error_file,
-				  strerror(-err));
+				   strerror(-err));
 		free(text);
 		free(message);
 	}

@@ -86,7 +86,7 @@ uint64_t crun__wall_ms(void)
 }
 
 int crun__parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
-		     size_t errlen)
+		      size_t errlen)
 {
 	char *end;
 	long long v;
@@ -103,7 +103,7 @@ int crun__parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, cha
 	}
 	if (v < min || v > max) {
 		crun__seterr(err, errlen, "%lld is out of range [%lld, %lld]", v, (long long)min,
-		       (long long)max);
+			     (long long)max);
 		return -EINVAL;
 	}
 	*out = v;
@@ -147,7 +147,7 @@ int crun__parse_duration_ms(const char *s, int64_t *out_ms, char *err, size_t er
 	return 0;
 bad:
 	crun__seterr(err, errlen, "expected a duration like 30, 2.5s, 500ms or 1m, got '%s'",
-	       s ? s : "");
+		     s ? s : "");
 	return -EINVAL;
 }
 
@@ -178,12 +178,13 @@ int crun__parse_size(const char *s, uint64_t *out, char *err, size_t errlen)
 	*out = v * mult;
 	return 0;
 bad:
-	crun__seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'", s ? s : "");
+	crun__seterr(err, errlen, "expected a size like 4096, 64KiB or 16MiB, got '%s'",
+		     s ? s : "");
 	return -EINVAL;
 }
 
-int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
-			int *port, char *err, size_t errlen)
+int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen, int *port,
+			 char *err, size_t errlen)
 {
 	const char *host = s, *colon = NULL;
 	size_t hlen;
@@ -234,8 +235,8 @@ int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t 
 	return 0;
 }
 
-int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
-			  char *err, size_t errlen)
+int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen, char *err,
+			   size_t errlen)
 {
 	int fd, rc = 0;
 	char *buf;

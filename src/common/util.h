@@ -31,7 +31,7 @@ uint64_t crun__wall_ms(void);
 
 /* Whole decimal integer in [min, max]; no sign for unsigned use, no junk. */
 int crun__parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
-		     size_t errlen);
+		      size_t errlen);
 
 /* Duration: "30" (seconds), "2.5s", "500ms", "1m", "1h"; result in ms.
  * Negative values are refused. */
@@ -42,14 +42,14 @@ int crun__parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
 
 /* Endpoint "host:port", "[v6addr]:port" or "host" (then *port is set to
  * default_port). host is written to hostbuf without brackets. */
-int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen,
-			int *port, char *err, size_t errlen);
+int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t hostlen, int *port,
+			 char *err, size_t errlen);
 
 /* Reads a secret from path: at most maxlen bytes, trailing newlines and
  * spaces stripped. *out is malloc'd and NUL-terminated; the caller frees it
  * (after wiping it). Returns 0 or a negative errno with a reason in err. */
-int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
-			  char *err, size_t errlen);
+int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen, char *err,
+			   size_t errlen);
 
 /* True when the textual address is a loopback address (127.0.0.0/8, ::1,
  * "localhost"). */

@@ -31,10 +31,10 @@ static int flatten(const char *path, const char *key, const struct crun__yaml_no
 
 		if (!is_scalar(item)) {
 			crun__seterr(err, errlen, "config '%s' line %d: wrong type for '%s': %s",
-				    path, item->line, key,
-				    item->kind == CRUN__YAML_ALIAS
-					    ? "YAML aliases are not supported"
-					    : "values nest at most one level");
+				     path, item->line, key,
+				     item->kind == CRUN__YAML_ALIAS
+					     ? "YAML aliases are not supported"
+					     : "values nest at most one level");
 			return -EINVAL;
 		}
 		v->items[v->nitems++] = item->text;
@@ -43,8 +43,8 @@ static int flatten(const char *path, const char *key, const struct crun__yaml_no
 }
 
 static int read_pair(const char *path, const struct crun__yaml_node *k,
-		     const struct crun__yaml_node *val, crun__config_key_cb cb, void *ctx, char *err,
-		     size_t errlen)
+		     const struct crun__yaml_node *val, crun__config_key_cb cb, void *ctx,
+		     char *err, size_t errlen)
 {
 	struct crun__config_value v = {0};
 	char reason[512];
@@ -52,7 +52,7 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 
 	if (!is_scalar(k)) {
 		crun__seterr(err, errlen, "config '%s' line %d: keys must be option names", path,
-			    k->line);
+			     k->line);
 		return -EINVAL;
 	}
 	switch (val->kind) {
@@ -70,9 +70,9 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 		break;
 	case CRUN__YAML_ALIAS:
 		crun__seterr(err, errlen,
-			    "config '%s' line %d: wrong type for '%s': YAML aliases are not "
-			    "supported",
-			    path, val->line, k->text);
+			     "config '%s' line %d: wrong type for '%s': YAML aliases are not "
+			     "supported",
+			     path, val->line, k->text);
 		rc = -EINVAL;
 		break;
 	}
@@ -87,7 +87,7 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 }
 
 int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
-			    size_t errlen)
+			     size_t errlen)
 {
 	const struct crun__yaml_node *root;
 	struct crun__yaml_error e;
@@ -106,8 +106,8 @@ int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx
 				       err, errlen);
 	} else if (root->kind != CRUN__YAML_NULL) { /* NULL: empty, or "---" alone */
 		crun__seterr(err, errlen,
-			    "config '%s' line %d: expected a mapping of option names to values",
-			    path, root->line);
+			     "config '%s' line %d: expected a mapping of option names to values",
+			     path, root->line);
 		rc = -EINVAL;
 	}
 	crun__yaml_destroy(doc);

@@ -35,7 +35,8 @@ struct crun__config_value {
  * 0, or -EINVAL with the reason in err (without the "config 'P' line N: "
  * prefix, which the reader adds). */
 typedef int (*crun__config_key_cb)(void *ctx, const char *key, int line,
-				  const struct crun__config_value *value, char *err, size_t errlen);
+				   const struct crun__config_value *value, char *err,
+				   size_t errlen);
 
 /* Reads the file at path (at most CRUN_LAUNCH_MAX_CONFIG bytes). An empty
  * file or one with only comments sets nothing. Returns 0 or -EINVAL with
@@ -44,6 +45,6 @@ typedef int (*crun__config_key_cb)(void *ctx, const char *key, int line,
  * nested deeper than one level, an alias, or what the callback said, for
  * instance about a key given twice). */
 int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
-			    size_t errlen);
+			     size_t errlen);
 
 #endif

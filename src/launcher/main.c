@@ -67,7 +67,7 @@ int main(int argc, char **argv)
 		break;
 	}
 	if (crun__launch_plan_make(&plan, &opts, environ, NULL, opts.action == CRUN_LAUNCH_RUN, err,
-				  sizeof(err)) < 0) {
+				   sizeof(err)) < 0) {
 		crun__error("%s", err);
 		goto out_finish_plan;
 	}

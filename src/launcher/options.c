@@ -273,9 +273,10 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 		if (strcmp(key, durations[i].key))
 			continue;
 		if (crun__parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
-			crun__seterr(err, errlen,
-			       "%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
-			       key, val);
+			crun__seterr(
+				err, errlen,
+				"%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
+				key, val);
 			return -EINVAL;
 		}
 		*durations[i].ms = v;
@@ -283,8 +284,8 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 	}
 	if (!strcmp(key, "keep_alive_max_attempt")) {
 		if (crun__parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000", key,
-			       val);
+			crun__seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000",
+				     key, val);
 			return -EINVAL;
 		}
 		conf->keep_alive_max_attempt = (int)v;
@@ -292,7 +293,8 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 	}
 	if (!strcmp(key, "is_host")) {
 		if (parse_bool(val, &b) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key, val);
+			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key,
+				     val);
 			return -EINVAL;
 		}
 		conf->is_host = b;
@@ -314,7 +316,7 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 }
 
 int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
-				size_t errlen)
+				 size_t errlen)
 {
 	char *copy, *item;
 	int rc = 0;
@@ -336,8 +338,9 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 		eq = strchr(item, '=');
 		if (!eq) {
 			crun__seterr(err, errlen,
-			       "'%s' is not KEY=VALUE; expected KEY=VALUE,... with keys " RDZV_KEYS,
-			       trim(item));
+				     "'%s' is not KEY=VALUE; expected KEY=VALUE,... with "
+				     "keys " RDZV_KEYS,
+				     trim(item));
 			rc = -EINVAL;
 			goto out_free_copy;
 		}
@@ -346,7 +349,7 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 		val = trim(eq + 1);
 		if (!*key || !*val) {
 			crun__seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
-			       *key ? "empty value" : "empty key", s);
+				     *key ? "empty value" : "empty key", s);
 			rc = -EINVAL;
 			goto out_free_copy;
 		}
@@ -479,8 +482,8 @@ int crun__launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, 
 
 		if (len == 0 || len >= sizeof(name)) {
 			crun__seterr(err, errlen,
-			       "expected a comma-separated list of signal names like "
-			       "SIGTERM,SIGUSR1");
+				     "expected a comma-separated list of signal names like "
+				     "SIGTERM,SIGUSR1");
 			return -EINVAL;
 		}
 		memcpy(name, p, len);
@@ -495,15 +498,16 @@ int crun__launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, 
 		}
 		if (!sig) {
 			crun__seterr(err, errlen,
-			       "unknown signal '%s'; expected names like SIGTERM or "
-			       "SIGUSR1",
-			       name);
+				     "unknown signal '%s'; expected names like SIGTERM or "
+				     "SIGUSR1",
+				     name);
 			return -EINVAL;
 		}
 		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-			crun__seterr(err, errlen, "%s cannot be handled: %s", crun__signal_name(sig),
-			       sig == SIGCHLD ? "crun needs it to supervise the workers"
-					      : "it cannot be caught");
+			crun__seterr(err, errlen, "%s cannot be handled: %s",
+				     crun__signal_name(sig),
+				     sig == SIGCHLD ? "crun needs it to supervise the workers"
+						    : "it cannot be caught");
 			return -EINVAL;
 		}
 		bool dup = false;
@@ -511,7 +515,8 @@ int crun__launch_parse_signals(const char *s, int *sigs, int *nsigs, char *err, 
 			dup |= sigs[i] == sig;
 		if (!dup) {
 			if (n >= CRUN_AGENT_MAX_SIGNALS) {
-				crun__seterr(err, errlen, "more than %d signals", CRUN_AGENT_MAX_SIGNALS);
+				crun__seterr(err, errlen, "more than %d signals",
+					     CRUN_AGENT_MAX_SIGNALS);
 				return -EINVAL;
 			}
 			sigs[n++] = sig;
@@ -663,9 +668,9 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		if (!isdigit((unsigned char)*v) ||
 		    crun__parse_int64(v, 1, CRUN_LAUNCH_MAX_NPROC, &n, NULL, 0) < 0) {
 			crun__seterr(err, errlen,
-			       "expected a positive number (at most %d), auto, cpu or "
-			       "gpu",
-			       CRUN_LAUNCH_MAX_NPROC);
+				     "expected a positive number (at most %d), auto, cpu or "
+				     "gpu",
+				     CRUN_LAUNCH_MAX_NPROC);
 			return -EINVAL;
 		}
 		o->nproc_mode = CRUN_NPROC_COUNT;
@@ -673,7 +678,8 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		return 0;
 	case CRUN_OPT_ROLE:
 		if (check_word(v, "._-", 64) < 0) {
-			crun__seterr(err, errlen, "expected a name of letters, digits, '.', '_' or '-'");
+			crun__seterr(err, errlen,
+				     "expected a name of letters, digits, '.', '_' or '-'");
 			return -EINVAL;
 		}
 		return set_string(&o->role, v, err, errlen);
@@ -708,8 +714,8 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		rc = crun__parse_duration_ms(v, &n, NULL, 0);
 		if (rc < 0 || n > 86400000) {
 			crun__seterr(err, errlen,
-			       "expected a duration up to 24h like 30, 2.5s, 500ms or "
-			       "1m");
+				     "expected a duration up to 24h like 30, 2.5s, 500ms or "
+				     "1m");
 			return -EINVAL;
 		}
 		o->shutdown_timeout_ms = n;
@@ -731,8 +737,9 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		return set_string(&o->start_method, v, err, errlen);
 	case CRUN_OPT_NNODES:
 		if (parse_nnodes(v, &o->nnodes_min, &o->nnodes_max) < 0) {
-			crun__seterr(err, errlen, "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
-			       CRUN_LAUNCH_MAX_NNODES);
+			crun__seterr(err, errlen,
+				     "expected N or MIN:MAX with 1 <= MIN <= MAX <= %d",
+				     CRUN_LAUNCH_MAX_NNODES);
 			return -EINVAL;
 		}
 		return 0;
@@ -740,7 +747,7 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		if (!isdigit((unsigned char)*v) ||
 		    crun__parse_int64(v, 0, CRUN_LAUNCH_MAX_NNODES - 1, &n, NULL, 0) < 0) {
 			crun__seterr(err, errlen, "expected a whole number from 0 to %d",
-			       CRUN_LAUNCH_MAX_NNODES - 1);
+				     CRUN_LAUNCH_MAX_NNODES - 1);
 			return -EINVAL;
 		}
 		o->node_rank = (int)n;
@@ -752,7 +759,7 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			o->rdzv_backend = CRUN_RDZV_STATIC;
 		} else {
 			crun__seterr(err, errlen, "expected c10d or static%s",
-			       strncmp(v, "etcd", 4) ? "" : " (crun brings its own store)");
+				     strncmp(v, "etcd", 4) ? "" : " (crun brings its own store)");
 			return -EINVAL;
 		}
 		return 0;
@@ -761,10 +768,10 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		int port;
 
 		if (crun__parse_endpoint(v, 29400, host, sizeof(host), &port, reason,
-					sizeof(reason)) < 0 ||
+					 sizeof(reason)) < 0 ||
 		    check_host(host, NULL, 0) < 0) {
 			crun__seterr(err, errlen,
-			       "expected HOST[:PORT] or [ADDR]:PORT with a port 0-65535");
+				     "expected HOST[:PORT] or [ADDR]:PORT with a port 0-65535");
 			return -EINVAL;
 		}
 		return set_string(&o->rdzv_endpoint, v, err, errlen);
@@ -772,9 +779,9 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 	case CRUN_OPT_RDZV_ID:
 		if (check_word(v, "._-:@+", CRUN_LAUNCH_MAX_RUN_ID) < 0) {
 			crun__seterr(err, errlen,
-			       "expected up to %d letters, digits, '.', '_', '-', ':', "
-			       "'@' or '+'",
-			       CRUN_LAUNCH_MAX_RUN_ID);
+				     "expected up to %d letters, digits, '.', '_', '-', ':', "
+				     "'@' or '+'",
+				     CRUN_LAUNCH_MAX_RUN_ID);
 			return -EINVAL;
 		}
 		return set_string(&o->rdzv_id, v, err, errlen);
@@ -787,7 +794,8 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			return -EINVAL;
 		return set_string(&o->master_addr, v, err, errlen);
 	case CRUN_OPT_MASTER_PORT:
-		if (!isdigit((unsigned char)*v) || crun__parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
+		if (!isdigit((unsigned char)*v) ||
+		    crun__parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
 			crun__seterr(err, errlen, "expected a port from 1 to 65535");
 			return -EINVAL;
 		}
@@ -889,18 +897,18 @@ static void format_invalid(enum crun__launch_source src, const char *env_name,
 	case CRUN_SRC_CONFIG:
 		config_key(id, key, sizeof(key));
 		crun__seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
-		       config_path ? config_path : "?", line, value, key, reason);
+			     config_path ? config_path : "?", line, value, key, reason);
 		break;
 	case CRUN_SRC_CLI:
 	case CRUN_SRC_DEFAULT:
-		crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", value, optdefs[id].name,
-		       reason);
+		crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", value,
+			     optdefs[id].name, reason);
 		break;
 	}
 }
 
 void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__launch_opt id,
-			      const char *value, const char *reason, char *err, size_t errlen)
+			       const char *value, const char *reason, char *err, size_t errlen)
 {
 	const char *env = pet_name(id);
 
@@ -987,15 +995,15 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 			val = "1";
 		} else if (!val) {
 			if (i + 1 >= argc) {
-				crun__seterr(err, errlen, "option '%s' needs a value (see crun --help)",
-				       shown);
+				crun__seterr(err, errlen,
+					     "option '%s' needs a value (see crun --help)", shown);
 				return -EINVAL;
 			}
 			val = argv[++i];
 		}
 		if (check_value(d->id, val, reason, sizeof(reason)) < 0) {
 			crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", val, d->name,
-			       reason);
+				     reason);
 			return -EINVAL;
 		}
 		offer(c, d->id, CRUN_SRC_CLI, val, 0);
@@ -1039,8 +1047,8 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 			int64_t n;
 
 			if (crun__parse_int64(v, INT32_MIN, INT32_MAX, &n, NULL, 0) < 0) {
-				crun__seterr(err, errlen, "invalid value '%s' for %s: expected 1 or 0", v,
-				       name);
+				crun__seterr(err, errlen,
+					     "invalid value '%s' for %s: expected 1 or 0", v, name);
 				return -EINVAL;
 			}
 			v = n ? "1" : "0";
@@ -1075,8 +1083,8 @@ static int config_text(const struct crun__launch_optdef *d, const char *key,
 		if (!d->takes_value) {
 			if (parse_bool(v->scalar, &b) < 0) {
 				crun__seterr(err, errlen,
-				       "invalid value '%s' for '%s': expected true or false",
-				       v->scalar, key);
+					     "invalid value '%s' for '%s': expected true or false",
+					     v->scalar, key);
 				return -EINVAL;
 			}
 			*out = strdup(b ? "1" : "0");
@@ -1088,8 +1096,8 @@ static int config_text(const struct crun__launch_optdef *d, const char *key,
 	case CRUN_CONFIG_MAPPING:
 		if (v->kind == CRUN_CONFIG_SEQUENCE ? !joinable : !pairs) {
 			crun__seterr(err, errlen,
-			       "wrong type for '%s': expected a single value, got a %s", key,
-			       v->kind == CRUN_CONFIG_SEQUENCE ? "list" : "mapping");
+				     "wrong type for '%s': expected a single value, got a %s", key,
+				     v->kind == CRUN_CONFIG_SEQUENCE ? "list" : "mapping");
 			return -EINVAL;
 		}
 		if (!v->nitems) {
@@ -1102,7 +1110,8 @@ static int config_text(const struct crun__launch_optdef *d, const char *key,
 							    : ",:";
 		for (size_t i = 0; i < v->nitems; i++) {
 			if (strpbrk(v->items[i], forbidden)) {
-				crun__seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i], key);
+				crun__seterr(err, errlen, "invalid value '%s' in '%s'", v->items[i],
+					     key);
 				return -EINVAL;
 			}
 			len += strlen(v->items[i]) + 1;
@@ -1143,7 +1152,7 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun__co
 	config_key(d->id, canon, sizeof(canon));
 	if (c->config_line[d->id]) {
 		crun__seterr(err, errlen, "key '%s' is given twice (first on line %d)", canon,
-		       c->config_line[d->id]);
+			     c->config_line[d->id]);
 		return -EINVAL;
 	}
 	rc = config_text(d, canon, v, &text, err, errlen);
@@ -1161,7 +1170,7 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun__co
 }
 
 int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, char **envp,
-			   char *err, size_t errlen)
+			    char *err, size_t errlen)
 {
 	struct parse_ctx c = {.o = o};
 	char reason[256];
@@ -1187,7 +1196,7 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 		rc = apply(o, (enum crun__launch_opt)i, c.value[i], reason, sizeof(reason));
 		if (rc) {
 			crun__launch_opts_invalid(o, (enum crun__launch_opt)i, c.value[i], reason,
-						 err, errlen);
+						  err, errlen);
 			goto out_free;
 		}
 	}
@@ -1197,25 +1206,26 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 
 		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
 		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
-			crun__seterr(err, errlen,
-			       "config '%s' line %d: '%s' is not supported: crun starts "
-			       "each worker as its own process; run the script as the command",
-			       o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
+			crun__seterr(
+				err, errlen,
+				"config '%s' line %d: '%s' is not supported: crun starts "
+				"each worker as its own process; run the script as the command",
+				o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
 		else
 			crun__seterr(err, errlen,
-			       "%s%s is not supported: crun starts each worker as its "
-			       "own process; run the script as the command",
-			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
-			       o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV
-				       ? pet_name(CRUN_OPT_RUN_PATH)
-				       : "run-path");
+				     "%s%s is not supported: crun starts each worker as its "
+				     "own process; run the script as the command",
+				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
+				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV
+					     ? pet_name(CRUN_OPT_RUN_PATH)
+					     : "run-path");
 		rc = -EINVAL;
 		goto out_free;
 	}
 	if (o->module && o->no_python) {
 		crun__seterr(err, errlen,
-		       "--module and --no-python cannot be used together: a module "
-		       "needs python");
+			     "--module and --no-python cannot be used together: a module "
+			     "needs python");
 		rc = -EINVAL;
 		goto out_free;
 	}
@@ -1231,8 +1241,8 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 	}
 	if (!o->command) {
 		crun__seterr(err, errlen,
-		       "no command given: usage: crun [OPTIONS] SCRIPT.py|COMMAND "
-		       "[ARGS...] (see crun --help)");
+			     "no command given: usage: crun [OPTIONS] SCRIPT.py|COMMAND "
+			     "[ARGS...] (see crun --help)");
 		rc = -EINVAL;
 		goto out_free;
 	}

@@ -138,12 +138,12 @@ struct crun__launch_opts {
 	enum crun__launch_action action;
 
 	enum crun__nproc_mode nproc_mode;
-	int nproc;			     /* with CRUN_NPROC_COUNT */
-	int nnodes_min, nnodes_max;	     /* 1:1 */
-	int node_rank;			     /* 0 */
+	int nproc;			      /* with CRUN_NPROC_COUNT */
+	int nnodes_min, nnodes_max;	      /* 1:1 */
+	int node_rank;			      /* 0 */
 	enum crun__rdzv_backend rdzv_backend; /* c10d */
-	char *rdzv_endpoint;		     /* NULL: none given */
-	char *rdzv_id;			     /* NULL: none given */
+	char *rdzv_endpoint;		      /* NULL: none given */
+	char *rdzv_id;			      /* NULL: none given */
 	struct crun__rdzv_conf rdzv_conf;
 	bool standalone;
 	int max_restarts;	     /* 3 */
@@ -190,13 +190,13 @@ void crun__launch_opts_finish(struct crun__launch_opts *o);
  * or -EINVAL with one line in err (see above). o must be initialised; on
  * error it still must be finished. */
 int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, char **envp,
-			   char *err, size_t errlen);
+			    char *err, size_t errlen);
 
 /* Writes "invalid value 'V' for ORIGIN: REASON" for option id into err,
  * where ORIGIN is the flag, the PET_ variable or the config key and line
  * that gave the value (for checks made after parsing, such as plan.c's). */
 void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__launch_opt id,
-			      const char *value, const char *reason, char *err, size_t errlen);
+			       const char *value, const char *reason, char *err, size_t errlen);
 
 /* Parsers of single values, also used by the tests. Each returns 0 or
  * -EINVAL with the reason (what is allowed) in err. */
@@ -210,7 +210,7 @@ enum crun__std crun__std_spec_get(const struct crun__std_spec *spec, int lr);
 /* "k=v,k=v" with the known keys; values checked per key; unknown keys
  * are an error. conf must hold the defaults (or earlier values). */
 int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
-				size_t errlen);
+				 size_t errlen);
 void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
 

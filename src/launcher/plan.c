@@ -140,8 +140,8 @@ static int resolve_nproc(const struct crun__launch_opts *o, char **envp,
 		return 0;
 	case CRUN_NPROC_AUTO:
 	case CRUN_NPROC_GPU:
-		gpus = crun__launch_count_gpus(gpus_dir, dev_dir,
-					      crun__launch_env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
+		gpus = crun__launch_count_gpus(
+			gpus_dir, dev_dir, crun__launch_env_lookup(envp, "CUDA_VISIBLE_DEVICES"));
 		if (gpus > 0) {
 			*nproc = gpus;
 			return 0;
@@ -150,18 +150,19 @@ static int resolve_nproc(const struct crun__launch_opts *o, char **envp,
 			*nproc = (int)ncpus;
 			return 0;
 		}
-		crun__launch_opts_invalid(o, CRUN_OPT_NPROC_PER_NODE, "gpu",
-					 "no NVIDIA GPU found (none in /proc/driver/nvidia/gpus or "
-					 "/dev/nvidia*, or CUDA_VISIBLE_DEVICES hides them)",
-					 err, errlen);
+		crun__launch_opts_invalid(
+			o, CRUN_OPT_NPROC_PER_NODE, "gpu",
+			"no NVIDIA GPU found (none in /proc/driver/nvidia/gpus or "
+			"/dev/nvidia*, or CUDA_VISIBLE_DEVICES hides them)",
+			err, errlen);
 		return -EINVAL;
 	}
 	return -EINVAL;
 }
 
 static int resolve_std(const struct crun__launch_opts *o, enum crun__launch_opt id,
-		       const struct crun__std_spec *spec, int nproc, enum crun__std **out, char *err,
-		       size_t errlen)
+		       const struct crun__std_spec *spec, int nproc, enum crun__std **out,
+		       char *err, size_t errlen)
 {
 	enum crun__std *arr;
 
@@ -197,8 +198,8 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcmp(s + n - m, suffix);
 }
 
-static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_opts *o, char **envp,
-		      char *err, size_t errlen)
+static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+		      char **envp, char *err, size_t errlen)
 {
 	const char *python = crun__launch_env_lookup(envp, "PYTHON_EXEC");
 	const char *pre[4];
@@ -241,8 +242,8 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 	 * no --rdzv-endpoint) must work unchanged, so a fixed node count with
 	 * --master-addr and no endpoint and no explicit backend means static. */
 	if (!is_static && !ep && o->source[CRUN_OPT_RDZV_BACKEND] == CRUN_SRC_DEFAULT &&
-	    o->source[CRUN_OPT_MASTER_ADDR] != CRUN_SRC_DEFAULT &&
-	    o->nnodes_min == o->nnodes_max && o->nnodes_max > 1 && !o->standalone)
+	    o->source[CRUN_OPT_MASTER_ADDR] != CRUN_SRC_DEFAULT && o->nnodes_min == o->nnodes_max &&
+	    o->nnodes_max > 1 && !o->standalone)
 		is_static = true;
 	plan->rdzv_static = is_static;
 
@@ -257,9 +258,9 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 		 * on localhost:0; running one node instead would be a quiet
 		 * lie about the world size. */
 		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
-					 "--standalone runs one node (expected 1, or "
-					 "--rdzv-endpoint instead of --standalone)",
-					 err, errlen);
+					  "--standalone runs one node (expected 1, or "
+					  "--rdzv-endpoint instead of --standalone)",
+					  err, errlen);
 		return -EINVAL;
 	}
 	if (o->standalone || (o->nnodes_max == 1 && !ep))
@@ -267,27 +268,27 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 	plan->rendezvous = true;
 	if (is_static && o->nnodes_min != o->nnodes_max) {
 		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
-					 "--rdzv-backend=static needs a fixed number of nodes "
-					 "(expected N)",
-					 err, errlen);
+					  "--rdzv-backend=static needs a fixed number of nodes "
+					  "(expected N)",
+					  err, errlen);
 		return -EINVAL;
 	}
 	if (!ep && !is_static) {
 		crun__launch_opts_invalid(o, CRUN_OPT_NNODES, v,
-					 "more than one node needs --rdzv-endpoint HOST[:PORT] "
-					 "(or --rdzv-backend=static with --master-addr)",
-					 err, errlen);
+					  "more than one node needs --rdzv-endpoint HOST[:PORT] "
+					  "(or --rdzv-backend=static with --master-addr)",
+					  err, errlen);
 		return -EINVAL;
 	}
 	if (ep) {
 		rc = crun__parse_endpoint(ep, 29400, plan->rdzv_host, sizeof(plan->rdzv_host),
-					 &plan->rdzv_port, reason, sizeof(reason));
+					  &plan->rdzv_port, reason, sizeof(reason));
 		if (rc || plan->rdzv_port < 1) {
 			crun__launch_opts_invalid(o, CRUN_OPT_RDZV_ENDPOINT, ep,
-						 rc ? reason
-						    : "a store of several nodes needs a port "
-						      "from 1 to 65535",
-						 err, errlen);
+						  rc ? reason
+						     : "a store of several nodes needs a port "
+						       "from 1 to 65535",
+						  err, errlen);
 			return -EINVAL;
 		}
 	} else {
@@ -305,8 +306,8 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 }
 
 int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
-			  char **envp, const struct crun__launch_host *host, bool pick_port,
-			  char *err, size_t errlen)
+			   char **envp, const struct crun__launch_host *host, bool pick_port,
+			   char *err, size_t errlen)
 {
 	char id[40], reason[256];
 	int rc;
@@ -340,7 +341,7 @@ int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__la
 					 "local rank %d is not below --nproc-per-node (%d)",
 					 o->ranks_filter[i], plan->nproc);
 				crun__launch_opts_invalid(o, CRUN_OPT_LOCAL_RANKS_FILTER, v, reason,
-							 err, errlen);
+							  err, errlen);
 				return -EINVAL;
 			}
 			plan->console_ranks[o->ranks_filter[i]] = true;
@@ -348,10 +349,10 @@ int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__la
 	}
 	if (o->rdzv_conf.token_file) {
 		rc = crun__read_secret_file(o->rdzv_conf.token_file, 4096, &plan->token,
-					   &plan->token_len, reason, sizeof(reason));
+					    &plan->token_len, reason, sizeof(reason));
 		if (rc) {
 			crun__launch_opts_invalid(o, CRUN_OPT_RDZV_CONF, o->rdzv_conf.token_file,
-						 reason, err, errlen);
+						  reason, err, errlen);
 			return -EINVAL;
 		}
 	}
@@ -397,8 +398,8 @@ void crun__launch_plan_finish(struct crun__launch_plan *plan)
 	memset(plan, 0, sizeof(*plan));
 }
 
-void crun__launch_plan_to_spec(const struct crun__launch_plan *plan, const struct crun__launch_opts *o,
-			      struct crun__agent_spec *spec)
+void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
+			       const struct crun__launch_opts *o, struct crun__agent_spec *spec)
 {
 	spec->argv = plan->argv;
 	spec->argc = plan->argc;
@@ -480,7 +481,7 @@ static void print_std(FILE *f, const char *key, const struct crun__std_spec *spe
 }
 
 void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
-			    const struct crun__launch_opts *o)
+			     const struct crun__launch_opts *o)
 {
 	const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 	static const char *const backends[] = {"c10d", "static"};

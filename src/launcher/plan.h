@@ -28,7 +28,7 @@ struct crun__launch_plan {
 	int argc;
 	char *run_id; /* --rdzv-id, a random id (standalone) or "none" */
 	const char *master_addr;
-	int master_port;	  /* 0: to be picked (dry run) */
+	int master_port;	   /* 0: to be picked (dry run) */
 	enum crun__std *redirects; /* nproc entries, or NULL: none */
 	enum crun__std *tee;
 	bool *console_ranks; /* nproc entries, or NULL: all */
@@ -71,17 +71,17 @@ int crun__launch_free_port(int *port, char *err, size_t errlen);
  * Returns 0 or -EINVAL with one line in err naming the flag (as
  * options.h); plan must be finished either way. */
 int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
-			  char **envp, const struct crun__launch_host *host, bool pick_port,
-			  char *err, size_t errlen);
+			   char **envp, const struct crun__launch_host *host, bool pick_port,
+			   char *err, size_t errlen);
 void crun__launch_plan_finish(struct crun__launch_plan *plan);
 
 /* Fills spec (initialised by crun__agent_spec_init) from plan and o; spec
  * points into both, which must outlive it. */
-void crun__launch_plan_to_spec(const struct crun__launch_plan *plan, const struct crun__launch_opts *o,
-			      struct crun__agent_spec *spec);
+void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
+			       const struct crun__launch_opts *o, struct crun__agent_spec *spec);
 
 /* --dry-run: the resolved configuration as key=value lines. */
 void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
-			    const struct crun__launch_opts *o);
+			     const struct crun__launch_opts *o);
 
 #endif

@@ -936,7 +936,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 /* ---- public API -------------------------------------------------------- */
 
 struct crun__aclient *crun__aclient_create(uv_loop_t *loop, const struct crun__aclient_opts *opts,
-					 crun__aclient_event_cb event_cb, void *arg)
+					   crun__aclient_event_cb event_cb, void *arg)
 {
 	struct crun__aclient *c;
 	struct in6_addr a6;
@@ -1031,7 +1031,7 @@ int crun__aclient_connect(struct crun__aclient *c, crun__aclient_connect_cb cb, 
 }
 
 int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *msg,
-			 int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id)
+			  int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id)
 {
 	struct crun__wire_msg m;
 	struct pending *p;

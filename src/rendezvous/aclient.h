@@ -68,8 +68,8 @@ enum crun__aclient_event_type {
 /* msg and its items are valid only during the callback; err is 0 and
  * message NULL for NOTIFY and RDZV, msg NULL for LOST. */
 typedef void (*crun__aclient_event_cb)(struct crun__aclient *c, enum crun__aclient_event_type type,
-				      int err, const char *message, const struct crun__wire_msg *msg,
-				      void *arg);
+				       int err, const char *message,
+				       const struct crun__wire_msg *msg, void *arg);
 
 /* Called exactly once when connect finishes: status 0 (message NULL), or a
  * negative errno with a one-line message:
@@ -84,7 +84,7 @@ typedef void (*crun__aclient_event_cb)(struct crun__aclient *c, enum crun__aclie
  *   -EPROTO / -EPROTONOSUPPORT  not a crun store / another version.
  * Not called when the client is destroyed first. */
 typedef void (*crun__aclient_connect_cb)(struct crun__aclient *c, int status, const char *message,
-					void *arg);
+					 void *arg);
 
 /* Called exactly once per request (unless the client is destroyed first):
  * status 0 with the reply (OK, VALUE, INT, VALUES; message NULL), or a
@@ -94,13 +94,13 @@ typedef void (*crun__aclient_connect_cb)(struct crun__aclient *c, int status, co
  * the connection's error when it was lost (reply NULL then). reply and its
  * items are valid only during the callback. */
 typedef void (*crun__aclient_reply_cb)(struct crun__aclient *c, int status, const char *message,
-				      const struct crun__wire_msg *reply, void *arg);
+				       const struct crun__wire_msg *reply, void *arg);
 
 /* NULL on bad options (no host, port outside 1..65535, no run id, negative
  * timeouts, keep-alive without max_attempt >= 1, a token of length 0) or
  * allocation failure. Connects nothing; event_cb may be NULL. */
 struct crun__aclient *crun__aclient_create(uv_loop_t *loop, const struct crun__aclient_opts *opts,
-					 crun__aclient_event_cb event_cb, void *arg);
+					   crun__aclient_event_cb event_cb, void *arg);
 
 /* Starts connecting (resolve, connect with retry, preambles, HELLO with
  * mutual HMAC); cb reports the outcome. Names are resolved with
@@ -117,7 +117,7 @@ int crun__aclient_connect(struct crun__aclient *c, crun__aclient_connect_cb cb, 
  * before connect_cb(0) or after LOST, -EINVAL for a frame that breaks
  * wire.h's rules, -E2BIG above the protocol's size cap, -ENOMEM. */
 int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *msg,
-			 int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id);
+			  int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id);
 
 /* The store's address as "HOST:PORT" ("[::1]:29400" for IPv6): the
  * numeric peer address once TCP connected, before that host and port as

@@ -708,7 +708,7 @@ static int rewatch(struct crun_store *s, uint64_t deadline)
 {
 	for (size_t i = 0; i < s->nwatches; i++) {
 		struct crun__wire_item it = {(const uint8_t *)s->watches[i],
-					    (uint32_t)strlen(s->watches[i])};
+					     (uint32_t)strlen(s->watches[i])};
 		struct crun__wire_msg req = {.type = CRUN_WIRE_WATCH, .count = 1, .items = &it};
 		bool sent;
 		int rc;
@@ -930,7 +930,7 @@ static int val_item(struct crun_store *s, struct crun__wire_item *it, const void
 
 /* Items for n keys: the caller's stack array when it is big enough. */
 static struct crun__wire_item *keys_items(struct crun_store *s, const char *const *keys, size_t n,
-					 struct crun__wire_item *stack, size_t stack_n, int *rc)
+					  struct crun__wire_item *stack, size_t stack_n, int *rc)
 {
 	struct crun__wire_item *items = stack;
 
@@ -1529,7 +1529,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 	}
 	*opts = (struct crun_store_opts){0};
 	if (crun__parse_endpoint(store ? store : DEFAULT_HOST, DEFAULT_PORT, host, sizeof(host),
-				&port, why, sizeof(why)) < 0) {
+				 &port, why, sizeof(why)) < 0) {
 		if (err)
 			snprintf(err, errlen, "bad CRUN_STORE: %s", why);
 		return -EINVAL;
@@ -1543,7 +1543,7 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		opts->token_len = strlen(v);
 	} else if ((v = getenv("CRUN_TOKEN_FILE")) && *v) {
 		rc = crun__read_secret_file(v, TOKEN_MAX, &file_token, &file_token_len, why,
-					   sizeof(why));
+					    sizeof(why));
 		if (rc < 0) {
 			if (err)
 				snprintf(err, errlen, "bad CRUN_TOKEN_FILE: %s", why);

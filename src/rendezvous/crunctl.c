@@ -135,8 +135,8 @@ static const char *fmt_duration(int ms, char *buf, size_t len)
 static bool is_conn_error(int rc)
 {
 	return rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -EPIPE || rc == -ENOTCONN ||
-	       rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNABORTED ||
-	       rc == -EPROTO || rc == -EPROTONOSUPPORT || rc == -EMFILE;
+	       rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -ECONNABORTED || rc == -EPROTO ||
+	       rc == -EPROTONOSUPPORT || rc == -EMFILE;
 }
 
 static const char *store_reason(struct ctl *c, int rc)
@@ -159,10 +159,10 @@ static int op_failed(struct ctl *c, const char *what, const char *key, int rc)
 	if (rc == -ETIMEDOUT) {
 		if (key)
 			crun__error("%s '%s' timed out after %s", what, key,
-				   fmt_duration(c->timeout_ms, d, sizeof(d)));
+				    fmt_duration(c->timeout_ms, d, sizeof(d)));
 		else
 			crun__error("%s timed out after %s", what,
-				   fmt_duration(c->timeout_ms, d, sizeof(d)));
+				    fmt_duration(c->timeout_ms, d, sizeof(d)));
 		return EXIT_FAIL;
 	}
 	if (rc == -EACCES) {
@@ -230,11 +230,11 @@ static int cmd_wait(struct ctl *c)
 		for (int i = 0; i < c->nargs; i++)
 			if (crun_store_check(c->s, &keys[i], 1, -1) == 0) {
 				crun__error("timed out after %s waiting for key '%s'",
-					   fmt_duration(c->timeout_ms, d, sizeof(d)), keys[i]);
+					    fmt_duration(c->timeout_ms, d, sizeof(d)), keys[i]);
 				return EXIT_FAIL;
 			}
 		crun__error("timed out after %s waiting for %d keys",
-			   fmt_duration(c->timeout_ms, d, sizeof(d)), c->nargs);
+			    fmt_duration(c->timeout_ms, d, sizeof(d)), c->nargs);
 		return EXIT_FAIL;
 	}
 	return rc < 0 ? op_failed(c, "wait for", c->nargs == 1 ? keys[0] : NULL, rc) : EXIT_OK;
@@ -276,8 +276,7 @@ static int cmd_count(struct ctl *c)
 
 static int cmd_append(struct ctl *c)
 {
-	int rc = crun_store_append(c->s, c->args[0], c->args[1], strlen(c->args[1]),
-				   c->timeout_ms);
+	int rc = crun_store_append(c->s, c->args[0], c->args[1], strlen(c->args[1]), c->timeout_ms);
 
 	return rc < 0 ? op_failed(c, "append to", c->args[0], rc) : EXIT_OK;
 }
@@ -314,7 +313,7 @@ static int cmd_ping(struct ctl *c)
 
 /* watch ends on SIGINT/SIGTERM: the handler only writes to a pipe that
  * the event loop below polls next to the store's socket. */
-static int sig_pipe[2] = { -1, -1 };
+static int sig_pipe[2] = {-1, -1};
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig)
@@ -330,7 +329,7 @@ static void on_signal(int sig)
 
 static int catch_signals(void)
 {
-	struct sigaction sa = { .sa_handler = on_signal };
+	struct sigaction sa = {.sa_handler = on_signal};
 
 	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
@@ -398,8 +397,8 @@ static int cmd_watch(struct ctl *c)
 				return EXIT_OK;
 			ms = end - now > INT_MAX ? INT_MAX : (int)(end - now);
 		}
-		p[0] = (struct pollfd){ .fd = crun_store_fd(c->s), .events = POLLIN };
-		p[1] = (struct pollfd){ .fd = sig_pipe[0], .events = POLLIN };
+		p[0] = (struct pollfd){.fd = crun_store_fd(c->s), .events = POLLIN};
+		p[1] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
 		if (poll(p, 2, ms) < 0 && errno != EINTR) {
 			crun__error("poll failed: %s", strerror(errno));
 			return EXIT_FAIL;
@@ -408,17 +407,17 @@ static int cmd_watch(struct ctl *c)
 }
 
 static const struct command commands[] = {
-	{ "set", 2, 2, "set KEY VALUE", cmd_set },
-	{ "get", 1, 1, "get KEY [--wait]", cmd_get },
-	{ "add", 2, 2, "add KEY N", cmd_add },
-	{ "wait", 1, -1, "wait KEY... [--timeout DURATION]", cmd_wait },
-	{ "del", 1, 1, "del KEY", cmd_del },
-	{ "ls", 0, 0, "ls", cmd_ls },
-	{ "count", 0, 0, "count", cmd_count },
-	{ "append", 2, 2, "append KEY VALUE", cmd_append },
-	{ "cas", 3, 3, "cas KEY EXPECTED DESIRED", cmd_cas },
-	{ "watch", 1, -1, "watch KEY...", cmd_watch },
-	{ "ping", 0, 0, "ping", cmd_ping },
+	{"set", 2, 2, "set KEY VALUE", cmd_set},
+	{"get", 1, 1, "get KEY [--wait]", cmd_get},
+	{"add", 2, 2, "add KEY N", cmd_add},
+	{"wait", 1, -1, "wait KEY... [--timeout DURATION]", cmd_wait},
+	{"del", 1, 1, "del KEY", cmd_del},
+	{"ls", 0, 0, "ls", cmd_ls},
+	{"count", 0, 0, "count", cmd_count},
+	{"append", 2, 2, "append KEY VALUE", cmd_append},
+	{"cas", 3, 3, "cas KEY EXPECTED DESIRED", cmd_cas},
+	{"watch", 1, -1, "watch KEY...", cmd_watch},
+	{"ping", 0, 0, "ping", cmd_ping},
 };
 
 static int parse_timeout(const char *opt, const char *v, int *out)
@@ -477,8 +476,7 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 	if (cmd->run == cmd_add) {
 		char err[160];
 
-		if (crun__parse_int64(argv[1], INT64_MIN, INT64_MAX, &c->num, err, sizeof(err)) <
-		    0)
+		if (crun__parse_int64(argv[1], INT64_MIN, INT64_MAX, &c->num, err, sizeof(err)) < 0)
 			return usage_error("bad number '%s' for add: %s", argv[1], err);
 	}
 	return 0;
@@ -487,8 +485,8 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 static int load_token(struct ctl *c, const char *file, const char *what)
 {
 	char err[256];
-	int rc = crun__read_secret_file(file, TOKEN_MAX, &c->token, &c->token_len, err,
-				       sizeof(err));
+	int rc =
+		crun__read_secret_file(file, TOKEN_MAX, &c->token, &c->token_len, err, sizeof(err));
 
 	if (rc < 0)
 		return usage_error("bad %s: %s", what, err);
@@ -508,8 +506,8 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 		v = getenv("CRUN_STORE");
 		c->endpoint = v && *v ? v : DEFAULT_ENDPOINT;
 	}
-	if (crun__parse_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port,
-				err, sizeof(err)) < 0)
+	if (crun__parse_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port, err,
+				 sizeof(err)) < 0)
 		return usage_error("%s", err);
 	if (c->port == 0)
 		return usage_error("bad port in endpoint '%s', expected 1-65535", c->endpoint);
@@ -575,8 +573,8 @@ static int connect_store(struct ctl *c)
 		return EXIT_CONN;
 	}
 	crun__debug("connected to '%s' (run '%s', %s) in %.3f ms", c->endpoint, c->run_id,
-		   c->token ? "with a token" : "without a token",
-		   (double)(crun__now_ns() - t0) / 1e6);
+		    c->token ? "with a token" : "without a token",
+		    (double)(crun__now_ns() - t0) / 1e6);
 	return EXIT_OK;
 }
 
@@ -590,15 +588,15 @@ enum {
 };
 
 static const struct option long_options[] = {
-	{ "endpoint", required_argument, NULL, OPT_ENDPOINT },
-	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
-	{ "run", required_argument, NULL, OPT_RUN },
-	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-	{ "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },
-	{ "verbose", no_argument, NULL, 'v' },
-	{ "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, OPT_VERSION },
-	{ NULL, 0, NULL, 0 },
+	{"endpoint", required_argument, NULL, OPT_ENDPOINT},
+	{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+	{"run", required_argument, NULL, OPT_RUN},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+	{"verbose", no_argument, NULL, 'v'},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, OPT_VERSION},
+	{NULL, 0, NULL, 0},
 };
 
 static int run(int argc, char **argv, struct ctl *c)
@@ -672,7 +670,7 @@ static int run(int argc, char **argv, struct ctl *c)
 
 int main(int argc, char **argv)
 {
-	struct ctl c = { .connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS };
+	struct ctl c = {.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS};
 	int rc;
 
 	crun__log_init("crunctl", CRUN_LOG_WARN);

@@ -78,8 +78,8 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 	rc = crun__wire_parse_server_preamble(buf, &version, &flags, h->snonce);
 	if (rc == -EPROTONOSUPPORT) {
 		crun__seterr(err, errlen,
-			    "the store at '%s' speaks protocol version %u, this client %u", h->peer,
-			    version, CRUN_WIRE_VERSION);
+			     "the store at '%s' speaks protocol version %u, this client %u",
+			     h->peer, version, CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
@@ -88,15 +88,17 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 	}
 	h->auth = flags & CRUN_WIRE_F_AUTH;
 	if (h->auth && !h->token) {
-		crun__seterr(err, errlen,
-			    "authentication failed: the store requires a token and none was given");
+		crun__seterr(
+			err, errlen,
+			"authentication failed: the store requires a token and none was given");
 		return -EACCES;
 	}
 	memcpy(h->cnonce, cnonce, CRUN_WIRE_NONCE_LEN);
 	if (h->auth) {
 		rc = crun__wire_mac(h->token, h->token_len, "client", h->snonce, h->cnonce, h->mac);
 		if (rc < 0) {
-			crun__seterr(err, errlen, "cannot compute the handshake: %s", strerror(-rc));
+			crun__seterr(err, errlen, "cannot compute the handshake: %s",
+				     strerror(-rc));
 			return rc;
 		}
 	}
@@ -115,8 +117,8 @@ void crun__hello_client_sent(struct crun__hello_client *h)
 	OPENSSL_cleanse(h->mac, sizeof(h->mac));
 }
 
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m, char *err,
-			     size_t errlen)
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m,
+			     char *err, size_t errlen)
 {
 	uint8_t want[CRUN_WIRE_MAC_LEN];
 	bool proved;
@@ -128,19 +130,20 @@ int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wi
 	}
 	if (m->id != h->id || m->type != CRUN_WIRE_OK) {
 		crun__seterr(err, errlen,
-			    "bad frame from the store at '%s': %s with id %u during the handshake",
-			    h->peer, crun__wire_type_name(m->type), m->id);
+			     "bad frame from the store at '%s': %s with id %u during the handshake",
+			     h->peer, crun__wire_type_name(m->type), m->id);
 		return -EPROTO;
 	}
 	if (!h->auth)
 		return 0; /* nothing to verify: see store.h on tokens */
-	proved = crun__wire_mac(h->token, h->token_len, "server", h->cnonce, h->snonce, want) == 0 &&
-		 m->count >= 1 && m->items[0].len == CRUN_WIRE_MAC_LEN &&
-		 crun__wire_mac_equal(m->items[0].data, want);
+	proved =
+		crun__wire_mac(h->token, h->token_len, "server", h->cnonce, h->snonce, want) == 0 &&
+		m->count >= 1 && m->items[0].len == CRUN_WIRE_MAC_LEN &&
+		crun__wire_mac_equal(m->items[0].data, want);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
 		crun__seterr(err, errlen,
-			    "authentication failed: the store did not prove it knows the token");
+			     "authentication failed: the store did not prove it knows the token");
 		return -EACCES;
 	}
 	return 0;
@@ -158,8 +161,8 @@ long crun__hello_server_preamble(const uint8_t *buf, size_t len, char *why, size
 	rc = crun__wire_parse_client_preamble(buf, &version);
 	if (rc == -EPROTONOSUPPORT) {
 		crun__seterr(why, whylen,
-			    "protocol version %u is not supported (this server speaks %d)", version,
-			    CRUN_WIRE_VERSION);
+			     "protocol version %u is not supported (this server speaks %d)",
+			     version, CRUN_WIRE_VERSION);
 		return rc;
 	}
 	if (rc < 0) {
@@ -187,7 +190,7 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 	mac = &m->items[2];
 	if (run_id->len > hs->max_run_id) {
 		crun__seterr(why, whylen, "run id of %u bytes exceeds the limit of %u bytes",
-			    run_id->len, hs->max_run_id);
+			     run_id->len, hs->max_run_id);
 		return -E2BIG;
 	}
 	if (memchr(run_id->data, '\0', run_id->len)) {
@@ -197,8 +200,8 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 	if (!hs->token)
 		return 0;
 	proved = mac->len == CRUN_WIRE_MAC_LEN && cnonce->len == CRUN_WIRE_NONCE_LEN &&
-		 crun__wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data, want) ==
-			 0 &&
+		 crun__wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data,
+				want) == 0 &&
 		 crun__wire_mac_equal(want, mac->data);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {

@@ -89,8 +89,8 @@ void crun__hello_client_sent(struct crun__hello_client *h);
  *            token"
  *   -EPROTO  "bad frame from the store at 'PEER': VALUE with id 7 during
  *            the handshake" (any other frame) */
-int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m, char *err,
-			     size_t errlen);
+int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m,
+			     char *err, size_t errlen);
 
 /* The client's preamble, len bytes of it in buf. Returns 0 when fewer than
  * CRUN_WIRE_CLIENT_PREAMBLE bytes are in; CRUN_WIRE_CLIENT_PREAMBLE when

@@ -15,7 +15,7 @@
 
 static struct crun__wire_item str_item(const char *s)
 {
-	struct crun__wire_item it = { (const uint8_t *)(s ? s : ""), s ? (uint32_t)strlen(s) : 0 };
+	struct crun__wire_item it = {(const uint8_t *)(s ? s : ""), s ? (uint32_t)strlen(s) : 0};
 
 	return it;
 }
@@ -24,14 +24,14 @@ static struct crun__wire_item str_item(const char *s)
 static struct crun__wire_item num_item(char **scratch, int64_t v)
 {
 	int n = sprintf(*scratch, "%" PRId64, v);
-	struct crun__wire_item it = { (const uint8_t *)*scratch, (uint32_t)n };
+	struct crun__wire_item it = {(const uint8_t *)*scratch, (uint32_t)n};
 
 	*scratch += n + 1;
 	return it;
 }
 
 void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
-			struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch)
+			 struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch)
 {
 	items[0] = str_item(self->node_id);
 	items[1] = str_item(self->host);
@@ -79,35 +79,35 @@ static int item_int(const struct crun__wire_item *it, const char *what, int64_t 
 	return 0;
 bad:
 	crun__seterr(err, errlen, "%s is not a decimal integer: '%.*s'", what, n > 24 ? 24 : (int)n,
-	       (const char *)p);
+		     (const char *)p);
 	for (char *q = err; q && *q; q++)
 		if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
 			*q = '?';
 	return -EPROTO;
 range:
-	crun__seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]", what,
-	       neg ? "-" : "", v, min, max);
+	crun__seterr(err, errlen, "%s %s%" PRIu64 " is out of range [%" PRId64 ", %" PRId64 "]",
+		     what, neg ? "-" : "", v, min, max);
 	return -EPROTO;
 }
 
 /* A printable string of at most CRUN_RDZV_MAX_STR bytes (may be empty
  * when allow_empty), copied into *out. */
-static int item_str(const struct crun__wire_item *it, const char *what, bool allow_empty, char **out,
-		    char *err, size_t errlen)
+static int item_str(const struct crun__wire_item *it, const char *what, bool allow_empty,
+		    char **out, char *err, size_t errlen)
 {
 	if (!it->len && !allow_empty) {
 		crun__seterr(err, errlen, "%s is empty", what);
 		return -EPROTO;
 	}
 	if (it->len > CRUN_RDZV_MAX_STR) {
-		crun__seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what, it->len,
-		       CRUN_RDZV_MAX_STR);
+		crun__seterr(err, errlen, "%s of %u bytes exceeds the limit of %d bytes", what,
+			     it->len, CRUN_RDZV_MAX_STR);
 		return -EPROTO;
 	}
 	for (uint32_t i = 0; i < it->len; i++)
 		if (it->data[i] < 0x20 || it->data[i] >= 0x7f) {
 			crun__seterr(err, errlen, "%s contains byte 0x%02x at offset %u", what,
-			       it->data[i], i);
+				     it->data[i], i);
 			return -EPROTO;
 		}
 	*out = malloc((size_t)it->len + 1);
@@ -132,7 +132,7 @@ void crun__rdzv_node_finish(struct crun__rdzv_node *node)
 }
 
 int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
-			 struct crun__rdzv_conf *conf, char *err, size_t errlen)
+			  struct crun__rdzv_conf *conf, char *err, size_t errlen)
 {
 	const struct crun__wire_item *it = msg->items;
 	int64_t nproc, rank, min, max, last_call, keepalive, restarts;
@@ -156,7 +156,8 @@ int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_no
 	    (rc = item_int(&it[9], "max_restarts", 0, INT_MAX, &restarts, err, errlen)) < 0)
 		return rc;
 	if (min > max) {
-		crun__seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min, max);
+		crun__seterr(err, errlen, "min_nodes %" PRId64 " is above max_nodes %" PRId64, min,
+			     max);
 		return -EPROTO;
 	}
 	rc = item_int(&it[4], "node_rank", -1, max - 1, &rank, err, errlen);
@@ -190,7 +191,7 @@ void crun__rdzv_assignment_finish(struct crun__rdzv_assignment *a)
 }
 
 int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__rdzv_assignment *a,
-			       char *err, size_t errlen)
+				char *err, size_t errlen)
 {
 	const struct crun__wire_item *it = msg->items;
 	int64_t round, restarts, rank, nnodes, nproc;
@@ -199,7 +200,8 @@ int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__r
 
 	memset(a, 0, sizeof(*a));
 	if (msg->type != CRUN_WIRE_VALUES) {
-		crun__seterr(err, errlen, "expected VALUES, got %s", crun__wire_type_name(msg->type));
+		crun__seterr(err, errlen, "expected VALUES, got %s",
+			     crun__wire_type_name(msg->type));
 		return -EPROTO;
 	}
 	if (msg->count < 4) {
@@ -213,8 +215,8 @@ int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__r
 		return rc;
 	if (msg->count != 4 + 4 * (uint64_t)nnodes) {
 		crun__seterr(err, errlen,
-		       "assignment of %" PRId64 " nodes needs %" PRId64 " items, got %u", nnodes,
-		       4 + 4 * nnodes, msg->count);
+			     "assignment of %" PRId64 " nodes needs %" PRId64 " items, got %u",
+			     nnodes, 4 + 4 * nnodes, msg->count);
 		return -EPROTO;
 	}
 	a->nodes = calloc((size_t)nnodes, sizeof(*a->nodes));

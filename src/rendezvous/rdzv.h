@@ -171,15 +171,15 @@ struct crun__rdzv_assignment {
 	int group_rank;
 	int nnodes;
 	struct crun__rdzv_node *nodes; /* nnodes, in group-rank order */
-	int world_size;               /* sum of nproc */
-	int rank_offset;              /* first global rank of this node */
+	int world_size;		       /* sum of nproc */
+	int rank_offset;	       /* first global rank of this node */
 };
 
 /* Builds a JOIN request in msg using items (CRUN_RDZV_JOIN_ITEMS of
  * them) and scratch (which must hold 160 bytes for the decimal numbers);
  * every pointer in msg refers to self, items or scratch. */
 void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
-			struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch);
+			 struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch);
 
 /* Parses a JOIN request (server side). Strict: every number decimal
  * ASCII ('-' only for node_rank -1) and in range (1 <= nproc <=
@@ -191,7 +191,7 @@ void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__
  * crun__rdzv_node_finish; nothing to free on error). 0, -ENOMEM, or
  * -EPROTO with a reason in err. */
 int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
-			 struct crun__rdzv_conf *conf, char *err, size_t errlen);
+			  struct crun__rdzv_conf *conf, char *err, size_t errlen);
 
 /* Parses a JOIN's VALUES reply (client side) into a (allocates; free
  * with crun__rdzv_assignment_finish; nothing to free on error). Strict as
@@ -201,8 +201,8 @@ int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_no
  * nproc in [1, CRUN_RDZV_MAX_NPROC]. Sets each node's node_rank to its
  * group rank, world_size and rank_offset. 0, -ENOMEM, or -EPROTO with a
  * reason. */
-int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg,
-			       struct crun__rdzv_assignment *a, char *err, size_t errlen);
+int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__rdzv_assignment *a,
+				char *err, size_t errlen);
 void crun__rdzv_assignment_finish(struct crun__rdzv_assignment *a);
 void crun__rdzv_node_finish(struct crun__rdzv_node *node);
 

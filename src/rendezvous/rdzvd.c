@@ -36,21 +36,21 @@ enum {
 };
 
 static const struct option long_opts[] = {
-	{ "host", required_argument, NULL, OPT_HOST },
-	{ "port", required_argument, NULL, OPT_PORT },
-	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
-	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
-	{ "max-key-size", required_argument, NULL, OPT_MAX_KEY },
-	{ "max-value-size", required_argument, NULL, OPT_MAX_VALUE },
-	{ "max-keys", required_argument, NULL, OPT_MAX_KEYS },
-	{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
-	{ "max-buffer", required_argument, NULL, OPT_MAX_BUFFER },
-	{ "handshake-timeout", required_argument, NULL, OPT_HANDSHAKE },
-	{ "verbose", no_argument, NULL, 'v' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ "version", no_argument, NULL, 'V' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	{"host", required_argument, NULL, OPT_HOST},
+	{"port", required_argument, NULL, OPT_PORT},
+	{"port-file", required_argument, NULL, OPT_PORT_FILE},
+	{"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+	{"max-key-size", required_argument, NULL, OPT_MAX_KEY},
+	{"max-value-size", required_argument, NULL, OPT_MAX_VALUE},
+	{"max-keys", required_argument, NULL, OPT_MAX_KEYS},
+	{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+	{"max-buffer", required_argument, NULL, OPT_MAX_BUFFER},
+	{"handshake-timeout", required_argument, NULL, OPT_HANDSHAKE},
+	{"verbose", no_argument, NULL, 'v'},
+	{"quiet", no_argument, NULL, 'q'},
+	{"version", no_argument, NULL, 'V'},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
 };
 
 static void usage(FILE *out)
@@ -205,7 +205,7 @@ static int load_token(const char *file, char **token, size_t *len)
 
 int main(int argc, char **argv)
 {
-	struct crun__server_opts opts = { 0 };
+	struct crun__server_opts opts = {0};
 	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL;
 	enum crun__log_level level;
 	struct daemon d;
@@ -318,7 +318,7 @@ int main(int argc, char **argv)
 	if ((uint64_t)opts.limits.max_value_size + opts.limits.max_key_size + 64 >
 	    opts.limits.max_conn_buffer)
 		crun__warn("--max-buffer is smaller than one frame with the largest key and value; "
-			  "such frames will be refused");
+			   "such frames will be refused");
 
 	if (load_token(token_file, &token, &opts.token_len) < 0)
 		return EXIT_USAGE;

@@ -34,7 +34,7 @@ enum round_state {
 	ROUND_CLOSED,  /* the run finished (all DONE) or failed (exhausted) */
 };
 
-static const char *const state_names[] = { "open", "running", "closed" };
+static const char *const state_names[] = {"open", "running", "closed"};
 
 /* A node that joined: waiting in the OPEN round, member of the RUNNING
  * one, or on standby. Strings live in the same allocation. */
@@ -44,7 +44,7 @@ struct rnode {
 	uint32_t done_id;
 	bool done;
 	bool lost; /* RUNNING: its connection closed (peer is NULL then):
-	            * the round is ending, or the node had sent DONE */
+		    * the round is ending, or the node had sent DONE */
 	int nproc;
 	int node_rank;	   /* static rank or -1 */
 	int group_rank;	   /* RUNNING: position in members */
@@ -111,7 +111,7 @@ struct crun__round {
 
 static struct crun__wire_item item(const char *s)
 {
-	struct crun__wire_item it = { (const uint8_t *)s, (uint32_t)strlen(s) };
+	struct crun__wire_item it = {(const uint8_t *)s, (uint32_t)strlen(s)};
 
 	return it;
 }
@@ -153,7 +153,7 @@ static void refuse_join(struct crun__round *r, const struct crun__round_event *e
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	crun__info("run '%s': refused node '%s' (%s): %s", r->run_id, ev->node->node_id,
-		  ev->node->host, msg);
+		   ev->node->host, msg);
 	send_err(r, ev->peer, ev->id, errnum, "%s", msg);
 }
 
@@ -323,7 +323,7 @@ static void close_open(struct crun__round *r)
 		r->world_size += r->members.v[i]->nproc;
 	}
 	crun__info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
-		  r->run_id, n, n == 1 ? "" : "s", r->world_size);
+		   r->run_id, n, n == 1 ? "" : "s", r->world_size);
 	if (!items || !nprocs) {
 		for (size_t i = 0; i < n; i++)
 			send_err(r, r->members.v[i]->peer, r->members.v[i]->join_id, ENOMEM,
@@ -424,7 +424,7 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 	 * the reason word is for machines and is repeated only when the
 	 * message does not begin with a node. */
 	crun__info("round %" PRId64 " of run '%s' ended (%s): %s", r->round, r->run_id, reason,
-		  message);
+		   message);
 	snprintf(count, sizeof(count), "%" PRId64, r->restart_count);
 	items[0] = item(reason);
 	items[1] = item(message);
@@ -512,7 +512,7 @@ static void close_run(struct crun__round *r, bool failed)
 	nodes_free(&r->joiners);
 	nodes_free(&r->members);
 	crun__info("run '%s' is closed: %s (round %" PRId64 ", %" PRId64 " restarts)", r->run_id,
-		  why, r->round, r->restart_count);
+		   why, r->round, r->restart_count);
 }
 
 /* ---- joins ------------------------------------------------------------------ */
@@ -532,10 +532,10 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 	const struct crun__rdzv_node *nd = ev->node;
 	const struct crun__rdzv_conf *cf = ev->conf;
 	const char *addr = nd->addr[0] ? nd->addr : (ev->peer_addr ? ev->peer_addr : "");
-	struct nodes *sets[3] = { &r->joiners, &r->members, &r->standby };
-	static const char *const where[3] = { "has already joined round",
-					      "is a member of the running round",
-					      "already waits to join after round" };
+	struct nodes *sets[3] = {&r->joiners, &r->members, &r->standby};
+	static const char *const where[3] = {"has already joined round",
+					     "is a member of the running round",
+					     "already waits to join after round"};
 	char a[24], b[24], c[24];
 	size_t ls[3];
 	struct rnode *n;
@@ -625,7 +625,7 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 	}
 	fmt_nnodes(c, sizeof(c), r->conf.min_nodes, r->conf.max_nodes);
 	crun__info("run '%s': node '%s' (%s, %d worker%s) joins round %" PRId64 " (nnodes %s)",
-		  r->run_id, n->node_id, n->host, n->nproc, n->nproc == 1 ? "" : "s", r->round, c);
+		   r->run_id, n->node_id, n->host, n->nproc, n->nproc == 1 ? "" : "s", r->round, c);
 	return n;
 }
 
@@ -666,7 +666,7 @@ static void join_timed_out(struct crun__round *r, struct rnode *n)
 		snprintf(msg + o, sizeof(msg) - o, "%s%zu more",
 			 shown ? " and " : "; missing: ", missing - shown);
 	crun__info("run '%s': node '%s' (%s) gave up waiting for round %" PRId64 ": %s", r->run_id,
-		  n->node_id, n->host, r->round, msg);
+		   n->node_id, n->host, r->round, msg);
 	send_err(r, n->peer, n->join_id, ETIMEDOUT, "%s", msg);
 }
 
@@ -701,9 +701,9 @@ static void open_event(struct crun__round *r, const struct crun__round_event *ev
 		if (i >= 0) {
 			n = nodes_take(&r->joiners, (size_t)i);
 			crun__info("run '%s': node '%s' (%s) left round %" PRId64
-				  " before it closed: %s",
-				  r->run_id, n->node_id, n->host, r->round,
-				  ev->message ? ev->message : "connection closed");
+				   " before it closed: %s",
+				   r->run_id, n->node_id, n->host, r->round,
+				   ev->message ? ev->message : "connection closed");
 			free(n);
 		}
 		maybe_close_open(r);
@@ -752,8 +752,8 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			break;
 		}
 		crun__info("run '%s': node '%s' (%s) waits: round %" PRId64 " runs with %s",
-			  r->run_id, n->node_id, n->host, r->round,
-			  r->ndone ? "nodes that are finishing" : "the maximum of nodes");
+			   r->run_id, n->node_id, n->host, r->round,
+			   r->ndone ? "nodes that are finishing" : "the maximum of nodes");
 		break;
 	case CRUN_ROUND_EV_LOST:
 		prev_mark_gone(r, ev->peer);
@@ -763,7 +763,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			snprintf(msg, sizeof(msg), "node %d (%s) left: %s", n->group_rank, n->host,
 				 ev->message ? ev->message : "connection closed");
 			crun__info("run '%s': %s%s", r->run_id, msg,
-				  n->done ? " (after DONE)" : "");
+				   n->done ? " (after DONE)" : "");
 			/* No event for it; named in later timeouts. */
 			n->lost = true;
 			n->peer = NULL;
@@ -779,8 +779,8 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		if (i >= 0) {
 			n = nodes_take(&r->standby, (size_t)i);
 			crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
-				  n->node_id, n->host,
-				  ev->message ? ev->message : "connection closed");
+				   n->node_id, n->host,
+				   ev->message ? ev->message : "connection closed");
 			free(n);
 		}
 		break;
@@ -824,7 +824,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		n->done_id = ev->id;
 		r->ndone++;
 		crun__debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
-			   n->host, r->ndone, r->members.n);
+			    n->host, r->ndone, r->members.n);
 		if ((size_t)r->ndone == r->members.n)
 			close_run(r, false);
 		break;
@@ -836,8 +836,8 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			break;
 		n = nodes_take(&r->standby, (size_t)i);
 		crun__info("run '%s': waiting node '%s' (%s) gave up after %s", r->run_id,
-			  n->node_id, n->host,
-			  crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
+			   n->node_id, n->host,
+			   crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
 		send_err(r, n->peer, n->join_id, ETIMEDOUT,
 			 "no round of run '%s' opened within %s: round %" PRId64
 			 " runs with the maximum of %d nodes",
@@ -888,7 +888,7 @@ void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev
 	}
 	if (r->state != from)
 		crun__debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
-			   state_names[from], state_names[r->state], r->round);
+			    state_names[from], state_names[r->state], r->round);
 	rearm(r);
 }
 
@@ -918,7 +918,7 @@ static void on_timer(uv_timer_t *h)
 {
 	struct round_timer *t = (struct round_timer *)h;
 	struct crun__round *r = t->r;
-	struct crun__round_event ev = { .type = CRUN_ROUND_EV_LAST_CALL };
+	struct crun__round_event ev = {.type = CRUN_ROUND_EV_LAST_CALL};
 	uint64_t now = uv_now(r->loop);
 	const struct nodes *w;
 	void **expired = NULL;
@@ -984,14 +984,14 @@ static void rearm(struct crun__round *r)
 
 out_no_timer:
 	crun__warn("run '%s': cannot create the rendezvous timer: out of memory; "
-		  "timeouts are late until the next request",
-		  r->run_id);
+		   "timeouts are late until the next request",
+		   r->run_id);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
 struct crun__round *crun__round_create(uv_loop_t *loop, const char *run_id,
-				     const struct crun__round_ops *ops, void *ctx)
+				       const struct crun__round_ops *ops, void *ctx)
 {
 	struct crun__round *r = calloc(1, sizeof(*r));
 

@@ -54,15 +54,15 @@ struct crun__round_event {
 	int64_t num;
 	const struct crun__rdzv_node *node; /* JOIN; copied */
 	const struct crun__rdzv_conf *conf; /* JOIN; copied */
-	const char *peer_addr;		   /* JOIN: the peer's IP as the server sees it,
-					    * used when node->addr is empty */
-	const char *message;		   /* FAIL, LOST; may be NULL */
+	const char *peer_addr;		    /* JOIN: the peer's IP as the server sees it,
+					     * used when node->addr is empty */
+	const char *message;		    /* FAIL, LOST; may be NULL */
 };
 
 /* A round state for the run named run_id (a printable form, for
  * messages; copied), timers on loop. NULL when out of memory. */
 struct crun__round *crun__round_create(uv_loop_t *loop, const char *run_id,
-				     const struct crun__round_ops *ops, void *ctx);
+				       const struct crun__round_ops *ops, void *ctx);
 
 /* Applies one event (see rdzv.h for each state's answer): replies and
  * pushes are queued through ops->send before it returns. Safe to call

@@ -374,8 +374,8 @@ static void handle_preamble(struct conn *c, const uint8_t *p)
 static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 {
 	struct crun__server *srv = c->srv;
-	const struct crun__hello_server hs = { srv->token, srv->token_len, c->nonce,
-					       srv->limits.max_key_size };
+	const struct crun__hello_server hs = {srv->token, srv->token_len, c->nonce,
+					      srv->limits.max_key_size};
 	const struct crun__wire_item *run_id = &m->items[0];
 	uint8_t server_mac[CRUN_WIRE_MAC_LEN];
 	struct crun__wire_item reply;
@@ -385,7 +385,7 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 	rc = crun__hello_server_hello(&hs, m, server_mac, &reply, why, sizeof(why));
 	if (rc == -EACCES) {
 		crun__info("%s: authentication failed (run '%s')", c->peer,
-			  show_item(r, sizeof(r), run_id));
+			   show_item(r, sizeof(r), run_id));
 		reply_err(c, m->id, EACCES, "%s", why);
 		begin_close(c, true);
 		return;
@@ -405,7 +405,7 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
 	OPENSSL_cleanse(server_mac, sizeof(server_mac));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
-		 srv->token ? " (authenticated)" : "");
+		  srv->token ? " (authenticated)" : "");
 }
 
 static void handle_frame(struct conn *c, const struct crun__wire_msg *m)
@@ -480,7 +480,7 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 			continue;
 		}
 		n = crun__wire_decode(buf + off, len - off, max_payload(c), &m, srv->items, &cap,
-				     err, sizeof(err));
+				      err, sizeof(err));
 		if (n == -ENOBUFS) {
 			if (grow_items(srv, cap) < 0) {
 				drop_conn(c, "out of memory");
@@ -681,12 +681,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		if (c->state != CONN_CLOSING) {
 			if (nread == UV_EOF) {
 				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					 "%s: connection closed", c->peer);
+					  "%s: connection closed", c->peer);
 				begin_close(c, true);
 			} else {
 				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					 "%s: connection closed: %s", c->peer,
-					 uv_strerror((int)nread));
+					  "%s: connection closed: %s", c->peer,
+					  uv_strerror((int)nread));
 				begin_close(c, false);
 			}
 		}
@@ -780,10 +780,10 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	crun__wire_server_preamble(preamble, srv->token ? CRUN_WIRE_F_AUTH : 0,
-				  srv->token ? c->nonce : NULL);
+				   srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
-		 c->peer);
+		  c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
 		begin_close(c, false);
@@ -868,7 +868,7 @@ out_free:
 }
 
 int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
-		       size_t errlen)
+			size_t errlen)
 {
 	bool loopback, used;
 	char shown[320];
@@ -891,8 +891,8 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 	if (!srv->token && !loopback) {
 		crun__net_endpoint(shown, sizeof(shown), host, srv->port);
 		crun__warn("listening on %s without a token: anyone who can reach this port can "
-			  "join and change the job's keys; set %s",
-			  shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
+			   "join and change the job's keys; set %s",
+			   shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
 	}
 	return 0;
 }
@@ -902,7 +902,8 @@ int crun__server_port(const struct crun__server *srv)
 	return srv && srv->listening ? srv->port : 0;
 }
 
-void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb, void *arg)
+void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
+				    void *arg)
 {
 	srv->disconnect_cb = cb;
 	srv->disconnect_arg = arg;

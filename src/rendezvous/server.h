@@ -31,13 +31,13 @@
 struct crun__server;
 
 struct crun__server_limits {
-	uint32_t max_key_size;       /* bytes; default 4096 */
-	uint32_t max_value_size;     /* bytes; default 16 MiB */
-	uint64_t max_keys_per_run;   /* default 1000000 */
-	uint32_t max_connections;    /* default 4096 */
-	uint64_t max_conn_buffer;    /* bytes buffered per connection, in and
-	                              * out each; default 64 MiB; clamped to
-	                              * 4 KiB .. 2 GiB. Also caps one frame. */
+	uint32_t max_key_size;	       /* bytes; default 4096 */
+	uint32_t max_value_size;       /* bytes; default 16 MiB */
+	uint64_t max_keys_per_run;     /* default 1000000 */
+	uint32_t max_connections;      /* default 4096 */
+	uint64_t max_conn_buffer;      /* bytes buffered per connection, in and
+					* out each; default 64 MiB; clamped to
+					* 4 KiB .. 2 GiB. Also caps one frame. */
 	uint32_t handshake_timeout_ms; /* connect -> HELLO done; default 10000 */
 };
 
@@ -66,7 +66,7 @@ struct crun__server_opts {
  * only. Not called from crun__server_destroy. The hook must not destroy
  * the server. */
 typedef void (*crun__server_disconnect_cb)(struct crun__server *srv, const char *run_id,
-					  const char *peer, void *arg);
+					   const char *peer, void *arg);
 
 /* Creates a server on loop. Listens on nothing yet. NULL on failure. */
 struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__server_opts *opts);
@@ -77,13 +77,13 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
  * token. Returns 0 or a negative errno (-EADDRINUSE ...), with a message
  * in err. */
 int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
-		       size_t errlen);
+			size_t errlen);
 
 /* The port actually bound (after listen), else 0. */
 int crun__server_port(const struct crun__server *srv);
 
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
-				   void *arg);
+				    void *arg);
 
 /* Number of open connections. */
 uint32_t crun__server_connections(const struct crun__server *srv);

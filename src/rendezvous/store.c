@@ -59,7 +59,7 @@ struct waiter {
 	uint32_t id;
 	uint8_t type;
 	uint32_t count;
-	size_t bytes;		     /* key bytes held, in client->sub_bytes */
+	size_t bytes;		      /* key bytes held, in client->sub_bytes */
 	struct crun__wire_item *keys; /* in the same allocation, after the struct */
 };
 
@@ -136,8 +136,8 @@ void crun__store_log_request(const struct crun__store_client *c, const struct cr
 	if (m->count && m->type != CRUN_WIRE_PING)
 		show_item(k, sizeof(k), &m->items[0]);
 	crun__debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->name,
-		   crun__wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
-		   m->count);
+		    crun__wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
+		    m->count);
 }
 
 /* ---- replies ------------------------------------------------------------- */
@@ -187,8 +187,8 @@ void crun__store_refuse(struct crun__store *st, struct crun__store_client *c, ui
 		crun__info("%s: refused request: %s", c->name, msg);
 	else if (c->nrefused == CRUN__STORE_REFUSALS_LOGGED)
 		crun__info("%s: refused request: %s (further refusals on this connection are not "
-			  "logged)",
-			  c->name, msg);
+			   "logged)",
+			   c->name, msg);
 	c->nrefused++;
 	crun__store_reply_error(st, c, id, errnum, "%s", msg);
 }
@@ -810,7 +810,7 @@ static void op_cas(struct crun__store *st, struct crun__store_client *c,
 		   const struct crun__wire_msg *m)
 {
 	const struct crun__wire_item *key = &m->items[0], *expected = &m->items[1],
-				    *desired = &m->items[2];
+				     *desired = &m->items[2];
 	uint32_t h = hash_item(st, key);
 	struct entry *e = entry_find(c->run, key, h);
 	bool absent_only = m->flags & CRUN_WIRE_FL_EXPECT_ABSENT;

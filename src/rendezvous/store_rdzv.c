@@ -8,7 +8,7 @@
 
 /* The round of c's run, made on first use; NULL after an error reply. */
 static struct crun__round *run_round(const struct crun__store_rdzv_env *env, struct crun__store *st,
-				    struct crun__store_client *c, uint32_t id)
+				     struct crun__store_client *c, uint32_t id)
 {
 	void **slot = crun__store_run_data(c);
 	char shown[300];

@@ -118,7 +118,7 @@ bool crun__wire_is_reply(uint8_t type)
 }
 
 int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
-			   char *err, size_t errlen)
+			    char *err, size_t errlen)
 {
 	uint32_t len = get_u32(hdr);
 	uint8_t type = hdr[4];
@@ -135,12 +135,12 @@ int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *
 	}
 	if (len > max_payload) {
 		crun__seterr(err, errlen, "frame of %u bytes exceeds the limit of %u bytes", len,
-			    max_payload);
+			     max_payload);
 		return -EMSGSIZE;
 	}
 	if (len < CRUN_WIRE_PAYLOAD_MIN) {
 		crun__seterr(err, errlen, "frame payload of %u bytes is shorter than %u", len,
-			    CRUN_WIRE_PAYLOAD_MIN);
+			     CRUN_WIRE_PAYLOAD_MIN);
 		return -EPROTO;
 	}
 	*payload_len = len;
@@ -148,8 +148,8 @@ int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *
 }
 
 long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-		      struct crun__wire_msg *msg, struct crun__wire_item *items_store,
-		      uint32_t *items_cap, char *err, size_t errlen)
+		       struct crun__wire_msg *msg, struct crun__wire_item *items_store,
+		       uint32_t *items_cap, char *err, size_t errlen)
 {
 	uint32_t plen, count, i;
 	const uint8_t *p, *end;
@@ -168,7 +168,8 @@ long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 	count = get_u32(p + 8);
 	/* Each item takes at least its 4-byte length. */
 	if (count > CRUN_WIRE_MAX_ITEMS || count > (plen - CRUN_WIRE_PAYLOAD_MIN) / 4) {
-		crun__seterr(err, errlen, "item count %u does not fit a %u-byte frame", count, plen);
+		crun__seterr(err, errlen, "item count %u does not fit a %u-byte frame", count,
+			     plen);
 		return -EPROTO;
 	}
 	if (count > *items_cap) {
@@ -194,7 +195,7 @@ long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
 		p += 4;
 		if ((size_t)(end - p) < n) {
 			crun__seterr(err, errlen,
-				    "item %u of %u bytes runs past the end of the frame", i, n);
+				     "item %u of %u bytes runs past the end of the frame", i, n);
 			return -EPROTO;
 		}
 		items_store[i].data = p;
@@ -218,7 +219,7 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 	}
 	if (msg->count < r->min_items || msg->count > r->max_items) {
 		crun__seterr(err, errlen, "%s takes %u to %u items, got %u", r->name, r->min_items,
-			    r->max_items, msg->count);
+			     r->max_items, msg->count);
 		return -EPROTO;
 	}
 	if (msg->flags & ~r->flags) {
@@ -229,7 +230,7 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 	case NUM_ZERO:
 		if (msg->num != 0) {
 			crun__seterr(err, errlen, "%s takes no number, got %lld", r->name,
-				    (long long)msg->num);
+				     (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -247,8 +248,8 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 		break;
 	case NUM_ROUND:
 		if (msg->num < 0) {
-			crun__seterr(err, errlen, "%s round must not be negative, got %lld", r->name,
-				    (long long)msg->num);
+			crun__seterr(err, errlen, "%s round must not be negative, got %lld",
+				     r->name, (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -272,12 +273,12 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 		}
 		if (msg->items[1].len != CRUN_WIRE_NONCE_LEN) {
 			crun__seterr(err, errlen, "HELLO nonce must be %d bytes",
-				    CRUN_WIRE_NONCE_LEN);
+				     CRUN_WIRE_NONCE_LEN);
 			return -EPROTO;
 		}
 		if (msg->items[2].len != 0 && msg->items[2].len != CRUN_WIRE_MAC_LEN) {
 			crun__seterr(err, errlen, "HELLO mac must be empty or %d bytes",
-				    CRUN_WIRE_MAC_LEN);
+				     CRUN_WIRE_MAC_LEN);
 			return -EPROTO;
 		}
 		break;
@@ -293,7 +294,7 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 	case CRUN_WIRE_MSET:
 		if (msg->count % 2) {
 			crun__seterr(err, errlen, "MSET takes key/value pairs, got %u items",
-				    msg->count);
+				     msg->count);
 			return -EPROTO;
 		}
 		for (uint32_t i = 0; i < msg->count; i += 2)
@@ -307,14 +308,14 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 		 * success, a huge one would not fit an int. */
 		if (msg->num <= 0 || msg->num > CRUN_WIRE_ERRNO_MAX) {
 			crun__seterr(err, errlen, "ERROR with errno %lld outside 1..%d",
-				    (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
+				     (long long)msg->num, CRUN_WIRE_ERRNO_MAX);
 			return -EPROTO;
 		}
 		break;
 	case CRUN_WIRE_NOTIFY:
 		if (msg->num != CRUN_WIRE_EV_SET && msg->num != CRUN_WIRE_EV_DELETE) {
 			crun__seterr(err, errlen, "NOTIFY with unknown event %lld",
-				    (long long)msg->num);
+				     (long long)msg->num);
 			return -EPROTO;
 		}
 		break;
@@ -385,7 +386,7 @@ void crun__wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *non
 }
 
 int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
-				    uint8_t *nonce)
+				     uint8_t *nonce)
 {
 	if (memcmp(in, CRUN_WIRE_MAGIC, 4))
 		return -EPROTO;
@@ -398,7 +399,7 @@ int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint1
 }
 
 int crun__wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
-		  const uint8_t *b, uint8_t *out)
+		   const uint8_t *b, uint8_t *out)
 {
 	uint8_t msg[32 + 2 * CRUN_WIRE_NONCE_LEN];
 	unsigned int outlen = 0;

@@ -183,7 +183,7 @@ bool crun__wire_is_reply(uint8_t type);
  * non-zero reserved field or a payload shorter than the minimum, and
  * writes a one-line reason to err. */
 int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *payload_len,
-			   char *err, size_t errlen);
+			    char *err, size_t errlen);
 
 /* Incremental decoder. buf holds len bytes received so far, starting at a
  * frame boundary. Returns:
@@ -199,8 +199,8 @@ int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *
  * the payload arrives, so a peer announcing 2^31 bytes is refused at once.
  * Checks the generic shape only; crun__wire_validate checks per-type rules. */
 long crun__wire_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-		      struct crun__wire_msg *msg, struct crun__wire_item *items_store,
-		      uint32_t *items_cap, char *err, size_t errlen);
+		       struct crun__wire_msg *msg, struct crun__wire_item *items_store,
+		       uint32_t *items_cap, char *err, size_t errlen);
 
 /* Per-type rules of a decoded request or reply: item counts, HELLO's
  * nonce and mac lengths, WAIT's positive timeout, MSET's even count,
@@ -258,14 +258,14 @@ void crun__wire_client_preamble(uint8_t *out);
 int crun__wire_parse_client_preamble(const uint8_t *in, uint16_t *version);
 void crun__wire_server_preamble(uint8_t *out, uint16_t flags, const uint8_t *nonce);
 int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint16_t *flags,
-				    uint8_t *nonce);
+				     uint8_t *nonce);
 
 /* HMAC-SHA256 for the HELLO exchange (OpenSSL's libcrypto underneath).
  * role is "client" or "server"; a and b are the two nonces in the order
  * the protocol above gives. out receives CRUN_WIRE_MAC_LEN bytes.
  * Returns 0 or -EIO. */
 int crun__wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
-		  const uint8_t *b, uint8_t *out);
+		   const uint8_t *b, uint8_t *out);
 /* Constant-time comparison of two macs. */
 bool crun__wire_mac_equal(const uint8_t *a, const uint8_t *b);
 /* Fills buf with cryptographically random bytes. 0 or -EIO. */

@@ -90,8 +90,8 @@ static int env_int(const char *name, int64_t min, int64_t max, int64_t def, int6
 
 	if (!v || !*v) {
 		if (def < min) {
-			crun__seterr(err, errlen, "%s is not set (is this program running under crun?)",
-			       name);
+			crun__seterr(err, errlen,
+				     "%s is not set (is this program running under crun?)", name);
 			return -ENOENT;
 		}
 		*out = def;
@@ -164,12 +164,13 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	w->store = crun_store_create(&opts);
 	if (!w->store) {
 		crun__seterr(err, errlen, "cannot create a store handle for '%s:%d': out of memory",
-		       opts.host, opts.port);
+			     opts.host, opts.port);
 		goto out_free_worker;
 	}
 	rc = crun_store_connect(w->store);
 	if (rc < 0) {
-		crun__seterr(err, errlen, "cannot reach the store: %s", crun_store_errmsg(w->store));
+		crun__seterr(err, errlen, "cannot reach the store: %s",
+			     crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
 	/* This rank's handle number in this round: keeps a later handle's
@@ -178,7 +179,7 @@ struct crun_worker *crun_worker_create(int timeout_ms, char *err, size_t errlen)
 	rc = crun_store_add(w->store, key, 1, &w->handle, w->default_timeout_ms);
 	if (rc < 0) {
 		crun__seterr(err, errlen, "cannot register rank %d in the store: %s", w->rank,
-		       crun_store_errmsg(w->store));
+			     crun_store_errmsg(w->store));
 		goto out_destroy_store;
 	}
 	crun__seterr(err, errlen, "%s", "");

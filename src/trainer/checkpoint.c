@@ -193,8 +193,8 @@ static int write_shard(struct crun__parallel *par, const char *sdir, int64_t ste
 	return w_commit(&w);
 }
 
-static int write_manifest(const char *sdir, const struct crun__ckpt_meta *meta, const double *status,
-			  int world)
+static int write_manifest(const char *sdir, const struct crun__ckpt_meta *meta,
+			  const double *status, int world)
 {
 	char path[PATH_MAX], line[256];
 	struct wfile w;
@@ -367,7 +367,7 @@ static int comm_fail(struct crun__comm *comm, int rc, char *err, size_t errlen)
 }
 
 int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
-		   const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen)
+		    const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen)
 {
 	int rank = crun__comm_rank(comm), world = crun__comm_size(comm);
 	char sdir[PATH_MAX], path[PATH_MAX];
@@ -388,7 +388,7 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 			rc = -errno;
 		if (rc)
 			crun__seterr(err, errlen, "cannot create checkpoint '%s': %s", sdir,
-				    strerror(-rc));
+				     strerror(-rc));
 		flag = rc ? 1 : 0;
 	}
 	mine = crun__comm_allreduce_f64(comm, &flag, 1);
@@ -410,7 +410,7 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 		mine = write_shard(par, sdir, meta->step, rank, world, meta->n_params, &fnv, &size);
 	if (mine)
 		crun__seterr(err, errlen, "cannot write checkpoint shard in '%s': %s", sdir,
-			    strerror(-mine));
+			     strerror(-mine));
 	status[4 * rank] = mine ? 1 : 0;
 	status[4 * rank + 1] = (double)size;
 	status[4 * rank + 2] = (double)(fnv >> 32);
@@ -424,8 +424,8 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 		if (status[4 * r] > 0) {
 			if (!mine)
 				crun__seterr(err, errlen,
-					    "rank %d could not write its checkpoint shard in '%s'",
-					    r, sdir);
+					     "rank %d could not write its checkpoint shard in '%s'",
+					     r, sdir);
 			free(status);
 			return mine ? mine : -EIO;
 		}
@@ -436,7 +436,7 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 		rc = write_manifest(sdir, meta, status, world);
 		if (rc)
 			crun__seterr(err, errlen, "cannot write checkpoint manifest in '%s': %s",
-				    sdir, strerror(-rc));
+				     sdir, strerror(-rc));
 		else
 			prune(dir, keep);
 		flag = rc ? 1 : 0;
@@ -448,7 +448,7 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 	if (flag > 0) {
 		if (rank != 0)
 			crun__seterr(err, errlen,
-				    "rank 0 could not write checkpoint manifest in '%s'", sdir);
+				     "rank 0 could not write checkpoint manifest in '%s'", sdir);
 		return rc ? rc : -EIO;
 	}
 	return 0;
@@ -464,7 +464,8 @@ int crun__ckpt_latest(const char *dir, int64_t *step, char *err, size_t errlen)
 	if (rc == -ENOENT)
 		return -ENOENT;
 	if (rc) {
-		crun__seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir, strerror(-rc));
+		crun__seterr(err, errlen, "cannot read checkpoint dir '%s': %s", dir,
+			     strerror(-rc));
 		return rc;
 	}
 	rc = -ENOENT;
@@ -596,7 +597,7 @@ static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 		crun__seterr(err, errlen, "cannot read '%s': out of memory", path);
 	} else if (!end || got != 511 || n_shards != meta->world_size) {
 		crun__seterr(err, errlen, "checkpoint '%s' is incomplete or damaged: bad MANIFEST",
-			    ckpt);
+			     ckpt);
 	} else {
 		rc = 0;
 		if (shards)
@@ -684,7 +685,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	if (fd < 0) {
 		rc = -errno;
 		crun__seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
-			    strerror(errno));
+			     strerror(errno));
 		return rc;
 	}
 	rd->fd[idx] = fd;
@@ -698,7 +699,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 		rc = read_full(fd, buf, n, (off_t)off);
 		if (rc) {
 			crun__seterr(err, errlen, "cannot read checkpoint shard '%s': %s", path,
-				    strerror(-rc));
+				     strerror(-rc));
 			return rc;
 		}
 		fnv = crun__fnv1a(fnv, buf, n);
@@ -706,7 +707,7 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	}
 	if (fnv != e->fnv) {
 		crun__seterr(err, errlen, "checkpoint shard '%s' is damaged: checksum mismatch",
-			    path);
+			     path);
 		return -EINVAL;
 	}
 	if (e->size < SHARD_HEADER || read_full(fd, hdr, SHARD_HEADER, 0) ||
@@ -715,8 +716,8 @@ static int open_shard(struct reader *rd, int idx, const struct shard_entry *e, c
 	    get_le(hdr + 16, 4) != (uint64_t)rd->meta.world_size ||
 	    get_le(hdr + 24, 8) != (uint64_t)rd->meta.step ||
 	    get_le(hdr + 32, 8) != rd->meta.n_params) {
-		crun__seterr(err, errlen, "checkpoint shard '%s' does not belong to this checkpoint",
-			    path);
+		crun__seterr(err, errlen,
+			     "checkpoint shard '%s' does not belong to this checkpoint", path);
 		return -EINVAL;
 	}
 	n_ranges = (uint32_t)get_le(hdr + 20, 4);
@@ -791,7 +792,7 @@ static int reader_open(struct reader *rd, const char *ckpt, char *err, size_t er
 	}
 	if (next != rd->meta.n_params) {
 		crun__seterr(err, errlen,
-			    "checkpoint '%s' is damaged: its shards do not cover the model", ckpt);
+			     "checkpoint '%s' is damaged: its shards do not cover the model", ckpt);
 		rc = -EINVAL;
 		goto out_close;
 	}
@@ -821,7 +822,7 @@ static int reader_fetch(struct reader *rd, int kind, size_t flat, size_t n, floa
 		rc = read_full(rd->fd[r->shard], dst + (a - flat), (b - a) * sizeof(float), off);
 		if (rc) {
 			crun__seterr(err, errlen, "cannot read checkpoint '%s': %s", rd->path,
-				    strerror(-rc));
+				     strerror(-rc));
 			return rc;
 		}
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -844,7 +845,7 @@ static bool same_model(const struct crun__model_config *a, const struct crun__mo
 }
 
 int crun__ckpt_load(struct crun__parallel *par, const struct crun__model *model, const char *ckpt,
-		   char *err, size_t errlen)
+		    char *err, size_t errlen)
 {
 	struct reader rd;
 	int rc = reader_open(&rd, ckpt, err, errlen);
@@ -958,8 +959,8 @@ out_close:
 }
 
 int crun__ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
-				struct crun__model_config *cfg, int64_t *step, char *err,
-				size_t errlen)
+				 struct crun__model_config *cfg, int64_t *step, char *err,
+				 size_t errlen)
 {
 	uint8_t hdr[56];
 	struct stat st;

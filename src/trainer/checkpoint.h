@@ -48,7 +48,7 @@ struct crun__ckpt_meta {
  * checkpoint is complete, else a negative errno with the reason in err
  * (the same result on every rank unless the comm layer failed). */
 int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
-		   const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
+		    const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
 
 /* Step of the newest complete checkpoint in dir: 0 and *step, or -ENOENT
  * when there is none (also when dir does not exist). */
@@ -65,7 +65,7 @@ int crun__ckpt_read_meta(const char *ckpt, struct crun__ckpt_meta *meta, char *e
  * checksum and that the shards cover the model exactly. The model must
  * match the checkpoint's (-EINVAL otherwise). */
 int crun__ckpt_load(struct crun__parallel *par, const struct crun__model *model, const char *ckpt,
-		   char *err, size_t errlen);
+		    char *err, size_t errlen);
 
 /* Writes the parameters of a checkpoint as one consolidated file. path is
  * a checkpoint (step-N) or a checkpoint.dir (its newest complete one). */
@@ -74,7 +74,7 @@ int crun__ckpt_export(const char *path, const char *out, char *err, size_t errle
 /* Reads a consolidated file: the parameters (malloc'd, caller frees) and
  * the model configuration. */
 int crun__ckpt_read_consolidated(const char *path, float **params, size_t *n_params,
-				struct crun__model_config *cfg, int64_t *step, char *err,
-				size_t errlen);
+				 struct crun__model_config *cfg, int64_t *step, char *err,
+				 size_t errlen);
 
 #endif

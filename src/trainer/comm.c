@@ -65,7 +65,7 @@ static int env_size(const char *name, uint64_t max, size_t *out, char *err, size
 	}
 	if (n == 0 || n > max) {
 		crun__seterr(err, errlen, "invalid %s '%s': expected 1 to %llu bytes", name, v,
-		       (unsigned long long)max);
+			     (unsigned long long)max);
 		return -EINVAL;
 	}
 	*out = (size_t)n;
@@ -98,9 +98,11 @@ static int addr_of_interfaces(const char *names, char *buf, size_t len)
 					    strcmp(i->ifa_name, name))
 						continue;
 					a = want == AF_INET
-						    ? (const void *)&((struct sockaddr_in *)i->ifa_addr)
+						    ? (const void *)&(
+							      (struct sockaddr_in *)i->ifa_addr)
 							      ->sin_addr
-						    : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)
+						    : (const void *)&(
+							      (struct sockaddr_in6 *)i->ifa_addr)
 							      ->sin6_addr;
 					if (inet_ntop(want, a, buf, (socklen_t)len))
 						rc = 0;
@@ -134,12 +136,12 @@ int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t err
 		return rc;
 	if (has_rank != has_world) {
 		crun__seterr(err, errlen, "%s is set but %s is not: set both or neither",
-		       has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
+			     has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
 		return -EINVAL;
 	}
 	if (rank >= world) {
 		crun__seterr(err, errlen, "invalid RANK '%lld': must be below WORLD_SIZE %lld",
-		       (long long)rank, (long long)world);
+			     (long long)rank, (long long)world);
 		return -EINVAL;
 	}
 	opts->rank = (int)rank;
@@ -155,7 +157,8 @@ int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t err
 			return -EINVAL;
 		}
 		if (timeout <= 0) {
-			crun__seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0", v);
+			crun__seterr(err, errlen, "invalid CRUN_COMM_TIMEOUT '%s': must be above 0",
+				     v);
 			return -EINVAL;
 		}
 		opts->timeout_ms = timeout;
@@ -176,10 +179,11 @@ int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t err
 		if (v && *v) {
 			rc = addr_of_interfaces(v, opts->addr_storage, sizeof(opts->addr_storage));
 			if (rc < 0) {
-				crun__seterr(err, errlen,
-				       "invalid %s '%s': no such interface with an IPv4 or IPv6 "
-				       "address",
-				       var, v);
+				crun__seterr(
+					err, errlen,
+					"invalid %s '%s': no such interface with an IPv4 or IPv6 "
+					"address",
+					var, v);
 				return -EINVAL;
 			}
 			opts->addr = opts->addr_storage;
@@ -224,11 +228,12 @@ struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *e
 	}
 	if (opts->world_size < 1 || opts->rank < 0 || opts->rank >= opts->world_size) {
 		crun__seterr(err, errlen, "invalid rank %d for world size %d", opts->rank,
-		       opts->world_size);
+			     opts->world_size);
 		return NULL;
 	}
 	if (opts->timeout_ms < 0) {
-		crun__seterr(err, errlen, "invalid comm timeout %lld ms", (long long)opts->timeout_ms);
+		crun__seterr(err, errlen, "invalid comm timeout %lld ms",
+			     (long long)opts->timeout_ms);
 		return NULL;
 	}
 	comm = calloc(1, sizeof(*comm));
@@ -240,7 +245,8 @@ struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *e
 	comm->rank = opts->rank;
 	comm->size = opts->world_size;
 	if (ops->init(comm, opts) < 0) {
-		crun__seterr(err, errlen, "%s", comm->errmsg[0] ? comm->errmsg : "comm setup failed");
+		crun__seterr(err, errlen, "%s",
+			     comm->errmsg[0] ? comm->errmsg : "comm setup failed");
 		free(comm);
 		return NULL;
 	}

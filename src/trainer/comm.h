@@ -23,26 +23,26 @@ struct crun__comm;
 
 struct crun__comm_opts {
 	const char *backend; /* "cpu" (default) */
-	int rank;            /* RANK */
-	int world_size;      /* WORLD_SIZE */
-	int local_rank;      /* LOCAL_RANK */
+	int rank;	     /* RANK */
+	int world_size;	     /* WORLD_SIZE */
+	int local_rank;	     /* LOCAL_RANK */
 	/* Store for finding peers: libcrun's environment (CRUN_STORE,
 	 * CRUN_RUN_ID, CRUN_TOKEN); keys are scoped by round (CRUN_ROUND)
 	 * so a restarted attempt never reads an earlier attempt's keys. */
-	int64_t timeout_ms;  /* longest wait for a peer, in connecting and in
-	                      * each collective: a call fails when no byte
-	                      * moved for this long; 0: 300000 */
-	size_t chunk_bytes;  /* pipelining chunk for ring steps; 0: 1 MiB */
+	int64_t timeout_ms; /* longest wait for a peer, in connecting and in
+			     * each collective: a call fails when no byte
+			     * moved for this long; 0: 300000 */
+	size_t chunk_bytes; /* pipelining chunk for ring steps; 0: 1 MiB */
 	/* Fields added after the first version; zero means "default". */
-	int64_t round;       /* CRUN_ROUND: scopes the store keys */
-	const char *addr;    /* CRUN_COMM_ADDR: address this rank listens on
-	                      * and publishes; NULL: listen on every address
-	                      * and publish the one that reaches the store */
+	int64_t round;	      /* CRUN_ROUND: scopes the store keys */
+	const char *addr;     /* CRUN_COMM_ADDR: address this rank listens on
+			       * and publishes; NULL: listen on every address
+			       * and publish the one that reaches the store */
 	size_t sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF; 0: 4 MiB */
-	bool no_shm;         /* CRUN_COMM_SHM=0: TCP even between ranks of
-	                      * one host (default: shared memory there) */
-	bool send_thread;    /* CRUN_COMM_SEND_THREAD=1: a second thread
-	                      * sends while the caller receives and reduces */
+	bool no_shm;	      /* CRUN_COMM_SHM=0: TCP even between ranks of
+			       * one host (default: shared memory there) */
+	bool send_thread;     /* CRUN_COMM_SEND_THREAD=1: a second thread
+			       * sends while the caller receives and reduces */
 	/* Storage for addr when opts_from_env found it from an interface
 	 * name (CRUN_COMM_IFNAME, else GLOO_SOCKET_IFNAME, as gloo). */
 	char addr_storage[64];
@@ -72,8 +72,7 @@ int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t err
  * sending rank maps it if it can (same host), and the name is unlinked at
  * once; links that cannot keep TCP. Floats travel in the host's byte
  * order: every node of a job must share it. */
-struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *err,
-				   size_t errlen);
+struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *err, size_t errlen);
 void crun__comm_destroy(struct crun__comm *comm);
 
 int crun__comm_rank(const struct crun__comm *comm);
@@ -103,8 +102,7 @@ int crun__comm_reduce_scatter_f32(struct crun__comm *comm, float *in, float *out
 
 /* in holds count floats; out (size*count floats) receives every rank's in,
  * rank order. in may alias out + rank*count. */
-int crun__comm_allgather_f32(struct crun__comm *comm, const float *in, float *out,
-			    size_t count);
+int crun__comm_allgather_f32(struct crun__comm *comm, const float *in, float *out, size_t count);
 
 /* Copies bytes from root's buf to every rank's buf (a pipelined chain
  * root, root+1, ... on the ring). */

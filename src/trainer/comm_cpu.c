@@ -386,7 +386,7 @@ static int open_listener(struct crun__comm *comm, const char *addr, int store_fd
 		rc = getaddrinfo(addr, "0", &hints, &ai);
 		if (rc) {
 			crun__comm_set_error(comm, "cannot resolve CRUN_COMM_ADDR '%s': %s", addr,
-					    gai_strerror(rc));
+					     gai_strerror(rc));
 			return -EINVAL;
 		}
 		memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
@@ -396,7 +396,7 @@ static int open_listener(struct crun__comm *comm, const char *addr, int store_fd
 		if (getsockname(store_fd, (struct sockaddr *)&ss, &sl) < 0) {
 			rc = -errno;
 			crun__comm_set_error(comm, "cannot read the store connection's address: %s",
-					    strerror(-rc));
+					     strerror(-rc));
 			return rc;
 		}
 	}
@@ -466,14 +466,14 @@ static int connect_peer(struct crun__comm *comm, struct cpu *c, size_t sockbuf, 
 		    0 ||
 	    port <= 0) {
 		crun__comm_set_error(comm, "rank %d published a bad address '%s'", c->right,
-				    c->right_addr);
+				     c->right_addr);
 		return -EPROTO;
 	}
 	snprintf(portstr, sizeof(portstr), "%d", port);
 	rc = getaddrinfo(host, portstr, &hints, &ai);
 	if (rc) {
 		crun__comm_set_error(comm, "cannot resolve rank %d's address '%s': %s", c->right,
-				    c->right_addr, gai_strerror(rc));
+				     c->right_addr, gai_strerror(rc));
 		return -EHOSTUNREACH;
 	}
 	for (;;) {
@@ -510,7 +510,7 @@ static int connect_peer(struct crun__comm *comm, struct cpu *c, size_t sockbuf, 
 		if (fd >= 0)
 			close(fd);
 		crun__comm_set_error(comm, "cannot connect to rank %d '%s': %s", c->right,
-				    c->right_addr, strerror(-rc));
+				     c->right_addr, strerror(-rc));
 		return rc;
 	}
 	*out_fd = fd;
@@ -533,7 +533,7 @@ static int accept_left(struct crun__comm *comm, struct cpu *c, int lfd, const st
 		rc = poll_one(lfd, POLLIN, deadline);
 		if (rc < 0) {
 			crun__comm_set_error(comm, "rank %d '%s' did not connect within %lld ms",
-					    c->left, c->left_addr, (long long)c->timeout_ms);
+					     c->left, c->left_addr, (long long)c->timeout_ms);
 			return rc;
 		}
 		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -542,7 +542,7 @@ static int accept_left(struct crun__comm *comm, struct cpu *c, int lfd, const st
 				continue;
 			rc = -errno;
 			crun__comm_set_error(comm, "cannot accept rank %d: %s", c->left,
-					    strerror(-rc));
+					     strerror(-rc));
 			return rc;
 		}
 		/* A silent connection must not use up the whole wait. */
@@ -560,7 +560,8 @@ static int accept_left(struct crun__comm *comm, struct cpu *c, int lfd, const st
 		}
 		if (rc != -EPROTO)
 			snprintf(why, sizeof(why), "%s", strerror(-rc));
-		crun__warn("comm: refused a connection while waiting for rank %d: %s", c->left, why);
+		crun__warn("comm: refused a connection while waiting for rank %d: %s", c->left,
+			   why);
 		close(fd);
 	}
 }
@@ -703,11 +704,12 @@ static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, u
 		ring_unmap(&c->in);
 	if (rc < 0)
 		crun__comm_set_error(comm, "setup with rank %d (%s) failed: %s", who, peer,
-				    rc == -ECONNRESET ? "it closed the connection" : strerror(-rc));
+				     rc == -ECONNRESET ? "it closed the connection"
+						       : strerror(-rc));
 	else
 		crun__debug("comm: rank %d: from rank %d over %s, to rank %d over %s", c->rank,
-			   c->left, c->in.ring ? "shared memory" : "tcp", c->right,
-			   c->out.ring ? "shared memory" : "tcp");
+			    c->left, c->in.ring ? "shared memory" : "tcp", c->right,
+			    c->out.ring ? "shared memory" : "tcp");
 	return rc;
 }
 
@@ -728,7 +730,7 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 	rc = crun_store_opts_from_env(&so);
 	if (rc < 0) {
 		crun__comm_set_error(comm, "cannot read the store's address from CRUN_STORE: %s",
-				    crun_store_strerror(rc));
+				     crun_store_strerror(rc));
 		return rc;
 	}
 	store = crun_store_create(&so);
@@ -739,8 +741,8 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 	rc = crun_store_connect(store);
 	if (rc < 0) {
 		crun__comm_set_error(comm, "cannot reach the store '%s:%d': %s",
-				    so.host ? so.host : "127.0.0.1", so.port,
-				    crun_store_errmsg(store));
+				     so.host ? so.host : "127.0.0.1", so.port,
+				     crun_store_errmsg(store));
 		goto out_destroy_store;
 	}
 	rc = open_listener(comm, o->addr, crun_store_fd(store), sockbuf, &lfd, pub, sizeof(pub));
@@ -757,7 +759,7 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 				  wait_ms(deadline));
 	if (rc < 0) {
 		crun__comm_set_error(comm, "cannot publish '%s' in the store: %s", key[0],
-				    crun_store_errmsg(store));
+				     crun_store_errmsg(store));
 		goto out_close_listener;
 	}
 	keys[0] = key[1];
@@ -765,8 +767,8 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 	rc = crun_store_mget(store, keys, c->left == c->right ? 1 : 2, vals, wait_ms(deadline));
 	if (rc < 0) {
 		crun__comm_set_error(comm, "cannot find rank %d%s in the store within %lld ms: %s",
-				    c->right, c->left == c->right ? "" : " or its left neighbour",
-				    (long long)c->timeout_ms, crun_store_errmsg(store));
+				     c->right, c->left == c->right ? "" : " or its left neighbour",
+				     (long long)c->timeout_ms, crun_store_errmsg(store));
 		goto out_close_listener;
 	}
 	snprintf(c->right_addr, sizeof(c->right_addr), "%.*s", (int)vals[0].len,
@@ -787,7 +789,7 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 	rc = io_full(c->send_fd, mine, HELLO_LEN, true, deadline);
 	if (rc < 0) {
 		crun__comm_set_error(comm, "cannot greet rank %d '%s': %s", c->right, c->right_addr,
-				    strerror(-rc));
+				     strerror(-rc));
 		goto out_close_listener;
 	}
 	want = me;
@@ -798,20 +800,20 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 	rc = io_full(c->send_fd, theirs, HELLO_LEN, false, deadline);
 	if (rc == -ECONNRESET) {
 		crun__comm_set_error(comm,
-				    "rank %d '%s' closed the connection during setup "
-				    "(see its log for why it refused this rank)",
-				    c->right, c->right_addr);
+				     "rank %d '%s' closed the connection during setup "
+				     "(see its log for why it refused this rank)",
+				     c->right, c->right_addr);
 		goto out_close_listener;
 	}
 	if (rc < 0) {
 		crun__comm_set_error(comm, "no answer from rank %d '%s': %s", c->right,
-				    c->right_addr, strerror(-rc));
+				     c->right_addr, strerror(-rc));
 		goto out_close_listener;
 	}
 	want.rank = (uint32_t)c->right;
 	if (!hello_check(theirs, &want, why, sizeof(why))) {
 		crun__comm_set_error(comm, "the peer at '%s' is not rank %d of this group: %s",
-				    c->right_addr, c->right, why);
+				     c->right_addr, c->right, why);
 		rc = -EPROTO;
 		goto out_close_listener;
 	}
@@ -906,7 +908,8 @@ static int cpu_init(struct crun__comm *comm, const struct crun__comm_opts *o)
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		crun__comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot allocate the communicator: %s",
+				     strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	comm->priv = c;
@@ -927,7 +930,8 @@ static int cpu_init(struct crun__comm *comm, const struct crun__comm_opts *o)
 	c->recv = calloc(nseg, sizeof(*c->recv));
 	c->rstart = calloc(nseg + 1, sizeof(*c->rstart));
 	if (!c->stage || !c->send || !c->recv || !c->rstart) {
-		crun__comm_set_error(comm, "cannot allocate the communicator: %s", strerror(ENOMEM));
+		crun__comm_set_error(comm, "cannot allocate the communicator: %s",
+				     strerror(ENOMEM));
 		rc = -ENOMEM;
 		goto out_finish;
 	}
@@ -1738,7 +1742,7 @@ static int cpu_allreduce_f64(struct crun__comm *comm, double *buf, size_t count)
 	all = malloc((size_t)c->size * count * sizeof(double));
 	if (!all) {
 		crun__comm_set_error(comm, "all-reduce (f64) of %zu values: %s", count,
-				    strerror(ENOMEM));
+				     strerror(ENOMEM));
 		return -ENOMEM;
 	}
 	rc = allgather_bytes(comm, OP_ALLREDUCE_F64, buf, all, count * sizeof(double));

@@ -82,7 +82,7 @@ static int fail(struct crun__comm *comm, int rc, const char *what, ncclResult_t 
 		crun__comm_set_error(comm, "%s", what);
 	else
 		crun__comm_set_error(comm, "%s: %s%s%s", what, ncclGetErrorString(r),
-				    last && *last ? ": " : "", last && *last ? last : "");
+				     last && *last ? ": " : "", last && *last ? last : "");
 	comm->failed = true;
 	if (n && n->nc) {
 		ncclCommAbort(n->nc);
@@ -169,7 +169,7 @@ int crun__comm_nccl_wait(struct crun__comm *comm, cudaEvent_t ev)
 }
 
 int crun__comm_nccl_allreduce(struct crun__comm *comm, void *buf, size_t count,
-			     enum crun__comm_dtype t)
+			      enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -180,7 +180,7 @@ int crun__comm_nccl_allreduce(struct crun__comm *comm, void *buf, size_t count,
 }
 
 int crun__comm_nccl_reduce_scatter(struct crun__comm *comm, const void *in, void *out, size_t count,
-				  enum crun__comm_dtype t)
+				   enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -192,7 +192,7 @@ int crun__comm_nccl_reduce_scatter(struct crun__comm *comm, const void *in, void
 }
 
 int crun__comm_nccl_allgather(struct crun__comm *comm, const void *in, void *out, size_t count,
-			     enum crun__comm_dtype t)
+			      enum crun__comm_dtype t)
 {
 	struct nccl *n = priv(comm);
 
@@ -425,17 +425,17 @@ static int share_id(struct crun__comm *comm, ncclUniqueId *id)
 	}
 	if (crun_worker_rank(w) != comm->rank || crun_worker_world_size(w) != comm->size) {
 		crun__comm_set_error(comm,
-				    "the store's worker environment says rank %d of %d, the "
-				    "communicator rank %d of %d",
-				    crun_worker_rank(w), crun_worker_world_size(w), comm->rank,
-				    comm->size);
+				     "the store's worker environment says rank %d of %d, the "
+				     "communicator rank %d of %d",
+				     crun_worker_rank(w), crun_worker_world_size(w), comm->rank,
+				     comm->size);
 		crun_worker_destroy(w);
 		return -EINVAL;
 	}
 	rc = crun_worker_broadcast(w, id, sizeof(*id), 0, timeout);
 	if (rc)
 		crun__comm_set_error(comm, "cannot share the NCCL id through the store: %s",
-				    crun_worker_errmsg(w));
+				     crun_worker_errmsg(w));
 	crun_worker_destroy(w);
 	return rc;
 }
@@ -465,7 +465,7 @@ static int nccl_init(struct crun__comm *comm, const struct crun__comm_opts *opts
 	ce = cudaSetDevice(n->device);
 	if (ce != cudaSuccess) {
 		crun__comm_set_error(comm, "nccl backend: cannot use GPU %d: %s", n->device,
-				    cudaGetErrorString(ce));
+				     cudaGetErrorString(ce));
 		rc = -ENODEV;
 		goto out_free;
 	}
@@ -474,7 +474,7 @@ static int nccl_init(struct crun__comm *comm, const struct crun__comm_opts *opts
 		r = ncclGetUniqueId(&id);
 		if (r != ncclSuccess) {
 			crun__comm_set_error(comm, "ncclGetUniqueId failed: %s",
-					    ncclGetErrorString(r));
+					     ncclGetErrorString(r));
 			rc = -EIO;
 			goto out_free;
 		}
@@ -488,7 +488,7 @@ static int nccl_init(struct crun__comm *comm, const struct crun__comm_opts *opts
 	r = ncclCommInitRankConfig(&n->nc, comm->size, id, comm->rank, &config);
 	if (r != ncclSuccess && r != ncclInProgress && !n->nc) {
 		crun__comm_set_error(comm, "ncclCommInitRankConfig failed: %s",
-				    ncclGetErrorString(r));
+				     ncclGetErrorString(r));
 		rc = -EIO;
 		goto out_free;
 	}

@@ -58,11 +58,11 @@ size_t crun__comm_nccl_peak_bytes(const struct crun__comm *comm);
  * may be out + rank*count). 0, or a negative errno with the message in
  * crun__comm_errmsg (the communicator is then aborted). */
 int crun__comm_nccl_allreduce(struct crun__comm *comm, void *buf, size_t count,
-			     enum crun__comm_dtype t);
+			      enum crun__comm_dtype t);
 int crun__comm_nccl_reduce_scatter(struct crun__comm *comm, const void *in, void *out, size_t count,
-				  enum crun__comm_dtype t);
+				   enum crun__comm_dtype t);
 int crun__comm_nccl_allgather(struct crun__comm *comm, const void *in, void *out, size_t count,
-			     enum crun__comm_dtype t);
+			      enum crun__comm_dtype t);
 
 /* Waits until ev (recorded on any stream of this device) has completed,
  * polling the communicator's asynchronous errors meanwhile. -ETIMEDOUT

@@ -325,8 +325,8 @@ static int load_section(struct crun__train_config *cfg, const char *path, const 
 		return 0; /* "model:" with nothing under it */
 	if (map->kind != CRUN__YAML_MAPPING) {
 		crun__seterr(err, errlen,
-			    "config '%s' line %d: section '%s' must be a mapping of keys", path,
-			    map->line, section);
+			     "config '%s' line %d: section '%s' must be a mapping of keys", path,
+			     map->line, section);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < map->n; i++) {
@@ -338,27 +338,27 @@ static int load_section(struct crun__train_config *cfg, const char *path, const 
 
 		if (!is_scalar(kn)) {
 			crun__seterr(err, errlen,
-				    "config '%s' line %d: keys of section '%s' must be names", path,
-				    kn->line, section);
+				     "config '%s' line %d: keys of section '%s' must be names",
+				     path, kn->line, section);
 			return -EINVAL;
 		}
 		name = kn->text;
 		k = find_key(section, strlen(section), name);
 		if (!k) {
 			crun__seterr(err, errlen, "config '%s' line %d: unknown key '%s.%s'", path,
-				    kn->line, section, name);
+				     kn->line, section, name);
 			return -EINVAL;
 		}
 		if (seen[k - keys]++) {
-			crun__seterr(err, errlen, "config '%s' line %d: duplicate key '%s.%s'", path,
-				    kn->line, section, name);
+			crun__seterr(err, errlen, "config '%s' line %d: duplicate key '%s.%s'",
+				     path, kn->line, section, name);
 			return -EINVAL;
 		}
 		if (!is_scalar(vn)) {
 			crun__seterr(err, errlen,
-				    "config '%s' line %d: key '%s.%s' expects %s, got %s", path,
-				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
-				    node_kind(vn));
+				     "config '%s' line %d: key '%s.%s' expects %s, got %s", path,
+				     vn->line, section, name, type_name(k, tn, sizeof(tn)),
+				     node_kind(vn));
 			return -EINVAL;
 		}
 		rc = assign(cfg, k, scalar_text(vn));
@@ -368,9 +368,9 @@ static int load_section(struct crun__train_config *cfg, const char *path, const 
 		}
 		if (rc) {
 			crun__seterr(err, errlen,
-				    "config '%s' line %d: key '%s.%s' expects %s, got '%s'", path,
-				    vn->line, section, name, type_name(k, tn, sizeof(tn)),
-				    scalar_text(vn));
+				     "config '%s' line %d: key '%s.%s' expects %s, got '%s'", path,
+				     vn->line, section, name, type_name(k, tn, sizeof(tn)),
+				     scalar_text(vn));
 			return rc;
 		}
 	}
@@ -386,9 +386,9 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 		return 0; /* an empty file: every default */
 	if (root->kind != CRUN__YAML_MAPPING) {
 		crun__seterr(err, errlen,
-			    "config '%s' line %d: expected a mapping of sections (model, data, "
-			    "optim, train, parallel, checkpoint, log)",
-			    path, root->line);
+			     "config '%s' line %d: expected a mapping of sections (model, data, "
+			     "optim, train, parallel, checkpoint, log)",
+			     path, root->line);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < root->n; i++) {
@@ -398,20 +398,21 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 		int rc;
 
 		if (!is_scalar(kn)) {
-			crun__seterr(err, errlen, "config '%s' line %d: section names must be names",
-				    path, kn->line);
+			crun__seterr(err, errlen,
+				     "config '%s' line %d: section names must be names", path,
+				     kn->line);
 			return -EINVAL;
 		}
 		if (!is_section(kn->text)) {
 			crun__seterr(err, errlen, "config '%s' line %d: unknown key '%s'", path,
-				    kn->line, kn->text);
+				     kn->line, kn->text);
 			return -EINVAL;
 		}
 		while (strcmp(sections[idx], kn->text))
 			idx++;
 		if (seen[idx]++) {
 			crun__seterr(err, errlen, "config '%s' line %d: duplicate key '%s'", path,
-				    kn->line, kn->text);
+				     kn->line, kn->text);
 			return -EINVAL;
 		}
 		rc = load_section(cfg, path, kn->text, vn, err, errlen);
@@ -422,7 +423,7 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 }
 
 int crun__train_config_load(struct crun__train_config *cfg, const char *path, char *err,
-			   size_t errlen)
+			    size_t errlen)
 {
 	struct crun__yaml_error e;
 	struct crun__yaml_doc *doc;
@@ -439,7 +440,7 @@ int crun__train_config_load(struct crun__train_config *cfg, const char *path, ch
 }
 
 int crun__train_config_set(struct crun__train_config *cfg, const char *assignment, char *err,
-			  size_t errlen)
+			   size_t errlen)
 {
 	const char *eq = strchr(assignment, '=');
 	const char *dot = strchr(assignment, '.');
@@ -460,7 +461,7 @@ int crun__train_config_set(struct crun__train_config *cfg, const char *assignmen
 	}
 	if (!k) {
 		crun__seterr(err, errlen, "--set '%s': unknown key '%.*s'", assignment,
-			    (int)(eq - assignment), assignment);
+			     (int)(eq - assignment), assignment);
 		return -EINVAL;
 	}
 	rc = assign(cfg, k, eq + 1);
@@ -469,8 +470,8 @@ int crun__train_config_set(struct crun__train_config *cfg, const char *assignmen
 		return rc;
 	}
 	if (rc) {
-		crun__seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'", assignment,
-			    k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
+		crun__seterr(err, errlen, "--set '%s': key '%s.%s' expects %s, got '%s'",
+			     assignment, k->section, k->name, type_name(k, tn, sizeof(tn)), eq + 1);
 		return rc;
 	}
 	return 0;
@@ -513,7 +514,7 @@ static int check_device(const struct crun__train_config *cfg, char *err, size_t 
 }
 
 int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
-			    size_t errlen)
+			     size_t errlen)
 {
 	int64_t per = (int64_t)world_size * cfg->parallel.grad_accum;
 	int rc = check_device(cfg, err, errlen);
@@ -523,16 +524,16 @@ int crun__train_config_check(const struct crun__train_config *cfg, int world_siz
 
 	if (cfg->train.batch_size % per) {
 		crun__seterr(err, errlen,
-			    "train.batch_size %lld does not split evenly over %d ranks x %lld "
-			    "micro-steps (parallel.grad_accum)",
-			    (long long)cfg->train.batch_size, world_size,
-			    (long long)cfg->parallel.grad_accum);
+			     "train.batch_size %lld does not split evenly over %d ranks x %lld "
+			     "micro-steps (parallel.grad_accum)",
+			     (long long)cfg->train.batch_size, world_size,
+			     (long long)cfg->parallel.grad_accum);
 		return -EINVAL;
 	}
 	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {
 		crun__seterr(err, errlen,
-			    "data.generate_bytes %lld is too small for model.context %lld",
-			    (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
+			     "data.generate_bytes %lld is too small for model.context %lld",
+			     (long long)cfg->data.generate_bytes, (long long)cfg->model.context);
 		return -EINVAL;
 	}
 	return 0;

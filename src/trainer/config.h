@@ -107,11 +107,11 @@ void crun__train_config_finish(struct crun__train_config *cfg);
 /* Applies the keys of a YAML file on top of what cfg holds. 0, or a
  * negative errno with the reason in err ("config 'x.yaml' line 4: ..."). */
 int crun__train_config_load(struct crun__train_config *cfg, const char *path, char *err,
-			   size_t errlen);
+			    size_t errlen);
 
 /* Applies one "section.key=value" override. 0 or -EINVAL with err. */
 int crun__train_config_set(struct crun__train_config *cfg, const char *assignment, char *err,
-			  size_t errlen);
+			   size_t errlen);
 
 /* Checks what single keys cannot: relations between keys. world_size is
  * the number of ranks (batch_size must split evenly over ranks and
@@ -120,7 +120,7 @@ int crun__train_config_set(struct crun__train_config *cfg, const char *assignmen
  * cuda, which needs a build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with
  * err. */
 int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
-			    size_t errlen);
+			     size_t errlen);
 
 /* Writes the effective configuration as YAML that load() reads back. */
 void crun__train_config_print(const struct crun__train_config *cfg, FILE *out);

@@ -213,7 +213,7 @@ out_close:
 }
 
 int crun__data_load(struct crun__data *d, const char *path, size_t gen_bytes, uint64_t gen_seed,
-		   double val_fraction, int context, char *err, size_t errlen)
+		    double val_fraction, int context, char *err, size_t errlen)
 {
 	size_t val_len;
 	int rc;
@@ -237,9 +237,9 @@ int crun__data_load(struct crun__data *d, const char *path, size_t gen_bytes, ui
 	d->train_len = d->len - val_len;
 	if (d->train_len <= (size_t)context || val_len <= (size_t)context) {
 		crun__seterr(err, errlen,
-		       "data '%s' is too small: %zu bytes leave no %d-byte window in the "
-		       "training or validation part",
-		       path && *path ? path : "(generated)", d->len, context + 1);
+			     "data '%s' is too small: %zu bytes leave no %d-byte window in the "
+			     "training or validation part",
+			     path && *path ? path : "(generated)", d->len, context + 1);
 		crun__data_finish(d);
 		return -EINVAL;
 	}

@@ -24,7 +24,7 @@ struct crun__data {
  * one sample. 0 or a negative errno with the reason in err. Pair with
  * crun__data_finish(). */
 int crun__data_load(struct crun__data *d, const char *path, size_t gen_bytes, uint64_t gen_seed,
-		   double val_fraction, int context, char *err, size_t errlen);
+		    double val_fraction, int context, char *err, size_t errlen);
 void crun__data_finish(struct crun__data *d);
 
 /* Fills out with len bytes of deterministic English-like text. */

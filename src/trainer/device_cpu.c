@@ -213,7 +213,7 @@ static void cpu_adamw(struct crun__device *d, const struct crun__optim *o, size_
 	struct cpu_device *c = cpu(d);
 
 	crun__optim_adamw(o, d->model, flat, n, at(d, p), at(d, g), c->m + moff, c->v + moff, t, lr,
-			 c->gscale);
+			  c->gscale);
 }
 
 static void cpu_params_changed(struct crun__device *d)

@@ -64,7 +64,7 @@ struct run {
 	struct crun__sampler sampler;
 	struct crun__model *model;
 	struct crun__parallel *par; /* the host copy: layout, parameters, optimizer state */
-	struct crun__device *dev;  /* train.device, attached to par */
+	struct crun__device *dev;   /* train.device, attached to par */
 	struct crun__optim optim;
 	enum crun__strategy strategy;
 	int accum, micro;
@@ -121,7 +121,7 @@ static void fill_batch(struct run *r, int64_t step)
 
 	for (size_t i = 0; i < per_rank; i++) {
 		size_t idx = crun__sampler_rank_at(&r->sampler, epoch, r->rank, r->world,
-						  j * per_rank + i);
+						   j * per_rank + i);
 
 		crun__data_sample(&r->data, 0, idx, r->tokens + i * row);
 	}
@@ -149,8 +149,8 @@ static int evaluate(struct run *r, double *out)
 			if (q >= E)
 				break;
 			crun__data_sample(&r->data, 1,
-					 (size_t)((double)q * (double)r->data.n_val / (double)E),
-					 r->tokens + (size_t)rows * row);
+					  (size_t)((double)q * (double)r->data.n_val / (double)E),
+					  r->tokens + (size_t)rows * row);
 		}
 		rc = crun__schedule_forward(r->dev, r->tokens, rows, &sum);
 		if (rc)
@@ -222,9 +222,9 @@ static int resume(struct run *r)
 	     meta.model.width != r->model->cfg.width || meta.model.layers != r->model->cfg.layers ||
 	     meta.model.ffn_mult != r->model->cfg.ffn_mult)) {
 		crun__error("checkpoint '%s' is of another model (context %d, embed_dim %d, "
-			   "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
-			   path, meta.model.context, meta.model.embed_dim, meta.model.width,
-			   meta.model.layers, meta.model.ffn_mult);
+			    "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
+			    path, meta.model.context, meta.model.embed_dim, meta.model.width,
+			    meta.model.layers, meta.model.ffn_mult);
 		flag[1] = 1;
 	} else {
 		if (!rc)
@@ -265,8 +265,8 @@ static int save(struct run *r)
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
 	crun__schedule_download(r->dev, true);
-	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta, r->cfg->checkpoint.keep,
-			    r->err, sizeof(r->err));
+	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
+			     r->cfg->checkpoint.keep, r->err, sizeof(r->err));
 	if (rc) {
 		crun__error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
 		return EXIT_FAILED;
@@ -331,7 +331,7 @@ static int train_loop(struct run *r)
 			return comm_failed(r, "training step");
 		if (!isfinite(loss)) {
 			crun__error("loss is %f at step %lld: training diverged (lower optim.lr?)",
-				   loss, (long long)s + 1);
+				    loss, (long long)s + 1);
 			return EXIT_FAILED;
 		}
 		r->step = s + 1;
@@ -482,16 +482,16 @@ static int setup(struct run *r)
 	int rc;
 
 	rc = crun__data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
-			    (uint64_t)cfg->data.seed, cfg->data.val_fraction,
-			    (int)cfg->model.context, r->err, sizeof(r->err));
+			     (uint64_t)cfg->data.seed, cfg->data.val_fraction,
+			     (int)cfg->model.context, r->err, sizeof(r->err));
 	if (rc) {
 		crun__error("%s", r->err);
 		return rc == -EINVAL || rc == -ENOENT ? EXIT_USAGE : EXIT_FAILED;
 	}
 	if ((int64_t)r->data.n_train < r->global_batch) {
 		crun__error("data '%s' has %zu training samples, fewer than train.batch_size %lld",
-			   cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.n_train,
-			   (long long)r->global_batch);
+			    cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.n_train,
+			    (long long)r->global_batch);
 		return EXIT_USAGE;
 	}
 	r->steps_per_epoch = (int64_t)r->data.n_train / r->global_batch;
@@ -547,10 +547,11 @@ static int setup(struct run *r)
 		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
 		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",
 		 crun__strategy_name(r->strategy), r->world, r->world == 1 ? "" : "s",
-		 crun__parallel_n_segments(r->par), crun__parallel_n_segments(r->par) == 1 ? "" : "s",
-		 (long long)r->global_batch, r->world, r->accum, r->micro, pb,
-		 mem.gather_bytes ? " (+ " : "", mem.gather_bytes ? xb : "",
-		 mem.gather_bytes ? " for the gathered unit)" : "", gb, ob);
+		 crun__parallel_n_segments(r->par),
+		 crun__parallel_n_segments(r->par) == 1 ? "" : "s", (long long)r->global_batch,
+		 r->world, r->accum, r->micro, pb, mem.gather_bytes ? " (+ " : "",
+		 mem.gather_bytes ? xb : "", mem.gather_bytes ? " for the gathered unit)" : "", gb,
+		 ob);
 
 	r->optim.lr = cfg->optim.lr;
 	r->optim.schedule = (enum crun__lr_schedule)crun__lr_schedule_parse(cfg->optim.schedule);
@@ -689,7 +690,7 @@ static int cmd_compare(int argc, char **argv)
 			tol = strtod(argv[++i], &end);
 			if (*end || !(tol >= 0)) {
 				crun__error("invalid tolerance '%s': expected a number >= 0",
-					   argv[i]);
+					    argv[i]);
 				return EXIT_USAGE;
 			}
 		} else if (!a) {
@@ -715,8 +716,8 @@ static int cmd_compare(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	if (na != nb) {
-		crun__error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b, na,
-			   nb);
+		crun__error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b,
+			    na, nb);
 		rc = EXIT_USAGE;
 		goto out;
 	}
@@ -842,7 +843,7 @@ int main(int argc, char **argv)
 		copts.timeout_ms = cfg.parallel.timeout_ms;
 	if (crun__train_config_check(&cfg, copts.world_size, err, sizeof(err))) {
 		crun__error("config%s%s%s: %s", path ? " '" : "", path ? path : "", path ? "'" : "",
-			   err);
+			    err);
 		goto out;
 	}
 	rc = train(&cfg, &copts);

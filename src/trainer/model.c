@@ -33,7 +33,8 @@ static void add_tensor(struct crun__model *m, int *n, size_t *off, const char *n
 	*off += t->numel;
 }
 
-struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err, size_t errlen)
+struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err,
+				       size_t errlen)
 {
 	struct crun__model *m;
 	int T = cfg->context, d = cfg->embed_dim, H = cfg->width, L = cfg->layers;
@@ -46,9 +47,9 @@ struct crun__model *crun__model_create(const struct crun__model_config *cfg, cha
 	if (T < 1 || d < 1 || H < 1 || L < 0 || cfg->ffn_mult < 1 || !(cfg->init_std > 0) ||
 	    (double)T * d > limit || (double)F * H > limit) {
 		crun__seterr(err, errlen,
-		       "model sizes out of range (context %d, embed_dim %d, width %d, "
-		       "layers %d, ffn_mult %d)",
-		       T, d, H, L, cfg->ffn_mult);
+			     "model sizes out of range (context %d, embed_dim %d, width %d, "
+			     "layers %d, ffn_mult %d)",
+			     T, d, H, L, cfg->ffn_mult);
 		return NULL;
 	}
 	m = calloc(1, sizeof(*m));
@@ -108,7 +109,7 @@ void crun__model_destroy(struct crun__model *m)
 }
 
 void crun__model_init_params(const struct crun__model *m, uint64_t seed, size_t flat, size_t n,
-			    float *out)
+			     float *out)
 {
 	size_t end = flat + n;
 
@@ -346,7 +347,7 @@ static struct head_params head_params(const struct crun__model *m, const float *
 }
 
 void crun__model_forward_unit(const struct crun__model *m, int unit, const float *p,
-			     struct crun__model_acts *a, const uint8_t *tokens, int B)
+			      struct crun__model_acts *a, const uint8_t *tokens, int B)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d;
@@ -412,7 +413,8 @@ double crun__model_loss_sum(const struct crun__model_acts *a)
 }
 
 void crun__model_backward_unit(const struct crun__model *m, int unit, const float *p, float *g,
-			      struct crun__model_acts *a, const uint8_t *tokens, int B, float scale)
+			       struct crun__model_acts *a, const uint8_t *tokens, int B,
+			       float scale)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d;

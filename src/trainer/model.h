@@ -60,7 +60,8 @@ struct crun__model {
 
 /* NULL with a reason in err when the sizes are out of range or memory is
  * short. */
-struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err, size_t errlen);
+struct crun__model *crun__model_create(const struct crun__model_config *cfg, char *err,
+				       size_t errlen);
 void crun__model_destroy(struct crun__model *m);
 
 static inline size_t crun__model_unit_len(const struct crun__model *m, int unit)
@@ -72,7 +73,7 @@ static inline size_t crun__model_unit_len(const struct crun__model *m, int unit)
  * Each value depends only on seed and its index, so any rank can
  * initialise any slice on its own. */
 void crun__model_init_params(const struct crun__model *m, uint64_t seed, size_t flat, size_t n,
-			    float *out);
+			     float *out);
 
 /* Activations and scratch for batches of at most `batch` samples. */
 struct crun__model_acts;
@@ -83,7 +84,7 @@ void crun__model_acts_destroy(struct crun__model_acts *a);
  * context+1 bytes (the window, then the target). p points at the unit's
  * first parameter. Units run in order 0 .. n_units-1 on the same acts. */
 void crun__model_forward_unit(const struct crun__model *m, int unit, const float *p,
-			     struct crun__model_acts *a, const uint8_t *tokens, int batch);
+			      struct crun__model_acts *a, const uint8_t *tokens, int batch);
 
 /* After the last unit's forward: the summed cross-entropy (nats) of the
  * batch. */
@@ -94,7 +95,7 @@ double crun__model_loss_sum(const struct crun__model_acts *a);
  * scale * (summed loss) with respect to the unit's parameters into g
  * (same layout as p). */
 void crun__model_backward_unit(const struct crun__model *m, int unit, const float *p, float *g,
-			      struct crun__model_acts *a, const uint8_t *tokens, int batch,
-			      float scale);
+			       struct crun__model_acts *a, const uint8_t *tokens, int batch,
+			       float scale);
 
 #endif

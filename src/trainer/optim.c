@@ -79,8 +79,8 @@ static void adamw_range(const struct crun__optim *o, float *restrict p, const fl
 }
 
 void crun__optim_adamw(const struct crun__optim *o, const struct crun__model *model, size_t flat,
-		      size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
-		      float gscale)
+		       size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
+		       float gscale)
 {
 	float bc1 = (float)(1.0 - pow(o->beta1, (double)t));
 	float bc2 = (float)(1.0 - pow(o->beta2, (double)t));

@@ -47,7 +47,7 @@ double crun__optim_sumsq(const float *g, size_t n);
  * point at element flat of each. The gradient is multiplied by gscale
  * first; weight decay applies where the model's tensor says so. */
 void crun__optim_adamw(const struct crun__optim *o, const struct crun__model *model, size_t flat,
-		      size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
-		      float gscale);
+		       size_t n, float *p, const float *g, float *m, float *v, int64_t t, double lr,
+		       float gscale);
 
 #endif

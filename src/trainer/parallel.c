@@ -111,8 +111,8 @@ static float *zalloc(size_t n)
 }
 
 struct crun__parallel *crun__parallel_create_storage(const struct crun__model *model,
-						   struct crun__comm *comm,
-						   const struct crun__parallel_opts *opts)
+						     struct crun__comm *comm,
+						     const struct crun__parallel_opts *opts)
 {
 	struct crun__parallel *par = calloc(1, sizeof(*par));
 	struct crun__layout *lay;
@@ -151,8 +151,9 @@ out_destroy:
 	return NULL;
 }
 
-struct crun__parallel *crun__parallel_create(const struct crun__model *model, struct crun__comm *comm,
-					   const struct crun__parallel_opts *opts)
+struct crun__parallel *crun__parallel_create(const struct crun__model *model,
+					     struct crun__comm *comm,
+					     const struct crun__parallel_opts *opts)
 {
 	struct crun__parallel *par = crun__parallel_create_storage(model, comm, opts);
 	char err[256];
@@ -229,7 +230,7 @@ void crun__parallel_owned(struct crun__parallel *par, int s, struct crun__view *
 }
 
 void crun__parallel_held(struct crun__parallel *par, int s, struct crun__view *params,
-			struct crun__view *optim)
+			 struct crun__view *optim)
 {
 	const struct crun__segment *g = &par->seg[s];
 	struct crun__view own;
@@ -271,14 +272,15 @@ void crun__parallel_init_params(struct crun__parallel *par, uint64_t seed)
 	memset(par->v, 0, par->lay.optim_len * sizeof(float));
 }
 
-int crun__parallel_step(struct crun__parallel *par, const struct crun__optim *o, const uint8_t *tokens,
-		       int64_t global_batch, int64_t t, double lr, double *loss, double *grad_norm)
+int crun__parallel_step(struct crun__parallel *par, const struct crun__optim *o,
+			const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
+			double *loss, double *grad_norm)
 {
 	return crun__schedule_step(par->cpu, o, tokens, global_batch, t, lr, loss, grad_norm);
 }
 
 int crun__parallel_forward(struct crun__parallel *par, const uint8_t *tokens, int rows,
-			  double *loss_sum)
+			   double *loss_sum)
 {
 	return crun__schedule_forward(par->cpu, tokens, rows, loss_sum);
 }

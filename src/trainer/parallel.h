@@ -63,8 +63,9 @@ struct crun__parallel;
 /* Uses (does not own) model and comm, which must outlive it. Parameters
  * start at zero: call init_params or load them. NULL on allocation
  * failure. */
-struct crun__parallel *crun__parallel_create(const struct crun__model *model, struct crun__comm *comm,
-					   const struct crun__parallel_opts *opts);
+struct crun__parallel *crun__parallel_create(const struct crun__model *model,
+					     struct crun__comm *comm,
+					     const struct crun__parallel_opts *opts);
 void crun__parallel_destroy(struct crun__parallel *par);
 
 /* Initial parameters from seed (no communication); optimizer state zero. */
@@ -76,14 +77,15 @@ void crun__parallel_init_params(struct crun__parallel *par, uint64_t seed);
  * micro-steps; the loss is their mean. On success *loss is that mean
  * (nats) and *grad_norm the global gradient norm before clipping, the same
  * on every rank. */
-int crun__parallel_step(struct crun__parallel *par, const struct crun__optim *o, const uint8_t *tokens,
-		       int64_t global_batch, int64_t t, double lr, double *loss, double *grad_norm);
+int crun__parallel_step(struct crun__parallel *par, const struct crun__optim *o,
+			const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
+			double *loss, double *grad_norm);
 
 /* Forward only on rows (0 .. micro_batch) samples; adds their summed loss
  * to *loss_sum. A rank with no rows left still calls it with rows 0 while
  * others have some (zero3 gathers inside). */
 int crun__parallel_forward(struct crun__parallel *par, const uint8_t *tokens, int rows,
-			  double *loss_sum);
+			   double *loss_sum);
 
 /* L2 norm of all parameters, the same on every rank. */
 int crun__parallel_param_l2(struct crun__parallel *par, double *out);
@@ -106,7 +108,7 @@ void crun__parallel_owned(struct crun__parallel *par, int s, struct crun__view *
  * and the optimizer state in optim (the whole segment for ddp, else the
  * owned chunk; p NULL). */
 void crun__parallel_held(struct crun__parallel *par, int s, struct crun__view *params,
-			struct crun__view *optim);
+			 struct crun__view *optim);
 
 /* A crun__parallel that holds only the parameters and the optimizer state,
  * in the layout above: the host copy that checkpoints read and write, for
@@ -116,8 +118,8 @@ void crun__parallel_held(struct crun__parallel *par, int s, struct crun__view *p
  * usual. crun__parallel_create is such a storage with the cpu device
  * attached. */
 struct crun__parallel *crun__parallel_create_storage(const struct crun__model *model,
-						   struct crun__comm *comm,
-						   const struct crun__parallel_opts *opts);
+						     struct crun__comm *comm,
+						     const struct crun__parallel_opts *opts);
 
 /* A segment: its flat range [start, start+len), the per-rank chunk, its
  * offsets in padded full-size buffers and in shard buffers, and its units. */
@@ -136,9 +138,9 @@ struct crun__layout {
 	int accum, micro;
 	int n_seg;
 	const struct crun__segment *seg; /* in flat order */
-	const int *unit_seg;		/* n_units entries */
-	size_t pad_len;			/* sum of W * chunk */
-	size_t shard_len;		/* sum of chunk */
+	const int *unit_seg;		 /* n_units entries */
+	size_t pad_len;			 /* sum of W * chunk */
+	size_t shard_len;		 /* sum of chunk */
 	size_t max_chunk;
 	size_t p_len;	  /* parameters held: pad_len, or shard_len for zero3 */
 	size_t optim_len; /* each moment: pad_len for ddp, else shard_len */

@@ -640,7 +640,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'e':
 			if (crun__parse_endpoint(optarg, 29400, host, sizeof(host), &port, err,
-						sizeof(err)) < 0)
+						 sizeof(err)) < 0)
 				goto bad_value;
 			break;
 		case 'c':

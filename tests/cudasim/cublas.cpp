@@ -23,7 +23,8 @@ struct cublasContext {
 
 using namespace cudasim;
 
-namespace {
+namespace
+{
 
 size_t type_size(cudaDataType t)
 {

@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <functional>
 
-namespace cudasim {
+namespace cudasim
+{
 
 /* Queues fn on stream (NULL: the legacy default stream). What runs it and
  * when depends on CUDASIM_SCHED: "eager" runs it now; "lazy" (the

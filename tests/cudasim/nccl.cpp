@@ -43,7 +43,8 @@
 
 using namespace cudasim;
 
-namespace {
+namespace
+{
 
 constexpr int64_t DEFAULT_TIMEOUT_MS = 120000;
 constexpr size_t DEFAULT_SLOT_BYTES = 4 << 20;
@@ -152,7 +153,8 @@ struct ncclComm {
 	}
 };
 
-namespace {
+namespace
+{
 
 /* The live communicators: a handle not in here was never made, or has
  * been destroyed or aborted. Queued work holds its own reference. */

@@ -74,11 +74,13 @@ struct CUevent_st {
 	std::shared_ptr<int64_t> stamp;
 };
 
-namespace cudasim {
+namespace cudasim
+{
 
 thread_local thread_ctx *cur;
 
-namespace {
+namespace
+{
 
 std::recursive_mutex mu;
 thread_local cudaError_t last_error = cudaSuccess;
@@ -355,7 +357,8 @@ cudaError_t enqueue(cudaStream_t stream, const char *what, std::function<void()>
 }
 
 /* Kernels: each CUDA thread of a block is a fiber. */
-namespace {
+namespace
+{
 
 constexpr size_t STACK = 256 << 10;
 constexpr size_t GUARD = 4096;
@@ -917,7 +920,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
 	return cudaSuccess;
 }
 
-namespace {
+namespace
+{
 
 /* One side of a copy: device memory (which must hold the whole span),
  * pinned host memory, or pageable host memory. */

@@ -108,20 +108,20 @@ static void test_gemm_checked(void **state)
 	assert_int_equal(cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice), cudaSuccess);
 	assert_int_equal(cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice), cudaSuccess);
 	/* C (3 x 1) = A (3 x 2, column-major) B (2 x 1) */
-	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, da, CUDA_R_32F,
-				      3, db, CUDA_R_32F, 2, &zero, dc, CUDA_R_32F, 3,
+	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, da, CUDA_R_32F, 3,
+				      db, CUDA_R_32F, 2, &zero, dc, CUDA_R_32F, 3,
 				      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			 CUBLAS_STATUS_SUCCESS);
 	assert_int_equal(cudaMemcpy(c, dc, sizeof(c), cudaMemcpyDeviceToHost), cudaSuccess);
 	assert_true(c[0] == 5 && c[1] == 7 && c[2] == 9);
 	/* lda below the rows of A */
-	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, da, CUDA_R_32F,
-				      2, db, CUDA_R_32F, 2, &zero, dc, CUDA_R_32F, 3,
+	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, da, CUDA_R_32F, 2,
+				      db, CUDA_R_32F, 2, &zero, dc, CUDA_R_32F, 3,
 				      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			 CUBLAS_STATUS_INVALID_VALUE);
 	/* A reaching past its allocation */
-	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 3, &one, da, CUDA_R_32F,
-				      3, db, CUDA_R_32F, 3, &zero, dc, CUDA_R_32F, 3,
+	assert_int_equal(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 3, &one, da, CUDA_R_32F, 3,
+				      db, CUDA_R_32F, 3, &zero, dc, CUDA_R_32F, 3,
 				      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			 CUBLAS_STATUS_INVALID_VALUE);
 	/* the FAST_* compute types take float32 matrices only */

@@ -240,7 +240,7 @@ static void frames(const uint8_t *data, size_t size)
 			store = grown;
 			cap = want;
 			rc = crun__wire_decode(p, left, MAX_PAYLOAD, &msg, store, &want, err,
-					      sizeof(err));
+					       sizeof(err));
 			CHECK(rc != -ENOBUFS);
 		}
 		if (rc == CRUN_WIRE_NEED_MORE)
@@ -261,7 +261,7 @@ static void frames(const uint8_t *data, size_t size)
 			uint32_t pcap = cap;
 
 			CHECK(crun__wire_decode(p, (size_t)rc - 1, MAX_PAYLOAD, &part, store, &pcap,
-					       err, sizeof(err)) == CRUN_WIRE_NEED_MORE);
+						err, sizeof(err)) == CRUN_WIRE_NEED_MORE);
 		}
 		(void)crun__wire_type_name(msg.type);
 		CHECK(crun__wire_is_request(msg.type) != crun__wire_is_reply(msg.type));

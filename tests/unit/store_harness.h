@@ -32,8 +32,8 @@ struct harness {
 	int freeze_ms;
 	int disconnects;   /* connections past HELLO that closed */
 	char last_run[64]; /* run id of the last of them */
-	bool done;         /* the server's destroy finished */
-	int close_rc;      /* uv_loop_close's, after the thread ended */
+	bool done;	   /* the server's destroy finished */
+	int close_rc;	   /* uv_loop_close's, after the thread ended */
 };
 
 /* Fills opts with the server's defaults and, unless token is NULL, the
@@ -188,7 +188,7 @@ static inline void harness_freeze(struct harness *h, int ms)
  * bind and listen there). Returns the port, or -1. */
 static inline int reserve_port(int *fd)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	int one = 1;
 

@@ -239,8 +239,8 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 }
 
 static struct crun__aclient *client_opts(struct fx *f, const char *host, int port,
-					const char *token, int64_t connect_ms, int64_t ka_ms,
-					int ka_attempts, struct evs *e)
+					 const char *token, int64_t connect_ms, int64_t ka_ms,
+					 int ka_attempts, struct evs *e)
 {
 	struct crun__aclient_opts o = {
 		.host = host,
@@ -278,14 +278,14 @@ static int send_req(struct crun__aclient *c, uint8_t type, int64_t num, int64_t 
 		    struct rep *r, uint32_t *id, int nitems, ...)
 {
 	struct crun__wire_item items[4];
-	struct crun__wire_msg m = { .type = type, .num = num, .items = items };
+	struct crun__wire_msg m = {.type = type, .num = num, .items = items};
 	va_list ap;
 
 	va_start(ap, nitems);
 	for (int i = 0; i < nitems; i++) {
 		const char *s = va_arg(ap, const char *);
 
-		items[i] = (struct crun__wire_item){ (const uint8_t *)s, (uint32_t)strlen(s) };
+		items[i] = (struct crun__wire_item){(const uint8_t *)s, (uint32_t)strlen(s)};
 	}
 	va_end(ap);
 	m.count = (uint32_t)nitems;
@@ -302,8 +302,8 @@ static void wait_rep(struct fx *f, struct rep *r)
 /* ---- a fake server on a raw socket --------------------------------------- */
 
 enum fake_mode {
-	FAKE_SILENT,    /* handshake, then never another byte */
-	FAKE_BAD_MAC,   /* asks for a token, answers HELLO with a wrong mac */
+	FAKE_SILENT,	/* handshake, then never another byte */
+	FAKE_BAD_MAC,	/* asks for a token, answers HELLO with a wrong mac */
 	FAKE_NOT_STORE, /* answers with 40 bytes that are no preamble */
 };
 
@@ -316,7 +316,7 @@ struct fake {
 
 static int wait_in(int fd, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = {.fd = fd, .events = POLLIN};
 
 	return poll(&p, 1, ms) == 1 ? 0 : -ETIMEDOUT;
 }
@@ -341,10 +341,10 @@ static int read_full(int fd, uint8_t *buf, size_t n)
 static void fake_main(void *arg)
 {
 	struct fake *fk = arg;
-	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[CRUN_WIRE_NONCE_LEN] = { 7 };
-	uint8_t buf[1024], out[256], zero_mac[CRUN_WIRE_MAC_LEN] = { 0 };
+	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[CRUN_WIRE_NONCE_LEN] = {7};
+	uint8_t buf[1024], out[256], zero_mac[CRUN_WIRE_MAC_LEN] = {0};
 	struct crun__wire_item items[8], it;
-	struct crun__wire_msg m, ok = { .type = CRUN_WIRE_OK };
+	struct crun__wire_msg m, ok = {.type = CRUN_WIRE_OK};
 	uint32_t cap = 8, plen;
 	int fd;
 
@@ -366,11 +366,11 @@ static void fake_main(void *arg)
 	    plen > sizeof(buf) - CRUN_WIRE_HEADER_LEN ||
 	    read_full(fd, buf + CRUN_WIRE_HEADER_LEN, plen) < 0 ||
 	    crun__wire_decode(buf, CRUN_WIRE_HEADER_LEN + plen, sizeof(buf), &m, items, &cap, NULL,
-			     0) <= 0)
+			      0) <= 0)
 		goto out_wait;
 	ok.id = m.id;
 	if (fk->mode == FAKE_BAD_MAC) {
-		it = (struct crun__wire_item){ zero_mac, sizeof(zero_mac) };
+		it = (struct crun__wire_item){zero_mac, sizeof(zero_mac)};
 		ok.items = &it;
 		ok.count = 1;
 	}
@@ -383,7 +383,7 @@ out_wait:
 
 static void fake_start(struct fake *fk, enum fake_mode mode)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 
 	memset(fk, 0, sizeof(*fk));
@@ -413,7 +413,7 @@ static void fake_stop(struct fake *fk)
 static void test_replies(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep set, get, miss, add, chk, list, ping, bad;
 	struct crun__aclient *c;
@@ -491,7 +491,7 @@ static void on_late_set(uv_timer_t *t)
 static void test_get_wait_answered_by_set(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep get, set;
 	struct crun__aclient *a, *b;
@@ -508,7 +508,7 @@ static void test_get_wait_answered_by_set(void **state)
 	assert_int_equal(connect_now(&f, b, &cr), 0);
 	t0 = crun__now_ms();
 	assert_int_equal(send_req(a, CRUN_WIRE_GET, 5000, 6000, &get, NULL, 1, "late"), 0);
-	ls = (struct late_set){ b, &set };
+	ls = (struct late_set){b, &set};
 	uv_timer_init(&f.loop, &t);
 	t.data = &ls;
 	uv_timer_start(&t, on_late_set, 50, 0);
@@ -531,7 +531,7 @@ static void test_get_wait_answered_by_set(void **state)
 static void test_request_timeout(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep get, get2, ping;
 	struct crun__aclient *c;
@@ -573,7 +573,7 @@ static void test_auth(void **state)
 	struct crun__server_opts so;
 	struct harness h;
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep set;
 	struct crun__aclient *c;
@@ -619,7 +619,7 @@ static void test_fake_servers(void **state)
 {
 	struct fake fk;
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct crun__aclient *c;
 	uint64_t t0;
@@ -668,7 +668,7 @@ static void test_connect_retry(void **state)
 {
 	struct harness h;
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep ping;
 	struct crun__aclient *c;
@@ -681,7 +681,7 @@ static void test_connect_retry(void **state)
 	port = reserve_port(&fd);
 	assert_true(port > 0);
 	fx_init(&f);
-	ls = (struct later_server){ &h, port, &fd, false };
+	ls = (struct later_server){&h, port, &fd, false};
 	uv_timer_init(&f.loop, &t);
 	t.data = &ls;
 	uv_timer_start(&t, on_start_server, 200, 0);
@@ -706,7 +706,7 @@ static void test_connect_retry(void **state)
 static void test_connect_timeout(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct crun__aclient *c;
 	char want[128];
@@ -744,7 +744,7 @@ static void test_connect_timeout(void **state)
 static void test_server_destroyed(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep get, wait, ping;
 	struct crun__aclient *c;
@@ -786,7 +786,7 @@ static void test_keepalive_loss(void **state)
 {
 	struct fake fk;
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep ping;
 	struct crun__aclient *c;
@@ -821,7 +821,7 @@ static void test_keepalive_loss(void **state)
 static void test_keepalive_alive(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep get;
 	struct crun__aclient *c;
@@ -847,7 +847,7 @@ static void test_keepalive_alive(void **state)
 static void test_destroy_in_callbacks(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep r[4];
 	struct crun__aclient *c, *victim;
@@ -873,7 +873,7 @@ static void test_destroy_in_callbacks(void **state)
 	assert_int_equal(r[1].calls + r[2].calls + r[3].calls, 0);
 
 	/* The LOST callback destroys it. */
-	e = (struct evs){ .destroy_on_lost = true };
+	e = (struct evs){.destroy_on_lost = true};
 	c = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
 	crun__server_destroy(f.srv, NULL, NULL);
@@ -884,7 +884,7 @@ static void test_destroy_in_callbacks(void **state)
 
 	/* A request's timeout destroys it; then a request failed by the lost
 	 * connection does: no LOST, no later request's callback. */
-	e = (struct evs){ 0 };
+	e = (struct evs){0};
 	assert_int_equal(fx_serve(&f, "127.0.0.1", NULL), 0);
 	c = client(&f, f.port, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
@@ -952,7 +952,7 @@ static void test_destroy_in_callbacks(void **state)
 static void test_watch_notify(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep w, set, del;
 	struct crun__aclient *c;
@@ -988,7 +988,7 @@ static void test_watch_notify(void **state)
 static void test_names_and_ipv6(void **state)
 {
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct rep ping;
 	struct crun__aclient *c;
@@ -1032,7 +1032,7 @@ static void test_connection_limit(void **state)
 {
 	struct crun__server_opts so;
 	struct fx f;
-	struct evs e = { 0 };
+	struct evs e = {0};
 	struct conn_res cr;
 	struct crun__aclient *a, *b;
 	uint64_t t0;
@@ -1059,10 +1059,13 @@ static void test_connection_limit(void **state)
  * its own JOIN's id. */
 static void join(struct crun__aclient *c, const char *node_id, struct rep *r, uint32_t *id)
 {
-	struct crun__rdzv_node self = { .node_id = (char *)node_id, .host = "host", .addr = "",
-				       .nproc = 2, .node_rank = -1 };
-	struct crun__rdzv_conf conf = { .min_nodes = 2, .max_nodes = 2, .join_timeout_ms = 5000,
-				       .max_restarts = 3 };
+	struct crun__rdzv_node self = {.node_id = (char *)node_id,
+				       .host = "host",
+				       .addr = "",
+				       .nproc = 2,
+				       .node_rank = -1};
+	struct crun__rdzv_conf conf = {
+		.min_nodes = 2, .max_nodes = 2, .join_timeout_ms = 5000, .max_restarts = 3};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
 	char scratch[160];
@@ -1075,11 +1078,11 @@ static void join(struct crun__aclient *c, const char *node_id, struct rep *r, ui
 static void test_rdzv_round(void **state)
 {
 	struct fx f;
-	struct evs ea = { 0 }, eb = { 0 };
+	struct evs ea = {0}, eb = {0};
 	struct conn_res cr;
-	struct rep ja, jb, fail = { 0 };
+	struct rep ja, jb, fail = {0};
 	struct crun__aclient *a, *b;
-	struct crun__wire_item it = { (const uint8_t *)"rank 1 exited with status 1", 27 };
+	struct crun__wire_item it = {(const uint8_t *)"rank 1 exited with status 1", 27};
 	struct crun__wire_msg m;
 	uint32_t ida = 0, idb = 0;
 	uint64_t t0;
@@ -1108,8 +1111,8 @@ static void test_rdzv_round(void **state)
 	assert_string_equal(jb.item[2], "1");
 
 	/* A worker on node b failed: the round ends for both. */
-	m = (struct crun__wire_msg){ .type = CRUN_WIRE_RDZV_FAIL, .num = atoi(ja.item[0]),
-				    .count = 1, .items = &it };
+	m = (struct crun__wire_msg){
+		.type = CRUN_WIRE_RDZV_FAIL, .num = atoi(ja.item[0]), .count = 1, .items = &it};
 	assert_int_equal(crun__aclient_request(b, &m, 1000, on_reply, &fail, NULL), 0);
 	assert_true(run_until(&f, &ea.rdzv_done, 2000));
 	assert_true(run_until(&f, &eb.rdzv_done, 2000));
@@ -1132,7 +1135,7 @@ static void test_rdzv_round(void **state)
 static void test_bad_options(void **state)
 {
 	struct fx f;
-	struct crun__aclient_opts o = { .host = "127.0.0.1", .port = 1, .run_id = "r" };
+	struct crun__aclient_opts o = {.host = "127.0.0.1", .port = 1, .run_id = "r"};
 	struct crun__aclient *c;
 
 	(void)state;

@@ -115,7 +115,8 @@ static void test_error_file_strings(void **state)
 	free(msg);
 	/* A lone surrogate (Python's json writes one for a path that was not
 	 * UTF-8) is U+FFFD, as Python prints it; the rest is kept. */
-	assert_int_equal(read_doc("{\"message\": \"a\\ud800x\\udc80\\ud83d\\u0041\"}", &msg, &tb), 0);
+	assert_int_equal(read_doc("{\"message\": \"a\\ud800x\\udc80\\ud83d\\u0041\"}", &msg, &tb),
+			 0);
 	assert_string_equal(msg, "a\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbd\x41");
 	free(msg);
 	/* "\u0000" is a byte of the string: the message ends there. */
@@ -140,16 +141,21 @@ static void test_error_file_bad(void **state)
 	/* Documents: cut off, a raw control character, trailing characters, a
 	 * bad escape, not an object, nothing to show. */
 	static const char *const bad_docs[] = {
-		"{\"message\": {\"message\": \"cut off", "{\"message\": \"a\tb\"}",
-		"{\"message\": \"m\"} {}", "{\"message\": \"\\u12\"}", "[\"message\", \"m\"]",
-		"{\"message\": 1}", "{\"other\": 1}",
+		"{\"message\": {\"message\": \"cut off",
+		"{\"message\": \"a\tb\"}",
+		"{\"message\": \"m\"} {}",
+		"{\"message\": \"\\u12\"}",
+		"[\"message\", \"m\"]",
+		"{\"message\": 1}",
+		"{\"other\": 1}",
 	};
 	char *msg, *tb, *deep;
 	size_t n = 3000;
 
 	(void)state;
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(bad) + CRUN_ARRAY_SIZE(bad_docs); i++) {
-		const char *doc = i < CRUN_ARRAY_SIZE(bad) ? bad[i] : bad_docs[i - CRUN_ARRAY_SIZE(bad)];
+		const char *doc =
+			i < CRUN_ARRAY_SIZE(bad) ? bad[i] : bad_docs[i - CRUN_ARRAY_SIZE(bad)];
 
 		if (read_doc(doc, &msg, &tb) != -EPROTO)
 			fail_msg("accepted bad error file '%s'", doc);
@@ -275,8 +281,9 @@ static void test_error_file_write(void **state)
 	free(msg);
 	free(tb);
 	text = slurp(path);
-	assert_true(strstr(text, "{\"message\": {\"message\": \"job FAILED\", \"extraInfo\": "
-				 "{\"py_callstack\": \"line1\\nline2\", \"timestamp\": \"") == text);
+	assert_true(strstr(text,
+			   "{\"message\": {\"message\": \"job FAILED\", \"extraInfo\": "
+			   "{\"py_callstack\": \"line1\\nline2\", \"timestamp\": \"") == text);
 	assert_non_null(strstr(text, "\"}, \"errorCode\": 3}}"));
 	free(text);
 	/* A document with no "message", or not an object: the agent's own. */

@@ -150,8 +150,8 @@ static void impostor_main(void *arg)
 	struct impostor *im = arg;
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[CRUN_WIRE_NONCE_LEN], hdr[12], *payload;
 	uint8_t fake_mac[CRUN_WIRE_MAC_LEN], out[256];
-	struct crun__wire_item it = { fake_mac, sizeof(fake_mac) };
-	struct crun__wire_msg reply = { .type = CRUN_WIRE_OK, .count = 1, .items = &it };
+	struct crun__wire_item it = {fake_mac, sizeof(fake_mac)};
+	struct crun__wire_msg reply = {.type = CRUN_WIRE_OK, .count = 1, .items = &it};
 	uint32_t plen;
 	int fd;
 
@@ -173,8 +173,8 @@ static void impostor_main(void *arg)
 		goto out_close;
 	}
 	free(payload);
-	reply.id = (uint32_t)hdr[8] << 24 | (uint32_t)hdr[9] << 16 | (uint32_t)hdr[10] << 8 |
-		   hdr[11];
+	reply.id =
+		(uint32_t)hdr[8] << 24 | (uint32_t)hdr[9] << 16 | (uint32_t)hdr[10] << 8 | hdr[11];
 	crun__write_all(fd, out, crun__wire_encode(&reply, out));
 	im->replied = true;
 	/* Wait for the client to hang up. */
@@ -186,8 +186,8 @@ out_close:
 
 static void test_impostor_server(void **state)
 {
-	struct impostor im = { 0 };
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct impostor im = {0};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	struct crun_store *s;
 	uv_thread_t t;

@@ -69,9 +69,9 @@ static void test_every_call(void **state)
 	struct harness h;
 	struct crun_store *s, *o;
 	struct crun_store_buf b, vals[3];
-	const char *keys[] = { "a", "b", "c" };
-	const void *mvals[] = { "1", "22", "" };
-	size_t lens[] = { 1, 2, 0 };
+	const char *keys[] = {"a", "b", "c"};
+	const void *mvals[] = {"1", "22", ""};
+	size_t lens[] = {1, 2, 0};
 	char **list;
 	size_t n;
 	int64_t v;
@@ -98,8 +98,8 @@ static void test_every_call(void **state)
 	assert_null(b.data);
 
 	/* check */
-	assert_int_equal(crun_store_check(s, (const char *const[]){ "bin", "empty" }, 2, -1), 1);
-	assert_int_equal(crun_store_check(s, (const char *const[]){ "bin", "nope" }, 2, -1), 0);
+	assert_int_equal(crun_store_check(s, (const char *const[]){"bin", "empty"}, 2, -1), 1);
+	assert_int_equal(crun_store_check(s, (const char *const[]){"bin", "nope"}, 2, -1), 0);
 	assert_int_equal(crun_store_check(s, NULL, 0, -1), 1);
 
 	/* add */
@@ -147,8 +147,7 @@ static void test_every_call(void **state)
 	assert_int_equal(vals[2].len, 0);
 	for (int i = 0; i < 3; i++)
 		crun_store_buf_finish(&vals[i]);
-	assert_int_equal(crun_store_mget(s, (const char *const[]){ "a", "zz" }, 2, vals, 0),
-			 -ENOENT);
+	assert_int_equal(crun_store_mget(s, (const char *const[]){"a", "zz"}, 2, vals, 0), -ENOENT);
 	assert_null(vals[0].data);
 	assert_null(vals[1].data);
 
@@ -157,7 +156,7 @@ static void test_every_call(void **state)
 	assert_int_equal(v, 6);
 	assert_int_equal(crun_store_list(s, &list, &n, -1), 0);
 	assert_int_equal(n, 6);
-	const char *want[] = { "a", "b", "bin", "c", "empty", "n" };
+	const char *want[] = {"a", "b", "bin", "c", "empty", "n"};
 	for (size_t i = 0; i < n; i++)
 		assert_string_equal(list[i], want[i]);
 	crun_store_list_free(list, n);
@@ -222,7 +221,7 @@ static void setter_main(void *arg)
 static void test_get_wait_answered(void **state)
 {
 	struct harness h;
-	struct setter st = { .run = "r", .delay_ms = 150, .keys = { "late" }, .vals = { "here" } };
+	struct setter st = {.run = "r", .delay_ms = 150, .keys = {"late"}, .vals = {"here"}};
 	struct crun_store_buf b, vals[2];
 	struct crun_store *s;
 	uv_thread_t t;
@@ -249,8 +248,8 @@ static void test_get_wait_answered(void **state)
 	st.keys[1] = "w2";
 	st.vals[1] = "2";
 	uv_thread_create(&t, setter_main, &st);
-	assert_int_equal(crun_store_wait(s, (const char *const[]){ "w1", "w2" }, 2, 5000), 0);
-	assert_int_equal(crun_store_mget(s, (const char *const[]){ "w2", "w1" }, 2, vals, 5000), 0);
+	assert_int_equal(crun_store_wait(s, (const char *const[]){"w1", "w2"}, 2, 5000), 0);
+	assert_int_equal(crun_store_mget(s, (const char *const[]){"w2", "w1"}, 2, vals, 5000), 0);
 	assert_string_equal((char *)vals[0].data, "2");
 	assert_string_equal((char *)vals[1].data, "1");
 	crun_store_buf_finish(&vals[0]);
@@ -266,7 +265,7 @@ static void test_wait_timeouts(void **state)
 	struct harness h;
 	struct crun_store *s;
 	struct crun_store_buf b, vals[1];
-	const char *keys[] = { "never" };
+	const char *keys[] = {"never"};
 	uint64_t t0, dt;
 
 	(void)state;
@@ -362,7 +361,7 @@ static void late_start_main(void *arg)
 static void test_connect_retry(void **state)
 {
 	struct harness h;
-	struct late_start ls = { .h = &h, .delay_ms = 200 };
+	struct late_start ls = {.h = &h, .delay_ms = 200};
 	struct crun_store *s;
 	uv_thread_t t;
 	uint64_t t0;
@@ -412,7 +411,7 @@ static void test_connect_refused(void **state)
 static void test_server_restart(void **state)
 {
 	struct harness h, h2;
-	struct late_start ls = { .h = &h2, .delay_ms = 300 };
+	struct late_start ls = {.h = &h2, .delay_ms = 300};
 	struct crun_store *s, *o;
 	uv_thread_t t;
 	int64_t v;
@@ -429,7 +428,7 @@ static void test_server_restart(void **state)
 	 * reconnects and is answered by the new server (empty store). */
 	harness_stop(&h);
 	assert_int_equal(harness_start(&h, port, NULL), 0);
-	assert_int_equal(crun_store_get(s, "a", &(struct crun_store_buf){ 0 }, 0), -ENOENT);
+	assert_int_equal(crun_store_get(s, "a", &(struct crun_store_buf){0}, 0), -ENOENT);
 	/* add is not repeatable, but a close seen before sending is safe */
 	harness_stop(&h);
 	assert_int_equal(harness_start(&h, port, NULL), 0);
@@ -466,10 +465,10 @@ static void test_server_restart(void **state)
 static void test_events_queued_during_get(void **state)
 {
 	struct harness h;
-	struct setter st = { .run = "r",
-			     .delay_ms = 100,
-			     .keys = { "k", "k", "k", "g" },
-			     .vals = { "1", "2", NULL, "x" } };
+	struct setter st = {.run = "r",
+			    .delay_ms = 100,
+			    .keys = {"k", "k", "k", "g"},
+			    .vals = {"1", "2", NULL, "x"}};
 	struct crun_store_event ev;
 	struct crun_store *s;
 	uv_thread_t t;
@@ -507,11 +506,11 @@ static void test_events_queued_during_get(void **state)
  * has been read events queue again. */
 static void test_event_queue_bounded(void **state)
 {
-	struct crun_store_opts o = { .host = "127.0.0.1",
-				     .run_id = "r",
-				     .connect_timeout_ms = 5000,
-				     .timeout_ms = 5000,
-				     .max_event_bytes = 4096 };
+	struct crun_store_opts o = {.host = "127.0.0.1",
+				    .run_id = "r",
+				    .connect_timeout_ms = 5000,
+				    .timeout_ms = 5000,
+				    .max_event_bytes = 4096};
 	char val[600];
 	struct crun_store_event ev;
 	struct crun_store *s, *w;
@@ -576,7 +575,7 @@ static void test_runs_isolated(void **state)
 	b = client(h.port, "run-b", 0, 0);
 	assert_int_equal(crun_store_watch(b, "k", -1), 0);
 	set_str(a, "k", "from a");
-	assert_int_equal(crun_store_get(b, "k", &(struct crun_store_buf){ 0 }, 0), -ENOENT);
+	assert_int_equal(crun_store_get(b, "k", &(struct crun_store_buf){0}, 0), -ENOENT);
 	assert_int_equal(crun_store_count(b, &v, -1), 0);
 	assert_int_equal(v, 0);
 	assert_int_equal(crun_store_list(b, &list, &n, -1), 0);
@@ -593,7 +592,7 @@ static void test_runs_isolated(void **state)
 
 static void test_errors_map(void **state)
 {
-	struct crun__server_opts so = { 0 };
+	struct crun__server_opts so = {0};
 	struct harness h;
 	struct crun_store *s, *s2;
 	char big[100];
@@ -619,7 +618,7 @@ static void test_errors_map(void **state)
 	assert_int_equal(crun_store_set(s, "k4", "4", 1, -1), -ENOSPC);
 	assert_true(strlen(crun_store_errmsg(s)) > 0);
 	assert_int_equal(crun_store_add(s, "k1", 1, &v, -1), -EINVAL);
-	assert_int_equal(crun_store_get(s, "nope", &(struct crun_store_buf){ 0 }, 0), -ENOENT);
+	assert_int_equal(crun_store_get(s, "nope", &(struct crun_store_buf){0}, 0), -ENOENT);
 	/* refused locally */
 	assert_int_equal(crun_store_set(s, "", "v", 1, -1), -EINVAL);
 	assert_int_equal(crun_store_set(s, NULL, "v", 1, -1), -EINVAL);
@@ -653,7 +652,7 @@ static void test_errors_map(void **state)
 
 static void test_bad_options(void **state)
 {
-	struct crun_store_opts o = { 0 };
+	struct crun_store_opts o = {0};
 
 	(void)state;
 	o.port = 70000;
@@ -748,9 +747,9 @@ static void dropper_main(void *arg)
 	struct dropper *d = arg;
 
 	while (!d->stop) {
-		struct pollfd p = { .fd = d->lfd, .events = POLLIN };
+		struct pollfd p = {.fd = d->lfd, .events = POLLIN};
 		uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], out[64];
-		struct crun__wire_msg ok = { .type = CRUN_WIRE_OK };
+		struct crun__wire_msg ok = {.type = CRUN_WIRE_OK};
 		uint32_t id;
 		int fd, type;
 
@@ -775,8 +774,8 @@ static void dropper_main(void *arg)
 
 static void test_lost_replies(void **state)
 {
-	struct dropper d = { 0 };
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct dropper d = {0};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	struct crun_store *s;
 	uv_thread_t t;

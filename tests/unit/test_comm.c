@@ -120,7 +120,8 @@ struct proc_status {
 
 /* Runs in each child. comm is NULL for ranks >= world (helpers that do
  * not join the group). Returns 0 when every check passed; fills res. */
-typedef int (*child_fn)(struct crun__comm *comm, int rank, int world, void *arg, struct result *res);
+typedef int (*child_fn)(struct crun__comm *comm, int rank, int world, void *arg,
+			struct result *res);
 
 static void resf(struct result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -29,8 +29,16 @@ static void test_parse_int64(void **state)
 {
 	char err[256];
 	int64_t v = 0;
-	static const char *bad[] = { "", " 1", "1 ", "1x", "0x10", "abc", "--1", "1.0",
-				     "9223372036854775808", "-9223372036854775809" };
+	static const char *bad[] = {"",
+				    " 1",
+				    "1 ",
+				    "1x",
+				    "0x10",
+				    "abc",
+				    "--1",
+				    "1.0",
+				    "9223372036854775808",
+				    "-9223372036854775809"};
 
 	(void)state;
 	assert_int_equal(crun__parse_int64("42", 0, 100, &v, err, sizeof(err)), 0);
@@ -40,18 +48,19 @@ static void test_parse_int64(void **state)
 	assert_int_equal(crun__parse_int64("0", 0, 0, &v, err, sizeof(err)), 0);
 	assert_true(v == 0);
 	assert_int_equal(crun__parse_int64("9223372036854775807", INT64_MIN, INT64_MAX, &v, err,
-					  sizeof(err)),
+					   sizeof(err)),
 			 0);
 	assert_true(v == INT64_MAX);
 	assert_int_equal(crun__parse_int64("-9223372036854775808", INT64_MIN, INT64_MAX, &v, err,
-					  sizeof(err)),
+					   sizeof(err)),
 			 0);
 	assert_true(v == INT64_MIN);
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		v = 123;
 		err[0] = '\0';
-		if (crun__parse_int64(bad[i], INT64_MIN, INT64_MAX, &v, err, sizeof(err)) != -EINVAL)
+		if (crun__parse_int64(bad[i], INT64_MIN, INT64_MAX, &v, err, sizeof(err)) !=
+		    -EINVAL)
 			fail_msg("'%s' was accepted as %lld", bad[i], (long long)v);
 		assert_true(v == 123);
 		assert_true(err[0] != '\0');
@@ -71,13 +80,29 @@ static void test_parse_duration(void **state)
 		const char *s;
 		int64_t ms;
 	} good[] = {
-		{ "30", 30000 },  { "0", 0 },	      { "2.5s", 2500 },	 { "500ms", 500 },
-		{ "1m", 60000 },  { "1min", 60000 },  { "1h", 3600000 }, { ".5", 500 },
-		{ "0.25m", 15000 }, { "10s", 10000 }, { "1.5ms", 2 },	 { "007", 7000 },
+		{"30", 30000},	  {"0", 0},	   {"2.5s", 2500},  {"500ms", 500},
+		{"1m", 60000},	  {"1min", 60000}, {"1h", 3600000}, {".5", 500},
+		{"0.25m", 15000}, {"10s", 10000},  {"1.5ms", 2},    {"007", 7000},
 	};
 	static const char *bad[] = {
-		"",    "-1",  "+1",   " 1",   "1 ",  "1x",	"ms",  "s",   "1e3",
-		"inf", "nan", "0x10", "1..5", "1.5.2", "1d",	"1 s", "1S",  ".",
+		"",
+		"-1",
+		"+1",
+		" 1",
+		"1 ",
+		"1x",
+		"ms",
+		"s",
+		"1e3",
+		"inf",
+		"nan",
+		"0x10",
+		"1..5",
+		"1.5.2",
+		"1d",
+		"1 s",
+		"1S",
+		".",
 		"10000000000000h",
 	};
 	char err[256];
@@ -111,14 +136,33 @@ static void test_parse_size(void **state)
 		const char *s;
 		uint64_t v;
 	} good[] = {
-		{ "4096", 4096 },	   { "0", 0 },		     { "12B", 12 },
-		{ "64K", 64 << 10 },	   { "64KiB", 64 << 10 },    { "64k", 64 << 10 },
-		{ "16M", 16 << 20 },	   { "16MiB", 16 << 20 },    { "1G", 1ull << 30 },
-		{ "3GiB", 3ull << 30 },	   { "18446744073709551615", UINT64_MAX },
+		{"4096", 4096},
+		{"0", 0},
+		{"12B", 12},
+		{"64K", 64 << 10},
+		{"64KiB", 64 << 10},
+		{"64k", 64 << 10},
+		{"16M", 16 << 20},
+		{"16MiB", 16 << 20},
+		{"1G", 1ull << 30},
+		{"3GiB", 3ull << 30},
+		{"18446744073709551615", UINT64_MAX},
 	};
 	static const char *bad[] = {
-		"", "-1", "+1", "1T", "1.5M", "16 M", " 16", "16 ", "K", "0x10", "16m", "16MB",
-		"18446744073709551616", "17179869184G",
+		"",
+		"-1",
+		"+1",
+		"1T",
+		"1.5M",
+		"16 M",
+		" 16",
+		"16 ",
+		"K",
+		"0x10",
+		"16m",
+		"16MB",
+		"18446744073709551616",
+		"17179869184G",
 	};
 	char err[256];
 	uint64_t v;
@@ -148,21 +192,36 @@ static void test_parse_endpoint(void **state)
 		const char *s, *host;
 		int port;
 	} good[] = {
-		{ "host:29500", "host", 29500 },
-		{ "node-1.example.com:1", "node-1.example.com", 1 },
-		{ "127.0.0.1:0", "127.0.0.1", 0 },
-		{ "h:65535", "h", 65535 },
-		{ "[::1]:29400", "::1", 29400 },
-		{ "[fe80::1%eth0]:80", "fe80::1%eth0", 80 },
-		{ "host", "host", 29400 },
-		{ "::1", "::1", 29400 },
-		{ "fe80::2:3", "fe80::2:3", 29400 },
-		{ "[::1]", "::1", 29400 },
+		{"host:29500", "host", 29500},
+		{"node-1.example.com:1", "node-1.example.com", 1},
+		{"127.0.0.1:0", "127.0.0.1", 0},
+		{"h:65535", "h", 65535},
+		{"[::1]:29400", "::1", 29400},
+		{"[fe80::1%eth0]:80", "fe80::1%eth0", 80},
+		{"host", "host", 29400},
+		{"::1", "::1", 29400},
+		{"fe80::2:3", "fe80::2:3", 29400},
+		{"[::1]", "::1", 29400},
 	};
 	static const char *bad[] = {
-		"",	     "host:",	     "host:65536",  "host:-1", "host:+80", "host:80x",
-		"host: 80",  "host:0x50",    ":80",	    "[]:80",   "[::1",	   "[::1]x",
-		"[::1]:",    "[::1]:99999", "ho]st:80",   "[a]b]:1", "]:1",	   "[::1]:-1",
+		"",
+		"host:",
+		"host:65536",
+		"host:-1",
+		"host:+80",
+		"host:80x",
+		"host: 80",
+		"host:0x50",
+		":80",
+		"[]:80",
+		"[::1",
+		"[::1]x",
+		"[::1]:",
+		"[::1]:99999",
+		"ho]st:80",
+		"[a]b]:1",
+		"]:1",
+		"[::1]:-1",
 		"host:99999999999999999999",
 	};
 	char host[64], err[256];
@@ -172,7 +231,7 @@ static void test_parse_endpoint(void **state)
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		port = -1;
 		if (crun__parse_endpoint(good[i].s, 29400, host, sizeof(host), &port, err,
-					sizeof(err)) != 0)
+					 sizeof(err)) != 0)
 			fail_msg("'%s' refused: %s", good[i].s, err);
 		assert_string_equal(host, good[i].host);
 		assert_int_equal(port, good[i].port);
@@ -181,16 +240,16 @@ static void test_parse_endpoint(void **state)
 		port = -1;
 		err[0] = '\0';
 		if (crun__parse_endpoint(bad[i], 29400, host, sizeof(host), &port, err,
-					sizeof(err)) != -EINVAL)
+					 sizeof(err)) != -EINVAL)
 			fail_msg("'%s' was accepted as '%s' port %d", bad[i], host, port);
 		assert_int_equal(port, -1);
 		assert_true(err[0] != '\0');
 	}
 	assert_int_equal(crun__parse_endpoint(NULL, 1, host, sizeof(host), &port, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(crun__parse_endpoint("host:99999", 1, host, sizeof(host), &port, err,
-					     sizeof(err)),
-			 -EINVAL);
+	assert_int_equal(
+		crun__parse_endpoint("host:99999", 1, host, sizeof(host), &port, err, sizeof(err)),
+		-EINVAL);
 	assert_non_null(strstr(err, "port"));
 	/* The host buffer's size is respected: "host" needs 5 bytes. */
 	assert_int_equal(crun__parse_endpoint("host:1", 1, host, 5, &port, err, sizeof(err)), 0);
@@ -223,7 +282,7 @@ static int tmpdir_setup(void **state)
 static int tmpdir_teardown(void **state)
 {
 	struct tmpdir *t = *state;
-	static const char *names[] = { "tok", "empty", "blank", "long", "exact" };
+	static const char *names[] = {"tok", "empty", "blank", "long", "exact"};
 	char p[128];
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -300,11 +359,21 @@ static void test_read_secret_file(void **state)
 
 static void test_loopback(void **state)
 {
-	static const char *yes[] = { "127.0.0.1", "127.1.2.3", "127.255.255.255", "::1",
-				     "0:0:0:0:0:0:0:1", "localhost", "::ffff:127.0.0.1" };
-	static const char *no[] = { "127.example.com", "127.", "10.0.0.1", "0.0.0.0", "::",
-				    "", "128.0.0.1", "1.127.0.0", "localhost.evil.com",
-				    "::2", "::ffff:10.0.0.1", "fe80::1", "host" };
+	static const char *yes[] = {"127.0.0.1",       "127.1.2.3", "127.255.255.255", "::1",
+				    "0:0:0:0:0:0:0:1", "localhost", "::ffff:127.0.0.1"};
+	static const char *no[] = {"127.example.com",
+				   "127.",
+				   "10.0.0.1",
+				   "0.0.0.0",
+				   "::",
+				   "",
+				   "128.0.0.1",
+				   "1.127.0.0",
+				   "localhost.evil.com",
+				   "::2",
+				   "::ffff:10.0.0.1",
+				   "fe80::1",
+				   "host"};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
@@ -850,7 +919,7 @@ struct litem {
 
 static void test_list(void **state)
 {
-	struct litem items[4] = { { .v = 0 }, { .v = 1 }, { .v = 2 }, { .v = 3 } };
+	struct litem items[4] = {{.v = 0}, {.v = 1}, {.v = 2}, {.v = 3}};
 	struct crun__list head, *l;
 	int seen[4], n = 0;
 
@@ -862,7 +931,7 @@ static void test_list(void **state)
 	assert_false(crun__list_empty(&head));
 	crun__list_del(&items[1].link);
 	assert_true(crun__list_empty(&items[1].link)); /* re-initialised */
-	crun__list_del(&items[1].link);                /* and safe to delete again */
+	crun__list_del(&items[1].link);		       /* and safe to delete again */
 	for (l = head.next; l != &head; l = l->next)
 		seen[n++] = crun__container_of(l, struct litem, link)->v;
 	assert_int_equal(n, 3);
@@ -883,9 +952,9 @@ static void test_hash_bytes(void **state)
 		uint32_t want;
 	} cases[] = {
 		/* FNV-1a's published values with seed 0 */
-		{ 0, "", 0x811c9dc5u },
-		{ 0, "a", 0xe40c292cu },
-		{ 0, "foobar", 0xbf9cf968u },
+		{0, "", 0x811c9dc5u},
+		{0, "a", 0xe40c292cu},
+		{0, "foobar", 0xbf9cf968u},
 	};
 
 	(void)state;
@@ -946,19 +1015,16 @@ static void test_htable(void **state)
 	}
 	/* same hash, other key; same key, other hash: not found */
 	assert_null(crun__htable_find(&t, (const uint8_t *)"nope", 4, items[0].hn.hash));
-	assert_null(crun__htable_find(&t, items[0].hn.key, items[0].hn.klen,
-				      items[0].hn.hash + 1));
+	assert_null(crun__htable_find(&t, items[0].hn.key, items[0].hn.klen, items[0].hn.hash + 1));
 	/* unlink through a link, remove by node */
-	assert_non_null(crun__htable_link(&t, items[5].hn.key, items[5].hn.klen,
-					  items[5].hn.hash));
-	crun__htable_unlink(&t, crun__htable_link(&t, items[5].hn.key, items[5].hn.klen,
-						  items[5].hn.hash));
+	assert_non_null(crun__htable_link(&t, items[5].hn.key, items[5].hn.klen, items[5].hn.hash));
+	crun__htable_unlink(
+		&t, crun__htable_link(&t, items[5].hn.key, items[5].hn.klen, items[5].hn.hash));
 	crun__htable_remove(&t, &items[6].hn);
 	assert_int_equal(t.count, N - 2);
 	assert_null(crun__htable_find(&t, items[5].hn.key, items[5].hn.klen, items[5].hn.hash));
 	assert_null(crun__htable_find(&t, items[6].hn.key, items[6].hn.klen, items[6].hn.hash));
-	assert_non_null(crun__htable_find(&t, items[7].hn.key, items[7].hn.klen,
-					  items[7].hn.hash));
+	assert_non_null(crun__htable_find(&t, items[7].hn.key, items[7].hn.klen, items[7].hn.hash));
 	/* a walk sees every node once */
 	for (n = crun__htable_first(&t, &b); n; n = crun__htable_next(&t, n, &b)) {
 		assert_false(((struct hitem *)n)->freed);

@@ -369,8 +369,8 @@ static void test_layernorm(void **state)
 		mean = dalloc((size_t)B * sizeof(float));
 		rstd = dalloc((size_t)B * sizeof(float));
 		CRUN_CUDA_CHECK(crun__k_ln_fwd(x_d, B, H, g_d, b_d, t, out_d, mean, rstd, st));
-		CRUN_CUDA_CHECK(crun__k_ln_bwd(dy_d, x_d, mean, rstd, g_d, t, B, H, dx_d, dg_d, db_d,
-					      ws, st));
+		CRUN_CUDA_CHECK(crun__k_ln_bwd(dy_d, x_d, mean, rstd, g_d, t, B, H, dx_d, dg_d,
+					       db_d, ws, st));
 		o = dget_t(out_d, n, t);
 		gx = dget(dx_d, n);
 		gg = dget(dg_d, (size_t)H);
@@ -589,9 +589,9 @@ static void test_adamw_norm(void **state)
 		const struct crun__tensor *tn = &m->tensors[i];
 
 		CRUN_CUDA_CHECK(crun__k_adamw(p_d + tn->offset, g_d + tn->offset, m_d + tn->offset,
-					     v_d + tn->offset, tn->numel, (float)o.beta1,
-					     (float)o.beta2, (float)o.eps, bc1, bc2, (float)o.lr,
-					     tn->decay ? (float)o.weight_decay : 0.0f, gs_d, st));
+					      v_d + tn->offset, tn->numel, (float)o.beta1,
+					      (float)o.beta2, (float)o.eps, bc1, bc2, (float)o.lr,
+					      tn->decay ? (float)o.weight_decay : 0.0f, gs_d, st));
 	}
 	{
 		float *p0 = malloc(n * sizeof(float)), *up = malloc(n * sizeof(float));
@@ -663,9 +663,9 @@ static void check_units(enum crun__dtype t, bool recompute)
 		   recompute ? " (recompute)" : "");
 	for (int u = m->n_units - 1; u >= 0; u--) {
 		crun__model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tk, B,
-					 scale);
-		crun__cuda_backward_unit(ctx, m, u, pc_d + m->unit_off[u] * es, g_d + m->unit_off[u],
-					ga, tk_d, B, scale);
+					  scale);
+		crun__cuda_backward_unit(ctx, m, u, pc_d + m->unit_off[u] * es,
+					 g_d + m->unit_off[u], ga, tk_d, B, scale);
 	}
 	gg = dget(g_d, n);
 	for (int i = 0; i < m->n_tensors; i++) {

@@ -195,14 +195,14 @@ static void test_client_reply(void **state)
 		reply.items = items;
 		if (cases[i].text) {
 			items[0] = (struct crun__wire_item){(const uint8_t *)cases[i].text,
-							   (uint32_t)strlen(cases[i].text)};
+							    (uint32_t)strlen(cases[i].text)};
 			reply.count = 1;
 		} else if (cases[i].mac != MAC_NONE) {
 			if (cases[i].mac == MAC_WRONG)
 				smac[0] ^= 1;
 			items[0] = (struct crun__wire_item){smac, cases[i].mac == MAC_SHORT
-									 ? CRUN_WIRE_MAC_LEN - 1
-									 : CRUN_WIRE_MAC_LEN};
+									  ? CRUN_WIRE_MAC_LEN - 1
+									  : CRUN_WIRE_MAC_LEN};
 			items[1] = items[0];
 			reply.count = cases[i].type == CRUN_WIRE_NOTIFY ? 2 : 1;
 		}
@@ -330,8 +330,8 @@ static void test_server_hello(void **state)
 			cases[i].run_len ? cases[i].run_len : (uint32_t)strlen(cases[i].run)};
 		items[1] = (struct crun__wire_item){cnonce, CRUN_WIRE_NONCE_LEN};
 		items[2] = (struct crun__wire_item){cmac, cases[i].mac == MAC_NONE    ? 0
-							 : cases[i].mac == MAC_SHORT ? 31
-										     : 32};
+							  : cases[i].mac == MAC_SHORT ? 31
+										      : 32};
 		m.count = cases[i].type == CRUN_WIRE_HELLO ? 3
 			  : cases[i].type == CRUN_WIRE_SET ? 2
 							   : 1;
@@ -365,7 +365,7 @@ static void through_codec(const struct crun__wire_msg *m, uint8_t *buf, size_t c
 	for (size_t len = 0; len <= n; len++) {
 		uint32_t items_cap = 4;
 		long rc = crun__wire_decode(buf, len, 1 << 16, out, store, &items_cap, err,
-					   sizeof(err));
+					    sizeof(err));
 
 		assert_int_equal(rc, len < n ? 0 : (long)n);
 	}
@@ -419,17 +419,17 @@ static void test_both_sides(void **state)
 		if (rc < 0) {
 			/* The server answers with an ERROR, the client reports it. */
 			reply_item = (struct crun__wire_item){(const uint8_t *)why,
-							     (uint32_t)strlen(why)};
+							      (uint32_t)strlen(why)};
 			reply = (struct crun__wire_msg){.type = CRUN_WIRE_ERROR,
-						       .id = got.id,
-						       .num = -rc,
-						       .count = 1,
-						       .items = &reply_item};
+							.id = got.id,
+							.num = -rc,
+							.count = 1,
+							.items = &reply_item};
 		} else {
 			reply = (struct crun__wire_msg){.type = CRUN_WIRE_OK,
-						       .id = got.id,
-						       .count = 1,
-						       .items = &reply_item};
+							.id = got.id,
+							.count = 1,
+							.items = &reply_item};
 		}
 		through_codec(&reply, buf, sizeof(buf), &got, store);
 		assert_int_equal(crun__wire_check_reply(&got, err, sizeof(err)), 0);

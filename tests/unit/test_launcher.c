@@ -447,8 +447,10 @@ static void test_signals(void **state)
 	assert_int_equal(crun__launch_parse_signals("", sigs, &n, err, sizeof(err)), -EINVAL);
 	assert_int_equal(crun__launch_parse_signals("SIGTERM,", sigs, &n, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(crun__launch_parse_signals("SIGSTOP", sigs, &n, err, sizeof(err)), -EINVAL);
-	assert_int_equal(crun__launch_parse_signals("SIGCHLD", sigs, &n, err, sizeof(err)), -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("SIGSTOP", sigs, &n, err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(crun__launch_parse_signals("SIGCHLD", sigs, &n, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, "SIGCHLD"));
 	assert_int_equal(crun__launch_parse_signals("15", sigs, &n, err, sizeof(err)), -EINVAL);
 }
@@ -576,7 +578,7 @@ static void test_count_gpus(void **state)
 }
 
 static struct crun__launch_plan *plan_for(struct run *r, const char *const *env,
-					 const struct crun__launch_host *host, int expect_rc)
+					  const struct crun__launch_host *host, int expect_rc)
 {
 	static struct crun__launch_plan plan;
 	char err[512];

@@ -50,7 +50,7 @@ static void send_msg(int fd, const struct crun__wire_msg *m)
 static void send_frame(int fd, uint8_t type, uint32_t id, int64_t num,
 		       const struct crun__wire_item *items, uint32_t count)
 {
-	struct crun__wire_msg m = { type, 0, id, num, count, (struct crun__wire_item *)items };
+	struct crun__wire_msg m = {type, 0, id, num, count, (struct crun__wire_item *)items};
 
 	send_msg(fd, &m);
 }
@@ -63,7 +63,7 @@ static void text(const struct crun__wire_item *it, char *out, size_t len)
 /* True when nothing arrives on fd within ms. */
 static bool quiet(int fd, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = {.fd = fd, .events = POLLIN};
 
 	return poll(&p, 1, ms) == 0;
 }
@@ -71,8 +71,8 @@ static bool quiet(int fd, int ms)
 /* A connection that has done the handshake in run. */
 static int connect_run(int port, const char *run)
 {
-	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = { 0 }, snonce[32];
-	struct crun__wire_item hello[3] = { its(run), { nonce, 32 }, { NULL, 0 } };
+	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = {0}, snonce[32];
+	struct crun__wire_item hello[3] = {its(run), {nonce, 32}, {NULL, 0}};
 	uint16_t version, flags;
 	struct rmsg r;
 	int fd = tconnect(port);
@@ -99,7 +99,7 @@ struct tnode {
 };
 
 static struct crun__rdzv_conf conf_of(int min, int max, int64_t last_call_ms,
-				     int64_t join_timeout_ms)
+				      int64_t join_timeout_ms)
 {
 	struct crun__rdzv_conf c = {
 		.min_nodes = min,
@@ -242,7 +242,7 @@ static void want_ok(struct tnode *n, uint32_t id)
 /* SET then GET of a key in n's run. */
 static void key_roundtrip(struct tnode *n, const char *k, const char *v)
 {
-	struct crun__wire_item kv[2] = { its(k), its(v) };
+	struct crun__wire_item kv[2] = {its(k), its(v)};
 	uint32_t id = next_id++;
 	struct rmsg r;
 

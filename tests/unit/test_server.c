@@ -39,7 +39,7 @@ static void tsend(int fd, const void *p, size_t n)
 
 static struct crun__wire_item it(const void *data, size_t len)
 {
-	struct crun__wire_item i = { data, (uint32_t)len };
+	struct crun__wire_item i = {data, (uint32_t)len};
 
 	return i;
 }
@@ -49,7 +49,7 @@ static struct crun__wire_item it(const void *data, size_t len)
 static size_t put_frame(uint8_t *buf, size_t off, uint8_t type, uint8_t flags, uint32_t id,
 			int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
-	struct crun__wire_msg m = { type, flags, id, num, count, (struct crun__wire_item *)items };
+	struct crun__wire_msg m = {type, flags, id, num, count, (struct crun__wire_item *)items};
 	size_t n = crun__wire_encoded_size(&m);
 
 	if (buf)
@@ -165,7 +165,7 @@ static void rpc(int fd, uint8_t type, uint8_t flags, int64_t num,
 }
 
 static void want_ok(int fd, uint8_t type, uint8_t flags, int64_t num,
-		      const struct crun__wire_item *items, uint32_t count)
+		    const struct crun__wire_item *items, uint32_t count)
 {
 	struct rmsg r;
 
@@ -177,7 +177,7 @@ static void want_ok(int fd, uint8_t type, uint8_t flags, int64_t num,
 }
 
 static void want_err(int fd, uint8_t type, uint8_t flags, int64_t num,
-		       const struct crun__wire_item *items, uint32_t count, int errnum)
+		     const struct crun__wire_item *items, uint32_t count, int errnum)
 {
 	struct rmsg r;
 
@@ -190,7 +190,7 @@ static void want_err(int fd, uint8_t type, uint8_t flags, int64_t num,
 }
 
 static int64_t want_int(int fd, uint8_t type, int64_t num, const struct crun__wire_item *items,
-			  uint32_t count)
+			uint32_t count)
 {
 	struct rmsg r;
 	int64_t v;
@@ -203,8 +203,8 @@ static int64_t want_int(int fd, uint8_t type, int64_t num, const struct crun__wi
 }
 
 static void want_value(int fd, uint8_t type, uint8_t flags, int64_t num,
-			 const struct crun__wire_item *items, uint32_t count, const void *want,
-			 size_t wantlen)
+		       const struct crun__wire_item *items, uint32_t count, const void *want,
+		       size_t wantlen)
 {
 	struct rmsg r;
 
@@ -221,7 +221,7 @@ static void want_value(int fd, uint8_t type, uint8_t flags, int64_t num,
 
 static void set(int fd, const char *k, const char *v)
 {
-	struct crun__wire_item kv[2] = { its(k), its(v) };
+	struct crun__wire_item kv[2] = {its(k), its(v)};
 
 	want_ok(fd, CRUN_WIRE_SET, 0, 0, kv, 2);
 }
@@ -261,12 +261,12 @@ static void test_operations(void **state)
 {
 	struct harness h;
 	int fd;
-	static const uint8_t bin[] = { 0, 1, 2, 0xff, '\n', 0 };
+	static const uint8_t bin[] = {0, 1, 2, 0xff, '\n', 0};
 	struct crun__wire_item k = its("k"), n = its("n");
-	struct crun__wire_item bk[2] = { its("bin"), it(bin, sizeof(bin)) };
-	struct crun__wire_item keys3[3] = { its("a"), its("b"), its("c") };
-	struct crun__wire_item mset[6] = { its("b"), its("2"), its("a"), its("1"), its("c"),
-					  its("") };
+	struct crun__wire_item bk[2] = {its("bin"), it(bin, sizeof(bin))};
+	struct crun__wire_item keys3[3] = {its("a"), its("b"), its("c")};
+	struct crun__wire_item mset[6] = {its("b"), its("2"), its("a"),
+					  its("1"), its("c"), its("")};
 	struct rmsg r;
 
 	(void)state;
@@ -309,12 +309,12 @@ static void test_operations(void **state)
 
 	/* CAS, torch's compareSet semantics */
 	{
-		struct crun__wire_item c1[3] = { its("cas"), its("x"), its("y") };
-		struct crun__wire_item c2[3] = { its("cas"), its(""), its("first") };
-		struct crun__wire_item c3[3] = { its("cas"), its("wrong"), its("z") };
-		struct crun__wire_item c4[3] = { its("cas"), its("first"), its("second") };
-		struct crun__wire_item c5[3] = { its("cas"), its(""), its("third") };
-		struct crun__wire_item c6[3] = { its("cas2"), its("ignored"), its("new") };
+		struct crun__wire_item c1[3] = {its("cas"), its("x"), its("y")};
+		struct crun__wire_item c2[3] = {its("cas"), its(""), its("first")};
+		struct crun__wire_item c3[3] = {its("cas"), its("wrong"), its("z")};
+		struct crun__wire_item c4[3] = {its("cas"), its("first"), its("second")};
+		struct crun__wire_item c5[3] = {its("cas"), its(""), its("third")};
+		struct crun__wire_item c6[3] = {its("cas2"), its("ignored"), its("new")};
 
 		/* missing key, non-empty expected: nothing stored, expected returned */
 		want_value(fd, CRUN_WIRE_CAS, 0, 0, c1, 3, "x", 1);
@@ -339,8 +339,8 @@ static void test_operations(void **state)
 
 	/* APPEND creates, then appends */
 	{
-		struct crun__wire_item a1[2] = { its("log"), its("ab") };
-		struct crun__wire_item a2[2] = { its("log"), its("cd") };
+		struct crun__wire_item a1[2] = {its("log"), its("ab")};
+		struct crun__wire_item a2[2] = {its("log"), its("cd")};
 
 		want_ok(fd, CRUN_WIRE_APPEND, 0, 0, a1, 2);
 		for (int i = 0; i < 100; i++)
@@ -362,7 +362,7 @@ static void test_operations(void **state)
 	assert_int_equal(r.m.items[2].len, 0);
 	rmsg_finish(&r);
 	{
-		struct crun__wire_item mk[2] = { its("a"), its("nope") };
+		struct crun__wire_item mk[2] = {its("a"), its("nope")};
 
 		want_err(fd, CRUN_WIRE_MGET, 0, 0, mk, 2, ENOENT);
 	}
@@ -372,8 +372,8 @@ static void test_operations(void **state)
 	assert_int_equal(r.m.type, CRUN_WIRE_VALUES);
 	assert_int_equal(r.m.count, 11);
 	{
-		static const char *sorted[] = { "a",    "b",    "big", "bin", "c", "cas",
-						"cas2", "empty", "huge", "log", "n" };
+		static const char *sorted[] = {"a",    "b",	"big",	"bin", "c", "cas",
+					       "cas2", "empty", "huge", "log", "n"};
 
 		for (uint32_t i = 0; i < 11; i++) {
 			assert_int_equal(r.m.items[i].len, strlen(sorted[i]));
@@ -394,7 +394,7 @@ static void test_waiting_reads(void **state)
 {
 	struct harness h;
 	int a, b;
-	struct crun__wire_item k = its("late"), two[2] = { its("m1"), its("m2") };
+	struct crun__wire_item k = its("late"), two[2] = {its("m1"), its("m2")};
 	struct rmsg r;
 
 	(void)state;
@@ -433,7 +433,7 @@ static void test_waiting_reads(void **state)
 	}
 	/* ADD, APPEND and CAS also wake waiters */
 	{
-		struct crun__wire_item c = its("ctr"), ap[2] = { its("ap"), its("x") };
+		struct crun__wire_item c = its("ctr"), ap[2] = {its("ap"), its("x")};
 
 		send_frame(a, CRUN_WIRE_GET, 0, 10, 5000, &c, 1);
 		send_frame(a, CRUN_WIRE_GET, 0, 11, 5000, ap, 1);
@@ -463,7 +463,7 @@ static void test_wait_timeout(void **state)
 {
 	struct harness h;
 	int fd;
-	struct crun__wire_item keys[2] = { its("x"), its("y") };
+	struct crun__wire_item keys[2] = {its("x"), its("y")};
 	uint64_t t0;
 	struct rmsg r;
 
@@ -553,7 +553,7 @@ static void test_watch(void **state)
 	struct harness h;
 	int a, b;
 	struct crun__wire_item w = its("w"), eph = its("eph");
-	struct crun__wire_item ev[2] = { its("eph"), its("alive") };
+	struct crun__wire_item ev[2] = {its("eph"), its("alive")};
 	struct rmsg r;
 	char run[64];
 
@@ -573,7 +573,7 @@ static void test_watch(void **state)
 
 	set(b, "w", "v1");
 	expect_notify(a, 50, CRUN_WIRE_EV_SET, "w", "v1");
-	set(b, "other", "x"); /* not watched: no notice */
+	set(b, "other", "x");				 /* not watched: no notice */
 	want_err(b, CRUN_WIRE_ADD, 0, 2, &w, 1, EINVAL); /* "v1" is no number */
 	assert_int_equal(want_int(b, CRUN_WIRE_DELETE, 0, &w, 1), 1);
 	expect_notify(a, 50, CRUN_WIRE_EV_DELETE, "w", "");
@@ -662,11 +662,11 @@ static void test_limits(void **state)
 
 	fd = client(h.port, "lim");
 	{
-		struct crun__wire_item kv[2] = { its(key17), its("v") };
-		struct crun__wire_item big[2] = { its("k"), its(val65) };
-		struct crun__wire_item ms[4] = { its("m1"), its("ok"), its("m2"), its(val65) };
-		struct crun__wire_item ap[2] = { its("ap"), it(val65, 40) };
-		struct crun__wire_item cas[3] = { its("k"), its(""), its(val65) };
+		struct crun__wire_item kv[2] = {its(key17), its("v")};
+		struct crun__wire_item big[2] = {its("k"), its(val65)};
+		struct crun__wire_item ms[4] = {its("m1"), its("ok"), its("m2"), its(val65)};
+		struct crun__wire_item ap[2] = {its("ap"), it(val65, 40)};
+		struct crun__wire_item cas[3] = {its("k"), its(""), its(val65)};
 
 		want_err(fd, CRUN_WIRE_SET, 0, 0, kv, 2, E2BIG);
 		want_err(fd, CRUN_WIRE_GET, 0, 0, kv, 1, E2BIG);
@@ -680,8 +680,8 @@ static void test_limits(void **state)
 	set(fd, "k2", "v");
 	set(fd, "k3", "v");
 	{
-		struct crun__wire_item k4[2] = { its("k4"), its("v") };
-		struct crun__wire_item ms[4] = { its("k2"), its("x"), its("k5"), its("y") };
+		struct crun__wire_item k4[2] = {its("k4"), its("v")};
+		struct crun__wire_item ms[4] = {its("k2"), its("x"), its("k5"), its("y")};
 		struct crun__wire_item add = its("k6");
 
 		want_err(fd, CRUN_WIRE_SET, 0, 0, k4, 2, ENOSPC);
@@ -744,9 +744,9 @@ static void test_auth(void **state)
 	/* no mac at all */
 	{
 		int bad = tconnect(h.port);
-		uint8_t pre[8], cnonce[32] = { 0 }, snonce[32];
+		uint8_t pre[8], cnonce[32] = {0}, snonce[32];
 		uint16_t flags;
-		struct crun__wire_item items[3] = { its("secure"), it(cnonce, 32), it(NULL, 0) };
+		struct crun__wire_item items[3] = {its("secure"), it(cnonce, 32), it(NULL, 0)};
 
 		crun__wire_client_preamble(pre);
 		tsend(bad, pre, sizeof(pre));
@@ -760,7 +760,7 @@ static void test_auth(void **state)
 		int bad = tconnect(h.port);
 		uint8_t pre[8], snonce[32];
 		uint16_t flags;
-		struct crun__wire_item kv[2] = { its("k"), its("stolen") };
+		struct crun__wire_item kv[2] = {its("k"), its("stolen")};
 
 		crun__wire_client_preamble(pre);
 		tsend(bad, pre, sizeof(pre));
@@ -820,8 +820,8 @@ static void test_garbage(void **state)
 	expect_error_and_close(fd, EPROTO, "unexpected OK");
 	fd = client(h.port, "g");
 	{
-		uint8_t cn[32] = { 0 };
-		struct crun__wire_item hello[3] = { its("g"), it(cn, 32), it(NULL, 0) };
+		uint8_t cn[32] = {0};
+		struct crun__wire_item hello[3] = {its("g"), it(cn, 32), it(NULL, 0)};
 
 		send_frame(fd, CRUN_WIRE_HELLO, 0, 5, 0, hello, 3);
 		expect_error_and_close(fd, EPROTO, "HELLO after");
@@ -838,7 +838,7 @@ static void test_garbage(void **state)
 	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
-		struct crun__wire_item kv[2] = { its("key"), its("value") };
+		struct crun__wire_item kv[2] = {its("key"), its("value")};
 		size_t n = put_frame(buf, 0, CRUN_WIRE_SET, 0, 9, 0, kv, 2);
 
 		tsend(fd, buf, n - 3);
@@ -849,7 +849,7 @@ static void test_garbage(void **state)
 	fd = client(h.port, "g");
 	{
 		uint8_t buf[64];
-		struct crun__wire_item kv[2] = { its("key"), its("value") };
+		struct crun__wire_item kv[2] = {its("key"), its("value")};
 		size_t n = put_frame(buf, 0, CRUN_WIRE_SET, 0, 9, 0, kv, 2);
 
 		tsend(fd, buf, n - 3);
@@ -866,9 +866,9 @@ static void test_garbage(void **state)
 static void test_huge_lengths(void **state)
 {
 	struct harness h;
-	static const uint8_t max_u32[12] = { 0xff, 0xff, 0xff, 0xff, CRUN_WIRE_SET, 0, 0, 0,
-					     0, 0, 0, 1 };
-	static const uint8_t two_31[12] = { 0x80, 0, 0, 0, CRUN_WIRE_GET, 0, 0, 0, 0, 0, 0, 2 };
+	static const uint8_t max_u32[12] = {0xff, 0xff, 0xff, 0xff, CRUN_WIRE_SET, 0, 0, 0,
+					    0,	  0,	0,    1};
+	static const uint8_t two_31[12] = {0x80, 0, 0, 0, CRUN_WIRE_GET, 0, 0, 0, 0, 0, 0, 2};
 	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
 	uint16_t flags;
 	int fd;
@@ -888,7 +888,7 @@ static void test_huge_lengths(void **state)
 	tsend(fd, pre, sizeof(pre));
 	read_server_preamble(fd, &flags, nonce);
 	{
-		uint8_t hdr[12] = { 0, 1, 0, 0, CRUN_WIRE_HELLO, 0, 0, 0, 0, 0, 0, 1 }; /* 64 KiB */
+		uint8_t hdr[12] = {0, 1, 0, 0, CRUN_WIRE_HELLO, 0, 0, 0, 0, 0, 0, 1}; /* 64 KiB */
 
 		tsend(fd, hdr, sizeof(hdr));
 	}
@@ -898,10 +898,10 @@ static void test_huge_lengths(void **state)
 	 * num = 2^63 - 1, count 1, item length 2^32 - 1 */
 	fd = client(h.port, "h");
 	{
-		static const uint8_t f[] = { 0,    0,    0,    16,   CRUN_WIRE_PING, 0, 0, 0,
-					     0,    0,    0,    3,    0x7f, 0xff, 0xff, 0xff,
-					     0xff, 0xff, 0xff, 0xff, 0,    0,    0,    1,
-					     0xff, 0xff, 0xff, 0xff };
+		static const uint8_t f[] = {
+			0, 0, 0,    16,	  CRUN_WIRE_PING, 0,	0,    0,    0,	  0,
+			0, 3, 0x7f, 0xff, 0xff,		  0xff, 0xff, 0xff, 0xff, 0xff,
+			0, 0, 0,    1,	  0xff,		  0xff, 0xff, 0xff};
 
 		tsend(fd, f, sizeof(f));
 	}
@@ -910,9 +910,9 @@ static void test_huge_lengths(void **state)
 	/* an item count far beyond what the frame holds */
 	fd = client(h.port, "h");
 	{
-		static const uint8_t f[] = { 0, 0, 0, 12, CRUN_WIRE_LIST, 0, 0, 0, 0, 0,
-					     0, 4, 0, 0, 0,  0,  0,  0,  0,  0, 0xff, 0xff,
-					     0xff, 0xff };
+		static const uint8_t f[] = {
+			0, 0, 0, 12, CRUN_WIRE_LIST, 0,	   0,	 0,   0, 0, 0, 4, 0, 0, 0, 0,
+			0, 0, 0, 0,  0xff,	     0xff, 0xff, 0xff};
 
 		tsend(fd, f, sizeof(f));
 	}
@@ -1100,8 +1100,8 @@ static void test_destroy_busy(void **state)
 {
 	struct harness h;
 	int a, b, c;
-	struct crun__wire_item k = its("never"), ev[2] = { its("e"), its("v") };
-	uint8_t half[6] = { 0, 0, 0, 40, CRUN_WIRE_SET, 0 };
+	struct crun__wire_item k = its("never"), ev[2] = {its("e"), its("v")};
+	uint8_t half[6] = {0, 0, 0, 40, CRUN_WIRE_SET, 0};
 
 	(void)state;
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
@@ -1192,22 +1192,14 @@ static void test_listen(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_operations),
-		cmocka_unit_test(test_waiting_reads),
-		cmocka_unit_test(test_wait_timeout),
-		cmocka_unit_test(test_wait_deadlines),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_runs_isolated),
-		cmocka_unit_test(test_limits),
-		cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_huge_lengths),
-		cmocka_unit_test(test_tiny_frames),
-		cmocka_unit_test(test_handshake_timeout),
-		cmocka_unit_test(test_slow_reader),
-		cmocka_unit_test(test_wait_bytes_capped),
-		cmocka_unit_test(test_destroy_busy),
-		cmocka_unit_test(test_listen),
+		cmocka_unit_test(test_operations),   cmocka_unit_test(test_waiting_reads),
+		cmocka_unit_test(test_wait_timeout), cmocka_unit_test(test_wait_deadlines),
+		cmocka_unit_test(test_watch),	     cmocka_unit_test(test_runs_isolated),
+		cmocka_unit_test(test_limits),	     cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_garbage),	     cmocka_unit_test(test_huge_lengths),
+		cmocka_unit_test(test_tiny_frames),  cmocka_unit_test(test_handshake_timeout),
+		cmocka_unit_test(test_slow_reader),  cmocka_unit_test(test_wait_bytes_capped),
+		cmocka_unit_test(test_destroy_busy), cmocka_unit_test(test_listen),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

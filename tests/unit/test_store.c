@@ -327,8 +327,8 @@ static void test_operations(void **state)
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(steps); i++) {
 		const struct step *s = &steps[i];
 		struct crun__wire_item items[16];
-		struct crun__wire_msg m = {s->type, s->flags,	     (uint32_t)i,
-					  s->num,  nitems(s->items), items};
+		struct crun__wire_msg m = {s->type, s->flags,	      (uint32_t)i,
+					   s->num,  nitems(s->items), items};
 		struct sent *r;
 		uint32_t nwant = nitems(s->want);
 
@@ -912,7 +912,7 @@ static void test_destroy_busy(void **state)
 	assert_non_null(st);
 	for (int i = 0; i < 3; i++) {
 		struct crun__wire_item k[2] = {{(const uint8_t *)"key", 3},
-					      {(const uint8_t *)"v", 1}};
+					       {(const uint8_t *)"v", 1}};
 		struct crun__wire_msg get = {CRUN_WIRE_GET, 0, 1, 1000, 1, k};
 		struct crun__wire_msg watch = {CRUN_WIRE_WATCH, 0, 2, 0, 1, k};
 		struct crun__wire_msg eph = {CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 3, 0, 2, k};

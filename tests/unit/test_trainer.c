@@ -62,7 +62,8 @@ static void test_config_defaults_roundtrip(void **state)
 	assert_true(fabs(a.optim.lr - 0.003) < 1e-12);
 
 	assert_int_equal(crun__train_config_set(&a, "model.width=64", err, sizeof(err)), 0);
-	assert_int_equal(crun__train_config_set(&a, "data.path=some file.txt", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&a, "data.path=some file.txt", err, sizeof(err)),
+			 0);
 	assert_int_equal(crun__train_config_set(&a, "optim.lr=1e-4", err, sizeof(err)), 0);
 	assert_int_equal(crun__train_config_set(&a, "parallel.strategy=fsdp", err, sizeof(err)), 0);
 	assert_int_equal(crun__train_config_set(&a, "checkpoint.resume=no", err, sizeof(err)), 0);
@@ -136,7 +137,8 @@ static void test_config_errors(void **state)
 	assert_int_equal(cfg.parallel.timeout_ms, 2000);
 
 	assert_int_equal(crun__train_config_check(&cfg, 4, err, sizeof(err)), 0);
-	assert_int_equal(crun__train_config_set(&cfg, "parallel.grad_accum=3", err, sizeof(err)), 0);
+	assert_int_equal(crun__train_config_set(&cfg, "parallel.grad_accum=3", err, sizeof(err)),
+			 0);
 	assert_int_equal(crun__train_config_check(&cfg, 4, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "train.batch_size 64 does not split evenly"));
 	crun__train_config_finish(&cfg);
@@ -225,8 +227,8 @@ static void test_gradcheck(void **state)
 		p[i] += 0.1f * (float)crun__rng_normal_at(9, 9, i);
 	full_loss(m, p, a, tokens, B);
 	for (int u = m->n_units - 1; u >= 0; u--)
-		crun__model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tokens, B,
-					 scale);
+		crun__model_backward_unit(m, u, p + m->unit_off[u], g + m->unit_off[u], a, tokens,
+					  B, scale);
 	for (size_t i = 0; i < n; i++) {
 		const float eps = 1e-2f;
 		float keep = p[i];
@@ -355,14 +357,14 @@ static void test_data(void **state)
 static void test_optim(void **state)
 {
 	struct crun__optim o = {.lr = 1.0,
-			       .schedule = CRUN_LR_COSINE,
-			       .warmup_steps = 10,
-			       .min_lr_ratio = 0.1,
-			       .beta1 = 0.9,
-			       .beta2 = 0.95,
-			       .eps = 1e-8,
-			       .weight_decay = 0.5,
-			       .grad_clip = 1.0};
+				.schedule = CRUN_LR_COSINE,
+				.warmup_steps = 10,
+				.min_lr_ratio = 0.1,
+				.beta1 = 0.9,
+				.beta2 = 0.95,
+				.eps = 1e-8,
+				.weight_decay = 0.5,
+				.grad_clip = 1.0};
 	struct crun__model *m = small_model(2, 2, 4, 1, 1);
 	float *p = calloc(m->n_params, sizeof(float)), *g = calloc(m->n_params, sizeof(float));
 	float *mm = calloc(m->n_params, sizeof(float)), *vv = calloc(m->n_params, sizeof(float));
@@ -473,8 +475,8 @@ static float *train_one_rank(struct crun__comm *comm, const struct crun__model *
 
 		random_tokens(tokens, sizeof(tokens), 100 + (uint64_t)s);
 		assert_int_equal(crun__parallel_step(par, &test_optim_cfg, tokens, 16, s + 1,
-						    crun__optim_lr(&test_optim_cfg, s, steps), &loss,
-						    &gnorm),
+						     crun__optim_lr(&test_optim_cfg, s, steps),
+						     &loss, &gnorm),
 				 0);
 		assert_true(isfinite(loss) && loss > 0);
 	}
@@ -492,7 +494,7 @@ static void test_strategies_one_rank(void **state)
 	float *ref = train_one_rank(comm, m, CRUN_STRATEGY_DDP, 1, 1 << 20, 6);
 	float *again = train_one_rank(comm, m, CRUN_STRATEGY_DDP, 1, 1 << 20, 6);
 	const enum crun__strategy all[] = {CRUN_STRATEGY_DDP, CRUN_STRATEGY_ZERO1,
-					  CRUN_STRATEGY_ZERO2, CRUN_STRATEGY_ZERO3};
+					   CRUN_STRATEGY_ZERO2, CRUN_STRATEGY_ZERO3};
 	float *init = calloc(m->n_params, sizeof(float));
 
 	(void)state;
@@ -861,7 +863,7 @@ static void test_schedule_trace(void **state)
 	memset(tokens, 1, sizeof(tokens));
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct crun__parallel_opts po = {cases[i].st, cases[i].accum, 16 / cases[i].accum,
-						cases[i].bucket};
+						 cases[i].bucket};
 		struct crun__parallel *host = crun__parallel_create_storage(m, comm, &po);
 		struct crun__device_ops ops = rec_ops;
 		struct crun__device *d;
@@ -921,9 +923,9 @@ static void test_checkpoint(void **state)
 		double loss, gn;
 
 		random_tokens(tokens, sizeof(tokens), (uint64_t)s);
-		assert_int_equal(
-			crun__parallel_step(a, &test_optim_cfg, tokens, 16, s + 1, 1e-3, &loss, &gn),
-			0);
+		assert_int_equal(crun__parallel_step(a, &test_optim_cfg, tokens, 16, s + 1, 1e-3,
+						     &loss, &gn),
+				 0);
 	}
 	meta.world_size = 1;
 	snprintf(meta.strategy, sizeof(meta.strategy), "zero1");

@@ -22,7 +22,7 @@
 
 static struct crun__wire_item it(const void *data, size_t len)
 {
-	struct crun__wire_item i = { data, (uint32_t)len };
+	struct crun__wire_item i = {data, (uint32_t)len};
 
 	return i;
 }
@@ -33,9 +33,9 @@ static struct crun__wire_item its(const char *s)
 }
 
 static struct crun__wire_msg mk(uint8_t type, uint8_t flags, uint32_t id, int64_t num,
-			       struct crun__wire_item *items, uint32_t count)
+				struct crun__wire_item *items, uint32_t count)
 {
-	struct crun__wire_msg m = { type, flags, id, num, count, items };
+	struct crun__wire_msg m = {type, flags, id, num, count, items};
 
 	return m;
 }
@@ -86,29 +86,35 @@ static int roundtrip(const struct crun__wire_msg *m)
 	return vrc;
 }
 
-static const uint8_t nonce_a[32] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
-				     17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 0 };
-static const uint8_t bin[] = { 'a', 0, 'b', 0, 0, 0xff, 0x80, '\n' };
+static const uint8_t nonce_a[32] = {1,	2,  3,	4,  5,	6,  7,	8,  9,	10, 11, 12, 13, 14, 15, 16,
+				    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 0};
+static const uint8_t bin[] = {'a', 0, 'b', 0, 0, 0xff, 0x80, '\n'};
 
 static void test_requests_roundtrip(void **state)
 {
 	uint8_t mac[32];
-	struct crun__wire_item hello[3] = { its("job-1"), it(nonce_a, 32), it(mac, 32) };
-	struct crun__wire_item hello_noauth[3] = { its("job-1"), it(nonce_a, 32), it(NULL, 0) };
-	struct crun__wire_item kv[2] = { its("key"), it(bin, sizeof(bin)) };
-	struct crun__wire_item kempty[2] = { its("key"), it(NULL, 0) };
-	struct crun__wire_item bkey[1] = { it(bin, sizeof(bin)) };
-	struct crun__wire_item keys[3] = { its("a"), its("bb"), its("ccc") };
-	struct crun__wire_item cas[3] = { its("k"), its("old"), it(bin, sizeof(bin)) };
-	struct crun__wire_item cas_absent[3] = { its("k"), it(NULL, 0), its("new") };
-	struct crun__wire_item mset[4] = { its("k1"), it(bin, sizeof(bin)), its("k2"),
-					  it(NULL, 0) };
-	struct crun__wire_item ping[1] = { it(bin, sizeof(bin)) };
-	struct crun__wire_item join[10] = { its("host-a:42:0badf00d"), its("host-a"), it(NULL, 0),
-					   its("8"), its("-1"), its("2"), its("4"), its("30000"),
-					   its("15000"), its("3") };
-	struct crun__wire_item fail[1] = { its("rank 5 (local 1) on host-b exited with status 1") };
-	struct crun__wire_item fail_empty[1] = { it(NULL, 0) };
+	struct crun__wire_item hello[3] = {its("job-1"), it(nonce_a, 32), it(mac, 32)};
+	struct crun__wire_item hello_noauth[3] = {its("job-1"), it(nonce_a, 32), it(NULL, 0)};
+	struct crun__wire_item kv[2] = {its("key"), it(bin, sizeof(bin))};
+	struct crun__wire_item kempty[2] = {its("key"), it(NULL, 0)};
+	struct crun__wire_item bkey[1] = {it(bin, sizeof(bin))};
+	struct crun__wire_item keys[3] = {its("a"), its("bb"), its("ccc")};
+	struct crun__wire_item cas[3] = {its("k"), its("old"), it(bin, sizeof(bin))};
+	struct crun__wire_item cas_absent[3] = {its("k"), it(NULL, 0), its("new")};
+	struct crun__wire_item mset[4] = {its("k1"), it(bin, sizeof(bin)), its("k2"), it(NULL, 0)};
+	struct crun__wire_item ping[1] = {it(bin, sizeof(bin))};
+	struct crun__wire_item join[10] = {its("host-a:42:0badf00d"),
+					   its("host-a"),
+					   it(NULL, 0),
+					   its("8"),
+					   its("-1"),
+					   its("2"),
+					   its("4"),
+					   its("30000"),
+					   its("15000"),
+					   its("3")};
+	struct crun__wire_item fail[1] = {its("rank 5 (local 1) on host-b exited with status 1")};
+	struct crun__wire_item fail_empty[1] = {it(NULL, 0)};
 	struct crun__wire_msg reqs[] = {
 		mk(CRUN_WIRE_HELLO, 0, 1, 0, hello, 3),
 		mk(CRUN_WIRE_HELLO, 0, 0, 0, hello_noauth, 3),
@@ -142,7 +148,7 @@ static void test_requests_roundtrip(void **state)
 		mk(CRUN_WIRE_RDZV_DONE, 0, 23, 7, NULL, 0),
 		mk(CRUN_WIRE_RDZV_DONE, 0, 23, INT64_MAX, NULL, 0),
 	};
-	bool seen[CRUN_WIRE_RDZV_DONE + 1] = { false };
+	bool seen[CRUN_WIRE_RDZV_DONE + 1] = {false};
 
 	(void)state;
 	memset(mac, 0xa5, sizeof(mac));
@@ -159,16 +165,15 @@ static void test_requests_roundtrip(void **state)
 static void test_replies_roundtrip(void **state)
 {
 	uint8_t mac[32];
-	struct crun__wire_item one_mac[1] = { it(mac, 32) };
-	struct crun__wire_item msg[1] = { its("authentication failed") };
-	struct crun__wire_item val[1] = { it(bin, sizeof(bin)) };
-	struct crun__wire_item empty[1] = { it(NULL, 0) };
-	struct crun__wire_item vals[4] = { its("x"), it(NULL, 0), it(bin, sizeof(bin)), its("z") };
-	struct crun__wire_item notify_set[2] = { its("key"), it(bin, sizeof(bin)) };
-	struct crun__wire_item notify_del[2] = { its("key"), it(NULL, 0) };
-	struct crun__wire_item event[3] = { its("left"),
-					   its("node 1 (host-b) left: connection closed"),
-					   its("1") };
+	struct crun__wire_item one_mac[1] = {it(mac, 32)};
+	struct crun__wire_item msg[1] = {its("authentication failed")};
+	struct crun__wire_item val[1] = {it(bin, sizeof(bin))};
+	struct crun__wire_item empty[1] = {it(NULL, 0)};
+	struct crun__wire_item vals[4] = {its("x"), it(NULL, 0), it(bin, sizeof(bin)), its("z")};
+	struct crun__wire_item notify_set[2] = {its("key"), it(bin, sizeof(bin))};
+	struct crun__wire_item notify_del[2] = {its("key"), it(NULL, 0)};
+	struct crun__wire_item event[3] = {
+		its("left"), its("node 1 (host-b) left: connection closed"), its("1")};
 	struct crun__wire_msg reps[] = {
 		mk(CRUN_WIRE_OK, 0, 1, 0, NULL, 0),
 		mk(CRUN_WIRE_OK, 0, 1, 0, one_mac, 1),
@@ -187,7 +192,7 @@ static void test_replies_roundtrip(void **state)
 		mk(CRUN_WIRE_RDZV_EVENT, 0, 7, 0, event, 3),
 		mk(CRUN_WIRE_RDZV_EVENT, 0, 7, 12, event, 3),
 	};
-	bool seen[CRUN_WIRE_RDZV_EVENT + 1] = { false };
+	bool seen[CRUN_WIRE_RDZV_EVENT + 1] = {false};
 
 	(void)state;
 	memset(mac, 0x5a, sizeof(mac));
@@ -204,17 +209,45 @@ static void test_replies_roundtrip(void **state)
 /* The byte order is part of the protocol: check one frame byte by byte. */
 static void test_encoding_layout(void **state)
 {
-	struct crun__wire_item kv[2] = { its("ab"), it("\0", 1) };
-	struct crun__wire_msg m = mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0x01020304,
-				    0x1122334455667788, kv, 2);
+	struct crun__wire_item kv[2] = {its("ab"), it("\0", 1)};
+	struct crun__wire_msg m =
+		mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0x01020304, 0x1122334455667788, kv, 2);
 	static const uint8_t want[] = {
-		0, 0, 0, 23,				/* len: 12 + 4+2 + 4+1 */
-		CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, 0,
-		1, 2, 3, 4,				/* id */
-		0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88,
-		0, 0, 0, 2,				/* count */
-		0, 0, 0, 2, 'a', 'b',
-		0, 0, 0, 1, 0,
+		0,
+		0,
+		0,
+		23, /* len: 12 + 4+2 + 4+1 */
+		CRUN_WIRE_SET,
+		CRUN_WIRE_FL_EPHEMERAL,
+		0,
+		0,
+		1,
+		2,
+		3,
+		4, /* id */
+		0x11,
+		0x22,
+		0x33,
+		0x44,
+		0x55,
+		0x66,
+		0x77,
+		0x88,
+		0,
+		0,
+		0,
+		2, /* count */
+		0,
+		0,
+		0,
+		2,
+		'a',
+		'b',
+		0,
+		0,
+		0,
+		1,
+		0,
 	};
 	size_t n;
 	uint8_t *buf;
@@ -256,7 +289,7 @@ static void test_type_names(void **state)
 
 static void test_incremental(void **state)
 {
-	struct crun__wire_item kv[2] = { its("some/key"), it(bin, sizeof(bin)) };
+	struct crun__wire_item kv[2] = {its("some/key"), it(bin, sizeof(bin))};
 	struct crun__wire_msg m = mk(CRUN_WIRE_SET, 0, 42, 0, kv, 2), out;
 	struct crun__wire_item store[4];
 	uint32_t cap = 4;
@@ -272,9 +305,9 @@ static void test_incremental(void **state)
 
 		assert_non_null(part);
 		memcpy(part, buf, len);
-		assert_int_equal(crun__wire_decode(part, len, MAXP, &out, store, &cap, err,
-						  sizeof(err)),
-				 CRUN_WIRE_NEED_MORE);
+		assert_int_equal(
+			crun__wire_decode(part, len, MAXP, &out, store, &cap, err, sizeof(err)),
+			CRUN_WIRE_NEED_MORE);
 		free(part);
 	}
 	assert_int_equal(crun__wire_decode(buf, n, MAXP, &out, store, &cap, err, sizeof(err)),
@@ -285,8 +318,8 @@ static void test_incremental(void **state)
 
 static void test_back_to_back(void **state)
 {
-	struct crun__wire_item k[1] = { its("k") };
-	struct crun__wire_item v[1] = { it(bin, sizeof(bin)) };
+	struct crun__wire_item k[1] = {its("k")};
+	struct crun__wire_item v[1] = {it(bin, sizeof(bin))};
 	struct crun__wire_msg a = mk(CRUN_WIRE_GET, 0, 1, 0, k, 1);
 	struct crun__wire_msg b = mk(CRUN_WIRE_VALUE, 0, 1, 0, v, 1), out;
 	struct crun__wire_item store[4];
@@ -338,8 +371,8 @@ static void header(uint8_t *h, uint32_t len, uint8_t type, uint8_t flags, uint16
 }
 
 /* Decodes exactly the 12 header bytes (in their own allocation). */
-static long decode_header_only(uint32_t len, uint8_t type, uint16_t zero, uint32_t max,
-			       char *err, size_t errlen)
+static long decode_header_only(uint32_t len, uint8_t type, uint16_t zero, uint32_t max, char *err,
+			       size_t errlen)
 {
 	struct crun__wire_item store[1];
 	struct crun__wire_msg out;
@@ -371,12 +404,11 @@ static void test_header_rejects(void **state)
 	(void)state;
 	assert_int_equal(decode_header_only(1u << 31, CRUN_WIRE_SET, 0, MAXP, err, sizeof(err)),
 			 -EMSGSIZE);
-	assert_int_equal(decode_header_only(0xffffffffu, CRUN_WIRE_GET, 0, MAXP, err,
-					    sizeof(err)),
+	assert_int_equal(decode_header_only(0xffffffffu, CRUN_WIRE_GET, 0, MAXP, err, sizeof(err)),
 			 -EMSGSIZE);
 	/* The absolute cap holds whatever the caller's limit says. */
-	assert_int_equal(decode_header_only(CRUN_WIRE_MAX_PAYLOAD + 1, CRUN_WIRE_SET, 0,
-					    UINT32_MAX, err, sizeof(err)),
+	assert_int_equal(decode_header_only(CRUN_WIRE_MAX_PAYLOAD + 1, CRUN_WIRE_SET, 0, UINT32_MAX,
+					    err, sizeof(err)),
 			 -EMSGSIZE);
 	assert_int_equal(decode_header_only(1025, CRUN_WIRE_SET, 0, 1024, err, sizeof(err)),
 			 -EMSGSIZE);
@@ -389,13 +421,11 @@ static void test_header_rejects(void **state)
 	assert_int_equal(decode_header_only(12, 20, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, 0x87, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, 0xff, 0, MAXP, err, sizeof(err)), -EPROTO);
-	assert_int_equal(decode_header_only(12, CRUN_WIRE_SET, 1, MAXP, err, sizeof(err)),
-			 -EPROTO);
+	assert_int_equal(decode_header_only(12, CRUN_WIRE_SET, 1, MAXP, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "reserved"));
 	assert_int_equal(decode_header_only(12, CRUN_WIRE_SET, 0x8000, MAXP, err, sizeof(err)),
 			 -EPROTO);
-	assert_int_equal(decode_header_only(0, CRUN_WIRE_PING, 0, MAXP, err, sizeof(err)),
-			 -EPROTO);
+	assert_int_equal(decode_header_only(0, CRUN_WIRE_PING, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(11, CRUN_WIRE_PING, 0, MAXP, err, sizeof(err)),
 			 -EPROTO);
 	assert_int_equal(decode_header_only(12, CRUN_WIRE_PING, 0, MAXP, err, sizeof(err)),
@@ -426,8 +456,8 @@ static uint8_t *raw_frame(uint8_t type, uint32_t count, const uint8_t *body, siz
 	return f;
 }
 
-static long decode_raw(uint8_t type, uint32_t count, const uint8_t *body, size_t bodylen,
-		       char *err, size_t errlen)
+static long decode_raw(uint8_t type, uint32_t count, const uint8_t *body, size_t bodylen, char *err,
+		       size_t errlen)
 {
 	struct crun__wire_item store[8];
 	struct crun__wire_msg out;
@@ -447,44 +477,38 @@ static long decode_raw(uint8_t type, uint32_t count, const uint8_t *body, size_t
 static void test_payload_rejects(void **state)
 {
 	char err[256];
-	static const uint8_t one_item[] = { 0, 0, 0, 2, 'h', 'i' };
-	static const uint8_t two_items[] = { 0, 0, 0, 1, 'a', 0, 0, 0, 1, 'b' };
-	static const uint8_t past_end[] = { 0, 0, 0, 3, 'h', 'i' };
-	static const uint8_t huge_item[] = { 0xff, 0xff, 0xff, 0xff, 'h', 'i' };
+	static const uint8_t one_item[] = {0, 0, 0, 2, 'h', 'i'};
+	static const uint8_t two_items[] = {0, 0, 0, 1, 'a', 0, 0, 0, 1, 'b'};
+	static const uint8_t past_end[] = {0, 0, 0, 3, 'h', 'i'};
+	static const uint8_t huge_item[] = {0xff, 0xff, 0xff, 0xff, 'h', 'i'};
 	/* Room for two item lengths by count, but the second is cut short. */
-	static const uint8_t cut_length[] = { 0, 0, 0, 2, 'a', 'b', 0, 0 };
-	static const uint8_t trailing[] = { 0, 0, 0, 2, 'h', 'i', 'x', 'y', 'z' };
+	static const uint8_t cut_length[] = {0, 0, 0, 2, 'a', 'b', 0, 0};
+	static const uint8_t trailing[] = {0, 0, 0, 2, 'h', 'i', 'x', 'y', 'z'};
 
 	(void)state;
-	assert_true(decode_raw(CRUN_WIRE_SET, 1, one_item, sizeof(one_item), err, sizeof(err)) >
+	assert_true(decode_raw(CRUN_WIRE_SET, 1, one_item, sizeof(one_item), err, sizeof(err)) > 0);
+	assert_true(decode_raw(CRUN_WIRE_SET, 2, two_items, sizeof(two_items), err, sizeof(err)) >
 		    0);
-	assert_true(decode_raw(CRUN_WIRE_SET, 2, two_items, sizeof(two_items), err,
-			       sizeof(err)) > 0);
 	/* count larger than len can hold: each item needs 4 bytes at least */
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, 2, one_item, sizeof(one_item), err,
-				    sizeof(err)),
+	assert_int_equal(decode_raw(CRUN_WIRE_SET, 2, one_item, sizeof(one_item), err, sizeof(err)),
 			 -EPROTO);
 	assert_non_null(strstr(err, "count"));
 	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, NULL, 0, err, sizeof(err)), -EPROTO);
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, UINT32_MAX, NULL, 0, err, sizeof(err)),
-			 -EPROTO);
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, past_end, sizeof(past_end), err,
-				    sizeof(err)),
+	assert_int_equal(decode_raw(CRUN_WIRE_SET, UINT32_MAX, NULL, 0, err, sizeof(err)), -EPROTO);
+	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, past_end, sizeof(past_end), err, sizeof(err)),
 			 -EPROTO);
 	assert_non_null(strstr(err, "past the end"));
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, huge_item, sizeof(huge_item), err,
-				    sizeof(err)),
-			 -EPROTO);
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, 2, cut_length, sizeof(cut_length), err,
-				    sizeof(err)),
-			 -EPROTO);
+	assert_int_equal(
+		decode_raw(CRUN_WIRE_SET, 1, huge_item, sizeof(huge_item), err, sizeof(err)),
+		-EPROTO);
+	assert_int_equal(
+		decode_raw(CRUN_WIRE_SET, 2, cut_length, sizeof(cut_length), err, sizeof(err)),
+		-EPROTO);
 	assert_non_null(strstr(err, "past the end"));
-	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, trailing, sizeof(trailing), err,
-				    sizeof(err)),
+	assert_int_equal(decode_raw(CRUN_WIRE_SET, 1, trailing, sizeof(trailing), err, sizeof(err)),
 			 -EPROTO);
 	assert_non_null(strstr(err, "stray"));
-	assert_int_equal(decode_raw(CRUN_WIRE_COUNT, 0, trailing, 1, err, sizeof(err)),
-			 -EPROTO);
+	assert_int_equal(decode_raw(CRUN_WIRE_COUNT, 0, trailing, 1, err, sizeof(err)), -EPROTO);
 }
 
 static void test_max_items(void **state)
@@ -517,7 +541,7 @@ static void test_max_items(void **state)
 
 static void test_enobufs(void **state)
 {
-	struct crun__wire_item keys[5] = { its("a"), its("b"), its("c"), its("d"), its("e") };
+	struct crun__wire_item keys[5] = {its("a"), its("b"), its("c"), its("d"), its("e")};
 	struct crun__wire_msg m = mk(CRUN_WIRE_MGET, 0, 3, 0, keys, 5), out;
 	struct crun__wire_item *store = malloc(2 * sizeof(*store));
 	uint32_t cap = 2;
@@ -576,8 +600,8 @@ static void accept_msg(struct crun__wire_msg m)
 
 static void test_validate_counts(void **state)
 {
-	struct crun__wire_item k[4] = { its("k1"), its("v1"), its("k2"), its("v2") };
-	struct crun__wire_item h[4] = { its("run"), it(nonce_a, 32), it(NULL, 0), its("x") };
+	struct crun__wire_item k[4] = {its("k1"), its("v1"), its("k2"), its("v2")};
+	struct crun__wire_item h[4] = {its("run"), it(nonce_a, 32), it(NULL, 0), its("x")};
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_HELLO, 0, 1, 0, h, 2), "items");
@@ -619,7 +643,7 @@ static void test_validate_counts(void **state)
 
 static void test_validate_flags_num(void **state)
 {
-	struct crun__wire_item k[3] = { its("k"), its("v"), its("w") };
+	struct crun__wire_item k[3] = {its("k"), its("v"), its("w")};
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_SET, CRUN_WIRE_FL_EXPECT_ABSENT, 1, 0, k, 2), "flags");
@@ -674,10 +698,10 @@ static void test_validate_flags_num(void **state)
 
 static void test_validate_rdzv_join(void **state)
 {
-	struct crun__wire_item j[10] = { its("node-a"), its("host-a"), it(NULL, 0), its("1"),
-					its("-1"), its("1"), its("1"), its("0"), its("0"),
-					its("0") };
-	struct crun__wire_item e[3] = { it(NULL, 0), its("m"), its("0") };
+	struct crun__wire_item j[10] = {its("node-a"), its("host-a"), it(NULL, 0), its("1"),
+					its("-1"),     its("1"),      its("1"),	   its("0"),
+					its("0"),      its("0")};
+	struct crun__wire_item e[3] = {it(NULL, 0), its("m"), its("0")};
 
 	(void)state;
 	accept_msg(mk(CRUN_WIRE_RDZV_JOIN, 0, 1, 1, j, 10));
@@ -693,9 +717,9 @@ static void test_validate_rdzv_join(void **state)
 
 static void test_validate_keys(void **state)
 {
-	struct crun__wire_item e[4] = { it(NULL, 0), its("v"), its("k"), its("v") };
-	struct crun__wire_item later[4] = { its("k"), its("v"), it(NULL, 0), its("v") };
-	struct crun__wire_item mset_odd[3] = { its("k"), its("v"), its("k2") };
+	struct crun__wire_item e[4] = {it(NULL, 0), its("v"), its("k"), its("v")};
+	struct crun__wire_item later[4] = {its("k"), its("v"), it(NULL, 0), its("v")};
+	struct crun__wire_item mset_odd[3] = {its("k"), its("v"), its("k2")};
 
 	(void)state;
 	refuse_msg(mk(CRUN_WIRE_SET, 0, 1, 0, e, 2), "empty key");
@@ -723,16 +747,16 @@ static void test_validate_keys(void **state)
 
 static void test_validate_hello(void **state)
 {
-	uint8_t n33[33] = { 0 }, mac[33] = { 0 };
-	struct crun__wire_item good[3] = { its("run"), it(n33, 32), it(mac, 32) };
-	struct crun__wire_item noauth[3] = { its("run"), it(n33, 32), it(NULL, 0) };
-	struct crun__wire_item norun[3] = { it(NULL, 0), it(n33, 32), it(mac, 32) };
-	struct crun__wire_item nonce31[3] = { its("run"), it(n33, 31), it(mac, 32) };
-	struct crun__wire_item nonce33[3] = { its("run"), it(n33, 33), it(mac, 32) };
-	struct crun__wire_item nonce0[3] = { its("run"), it(NULL, 0), it(NULL, 0) };
-	struct crun__wire_item mac31[3] = { its("run"), it(n33, 32), it(mac, 31) };
-	struct crun__wire_item mac33[3] = { its("run"), it(n33, 32), it(mac, 33) };
-	struct crun__wire_item mac1[3] = { its("run"), it(n33, 32), it(mac, 1) };
+	uint8_t n33[33] = {0}, mac[33] = {0};
+	struct crun__wire_item good[3] = {its("run"), it(n33, 32), it(mac, 32)};
+	struct crun__wire_item noauth[3] = {its("run"), it(n33, 32), it(NULL, 0)};
+	struct crun__wire_item norun[3] = {it(NULL, 0), it(n33, 32), it(mac, 32)};
+	struct crun__wire_item nonce31[3] = {its("run"), it(n33, 31), it(mac, 32)};
+	struct crun__wire_item nonce33[3] = {its("run"), it(n33, 33), it(mac, 32)};
+	struct crun__wire_item nonce0[3] = {its("run"), it(NULL, 0), it(NULL, 0)};
+	struct crun__wire_item mac31[3] = {its("run"), it(n33, 32), it(mac, 31)};
+	struct crun__wire_item mac33[3] = {its("run"), it(n33, 32), it(mac, 33)};
+	struct crun__wire_item mac1[3] = {its("run"), it(n33, 32), it(mac, 1)};
 
 	(void)state;
 	accept_msg(mk(CRUN_WIRE_HELLO, 0, 1, 0, good, 3));
@@ -752,7 +776,7 @@ static void test_preambles(void **state)
 	uint8_t c[CRUN_WIRE_CLIENT_PREAMBLE + 1], s[CRUN_WIRE_SERVER_PREAMBLE + 1];
 	uint8_t nonce[32], got[32];
 	uint16_t version = 0, flags = 0;
-	static const uint8_t want_c[8] = { 'C', 'R', 'U', 'N', 0, 1, 0, 0 };
+	static const uint8_t want_c[8] = {'C', 'R', 'U', 'N', 0, 1, 0, 0};
 
 	(void)state;
 	memset(c, 0xee, sizeof(c));
@@ -835,8 +859,7 @@ static void evp_hmac(const char *token, const char *role, const uint8_t *a, cons
 	ctx = EVP_MAC_CTX_new(mac);
 	assert_non_null(ctx);
 	snprintf(label, sizeof(label), "crun-auth-v1 %s", role);
-	assert_int_equal(EVP_MAC_init(ctx, (const unsigned char *)token, strlen(token), params),
-			 1);
+	assert_int_equal(EVP_MAC_init(ctx, (const unsigned char *)token, strlen(token), params), 1);
 	assert_int_equal(EVP_MAC_update(ctx, (const unsigned char *)label, strlen(label)), 1);
 	assert_int_equal(EVP_MAC_update(ctx, a, 32), 1);
 	assert_int_equal(EVP_MAC_update(ctx, b, 32), 1);
@@ -896,7 +919,7 @@ static void test_mac(void **state)
 
 static void test_random(void **state)
 {
-	uint8_t x[32], y[32], zero[32] = { 0 };
+	uint8_t x[32], y[32], zero[32] = {0};
 
 	(void)state;
 	assert_int_equal(crun__wire_random(x, sizeof(x)), 0);
@@ -906,7 +929,6 @@ static void test_random(void **state)
 	assert_int_equal(crun__wire_random(x, 0), 0);
 }
 
-
 /* What a client makes of an ERROR frame: its errno and its text. */
 static void test_frame_error(void **state)
 {
@@ -914,9 +936,9 @@ static void test_frame_error(void **state)
 		int64_t num;
 		int rc;
 	} nums[] = {
-		{ EACCES, -EACCES }, { 1, -1 },		{ CRUN_WIRE_ERRNO_MAX, -CRUN_WIRE_ERRNO_MAX },
-		{ 0, -EPROTO },	     { -5, -EPROTO }, { CRUN_WIRE_ERRNO_MAX + 1, -EPROTO },
-		{ INT64_MAX, -EPROTO },
+		{EACCES, -EACCES},    {1, -1},	     {CRUN_WIRE_ERRNO_MAX, -CRUN_WIRE_ERRNO_MAX},
+		{0, -EPROTO},	      {-5, -EPROTO}, {CRUN_WIRE_ERRNO_MAX + 1, -EPROTO},
+		{INT64_MAX, -EPROTO},
 	};
 	struct crun__wire_item item = its("bad\tkey\x7f 'k'");
 	struct crun__wire_msg m = mk(CRUN_WIRE_ERROR, 0, 1, EINVAL, &item, 1);
@@ -949,7 +971,7 @@ static void test_frame_error(void **state)
 /* A client accepts only valid replies from the server. */
 static void test_check_reply(void **state)
 {
-	struct crun__wire_item items[2] = { its("k"), its("v") };
+	struct crun__wire_item items[2] = {its("k"), its("v")};
 	static const struct {
 		uint8_t type;
 		int64_t num;
@@ -957,19 +979,19 @@ static void test_check_reply(void **state)
 		int rc;
 		const char *err;
 	} cases[] = {
-		{ CRUN_WIRE_OK, 0, 0, 0, NULL },
-		{ CRUN_WIRE_VALUE, 0, 1, 0, NULL },
-		{ CRUN_WIRE_NOTIFY, CRUN_WIRE_EV_SET, 2, 0, NULL },
-		{ CRUN_WIRE_SET, 0, 2, -EPROTO, "unexpected SET" },
-		{ CRUN_WIRE_HELLO, 0, 2, -EPROTO, "unexpected HELLO" },
-		{ CRUN_WIRE_ERROR, 0, 1, -EPROTO, "ERROR with errno 0 outside 1..4095" },
-		{ CRUN_WIRE_VALUE, 0, 2, -EPROTO, "VALUE takes 1 to 1 items, got 2" },
+		{CRUN_WIRE_OK, 0, 0, 0, NULL},
+		{CRUN_WIRE_VALUE, 0, 1, 0, NULL},
+		{CRUN_WIRE_NOTIFY, CRUN_WIRE_EV_SET, 2, 0, NULL},
+		{CRUN_WIRE_SET, 0, 2, -EPROTO, "unexpected SET"},
+		{CRUN_WIRE_HELLO, 0, 2, -EPROTO, "unexpected HELLO"},
+		{CRUN_WIRE_ERROR, 0, 1, -EPROTO, "ERROR with errno 0 outside 1..4095"},
+		{CRUN_WIRE_VALUE, 0, 2, -EPROTO, "VALUE takes 1 to 1 items, got 2"},
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct crun__wire_msg m = mk(cases[i].type, 0, 1, cases[i].num, items,
-					    cases[i].count);
+		struct crun__wire_msg m =
+			mk(cases[i].type, 0, 1, cases[i].num, items, cases[i].count);
 		char err[160] = "";
 
 		assert_int_equal(crun__wire_check_reply(&m, err, sizeof(err)), cases[i].rc);
@@ -996,12 +1018,12 @@ static void test_decode_grow(void **state)
 	assert_int_equal(crun__wire_frame_size(buf, CRUN_WIRE_HEADER_LEN - 1, MAXP), 0);
 	assert_int_equal(crun__wire_frame_size(buf, CRUN_WIRE_HEADER_LEN, MAXP), size);
 	assert_int_equal(crun__wire_frame_size(buf, size, 16), 0); /* over the cap */
-	assert_int_equal(crun__wire_decode_grow(buf, size - 1, MAXP, &out, &store, &cap, err,
-						sizeof(err)),
-			 0);
-	assert_int_equal(crun__wire_decode_grow(buf, size, MAXP, &out, &store, &cap, err,
-						sizeof(err)),
-			 (long)size);
+	assert_int_equal(
+		crun__wire_decode_grow(buf, size - 1, MAXP, &out, &store, &cap, err, sizeof(err)),
+		0);
+	assert_int_equal(
+		crun__wire_decode_grow(buf, size, MAXP, &out, &store, &cap, err, sizeof(err)),
+		(long)size);
 	assert_int_equal(cap, 40);
 	assert_ptr_equal(out.items, store);
 	assert_same_msg(&m, &out);

@@ -20,14 +20,14 @@
 
 static inline void sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
 	nanosleep(&ts, NULL);
 }
 
 static inline struct crun__wire_item its(const char *s)
 {
-	struct crun__wire_item i = { (const uint8_t *)s, (uint32_t)strlen(s) };
+	struct crun__wire_item i = {(const uint8_t *)s, (uint32_t)strlen(s)};
 
 	return i;
 }
@@ -35,8 +35,8 @@ static inline struct crun__wire_item its(const char *s)
 /* A connection to 127.0.0.1:port with the timeouts and TCP_NODELAY. */
 static inline int tconnect(int port)
 {
-	struct sockaddr_in sa = { 0 };
-	struct timeval tv = { 5, 0 };
+	struct sockaddr_in sa = {0};
+	struct timeval tv = {5, 0};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	assert_true(fd >= 0);
@@ -92,8 +92,8 @@ static inline int trecv(int fd, struct rmsg *r)
 	r->buf = NULL;
 	if (recv_all(fd, hdr, sizeof(hdr)) < 0)
 		return -1;
-	assert_int_equal(crun__wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		crun__wire_check_header(hdr, CRUN_WIRE_MAX_PAYLOAD, &len, err, sizeof(err)), 0);
 	r->buf = malloc(sizeof(hdr) + len);
 	assert_non_null(r->buf);
 	memcpy(r->buf, hdr, sizeof(hdr));
@@ -102,7 +102,7 @@ static inline int trecv(int fd, struct rmsg *r)
 		return -1;
 	}
 	assert_int_equal(crun__wire_decode(r->buf, sizeof(hdr) + len, CRUN_WIRE_MAX_PAYLOAD, &r->m,
-					  r->items, &cap, err, sizeof(err)),
+					   r->items, &cap, err, sizeof(err)),
 			 (long)(sizeof(hdr) + len));
 	if (crun__wire_validate(&r->m, err, sizeof(err)) < 0)
 		fail_msg("invalid frame from the server: %s", err);

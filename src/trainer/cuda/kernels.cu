@@ -31,7 +31,8 @@ static_assert(VOCAB == THREADS, "xent kernels: one thread per logit");
 #error "kernels.cu needs nvcc or cudasim"
 #endif
 
-namespace {
+namespace
+{
 
 __device__ __forceinline__ float ld(const float *p, size_t i)
 {
@@ -435,7 +436,7 @@ int col_splits(int rows, int *per)
 extern "C" {
 
 cudaError_t crun__k_cast(const void *in, enum crun__dtype tin, void *out, enum crun__dtype tout,
-			size_t n, cudaStream_t stream)
+			 size_t n, cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
@@ -449,8 +450,9 @@ cudaError_t crun__k_cast(const void *in, enum crun__dtype tin, void *out, enum c
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun__k_bias_rows(void *out, enum crun__dtype tout, const void *bias, enum crun__dtype t,
-			     const float *add, int rows, int cols, cudaStream_t stream)
+cudaError_t crun__k_bias_rows(void *out, enum crun__dtype tout, const void *bias,
+			      enum crun__dtype t, const float *add, int rows, int cols,
+			      cudaStream_t stream)
 {
 	size_t n = (size_t)rows * cols;
 
@@ -472,7 +474,7 @@ cudaError_t crun__k_bias_rows(void *out, enum crun__dtype tout, const void *bias
 }
 
 cudaError_t crun__k_colsum_add(const void *in, enum crun__dtype tin, int rows, int cols, float *out,
-			      float *ws, cudaStream_t stream)
+			       float *ws, cudaStream_t stream)
 {
 	int per, splits;
 	dim3 blk(32, 8), grid;
@@ -490,8 +492,9 @@ cudaError_t crun__k_colsum_add(const void *in, enum crun__dtype tin, int rows, i
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun__k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim, const void *tok,
-			     const void *pos, void *x0, enum crun__dtype t, cudaStream_t stream)
+cudaError_t crun__k_embed_fwd(const uint8_t *tokens, int rows, int context, int dim,
+			      const void *tok, const void *pos, void *x0, enum crun__dtype t,
+			      cudaStream_t stream)
 {
 	size_t n = (size_t)rows * context * dim;
 
@@ -507,7 +510,7 @@ cudaError_t crun__k_embed_fwd(const uint8_t *tokens, int rows, int context, int 
 }
 
 cudaError_t crun__k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, int dim,
-				 const float *dx0, float *dtok, cudaStream_t stream)
+				  const float *dx0, float *dtok, cudaStream_t stream)
 {
 	size_t n = (size_t)rows * context * dim;
 
@@ -518,8 +521,8 @@ cudaError_t crun__k_embed_bwd_tok(const uint8_t *tokens, int rows, int context, 
 }
 
 cudaError_t crun__k_ln_fwd(const float *x, int rows, int cols, const void *gamma, const void *beta,
-			  enum crun__dtype t, void *out, float *mean, float *rstd,
-			  cudaStream_t stream)
+			   enum crun__dtype t, void *out, float *mean, float *rstd,
+			   cudaStream_t stream)
 {
 	if (rows <= 0 || cols <= 0)
 		return cudaSuccess;
@@ -533,8 +536,8 @@ cudaError_t crun__k_ln_fwd(const float *x, int rows, int cols, const void *gamma
 }
 
 cudaError_t crun__k_ln_bwd(const float *dout, const float *x, const float *mean, const float *rstd,
-			  const void *gamma, enum crun__dtype t, int rows, int cols, float *dx,
-			  float *dgamma, float *dbeta, float *ws, cudaStream_t stream)
+			   const void *gamma, enum crun__dtype t, int rows, int cols, float *dx,
+			   float *dgamma, float *dbeta, float *ws, cudaStream_t stream)
 {
 	int per, splits;
 	dim3 blk(32, 8), grid;
@@ -558,7 +561,7 @@ cudaError_t crun__k_ln_bwd(const float *dout, const float *x, const float *mean,
 }
 
 cudaError_t crun__k_gelu_fwd(const void *a, void *out, enum crun__dtype t, size_t n,
-			    cudaStream_t stream)
+			     cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
@@ -570,7 +573,7 @@ cudaError_t crun__k_gelu_fwd(const void *a, void *out, enum crun__dtype t, size_
 }
 
 cudaError_t crun__k_gelu_bwd(const void *dout, const void *a, void *din, enum crun__dtype t,
-			    size_t n, cudaStream_t stream)
+			     size_t n, cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;
@@ -584,7 +587,7 @@ cudaError_t crun__k_gelu_bwd(const void *dout, const void *a, void *din, enum cr
 }
 
 cudaError_t crun__k_xent_fwd(float *z, const uint8_t *tokens, int rows, int context, float *losses,
-			    cudaStream_t stream)
+			     cudaStream_t stream)
 {
 	if (rows <= 0)
 		return cudaSuccess;
@@ -592,8 +595,8 @@ cudaError_t crun__k_xent_fwd(float *z, const uint8_t *tokens, int rows, int cont
 	return cudaPeekAtLastError();
 }
 
-cudaError_t crun__k_xent_bwd(float *p, void *dz, enum crun__dtype t, const uint8_t *tokens, int rows,
-			    int context, float scale, cudaStream_t stream)
+cudaError_t crun__k_xent_bwd(float *p, void *dz, enum crun__dtype t, const uint8_t *tokens,
+			     int rows, int context, float scale, cudaStream_t stream)
 {
 	if (rows <= 0)
 		return cudaSuccess;
@@ -632,8 +635,8 @@ cudaError_t crun__k_clip_scale(const double *sumsq, double clip, float *gscale, 
 }
 
 cudaError_t crun__k_adamw(float *p, const float *g, float *m, float *v, size_t n, float beta1,
-			 float beta2, float eps, float bc1, float bc2, float lr, float wd,
-			 const float *gscale, cudaStream_t stream)
+			  float beta2, float eps, float bc1, float bc2, float lr, float wd,
+			  const float *gscale, cudaStream_t stream)
 {
 	if (!n)
 		return cudaSuccess;

@@ -100,8 +100,9 @@ static size_t layout(struct crun__cuda_acts *a, const struct crun__model *m, cha
 	return off;
 }
 
-struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx, const struct crun__model *m,
-					     int batch, enum crun__dtype t, bool recompute)
+struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx,
+					       const struct crun__model *m, int batch,
+					       enum crun__dtype t, bool recompute)
 {
 	struct crun__cuda_acts *a = calloc(1, sizeof(*a));
 	size_t L = (size_t)m->cfg.layers;
@@ -242,7 +243,7 @@ static void block_front(struct crun__cuda_ctx *ctx, const struct crun__model *m,
 }
 
 void crun__cuda_forward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
-			    const void *p, struct crun__cuda_acts *a, const uint8_t *tokens, int B)
+			     const void *p, struct crun__cuda_acts *a, const uint8_t *tokens, int B)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d, V = CRUN_MODEL_VOCAB;
@@ -287,13 +288,13 @@ static const void *dh_t(struct crun__cuda_ctx *ctx, struct crun__cuda_acts *a, i
 {
 	if (a->t != CRUN_DTYPE_F32)
 		CRUN_CUDA_CHECK(crun__k_cast(a->dh, CRUN_DTYPE_F32, a->dht, a->t, (size_t)B * H,
-					    ctx->stream));
+					     ctx->stream));
 	return a->dht;
 }
 
 void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
-			     const void *p, float *g, struct crun__cuda_acts *a,
-			     const uint8_t *tokens, int B, float scale)
+			      const void *p, float *g, struct crun__cuda_acts *a,
+			      const uint8_t *tokens, int B, float scale)
 {
 	int T = m->cfg.context, d = m->cfg.embed_dim, H = m->cfg.width, L = m->cfg.layers;
 	int F = m->cfg.ffn_mult * H, C = T * d, V = CRUN_MODEL_VOCAB;
@@ -313,7 +314,7 @@ void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__mod
 		gemm(ctx, t, false, false, H, B, V, k.w, H, a->dz, V, 0.0f, a->dln, f32, H);
 		CRUN_CUDA_CHECK(cudaMemsetAsync(a->dh, 0, (size_t)B * Hs * sizeof(float), st));
 		CRUN_CUDA_CHECK(crun__k_ln_bwd(a->dln, a->h[L], a->meanf, a->rstdf, k.g, t, B, H,
-					      a->dh, dg, db, a->ws, st));
+					       a->dh, dg, db, a->ws, st));
 	} else if (unit >= 1) {
 		int l = unit - 1;
 		struct block_p k = block_p(m, p, a->es);
@@ -337,7 +338,7 @@ void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__mod
 		CRUN_CUDA_CHECK(crun__k_colsum_add(a->df, t, B, F, db1, a->ws, st));
 		gemm(ctx, t, false, false, H, B, F, k.w1, H, a->df, F, 0.0f, a->dln, f32, H);
 		CRUN_CUDA_CHECK(crun__k_ln_bwd(a->dln, a->h[l], s->mean, s->rstd, k.g, t, B, H,
-					      a->dh, dg, db, a->ws, st));
+					       a->dh, dg, db, a->ws, st));
 	} else {
 		struct embed_p e = embed_p(m, p, a->es);
 		float *dtok = g, *dpos = dtok + CRUN_MODEL_VOCAB * ds, *dw = dpos + Cs;

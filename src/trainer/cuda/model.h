@@ -34,8 +34,9 @@ struct crun__cuda_acts;
 
 /* Activations and scratch for batches of at most `batch` samples, in one
  * device allocation. NULL when the device is out of memory. */
-struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx, const struct crun__model *m,
-					     int batch, enum crun__dtype t, bool recompute);
+struct crun__cuda_acts *crun__cuda_acts_create(struct crun__cuda_ctx *ctx,
+					       const struct crun__model *m, int batch,
+					       enum crun__dtype t, bool recompute);
 void crun__cuda_acts_destroy(struct crun__cuda_ctx *ctx, struct crun__cuda_acts *a);
 /* Bytes of device memory the activations take. */
 size_t crun__cuda_acts_bytes(const struct crun__cuda_acts *a);
@@ -45,15 +46,15 @@ size_t crun__cuda_acts_bytes(const struct crun__cuda_acts *a);
  * parameter, in the compute type. The head's forward adds the batch's
  * summed cross-entropy (nats) to the double at crun__cuda_acts_loss(). */
 void crun__cuda_forward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
-			    const void *p, struct crun__cuda_acts *a, const uint8_t *tokens,
-			    int batch);
+			     const void *p, struct crun__cuda_acts *a, const uint8_t *tokens,
+			     int batch);
 
 /* Backward pass of one unit (units in reverse order, after a full forward
  * on the same acts and tokens): adds the gradient of scale * (summed loss)
  * with respect to the unit's parameters to g (float32, the unit's layout). */
 void crun__cuda_backward_unit(struct crun__cuda_ctx *ctx, const struct crun__model *m, int unit,
-			     const void *p, float *g, struct crun__cuda_acts *a,
-			     const uint8_t *tokens, int batch, float scale);
+			      const void *p, float *g, struct crun__cuda_acts *a,
+			      const uint8_t *tokens, int batch, float scale);
 
 /* The device double that head forwards add their loss sums to (the caller
  * zeroes and reads it). */

@@ -146,8 +146,8 @@ static int dc_allreduce(struct crun__cuda_parallel *pc, void *buf, size_t count,
 }
 
 /* in: W * count; out: count (may be in + rank * count). */
-static int dc_reduce_scatter(struct crun__cuda_parallel *pc, const void *in, void *out, size_t count,
-			     enum crun__dtype t)
+static int dc_reduce_scatter(struct crun__cuda_parallel *pc, const void *in, void *out,
+			     size_t count, enum crun__dtype t)
 {
 	size_t bytes = count * sizeof(float), W = (size_t)pc->world;
 	int rc;
@@ -240,10 +240,10 @@ static void *dalloc(struct crun__cuda_parallel *pc, size_t bytes, size_t *count,
 	p = crun__cuda_alloc(pc->ctx, bytes);
 	if (!p) {
 		crun__seterr(err, errlen,
-			    "out of GPU memory for the %s (%.1f MiB more; %.1f MiB allocated so "
-			    "far, the device has %.1f MiB): see OUT OF MEMORY in crun-train(1)",
-			    what, (double)bytes / (1 << 20), (double)pc->ctx->bytes / (1 << 20),
-			    (double)pc->ctx->total_bytes / (1 << 20));
+			     "out of GPU memory for the %s (%.1f MiB more; %.1f MiB allocated so "
+			     "far, the device has %.1f MiB): see OUT OF MEMORY in crun-train(1)",
+			     what, (double)bytes / (1 << 20), (double)pc->ctx->bytes / (1 << 20),
+			     (double)pc->ctx->total_bytes / (1 << 20));
 		*ok = false;
 		return NULL;
 	}
@@ -379,11 +379,11 @@ static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 	pc->acts = crun__cuda_acts_create(ctx, d->model, lay->micro, pc->t, pc->copts.recompute);
 	if (!pc->acts) {
 		crun__seterr(err, errlen,
-			    "out of GPU memory for the activations of a micro-batch of %d (%.1f "
-			    "MiB allocated so far, the device has %.1f MiB): see OUT OF MEMORY in "
-			    "crun-train(1)",
-			    lay->micro, (double)ctx->bytes / (1 << 20),
-			    (double)ctx->total_bytes / (1 << 20));
+			     "out of GPU memory for the activations of a micro-batch of %d (%.1f "
+			     "MiB allocated so far, the device has %.1f MiB): see OUT OF MEMORY in "
+			     "crun-train(1)",
+			     lay->micro, (double)ctx->bytes / (1 << 20),
+			     (double)ctx->total_bytes / (1 << 20));
 		goto out_free;
 	}
 	pc->mem.act_bytes = crun__cuda_acts_bytes(pc->acts);
@@ -556,7 +556,7 @@ static void cuda_forward(struct crun__device *d, int unit, struct crun__ref p, s
 	size_t rowlen = (size_t)d->model->cfg.context + 1;
 
 	crun__cuda_forward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), pc->acts,
-			       pc->tokens + row * rowlen, rows);
+				pc->tokens + row * rowlen, rows);
 }
 
 static void cuda_backward(struct crun__device *d, int unit, struct crun__ref p, struct crun__ref g,
@@ -566,7 +566,7 @@ static void cuda_backward(struct crun__device *d, int unit, struct crun__ref p, 
 	size_t rowlen = (size_t)d->model->cfg.context + 1;
 
 	crun__cuda_backward_unit(pc->ctx, d->model, unit, at(pc, p, NULL), at_f32(pc, g), pc->acts,
-				pc->tokens + row * rowlen, rows, scale);
+				 pc->tokens + row * rowlen, rows, scale);
 }
 
 static void cuda_zero(struct crun__device *d, struct crun__ref x, size_t n)
@@ -637,7 +637,7 @@ static void cuda_sumsq_total(struct crun__device *d, int n_parts)
 	struct crun__cuda_parallel *pc = cu(d);
 
 	CRUN_CUDA_CHECK(crun__k_sum_f64(pc->d_partials, (size_t)n_parts * CRUN_K_SUMSQ_BLOCKS,
-				       pc->d_sumsq, pc->cs));
+					pc->d_sumsq, pc->cs));
 }
 
 static int cuda_sumsq_allreduce(struct crun__device *d)
@@ -670,9 +670,9 @@ static void adamw_range(struct crun__cuda_parallel *pc, const struct crun__optim
 		if (a >= b)
 			continue;
 		CRUN_CUDA_CHECK(crun__k_adamw(p + k, g + k, m + k, v + k, b - a, (float)o->beta1,
-					     (float)o->beta2, (float)o->eps, bc1, bc2, lr,
-					     tn->decay ? (float)o->weight_decay : 0.0f,
-					     pc->d_gscale, pc->cs));
+					      (float)o->beta2, (float)o->eps, bc1, bc2, lr,
+					      tn->decay ? (float)o->weight_decay : 0.0f,
+					      pc->d_gscale, pc->cs));
 	}
 }
 
@@ -734,7 +734,8 @@ static void cuda_memory(const struct crun__device *d, struct crun__device_memory
 	*out = pc->mem;
 	/* the nccl backend's staging buffer (made at setup, grown only for a
 	 * larger collective on host memory) adds its largest size: a bound */
-	out->peak_bytes = pc->ctx->peak_bytes + (pc->nccl ? crun__comm_nccl_peak_bytes(d->comm) : 0);
+	out->peak_bytes =
+		pc->ctx->peak_bytes + (pc->nccl ? crun__comm_nccl_peak_bytes(d->comm) : 0);
 	out->used_bytes = crun__cuda_used_bytes();
 }
 
@@ -790,8 +791,8 @@ const struct crun__device_ops crun__device_cuda_ops = {
 
 struct crun__cuda_parallel *
 crun__cuda_parallel_create(struct crun__cuda_ctx *ctx, const struct crun__model *model,
-			  struct crun__parallel *host, struct crun__comm *comm,
-			  const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen)
+			   struct crun__parallel *host, struct crun__comm *comm,
+			   const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen)
 {
 	struct crun__cuda_parallel *pc = calloc(1, sizeof(*pc));
 
@@ -826,14 +827,14 @@ void crun__cuda_parallel_download(struct crun__cuda_parallel *pc, bool optim)
 }
 
 int crun__cuda_parallel_step(struct crun__cuda_parallel *pc, const struct crun__optim *o,
-			    const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
-			    double *loss, double *grad_norm)
+			     const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
+			     double *loss, double *grad_norm)
 {
 	return crun__schedule_step(&pc->d, o, tokens, global_batch, t, lr, loss, grad_norm);
 }
 
 int crun__cuda_parallel_forward(struct crun__cuda_parallel *pc, const uint8_t *tokens, int rows,
-			       double *loss_sum)
+				double *loss_sum)
 {
 	return crun__schedule_forward(&pc->d, tokens, rows, loss_sum);
 }

@@ -45,8 +45,8 @@ extern const struct crun__device_ops crun__device_cuda_ops;
 
 struct crun__cuda_parallel_opts {
 	enum crun__dtype compute; /* float32, or bfloat16 with float32 master weights */
-	bool reduce_fp32;	 /* reduce gradients in float32 even when compute is bf16 */
-	bool recompute;		 /* activation checkpointing (model.checkpoint_activations) */
+	bool reduce_fp32;	  /* reduce gradients in float32 even when compute is bf16 */
+	bool recompute;		  /* activation checkpointing (model.checkpoint_activations) */
 };
 
 struct crun__cuda_parallel;
@@ -57,8 +57,8 @@ struct crun__cuda_parallel;
  * NULL with the reason in err when the device is out of memory. */
 struct crun__cuda_parallel *
 crun__cuda_parallel_create(struct crun__cuda_ctx *ctx, const struct crun__model *model,
-			  struct crun__parallel *host, struct crun__comm *comm,
-			  const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen);
+			   struct crun__parallel *host, struct crun__comm *comm,
+			   const struct crun__cuda_parallel_opts *copts, char *err, size_t errlen);
 void crun__cuda_parallel_destroy(struct crun__cuda_parallel *pc);
 
 /* crun__schedule_upload and crun__schedule_download (device.h). */
@@ -68,9 +68,9 @@ void crun__cuda_parallel_download(struct crun__cuda_parallel *pc, bool optim);
 /* crun__parallel_step and crun__parallel_forward on the device: the same
  * arguments and results (tokens is host memory). */
 int crun__cuda_parallel_step(struct crun__cuda_parallel *pc, const struct crun__optim *o,
-			    const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
-			    double *loss, double *grad_norm);
+			     const uint8_t *tokens, int64_t global_batch, int64_t t, double lr,
+			     double *loss, double *grad_norm);
 int crun__cuda_parallel_forward(struct crun__cuda_parallel *pc, const uint8_t *tokens, int rows,
-			       double *loss_sum);
+				double *loss_sum);
 
 #endif

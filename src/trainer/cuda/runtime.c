@@ -38,7 +38,7 @@ void crun__cuda_check_at(cudaError_t rc, const char *call, const char *file, int
 	if (rc == cudaSuccess)
 		return;
 	crun__error("CUDA call '%.*s' failed at %s:%d: %s (%s)", call_name_len(call), call,
-		   base_name(file), line, cudaGetErrorString(rc), cudaGetErrorName(rc));
+		    base_name(file), line, cudaGetErrorString(rc), cudaGetErrorName(rc));
 	exit(1);
 }
 
@@ -47,7 +47,7 @@ void crun__cublas_check_at(cublasStatus_t rc, const char *call, const char *file
 	if (rc == CUBLAS_STATUS_SUCCESS)
 		return;
 	crun__error("cuBLAS call '%.*s' failed at %s:%d: %s", call_name_len(call), call,
-		   base_name(file), line, cublasGetStatusString(rc));
+		    base_name(file), line, cublasGetStatusString(rc));
 	exit(1);
 }
 
@@ -64,7 +64,7 @@ int crun__cuda_device_count(int *count, char *err, size_t errlen)
 	}
 	if (*count < 1) {
 		crun__seterr(err, errlen, "no CUDA device visible (CUDA_VISIBLE_DEVICES='%s')",
-		       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+			     getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
 		return -ENODEV;
 	}
 	return 0;
@@ -86,10 +86,11 @@ int crun__cuda_pick_device(int local_rank, bool shared, int *device, char *err, 
 	}
 	if (!shared) {
 		crun__seterr(err, errlen,
-		       "LOCAL_RANK %d needs %d GPUs but %d %s visible (CUDA_VISIBLE_DEVICES='%s'): "
-		       "the nccl backend needs one GPU per rank",
-		       local_rank, local_rank + 1, count, count == 1 ? "is" : "are",
-		       vis ? vis : "");
+			     "LOCAL_RANK %d needs %d GPUs but %d %s visible "
+			     "(CUDA_VISIBLE_DEVICES='%s'): "
+			     "the nccl backend needs one GPU per rank",
+			     local_rank, local_rank + 1, count, count == 1 ? "is" : "are",
+			     vis ? vis : "");
 		return -ENODEV;
 	}
 	*device = local_rank % count;
@@ -212,7 +213,7 @@ struct crun__cuda_ctx *crun__cuda_ctx_create(int device, char *err, size_t errle
 		rc = cudaGetDeviceProperties(&prop, device);
 	if (rc != cudaSuccess) {
 		crun__seterr(err, errlen, "cannot use CUDA device %d: %s", device,
-		       cudaGetErrorString(rc));
+			     cudaGetErrorString(rc));
 		free(ctx);
 		return NULL;
 	}

@@ -32,7 +32,8 @@ struct dim3 {
 	}
 };
 
-namespace cudasim {
+namespace cudasim
+{
 
 struct thread_ctx {
 	uint3 thread_idx, block_idx;
