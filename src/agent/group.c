@@ -27,11 +27,13 @@ static void feed(struct group *g, const struct crun__group_event *ev);
 
 static void then(struct group *g, const struct crun__group_event *ev)
 {
-	if (g->have_next)
+	if (g->next_n == CRUN__GROUP_MAX_ACTIONS) {
 		crun__error("internal error: worker group event '%s' dropped",
-			    crun__group_event_name(g->next.kind));
-	g->next = *ev;
-	g->have_next = true;
+			    crun__group_event_name(ev->kind));
+		return;
+	}
+	g->next[(g->next_head + g->next_n) % CRUN__GROUP_MAX_ACTIONS] = *ev;
+	g->next_n++;
 }
 
 /* ---- what the actions do ---- */
@@ -380,8 +382,13 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		enum crun__group_state was = g->core.state;
 
 		if (crun__group_step(&g->core, &ev, &f, &acts) < 0) {
-			crun__error("internal error: the worker group (%s) cannot take event '%s'",
+			crun__error("internal error: the worker group (%s) cannot take event '%s'; "
+				    "stopping the job",
 				    crun__group_state_name(was), crun__group_event_name(ev.kind));
+			g->next_n = 0;
+			crun__group_abort(&g->core, &acts);
+			for (int i = 0; i < acts.n; i++)
+				carry_out(g, &ev, &acts.a[i]);
 		} else {
 			if (crun__log_enabled(CRUN_LOG_DEBUG))
 				crun__debug("group %s: %s -> %s", crun__group_state_name(was),
@@ -390,10 +397,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}
-		if (!g->have_next)
+		if (!g->next_n)
 			break;
-		ev = g->next;
-		g->have_next = false;
+		ev = g->next[g->next_head];
+		g->next_head = (g->next_head + 1) % CRUN__GROUP_MAX_ACTIONS;
+		g->next_n--;
 	}
 	g->busy = false;
 }

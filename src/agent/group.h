@@ -55,10 +55,12 @@ struct group {
 	int64_t round_end_count;
 	bool round_end_joined;
 	const char *rdzv_msg;
-	/* An event an action caused (spawned, a join that failed). */
+	/* Events the actions of a step caused (spawned, a join that failed),
+	 * stepped in order after it: a ring of at most one per action. */
 	bool busy;
-	bool have_next;
-	struct crun__group_event next;
+	int next_head;
+	int next_n;
+	struct crun__group_event next[CRUN__GROUP_MAX_ACTIONS];
 };
 
 /* Sets up g at place (the job's without rendezvous): its timer, the

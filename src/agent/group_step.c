@@ -555,6 +555,21 @@ int crun__group_step(struct crun__group_core *g, const struct crun__group_event 
 	return 0;
 }
 
+void crun__group_abort(struct crun__group_core *g, struct crun__group_actions *out)
+{
+	struct step s = {.g = g, .out = out};
+
+	out->n = 0;
+	if (crun__group_is_final(g->state))
+		return;
+	act(&s, CRUN__GACT_DISARM_TIMER, 0);
+	act(&s, CRUN__GACT_KILL_LEFTOVERS, 0);
+	act(&s, CRUN__GACT_CLOSE_PIPES, 0);
+	g->state = CRUN__GROUP_FAILED;
+	g->end = CRUN__GEND_AGENT_ERROR;
+	act(&s, CRUN__GACT_FINISH, CRUN__GEND_AGENT_ERROR);
+}
+
 int crun__group_exit_status(const struct crun__group_core *g)
 {
 	switch (g->state) {

@@ -194,6 +194,14 @@ int crun__group_step(struct crun__group_core *g, const struct crun__group_event 
 
 /* crun's exit status in a final state (see agent.h); -1 in any other. */
 int crun__group_exit_status(const struct crun__group_core *g);
+
+/* Ends the job at once as an agent error (FAILED, exit 1), from any state
+ * that is not final: out holds the actions that stop everything (disarm
+ * the timer, SIGKILL every worker group, close the pipes, finish). For the
+ * executor when crun__group_step() refused an event, which is a bug of
+ * crun's: the job must not wait for events that will never move it. In a
+ * final state it does nothing (out is empty). */
+void crun__group_abort(struct crun__group_core *g, struct crun__group_actions *out);
 /* 127 (-ENOENT), 126 (errors of exec that mean "cannot execute"), or 0
  * (anything else: the agent's own failure) for a failed uv_spawn. */
 int crun__group_exec_status(int err);

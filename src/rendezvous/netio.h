@@ -67,7 +67,9 @@ int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun__wire_m
  * no write request, and uv_write for what the kernel did not take. When
  * such a write completes, its bytes leave inflight and done(q, status)
  * runs (status < 0: it failed or was cancelled). 0, -ENOMEM, or a
- * negative libuv error: the stream is broken. */
+ * negative libuv error: the stream is broken, and q may still hold bytes
+ * the kernel already took, so the stream must be closed, never flushed
+ * again. */
 int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 		     void (*done)(struct crun__outq *q, int status));
 

@@ -396,6 +396,7 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 	}
 	show_item(r, sizeof(r), run_id);
 	if (crun__store_join(srv->store, &c->sc, run_id->data, run_id->len) < 0) {
+		OPENSSL_cleanse(server_mac, sizeof(server_mac));
 		fail_conn(c, m->id, ENOMEM, "refused", "out of memory");
 		return;
 	}
@@ -442,23 +443,6 @@ static uint32_t max_payload(const struct conn *c)
 	return max > CRUN_WIRE_MAX_PAYLOAD ? CRUN_WIRE_MAX_PAYLOAD : (uint32_t)max;
 }
 
-static int grow_items(struct crun__server *srv, uint32_t need)
-{
-	uint32_t cap = srv->items_cap * 2;
-	struct crun__wire_item *p;
-
-	if (cap < need)
-		cap = need;
-	if (cap > CRUN_WIRE_MAX_ITEMS)
-		cap = CRUN_WIRE_MAX_ITEMS;
-	p = realloc(srv->items, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	srv->items = p;
-	srv->items_cap = cap;
-	return 0;
-}
-
 /* Handles every whole frame in buf; returns the bytes consumed. Stops
  * early when c starts closing. */
 static size_t process(struct conn *c, const uint8_t *buf, size_t len)
@@ -469,7 +453,6 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 	char err[160];
 
 	while (c->state != CONN_CLOSING && !c->drop) {
-		uint32_t cap = srv->items_cap;
 		long n;
 
 		if (c->state == CONN_PREAMBLE) {
@@ -479,14 +462,11 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 			off += CRUN_WIRE_CLIENT_PREAMBLE;
 			continue;
 		}
-		n = crun__wire_decode(buf + off, len - off, max_payload(c), &m, srv->items, &cap,
-				      err, sizeof(err));
-		if (n == -ENOBUFS) {
-			if (grow_items(srv, cap) < 0) {
-				drop_conn(c, "out of memory");
-				break;
-			}
-			continue;
+		n = crun__wire_decode_grow(buf + off, len - off, max_payload(c), &m, &srv->items,
+					   &srv->items_cap, err, sizeof(err));
+		if (n == -ENOMEM) {
+			drop_conn(c, "out of memory");
+			break;
 		}
 		if (n < 0) {
 			fail_conn(c, 0, EPROTO, "protocol error", err);

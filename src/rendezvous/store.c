@@ -298,10 +298,12 @@ static struct entry *entry_create(struct crun__store_run *r, const struct crun__
 }
 
 /* Replaces e's value. Reuses the allocation when it fits and is not far
- * too large. 0 or -ENOMEM (the old value is kept). */
+ * too large. 0 or -ENOMEM (the old value is kept). An entry that holds a
+ * value, even an empty one, always has an allocation: a NULL val means
+ * the entry was created for this request and never held one. */
 static int entry_store(struct entry *e, const uint8_t *data, uint32_t len)
 {
-	if (len > e->vcap || (e->vcap > 4096 && len < e->vcap / 4)) {
+	if (!e->val || len > e->vcap || (e->vcap > 4096 && len < e->vcap / 4)) {
 		uint32_t cap = len < 16 ? 16 : len;
 		uint8_t *p = realloc(e->val, cap);
 

@@ -66,10 +66,11 @@ struct crun__store_client {
  * does so after the call returns. */
 struct crun__store_ops {
 	/* Queues one frame to client to (items point into the store's or the
-	 * request's memory, valid during the call only). 0 when queued (or
-	 * discarded because to is being dropped); -ENOBUFS when the frame can
-	 * never fit (too large for a frame or for to's buffer): the store then
-	 * answers the request with an ENOBUFS error instead. */
+	 * request's memory, valid during the call only). It may be called for
+	 * a client that drop() marked earlier in the same call: the edge
+	 * discards that frame and returns 0. 0 when queued (or discarded); -ENOBUFS when the frame
+	 * can never fit (too large for a frame or for to's buffer): the store then answers the
+	 * request with an ENOBUFS error instead. */
 	int (*send)(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
 		    int64_t num, const struct crun__wire_item *items, uint32_t count);
 	/* c must lose its connection (a watched value too large for its
@@ -88,7 +89,9 @@ struct crun__store *crun__store_create(const struct crun__store_limits *limits, 
 
 /* Frees every run, key, wait and watch without sending anything
  * (run_freed still runs for slots that hold data). Clients still joined
- * must not be passed to the store again. NULL is allowed. */
+ * must not be passed to the store again: their lists still point into
+ * the freed store, so the edge discards them (or initialises them anew
+ * with crun__store_client_init). NULL is allowed. */
 void crun__store_destroy(struct crun__store *st);
 
 /* Sets up c, in no run yet; name is used in log lines (not copied). */

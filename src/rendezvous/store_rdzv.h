@@ -18,7 +18,9 @@
 #include "rendezvous/wire.h"
 
 /* What a new round needs from the edge: the loop for its timer and the
- * ops (with their ctx) that reach its peers. */
+ * ops (with their ctx) that reach its peers. The round's peers are the
+ * store's clients: each peer pointer the ops get is a struct
+ * crun__store_client *, from which the edge finds its connection. */
 struct crun__store_rdzv_env {
 	uv_loop_t *loop;
 	const struct crun__round_ops *ops;
@@ -35,7 +37,9 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 			    const char *peer_ip, int64_t *keepalive_ms);
 
 /* c, still in its run, is closing: its round, if the run has one, loses
- * it (why: "connection closed", ...). */
+ * it (why: "connection closed", ...). Call it after crun__store_detach(c)
+ * and before crun__store_leave(c): the round may still send to the
+ * others in c's run, which leave would free when c was its last client. */
 void crun__store_rdzv_lost(struct crun__store_client *c, const char *why);
 
 /* Frees a round found in a run's data slot: fit for the store's

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The longest wait for a peer when crun__comm_opts.timeout_ms is 0. */
+#define CRUN__COMM_DEFAULT_TIMEOUT_MS 300000
+
 struct crun__comm;
 
 struct crun__comm_opts {
@@ -31,9 +34,10 @@ struct crun__comm_opts {
 	 * so a restarted attempt never reads an earlier attempt's keys. */
 	int64_t timeout_ms; /* longest wait for a peer, in connecting and in
 			     * each collective: a call fails when no byte
-			     * moved for this long; 0: 300000 */
+			     * moved for this long; 0:
+			     * CRUN__COMM_DEFAULT_TIMEOUT_MS */
 	size_t chunk_bytes; /* pipelining chunk for ring steps; 0: 1 MiB */
-	/* Fields added after the first version; zero means "default". */
+	/* Zero means "default" for the fields below too. */
 	int64_t round;	      /* CRUN_ROUND: scopes the store keys */
 	const char *addr;     /* CRUN_COMM_ADDR: address this rank listens on
 			       * and publishes; NULL: listen on every address

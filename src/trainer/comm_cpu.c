@@ -68,7 +68,6 @@
 #define COMM_VERSION 1u
 #define HDR_MAGIC 0x4c4f4343u /* "CCOL" */
 #define HDR_LEN 24
-#define DEFAULT_TIMEOUT_MS 300000
 #define DEFAULT_CHUNK (1u << 20)
 #define DEFAULT_SOCKBUF (4u << 20)
 #define ADDR_LEN 128
@@ -918,7 +917,7 @@ static int cpu_init(struct crun__comm *comm, const struct crun__comm_opts *o)
 	c->left = mod(c->rank - 1, c->size);
 	c->right = mod(c->rank + 1, c->size);
 	c->send_fd = c->recv_fd = -1;
-	c->timeout_ms = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+	c->timeout_ms = o->timeout_ms ? o->timeout_ms : CRUN__COMM_DEFAULT_TIMEOUT_MS;
 	c->chunk = o->chunk_bytes ? o->chunk_bytes : DEFAULT_CHUNK;
 	c->chunk = (c->chunk + 63) & ~(size_t)63;
 	if (c->size == 1)

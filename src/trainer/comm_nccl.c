@@ -23,7 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-#define DEFAULT_TIMEOUT_MS 300000
 #define SPIN_MS 2 /* poll without sleeping this long, then every 50 us */
 #define SCRATCH_BYTES (1u << 20)
 
@@ -456,7 +455,7 @@ static int nccl_init(struct crun__comm *comm, const struct crun__comm_opts *opts
 		return -ENOMEM;
 	}
 	comm->priv = n;
-	n->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+	n->timeout_ms = opts->timeout_ms ? opts->timeout_ms : CRUN__COMM_DEFAULT_TIMEOUT_MS;
 	rc = crun__cuda_pick_device(opts->local_rank, false, &n->device, why, sizeof(why));
 	if (rc) {
 		crun__comm_set_error(comm, "nccl backend: %s", why);

@@ -549,6 +549,31 @@ static void test_restarts(void **state)
 	assert_int_equal(crun__group_exit_status(&g), 0);
 }
 
+/* A refused event ends the job as an agent error, from every state that
+ * is not final; a final state stays as it is. */
+static void test_abort(void **state)
+{
+	(void)state;
+	for (int st = 0; st < CRUN__GROUP_NSTATES; st++) {
+		struct crun__group_core g;
+		struct crun__group_actions acts;
+		char got[256];
+
+		crun__group_core_init(&g, &job);
+		g.state = st;
+		crun__group_abort(&g, &acts);
+		if (crun__group_is_final(st)) {
+			assert_int_equal(acts.n, 0);
+			assert_int_equal(g.state, st);
+			continue;
+		}
+		spell(&acts, got, sizeof(got));
+		assert_string_equal(got, "disarm kill-leftovers close-pipes finish:agent-error");
+		assert_int_equal(g.state, CRUN__GROUP_FAILED);
+		assert_int_equal(crun__group_exit_status(&g), 1);
+	}
+}
+
 static void test_exec_status(void **state)
 {
 	(void)state;
@@ -570,7 +595,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows),	    cmocka_unit_test(test_impossible_refused),
 		cmocka_unit_test(test_placement),   cmocka_unit_test(test_restarts),
-		cmocka_unit_test(test_exec_status),
+		cmocka_unit_test(test_exec_status), cmocka_unit_test(test_abort),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
