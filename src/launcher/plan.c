@@ -1,5 +1,6 @@
 #include "launcher/plan.h"
 #include "common/util.h"
+#include "rendezvous/wire.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -348,8 +349,8 @@ int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__la
 		}
 	}
 	if (o->rdzv_conf.token_file) {
-		rc = crun__read_secret_file(o->rdzv_conf.token_file, 4096, &plan->token,
-					    &plan->token_len, reason, sizeof(reason));
+		rc = crun__read_secret_file(o->rdzv_conf.token_file, CRUN_WIRE_TOKEN_MAX,
+					    &plan->token, &plan->token_len, reason, sizeof(reason));
 		if (rc) {
 			crun__launch_opts_invalid(o, CRUN_OPT_RDZV_CONF, o->rdzv_conf.token_file,
 						  reason, err, errlen);

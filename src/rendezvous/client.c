@@ -55,7 +55,6 @@
 /* A read buffer grown for a large value shrinks back above this size. */
 #define RBUF_KEEP (1024 * 1024)
 #define ITEMS_MIN 16
-#define TOKEN_MAX 4096
 #define ERRMSG_LEN 256
 #define PEER_LEN 300
 
@@ -1542,8 +1541,8 @@ int crun_store_opts_from_env_err(struct crun_store_opts *opts, char *err, size_t
 		opts->token = v;
 		opts->token_len = strlen(v);
 	} else if ((v = getenv("CRUN_TOKEN_FILE")) && *v) {
-		rc = crun__read_secret_file(v, TOKEN_MAX, &file_token, &file_token_len, why,
-					    sizeof(why));
+		rc = crun__read_secret_file(v, CRUN_WIRE_TOKEN_MAX, &file_token, &file_token_len,
+					    why, sizeof(why));
 		if (rc < 0) {
 			if (err)
 				snprintf(err, errlen, "bad CRUN_TOKEN_FILE: %s", why);

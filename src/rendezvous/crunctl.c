@@ -31,7 +31,6 @@
 #define DEFAULT_ENDPOINT "127.0.0.1:29400"
 #define DEFAULT_PORT 29400
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
-#define TOKEN_MAX 4096
 
 enum exit_code {
 	EXIT_OK = 0,
@@ -485,8 +484,8 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 static int load_token(struct ctl *c, const char *file, const char *what)
 {
 	char err[256];
-	int rc =
-		crun__read_secret_file(file, TOKEN_MAX, &c->token, &c->token_len, err, sizeof(err));
+	int rc = crun__read_secret_file(file, CRUN_WIRE_TOKEN_MAX, &c->token, &c->token_len, err,
+					sizeof(err));
 
 	if (rc < 0)
 		return usage_error("bad %s: %s", what, err);

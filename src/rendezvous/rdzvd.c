@@ -18,9 +18,9 @@
 #include "common/util.h"
 #include "crun-config.h"
 #include "rendezvous/server.h"
+#include "rendezvous/wire.h"
 
 #define EXIT_USAGE 2
-#define TOKEN_MAX 4096
 
 enum {
 	OPT_HOST = 256,
@@ -196,7 +196,7 @@ static int load_token(const char *file, char **token, size_t *len)
 		if (!file || !*file)
 			return 0;
 	}
-	if (crun__read_secret_file(file, TOKEN_MAX, token, len, err, sizeof(err)) < 0) {
+	if (crun__read_secret_file(file, CRUN_WIRE_TOKEN_MAX, token, len, err, sizeof(err)) < 0) {
 		crun__error("cannot read the token: %s", err);
 		return -EINVAL;
 	}

@@ -93,6 +93,9 @@
 #define CRUN_WIRE_SERVER_PREAMBLE 40
 #define CRUN_WIRE_NONCE_LEN 32
 #define CRUN_WIRE_MAC_LEN 32
+/* The longest job token (bytes of a token file or CRUN_TOKEN) that
+ * clients, servers and crun accept. */
+#define CRUN_WIRE_TOKEN_MAX 4096
 #define CRUN_WIRE_F_AUTH 0x0001
 
 #define CRUN_WIRE_HEADER_LEN 12
