@@ -348,8 +348,7 @@ static int publish_master(struct agent_rdzv *r)
 	snprintf(r->master_addr, sizeof(r->master_addr), "%s", asg->nodes[0].addr);
 	r->master_port = port;
 	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", asg->round);
-	snprintf(value, sizeof(value), strchr(asg->nodes[0].addr, ':') ? "[%s]:%d" : "%s:%d",
-		 asg->nodes[0].addr, port);
+	crun__format_endpoint(value, sizeof(value), asg->nodes[0].addr, port);
 	items[0] = str_item(key);
 	items[1] = str_item(value);
 	return send_req(r, REQ_SET_MASTER, &m, NULL);
@@ -645,9 +644,7 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 	snprintf(r->hostname, sizeof(r->hostname), "%s", hostname);
 	r->hooks = *hooks;
 	*server = NULL;
-	snprintf(r->endpoint, sizeof(r->endpoint),
-		 strchr(spec->rdzv.host, ':') ? "[%s]:%d" : "%s:%d", spec->rdzv.host,
-		 spec->rdzv.port);
+	crun__format_endpoint(r->endpoint, sizeof(r->endpoint), spec->rdzv.host, spec->rdzv.port);
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		memset(rnd, 0, sizeof(rnd));
 	snprintf(r->node_id, sizeof(r->node_id), "%s:%d:%02x%02x%02x%02x", r->hostname,

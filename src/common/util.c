@@ -313,6 +313,11 @@ bool crun__addr_is_loopback(const char *host)
 	return false;
 }
 
+void crun__format_endpoint(char *out, size_t outlen, const char *host, int port)
+{
+	snprintf(out, outlen, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
 void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip)
 {
 	char buf[INET6_ADDRSTRLEN] = "?";

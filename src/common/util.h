@@ -60,6 +60,9 @@ struct sockaddr;
  * families) into out; the bare address ("?" when none) into ip, which
  * holds INET6_ADDRSTRLEN bytes, unless ip is NULL. */
 void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char *ip);
+/* host and port as "host:port", or "[host]:port" when host is an IPv6
+ * address (has a ':'), into out. */
+void crun__format_endpoint(char *out, size_t outlen, const char *host, int port);
 
 /* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
 int crun__write_all(int fd, const void *buf, size_t len);

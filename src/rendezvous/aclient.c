@@ -986,8 +986,7 @@ struct crun__aclient *crun__aclient_create(uv_loop_t *loop, const struct crun__a
 	}
 	if (c->literal)
 		c->naddrs = 1;
-	snprintf(c->target, sizeof(c->target), strchr(c->host, ':') ? "[%s]:%d" : "%s:%d", c->host,
-		 c->port);
+	crun__format_endpoint(c->target, sizeof(c->target), c->host, c->port);
 	memcpy(c->peer, c->target, sizeof(c->peer));
 
 	uv_timer_init(loop, &c->conn_timer);

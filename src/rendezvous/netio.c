@@ -1,6 +1,8 @@
 /* Byte mechanics of the store server's connections (netio.h). */
 #include "rendezvous/netio.h"
 
+#include "common/util.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,11 +243,6 @@ static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_
 	return rc;
 }
 
-void crun__net_endpoint(char *out, size_t outlen, const char *host, int port)
-{
-	snprintf(out, outlen, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-}
-
 int crun__net_listen(uv_tcp_t *tcp, const char *host, int port, uv_connection_cb cb, int *bound,
 		     bool *loopback, bool *used, char *err, size_t errlen)
 {
@@ -255,7 +252,7 @@ int crun__net_listen(uv_tcp_t *tcp, const char *host, int port, uv_connection_cb
 	int rc;
 
 	*used = false;
-	crun__net_endpoint(shown, sizeof(shown), host, port);
+	crun__format_endpoint(shown, sizeof(shown), host, port);
 	if (port < 0 || port > 65535) {
 		snprintf(err, errlen, "cannot listen on '%s': port out of range 0-65535", shown);
 		return -EINVAL;

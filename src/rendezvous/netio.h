@@ -76,9 +76,6 @@ int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 /* Frees q's buffer (writes in flight free their own). */
 void crun__outq_finish(struct crun__outq *q);
 
-/* "host:port", or "[host]:port" for an IPv6 address, into out. */
-void crun__net_endpoint(char *out, size_t outlen, const char *host, int port);
-
 /* Binds tcp to host (an IPv4 or IPv6 literal, or a name resolved on
  * tcp's loop) and port (0: a free one), and listens with cb. 0, with the
  * port bound in *bound and in *loopback whether the address is a loopback

@@ -857,7 +857,7 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 	if (!host || !*host)
 		host = "0.0.0.0";
 	if (srv->listening || srv->listen_failed) {
-		crun__net_endpoint(shown, sizeof(shown), host, port);
+		crun__format_endpoint(shown, sizeof(shown), host, port);
 		snprintf(err, errlen, "cannot listen on '%s': the server is already set up", shown);
 		return -EALREADY;
 	}
@@ -869,7 +869,7 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 	}
 	srv->listening = true;
 	if (!srv->token && !loopback) {
-		crun__net_endpoint(shown, sizeof(shown), host, srv->port);
+		crun__format_endpoint(shown, sizeof(shown), host, srv->port);
 		crun__warn("listening on %s without a token: anyone who can reach this port can "
 			   "join and change the job's keys; set %s",
 			   shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");

@@ -357,14 +357,6 @@ static void tune_socket(int fd, size_t sockbuf)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 }
 
-static void format_addr(char *out, size_t outlen, const char *host, int port)
-{
-	if (strchr(host, ':'))
-		snprintf(out, outlen, "[%s]:%d", host, port);
-	else
-		snprintf(out, outlen, "%s:%d", host, port);
-}
-
 /* Opens the listener. With addr, binds that address and publishes it;
  * without, binds every address of the family that reaches the store and
  * publishes the local address of the store connection. */
@@ -442,7 +434,7 @@ static int open_listener(struct crun__comm *comm, const char *addr, int store_fd
 	}
 	port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					      : ((struct sockaddr_in *)&ss)->sin_port);
-	format_addr(pub, publen, host, port);
+	crun__format_endpoint(pub, publen, host, port);
 	*out_fd = fd;
 	return 0;
 

@@ -25,6 +25,21 @@
 #include "common/util.h"
 #include "common/yaml.h"
 
+static void test_format_endpoint(void **state)
+{
+	char out[64];
+
+	(void)state;
+	crun__format_endpoint(out, sizeof(out), "10.0.0.1", 29400);
+	assert_string_equal(out, "10.0.0.1:29400");
+	crun__format_endpoint(out, sizeof(out), "node0", 1);
+	assert_string_equal(out, "node0:1");
+	crun__format_endpoint(out, sizeof(out), "::1", 29400);
+	assert_string_equal(out, "[::1]:29400");
+	crun__format_endpoint(out, 8, "10.0.0.1", 29400);
+	assert_string_equal(out, "10.0.0.");
+}
+
 static void test_parse_int64(void **state)
 {
 	char err[256];
@@ -1046,6 +1061,7 @@ static void test_htable(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_format_endpoint),
 		cmocka_unit_test(test_parse_int64),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
