@@ -27,7 +27,8 @@ static const struct crun__env_param params[] = {
 	{"CRUN_COMM_CHUNK", "1M", "pipelining chunk of the cpu backend's ring steps"},
 	{"CRUN_COMM_SOCKBUF", "4M", "socket send and receive buffers of the cpu backend"},
 	{"CRUN_COMM_SHM", "1",
-	 "1: ranks on one host exchange data through shared memory; 0: always TCP"},
+	 "1: ranks on one host (and PID namespace) exchange data through shared memory; 0: always"
+	 " TCP"},
 	{"CRUN_COMM_SEND_THREAD", "0",
 	 "1: a second thread per worker sends while the first receives and reduces"},
 };

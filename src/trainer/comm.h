@@ -72,10 +72,12 @@ int crun__comm_opts_from_env(struct crun__comm_opts *opts, char *err, size_t err
  * create returns), connects to rank+1 and accepts rank-1. Both ends of a
  * connection check a hello (magic, version, rank, world size, round, k),
  * so a peer of another round or group is refused. Then each link tries
- * shared memory: the receiving rank creates a 2 MiB ring in /dev/shm, the
- * sending rank maps it if it can (same host), and the name is unlinked at
- * once; links that cannot keep TCP. Floats travel in the host's byte
- * order: every node of a job must share it. */
+ * shared memory: the receiving rank makes a 2 MiB ring of anonymous memory
+ * and the sending rank maps it if it can (same host and PID namespace;
+ * comm_shm.h says how), so nothing is ever created in /dev/shm and the
+ * memory goes with the last rank that maps it, however the ranks die;
+ * links that cannot keep TCP. Floats travel in the host's byte order:
+ * every node of a job must share it. */
 struct crun__comm *crun__comm_create(const struct crun__comm_opts *opts, char *err, size_t errlen);
 void crun__comm_destroy(struct crun__comm *comm);
 

@@ -35,6 +35,7 @@
  * progressing but a dead or stalled neighbour is noticed. */
 #include "trainer/comm.h"
 #include "trainer/comm_backend.h"
+#include "trainer/comm_shm.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -65,7 +66,7 @@
 
 #define HELLO_MAGIC "CRUNCOMM"
 #define HELLO_LEN 32
-#define COMM_VERSION 1u
+#define COMM_VERSION 2u
 #define HDR_MAGIC 0x4c4f4343u /* "CCOL" */
 #define HDR_LEN 24
 #define DEFAULT_CHUNK (1u << 20)
@@ -74,8 +75,6 @@
 #define RING_MAGIC "CRUNRING"
 #define RING_DATA_OFF 4096 /* the header's page */
 #define RING_BYTES (2u << 20)
-#define OFFER_LEN 88
-#define SHM_NAME_LEN 64
 
 enum op {
 	OP_ALLREDUCE = 1,
@@ -578,27 +577,52 @@ static int ring_map(struct link *l, int fd, size_t cap)
 	return 0;
 }
 
-/* Creates the ring of the incoming link under a fresh name. The pages
- * are allocated now, so that a full /dev/shm fails here rather than with
- * SIGBUS mid-collective. */
-static int ring_create(struct link *l, unsigned instance, char *name, uint64_t *nonce)
+/* Where this process runs, for crun__shm_reachable; all zero when /proc
+ * does not say (then no ring is offered or opened). */
+static void place_here(struct crun__shm_place *p)
+{
+	char text[64] = "";
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	memset(p, 0, sizeof(*p));
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0 || crun__shm_parse_boot_id(text, p->boot_id) < 0 ||
+	    stat("/proc/self/ns/pid", &st) < 0) {
+		memset(p, 0, sizeof(*p));
+		return;
+	}
+	p->pid_ns = (uint64_t)st.st_ino;
+}
+
+/* Makes the ring of the incoming link: an anonymous file, never named, so
+ * that nothing is left behind however this process ends. Its pages are
+ * allocated now, so that running out of memory fails here rather than
+ * with SIGBUS mid-collective, and its size is sealed. On success *fd
+ * stays open: the left neighbour opens the ring through it. */
+static int ring_create(struct link *l, int *fd, uint64_t *nonce)
 {
 	uint64_t rnd = 0;
-	int fd, rc;
+	int rc;
 
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
 		rnd = crun__now_ns() ^ ((uint64_t)getpid() << 32);
-	snprintf(name, SHM_NAME_LEN, "/crun-comm.%d.%u.%016llx", (int)getpid(), instance,
-		 (unsigned long long)rnd);
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
+	*fd = memfd_create("crun-comm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (*fd < 0)
 		return -errno;
-	rc = -posix_fallocate(fd, 0, RING_DATA_OFF + RING_BYTES);
+	rc = -posix_fallocate(*fd, 0, RING_DATA_OFF + RING_BYTES);
+	if (rc == 0 && fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		rc = -errno;
 	if (rc == 0)
-		rc = ring_map(l, fd, RING_BYTES);
-	close(fd);
+		rc = ring_map(l, *fd, RING_BYTES);
 	if (rc < 0) {
-		shm_unlink(name);
+		close(*fd);
+		*fd = -1;
 		return rc;
 	}
 	memcpy(l->ring->magic, RING_MAGIC, 8);
@@ -611,29 +635,40 @@ static int ring_create(struct link *l, unsigned instance, char *name, uint64_t *
 	return 0;
 }
 
-/* Opens the right neighbour's ring, if this host can see it: a rank on
- * another host finds no such name, or (if the name exists by chance)
- * not the nonce that came over the connection. */
-static int ring_open(struct link *l, const char *name, uint64_t nonce, uint64_t cap)
+/* Opens the right neighbour's ring through its descriptor. -EXDEV: the
+ * neighbour runs elsewhere (another host or PID namespace). The path is
+ * looked at before it is opened: only a regular file of the ring's size
+ * is opened, and the nonce in its header proves it is the offered ring. */
+static int ring_open(struct link *l, const struct crun__shm_offer *o,
+		     const struct crun__shm_place *here)
 {
+	char path[64];
 	struct stat st;
 	int fd, rc;
 
-	if (cap < 4096 || cap > (1u << 30) || cap % 64)
+	if (!crun__shm_reachable(here, &o->place))
+		return -EXDEV;
+	rc = crun__shm_proc_path(path, sizeof(path), o->pid, o->fd);
+	if (rc < 0)
+		return rc;
+	if (stat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != RING_DATA_OFF + o->cap)
 		return -EINVAL;
-	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != RING_DATA_OFF + cap) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != RING_DATA_OFF + o->cap) {
 		close(fd);
 		return -EINVAL;
 	}
-	rc = ring_map(l, fd, (size_t)cap);
+	rc = ring_map(l, fd, (size_t)o->cap);
 	close(fd);
 	if (rc < 0)
 		return rc;
-	if (memcmp(l->ring->magic, RING_MAGIC, 8) || l->ring->nonce != nonce ||
-	    l->ring->cap != cap) {
+	if (memcmp(l->ring->magic, RING_MAGIC, 8) || l->ring->nonce != o->nonce ||
+	    l->ring->cap != o->cap) {
 		ring_unmap(l);
 		return -EINVAL;
 	}
@@ -642,43 +677,47 @@ static int ring_open(struct link *l, const char *name, uint64_t nonce, uint64_t 
 
 /* Agrees with both neighbours whether their links use shared memory.
  * Each rank offers a ring for its incoming link (or an empty offer), the
- * left neighbour answers whether it could map it; the name is unlinked
- * as soon as the answer is in, so nothing is left in /dev/shm. */
-static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, unsigned instance,
-			 uint64_t deadline)
+ * left neighbour answers whether it could map it, and the maker closes
+ * its descriptor as soon as the answer is in: from then on only the two
+ * mappings hold the ring. */
+static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, uint64_t deadline)
 {
-	uint8_t offer[OFFER_LEN] = {0}, theirs[OFFER_LEN], mine = 0, answer = 0;
-	char name[SHM_NAME_LEN] = "", their_name[SHM_NAME_LEN];
-	uint64_t nonce = 0;
+	uint8_t offer[CRUN__SHM_OFFER_LEN], theirs[CRUN__SHM_OFFER_LEN], mine = 0, answer = 0;
+	struct crun__shm_offer o = {0}, t;
+	struct crun__shm_place here;
 	const char *peer = "";
-	int rc, who = 0;
+	int rc, who = 0, ring_fd = -1;
 
-	memcpy(offer, "SHMO", 4);
-	if (enabled && ring_create(&c->in, instance, name, &nonce) == 0) {
-		put32(offer + 4, (uint32_t)strlen(name));
-		memcpy(offer + 8, name, strlen(name));
-		put64(offer + 72, nonce);
-		put64(offer + 80, RING_BYTES);
+	place_here(&here);
+	if (enabled && here.pid_ns && ring_create(&c->in, &ring_fd, &o.nonce) == 0) {
+		o.present = true;
+		o.place = here;
+		o.pid = (int32_t)getpid();
+		o.fd = ring_fd;
+		o.cap = RING_BYTES;
 	}
-	rc = io_full(c->recv_fd, offer, OFFER_LEN, true, deadline);
+	crun__shm_offer_encode(offer, &o);
+	rc = io_full(c->recv_fd, offer, sizeof(offer), true, deadline);
 	who = c->left;
 	peer = c->left_addr;
 	if (rc == 0) {
-		rc = io_full(c->send_fd, theirs, OFFER_LEN, false, deadline);
+		rc = io_full(c->send_fd, theirs, sizeof(theirs), false, deadline);
 		who = c->right;
 		peer = c->right_addr;
 	}
-	if (rc == 0) {
-		uint32_t len = get32(theirs + 4);
+	if (rc == 0)
+		rc = crun__shm_offer_decode(theirs, &t);
+	if (rc == 0 && enabled && t.present) {
+		int orc = ring_open(&c->out, &t, &here);
 
-		if (memcmp(theirs, "SHMO", 4) || len >= SHM_NAME_LEN) {
-			rc = -EPROTO;
-		} else if (enabled && len > 0) {
-			memcpy(their_name, theirs + 8, len);
-			their_name[len] = '\0';
-			mine = ring_open(&c->out, their_name, get64(theirs + 72),
-					 get64(theirs + 80)) == 0;
-		}
+		mine = orc == 0;
+		/* The neighbour is on this host but its ring cannot be
+		 * opened: say why the link is slower than it could be.
+		 * (ENOENT: the neighbour is gone; the next read says so.) */
+		if (orc < 0 && orc != -EXDEV && orc != -ENOENT)
+			crun__warn("comm: rank %d cannot map the ring of rank %d: %s; the link "
+				   "uses tcp",
+				   c->rank, c->right, strerror(-orc));
 	}
 	if (rc == 0)
 		rc = io_full(c->send_fd, &mine, 1, true, deadline);
@@ -687,8 +726,8 @@ static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, u
 		who = c->left;
 		peer = c->left_addr;
 	}
-	if (name[0])
-		shm_unlink(name);
+	if (ring_fd >= 0)
+		close(ring_fd);
 	if (rc == 0 && answer > 1)
 		rc = -EPROTO;
 	if (rc < 0 || answer != 1)
@@ -808,7 +847,7 @@ static int connect_ring(struct crun__comm *comm, struct cpu *c, const struct cru
 		rc = -EPROTO;
 		goto out_close_listener;
 	}
-	rc = negotiate_shm(comm, c, !o->no_shm, instance, deadline);
+	rc = negotiate_shm(comm, c, !o->no_shm, deadline);
 
 out_close_listener:
 	close(lfd);

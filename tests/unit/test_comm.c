@@ -31,6 +31,7 @@
 #include "common/util.h"
 #include "rendezvous/server.h"
 #include "trainer/comm.h"
+#include "trainer/comm_shm.h"
 #include <crun/store.h>
 
 #define MAX_PROCS 6
@@ -433,6 +434,163 @@ static void test_collectives_mixed(void **state)
 	run_group(4, 4, TIMEOUT_MS, check_all, NULL, st);
 	no_shm_rank = -2;
 	expect_all_ok(4, st);
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared-memory rings without names                                   */
+
+/* Counts this process's mappings of rings, and of anything in /dev/shm. */
+static int count_rings(struct crun__comm *comm, int r, int n, void *arg, struct result *res)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int rings = 0, named = 0;
+	char line[512];
+
+	(void)comm;
+	(void)n;
+	(void)arg;
+	if (!f) {
+		resf(res, "rank %d: cannot read /proc/self/maps", r);
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		rings += strstr(line, "/memfd:crun-comm") != NULL;
+		named += strstr(line, "/dev/shm/") != NULL;
+	}
+	fclose(f);
+	/* its own incoming ring and its right neighbour's */
+	if (rings != 2 || named != 0) {
+		resf(res, "rank %d: %d ring mappings (want 2), %d of /dev/shm (want 0)", r, rings,
+		     named);
+		return -1;
+	}
+	return 0;
+}
+
+/* Ranks of one host share rings that exist only as mappings. */
+static void test_rings_have_no_name(void **state)
+{
+	struct proc_status st[MAX_PROCS];
+
+	(void)state;
+	run_group(3, 3, TIMEOUT_MS, count_rings, NULL, st);
+	expect_all_ok(3, st);
+}
+
+static const struct crun__shm_offer an_offer = {
+	.present = true,
+	.place = {.boot_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		  .pid_ns = 4026531836u},
+	.pid = 4242,
+	.fd = 17,
+	.nonce = 0x0123456789abcdefull,
+	.cap = 2u << 20,
+};
+
+static void test_shm_offer(void **state)
+{
+	uint8_t buf[CRUN__SHM_OFFER_LEN], bad[CRUN__SHM_OFFER_LEN];
+	struct crun__shm_offer o, none = {0};
+
+	(void)state;
+	crun__shm_offer_encode(buf, &an_offer);
+	assert_int_equal(crun__shm_offer_decode(buf, &o), 0);
+	assert_true(o.present);
+	assert_memory_equal(o.place.boot_id, an_offer.place.boot_id, 16);
+	assert_true(o.place.pid_ns == an_offer.place.pid_ns);
+	assert_int_equal(o.pid, 4242);
+	assert_int_equal(o.fd, 17);
+	assert_true(o.nonce == an_offer.nonce);
+	assert_true(o.cap == an_offer.cap);
+	/* little-endian on the wire */
+	assert_int_equal(buf[32], 4242 & 0xff);
+	assert_int_equal(buf[33], 4242 >> 8);
+
+	crun__shm_offer_encode(buf, &none);
+	assert_int_equal(crun__shm_offer_decode(buf, &o), 0);
+	assert_false(o.present);
+	assert_int_equal(o.pid, 0);
+
+	/* magic, flag, pid, fd, cap: each wrong one refused */
+	static const struct {
+		size_t off;
+		uint8_t val;
+	} wrong[] = {
+		{0, 'X'},   /* magic */
+		{4, 2},	    /* present */
+		{35, 0x80}, /* pid < 0 */
+		{39, 0x80}, /* fd < 0 */
+		{48, 1},    /* cap not a multiple of 64 */
+		{51, 0x40}, /* cap > 1 GiB */
+	};
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(wrong); i++) {
+		crun__shm_offer_encode(bad, &an_offer);
+		bad[wrong[i].off] = wrong[i].val;
+		assert_int_equal(crun__shm_offer_decode(bad, &o), -EPROTO);
+		assert_false(o.present);
+	}
+	struct crun__shm_offer small = an_offer, nopid = an_offer;
+	small.cap = 2048;
+	nopid.pid = 0;
+	crun__shm_offer_encode(bad, &small);
+	assert_int_equal(crun__shm_offer_decode(bad, &o), -EPROTO);
+	crun__shm_offer_encode(bad, &nopid);
+	assert_int_equal(crun__shm_offer_decode(bad, &o), -EPROTO);
+}
+
+static void test_shm_reachable(void **state)
+{
+	struct crun__shm_place here = an_offer.place, there = an_offer.place, zero = {0};
+
+	(void)state;
+	assert_true(crun__shm_reachable(&here, &there));
+	there.boot_id[15] ^= 1; /* another host */
+	assert_false(crun__shm_reachable(&here, &there));
+	there = here;
+	there.pid_ns++; /* another container */
+	assert_false(crun__shm_reachable(&here, &there));
+	/* unknown places reach nothing, not even each other */
+	assert_false(crun__shm_reachable(&zero, &zero));
+	assert_false(crun__shm_reachable(&here, &zero));
+	assert_false(crun__shm_reachable(&zero, &here));
+	there = here;
+	memset(there.boot_id, 0, 16);
+	assert_false(crun__shm_reachable(&there, &there));
+}
+
+static void test_shm_boot_id(void **state)
+{
+	static const uint8_t want[16] = {0x8c, 0x1f, 0x0e, 0x3a, 0x52, 0x7b, 0x4d, 0x9e,
+					 0xa1, 0x0b, 0xc2, 0xd3, 0xe4, 0xf5, 0x06, 0x17};
+	static const char *const bad[] = {
+		"",
+		"8c1f0e3a-527b-4d9e-a10b-c2d3e4f50617x",
+		"8c1f0e3a-527b-4d9e-a10b-c2d3e4f5061",
+		"8c1f0e3a527b-4d9e-a10b-c2d3e4f506177",
+		"8c1f0e3a-527b-4d9e-a10b-c2d3e4f5061g",
+		"8c1f0e3a-527b-4d9e-a10b-c2d3e4f50617\n\n",
+	};
+	uint8_t out[16];
+
+	(void)state;
+	assert_int_equal(crun__shm_parse_boot_id("8c1f0e3a-527b-4d9e-a10b-c2d3e4f50617\n", out), 0);
+	assert_memory_equal(out, want, 16);
+	assert_int_equal(crun__shm_parse_boot_id("8C1F0E3A-527B-4D9E-A10B-C2D3E4F50617", out), 0);
+	assert_memory_equal(out, want, 16);
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(bad); i++)
+		assert_int_equal(crun__shm_parse_boot_id(bad[i], out), -EINVAL);
+}
+
+static void test_shm_proc_path(void **state)
+{
+	char buf[64], tiny[12];
+
+	(void)state;
+	assert_int_equal(crun__shm_proc_path(buf, sizeof(buf), 4242, 17), 0);
+	assert_string_equal(buf, "/proc/4242/fd/17");
+	assert_int_equal(crun__shm_proc_path(buf, sizeof(buf), 0, 17), -EINVAL);
+	assert_int_equal(crun__shm_proc_path(buf, sizeof(buf), 4242, -1), -EINVAL);
+	assert_int_equal(crun__shm_proc_path(tiny, sizeof(tiny), 4242, 17), -ENAMETOOLONG);
 }
 
 /* The same with a send thread per rank, over rings and over TCP. */
@@ -953,6 +1111,11 @@ int main(void)
 		cmocka_unit_test(test_peer_stalls),
 		cmocka_unit_test(test_mismatch),
 		cmocka_unit_test(test_stranger_refused),
+		cmocka_unit_test(test_rings_have_no_name),
+		cmocka_unit_test(test_shm_offer),
+		cmocka_unit_test(test_shm_reachable),
+		cmocka_unit_test(test_shm_boot_id),
+		cmocka_unit_test(test_shm_proc_path),
 	};
 
 	crun__log_init("test_comm", CRUN_LOG_ERROR);
