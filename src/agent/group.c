@@ -25,6 +25,49 @@ int (*agent_kill)(pid_t pid, int sig) = kill;
 
 static void feed(struct group *g, const struct crun__group_event *ev);
 
+/* ---- the repeat rule's view of failures (repeat.h) ---- */
+
+static void failure_forget(struct crun__attempt_failure *f)
+{
+	free((char *)f->message);
+	*f = (struct crun__attempt_failure){.max_step = -1};
+}
+
+/* Worker w's failure, now: its error file is read here, once. */
+static void failure_of(struct group *g, const struct worker *w, struct crun__attempt_failure *f)
+{
+	char *message = NULL, *traceback = NULL;
+
+	if (w->error_file)
+		agent_error_file_read(w->error_file, &message, &traceback);
+	free(traceback);
+	*f = (struct crun__attempt_failure){
+		.failed = true,
+		.rank = w->rank,
+		.exit_code = w->exit_code,
+		.term_signal = w->term_signal,
+		.message = message,
+		.max_step = g->max_step,
+		.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start),
+	};
+}
+
+/* The verdict on the attempt's first failure: the one recorded, else the
+ * failure ev reports (which a RECORD_FAILURE of this step takes over). */
+static enum crun__restart_verdict verdict(struct group *g, const struct crun__group_event *ev)
+{
+	const struct crun__attempt_failure *cur = &g->this_failure;
+
+	failure_forget(&g->event_failure);
+	if (!cur->failed && ev->kind == CRUN__GEV_WORKER_EXITED &&
+	    (ev->exit_code || ev->term_signal) && ev->worker >= 0 && ev->worker < g->nworkers &&
+	    g->workers[ev->worker]) {
+		failure_of(g, g->workers[ev->worker], &g->event_failure);
+		cur = &g->event_failure;
+	}
+	return crun__restart_verdict(&g->prev_failure, cur, g->spec->min_attempt_ms);
+}
+
 static void then(struct group *g, const struct crun__group_event *ev)
 {
 	if (g->next_n == CRUN__GROUP_MAX_ACTIONS) {
@@ -110,6 +153,11 @@ static void spawn_all(struct group *g)
 	g->open_pipes = 0;
 	g->nworkers = 0;
 	g->attempts++;
+	failure_forget(&g->prev_failure);
+	g->prev_failure = g->this_failure;
+	g->this_failure = (struct crun__attempt_failure){.max_step = -1};
+	g->max_step = -1;
+	g->attempt_start = uv_now(g->loop);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -176,18 +224,53 @@ static void record_failure(struct group *g, int lr)
 
 	if (crun__failures_add(&g->failures, &f) < 0)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
+	if (!g->this_failure.failed && g->event_failure.failed &&
+	    g->event_failure.rank == w->rank) {
+		g->this_failure = g->event_failure;
+		g->event_failure = (struct crun__attempt_failure){.max_step = -1};
+	}
 }
 
-/* Every node's agent hears this as the round's end. */
+/* "not restarting: ..." when the attempt's failure is not restarted
+ * (repeat.h); empty when it is. */
+static void why_not_restarting(const struct group *g, char *buf, size_t len)
+{
+	const struct crun__attempt_failure *f = &g->this_failure;
+	char what[64], min[24];
+
+	buf[0] = '\0';
+	if (!g->core.no_restart || !f->failed)
+		return;
+	agent_describe_exit(what, sizeof(what), f->exit_code, f->term_signal);
+	if (g->core.no_restart == CRUN__NO_RESTART_CONFIG) {
+		snprintf(buf, len,
+			 "not restarting: rank %d %s: a configuration error, which every attempt "
+			 "would meet",
+			 f->rank, what);
+		return;
+	}
+	crun__rdzv_format_ms(g->spec->min_attempt_ms, min, sizeof(min));
+	snprintf(buf, len,
+		 "not restarting: rank %d failed the same way twice without progress: %s after "
+		 "%.1fs (no heartbeat step beyond the last attempt's; --min-attempt-time %s)",
+		 f->rank, what, (double)f->duration_ms / 1000.0, min);
+}
+
+/* Every node's agent hears this as the round's end; with no_restart, as
+ * the end of the run. */
 static void tell_store(struct group *g, int lr)
 {
 	const struct worker *w = g->workers[lr];
+	const char *why = g->core.no_restart == CRUN__NO_RESTART_CONFIG ? "a configuration error"
+			  : g->core.no_restart == CRUN__NO_RESTART_REPEAT
+				  ? "it failed the same way twice without progress"
+				  : NULL;
 	char what[64], msg[512];
 
 	agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
-	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank, w->local_rank,
-		 g->hostname, what);
-	crun__rdzv_fail(g->rdzv, msg);
+	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s%s%s", w->rank, w->local_rank,
+		 g->hostname, what, why ? "; not restarting: " : "", why ? why : "");
+	crun__rdzv_fail(g->rdzv, msg, why != NULL);
 }
 
 static void release_workers(struct group *g)
@@ -216,6 +299,7 @@ static void rdzv_send_failed(struct group *g)
 
 static void summary(struct group *g)
 {
+	char why[512];
 	struct crun__summary_job job = {
 		.name = g->name,
 		.hostname = g->hostname,
@@ -224,8 +308,10 @@ static void summary(struct group *g)
 		.own_error_file = g->own_error_file,
 		.round_end = g->core.round_ended ? g->round_end : NULL,
 		.round = g->round_end_round,
+		.not_restarting = why,
 	};
 
+	why_not_restarting(g, why, sizeof(why));
 	crun__summary_report(&job, &g->failures);
 }
 
@@ -377,6 +463,7 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			.open_pipes = g->open_pipes,
 			.failures = (int)g->failures.n,
 			.max_restarts = g->spec->max_restarts,
+			.verdict = verdict(g, &ev),
 		};
 		struct crun__group_actions acts;
 		enum crun__group_state was = g->core.state;
@@ -397,6 +484,7 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}
+		failure_forget(&g->event_failure);
 		if (!g->next_n)
 			break;
 		ev = g->next[g->next_head];
@@ -477,6 +565,9 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	int err;
 
 	crun__group_core_init(&g->core, place);
+	g->max_step = -1;
+	g->prev_failure = g->this_failure = g->event_failure =
+		(struct crun__attempt_failure){.max_step = -1};
 	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));
 	if (!g->workers)
 		return -ENOMEM;
@@ -530,6 +621,9 @@ void crun__group_close(struct group *g)
 void crun__group_finish(struct group *g)
 {
 	crun__failures_finish(&g->failures);
+	failure_forget(&g->prev_failure);
+	failure_forget(&g->this_failure);
+	failure_forget(&g->event_failure);
 	forget_round_end(g);
 	free(g->workers);
 	g->workers = NULL;

@@ -19,6 +19,7 @@
 #include "agent/group_step.h"
 #include "agent/placement.h"
 #include "agent/rendezvous.h"
+#include "agent/repeat.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
 
@@ -44,6 +45,15 @@ struct group {
 	int running;		 /* workers not yet reaped */
 	int open_pipes;		 /* their pipes not yet closed */
 	int attempts;		 /* attempts started (counted restarts or not) */
+	/* The highest step any local worker beat in the current attempt; -1
+	 * when none. Reset when an attempt starts. */
+	int64_t max_step;
+	/* The repeat rule (repeat.h): the first failure of the previous
+	 * attempt and of this one (failed false: none here), and of the event
+	 * being stepped when it may become this one's. Their messages are
+	 * the group's. attempt_start: uv_now() when the attempt started. */
+	struct crun__attempt_failure prev_failure, this_failure, event_failure;
+	uint64_t attempt_start;
 	uv_timer_t timer;
 	enum crun__group_timer timer_kind;
 	bool timer_open;
