@@ -27,45 +27,54 @@ static void feed(struct group *g, const struct crun__group_event *ev);
 
 /* ---- the repeat rule's view of failures (repeat.h) ---- */
 
-static void failure_forget(struct crun__attempt_failure *f)
-{
-	free((char *)f->message);
-	*f = (struct crun__attempt_failure){.max_step = -1};
-}
-
-/* Worker w's failure, now: its error file is read here, once. */
-static void failure_of(struct group *g, const struct worker *w, struct crun__attempt_failure *f)
+/* Notes w's failure for the rule, its error file read here, once: a
+ * failure of its own, or a death by the agent's signal after it wrote
+ * its error file (else nothing is known of it). */
+static void note_failure(struct group *g, const struct worker *w)
 {
 	char *message = NULL, *traceback = NULL;
-
-	if (w->error_file)
-		agent_error_file_read(w->error_file, &message, &traceback);
-	free(traceback);
-	*f = (struct crun__attempt_failure){
-		.failed = true,
+	struct crun__attempt_failure f = {
 		.rank = w->rank,
 		.exit_code = w->exit_code,
 		.term_signal = w->term_signal,
-		.message = message,
-		.max_step = g->max_step,
-		.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start),
+		.by_agent = g->core.state == CRUN__GROUP_STOPPING &&
+			    (w->term_signal == SIGTERM || w->term_signal == SIGKILL),
 	};
+
+	if (!w->exit_code && !w->term_signal)
+		return;
+	if (w->error_file)
+		agent_error_file_read(w->error_file, &message, &traceback);
+	free(traceback);
+	f.message = message;
+	if (!f.by_agent || message) {
+		if (!g->this_attempt.n) {
+			g->this_attempt.max_step = g->max_step;
+			g->this_attempt.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start);
+		}
+		if (crun__attempt_add(&g->this_attempt, &f) < 0)
+			crun__error("out of memory recording the failure of rank %d", w->rank);
+	}
+	free(message);
 }
 
-/* The verdict on the attempt's first failure: the one recorded, else the
- * failure ev reports (which a RECORD_FAILURE of this step takes over). */
-static enum crun__restart_verdict verdict(struct group *g, const struct crun__group_event *ev)
+/* A new attempt: the one that ended is the previous one when it failed
+ * here; else there is none to compare with. */
+static void next_attempt(struct group *g)
 {
-	const struct crun__attempt_failure *cur = &g->this_failure;
+	struct crun__attempt t = g->prev_attempt;
 
-	failure_forget(&g->event_failure);
-	if (!cur->failed && ev->kind == CRUN__GEV_WORKER_EXITED &&
-	    (ev->exit_code || ev->term_signal) && ev->worker >= 0 && ev->worker < g->nworkers &&
-	    g->workers[ev->worker]) {
-		failure_of(g, g->workers[ev->worker], &g->event_failure);
-		cur = &g->event_failure;
+	crun__attempt_clear(&t);
+	if (g->attempt_failed) {
+		g->prev_attempt = g->this_attempt;
+		g->this_attempt = t;
+	} else {
+		g->prev_attempt = t;
+		crun__attempt_clear(&g->this_attempt);
 	}
-	return crun__restart_verdict(&g->prev_failure, cur, g->spec->min_attempt_ms);
+	g->attempt_failed = false;
+	g->max_step = -1;
+	g->attempt_start = uv_now(g->loop);
 }
 
 static void then(struct group *g, const struct crun__group_event *ev)
@@ -153,11 +162,7 @@ static void spawn_all(struct group *g)
 	g->open_pipes = 0;
 	g->nworkers = 0;
 	g->attempts++;
-	failure_forget(&g->prev_failure);
-	g->prev_failure = g->this_failure;
-	g->this_failure = (struct crun__attempt_failure){.max_step = -1};
-	g->max_step = -1;
-	g->attempt_start = uv_now(g->loop);
+	next_attempt(g);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -224,22 +229,19 @@ static void record_failure(struct group *g, int lr)
 
 	if (crun__failures_add(&g->failures, &f) < 0)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
-	if (!g->this_failure.failed && g->event_failure.failed &&
-	    g->event_failure.rank == w->rank) {
-		g->this_failure = g->event_failure;
-		g->event_failure = (struct crun__attempt_failure){.max_step = -1};
-	}
+	g->attempt_failed = true;
 }
 
 /* "not restarting: ..." when the attempt's failure is not restarted
  * (repeat.h); empty when it is. */
 static void why_not_restarting(const struct group *g, char *buf, size_t len)
 {
-	const struct crun__attempt_failure *f = &g->this_failure;
+	const struct crun__attempt *a = &g->this_attempt;
+	const struct crun__attempt_failure *f = a->v;
 	char what[64], min[24];
 
 	buf[0] = '\0';
-	if (!g->core.no_restart || !f->failed)
+	if (!g->core.no_restart || !a->n)
 		return;
 	agent_describe_exit(what, sizeof(what), f->exit_code, f->term_signal);
 	if (g->core.no_restart == CRUN__NO_RESTART_CONFIG) {
@@ -253,7 +255,7 @@ static void why_not_restarting(const struct group *g, char *buf, size_t len)
 	snprintf(buf, len,
 		 "not restarting: rank %d failed the same way twice without progress: %s after "
 		 "%.1fs (no heartbeat step beyond the last attempt's; --min-attempt-time %s)",
-		 f->rank, what, (double)f->duration_ms / 1000.0, min);
+		 f->rank, what, (double)a->duration_ms / 1000.0, min);
 }
 
 /* Every node's agent hears this as the round's end; with no_restart, as
@@ -463,7 +465,8 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			.open_pipes = g->open_pipes,
 			.failures = (int)g->failures.n,
 			.max_restarts = g->spec->max_restarts,
-			.verdict = verdict(g, &ev),
+			.verdict = crun__restart_verdict(&g->prev_attempt, &g->this_attempt,
+							 g->spec->min_attempt_ms),
 		};
 		struct crun__group_actions acts;
 		enum crun__group_state was = g->core.state;
@@ -484,7 +487,6 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}
-		failure_forget(&g->event_failure);
 		if (!g->next_n)
 			break;
 		ev = g->next[g->next_head];
@@ -507,6 +509,7 @@ static void worker_exited(struct worker *w, void *arg)
 	};
 
 	g->running--;
+	note_failure(g, w);
 	feed(g, &ev);
 }
 
@@ -566,8 +569,7 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 
 	crun__group_core_init(&g->core, place);
 	g->max_step = -1;
-	g->prev_failure = g->this_failure = g->event_failure =
-		(struct crun__attempt_failure){.max_step = -1};
+	g->prev_attempt.max_step = g->this_attempt.max_step = -1;
 	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));
 	if (!g->workers)
 		return -ENOMEM;
@@ -621,9 +623,8 @@ void crun__group_close(struct group *g)
 void crun__group_finish(struct group *g)
 {
 	crun__failures_finish(&g->failures);
-	failure_forget(&g->prev_failure);
-	failure_forget(&g->this_failure);
-	failure_forget(&g->event_failure);
+	crun__attempt_finish(&g->prev_attempt);
+	crun__attempt_finish(&g->this_attempt);
 	forget_round_end(g);
 	free(g->workers);
 	g->workers = NULL;

@@ -48,11 +48,12 @@ struct group {
 	/* The highest step any local worker beat in the current attempt; -1
 	 * when none. Reset when an attempt starts. */
 	int64_t max_step;
-	/* The repeat rule (repeat.h): the first failure of the previous
-	 * attempt and of this one (failed false: none here), and of the event
-	 * being stepped when it may become this one's. Their messages are
-	 * the group's. attempt_start: uv_now() when the attempt started. */
-	struct crun__attempt_failure prev_failure, this_failure, event_failure;
+	/* The repeat rule (repeat.h): the failures of the previous attempt
+	 * (none unless it ended with a failure here) and of this one;
+	 * attempt_failed: this one recorded a failure; attempt_start:
+	 * uv_now() when it started. */
+	struct crun__attempt prev_attempt, this_attempt;
+	bool attempt_failed;
 	uint64_t attempt_start;
 	uv_timer_t timer;
 	enum crun__group_timer timer_kind;
