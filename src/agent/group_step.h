@@ -187,8 +187,9 @@ struct crun__group_facts {
 	int failures;	  /* failures recorded in this attempt (a
 			   * RECORD_FAILURE of this step counts too) */
 	int max_restarts; /* without rendezvous: restarts allowed */
-	/* The repeat rule's verdict on the attempt's first failure: the one
-	 * recorded, else the event's worker when it failed (repeat.h). */
+	/* The repeat rule's verdict on the attempt's failures so far, this
+	 * event's included (repeat.h); the step takes it with the first
+	 * failure it records. */
 	enum crun__restart_verdict verdict;
 };
 
