@@ -46,6 +46,7 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->max_restarts = 3;
 	spec->shutdown_timeout_ms = 30000;
 	spec->kill_timeout_ms = 5000;
+	spec->min_attempt_ms = 60000;
 	spec->run_id = "none";
 	spec->signals[0] = SIGTERM;
 	spec->signals[1] = SIGINT;
@@ -148,9 +149,9 @@ static int check_spec(const struct crun__agent_spec *spec)
 		return -EINVAL;
 	}
 	if (spec->max_restarts < 0 || spec->shutdown_timeout_ms < 0 || spec->kill_timeout_ms < 0 ||
-	    spec->nsignals < 0 || spec->nsignals > CRUN_AGENT_MAX_SIGNALS ||
-	    spec->master_port < 0 || spec->master_port > 65535 || spec->store_port < 0 ||
-	    spec->store_port > 65535) {
+	    spec->min_attempt_ms < 0 || spec->nsignals < 0 ||
+	    spec->nsignals > CRUN_AGENT_MAX_SIGNALS || spec->master_port < 0 ||
+	    spec->master_port > 65535 || spec->store_port < 0 || spec->store_port > 65535) {
 		crun__error("invalid agent settings (restarts, timeouts, signals or ports)");
 		return -EINVAL;
 	}

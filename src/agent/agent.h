@@ -78,6 +78,10 @@ struct crun__agent_spec {
 	 * on them, so that a process stuck in the kernel never hangs crun.
 	 * Default 5000. */
 	int64_t kill_timeout_ms;
+	/* The repeat rule (repeat.h): an attempt that ran at least this long
+	 * made progress, heartbeat or not. Default 60000; 0: only heartbeat
+	 * steps count. */
+	int64_t min_attempt_ms;
 
 	const char *run_id;	 /* TORCHELASTIC_RUN_ID and the store's run:
 				  * --rdzv-id, "none" without, a fresh uuid

@@ -25,6 +25,58 @@ int (*agent_kill)(pid_t pid, int sig) = kill;
 
 static void feed(struct group *g, const struct crun__group_event *ev);
 
+/* ---- the repeat rule's view of failures (repeat.h) ---- */
+
+/* Notes w's failure for the rule, its error file read here, once: a
+ * failure of its own, or a death by the agent's signal after it wrote
+ * its error file (else nothing is known of it). */
+static void note_failure(struct group *g, const struct worker *w)
+{
+	char *message = NULL, *traceback = NULL;
+	struct crun__attempt_failure f = {
+		.rank = w->rank,
+		.exit_code = w->exit_code,
+		.term_signal = w->term_signal,
+		.by_agent = g->core.state == CRUN__GROUP_STOPPING &&
+			    (w->term_signal == SIGTERM || w->term_signal == SIGKILL),
+	};
+
+	if (!w->exit_code && !w->term_signal)
+		return;
+	if (w->error_file)
+		agent_error_file_read(w->error_file, &message, &traceback);
+	free(traceback);
+	f.message = message;
+	if (!f.by_agent || message) {
+		if (!g->this_attempt.n) {
+			g->this_attempt.max_step = g->max_step;
+			g->this_attempt.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start);
+		}
+		if (crun__attempt_add(&g->this_attempt, &f) < 0)
+			crun__error("out of memory recording the failure of rank %d", w->rank);
+	}
+	free(message);
+}
+
+/* A new attempt: the one that ended is the previous one when it failed
+ * here; else there is none to compare with. */
+static void next_attempt(struct group *g)
+{
+	struct crun__attempt t = g->prev_attempt;
+
+	crun__attempt_clear(&t);
+	if (g->attempt_failed) {
+		g->prev_attempt = g->this_attempt;
+		g->this_attempt = t;
+	} else {
+		g->prev_attempt = t;
+		crun__attempt_clear(&g->this_attempt);
+	}
+	g->attempt_failed = false;
+	g->max_step = -1;
+	g->attempt_start = uv_now(g->loop);
+}
+
 static void then(struct group *g, const struct crun__group_event *ev)
 {
 	if (g->next_n == CRUN__GROUP_MAX_ACTIONS) {
@@ -110,6 +162,7 @@ static void spawn_all(struct group *g)
 	g->open_pipes = 0;
 	g->nworkers = 0;
 	g->attempts++;
+	next_attempt(g);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -176,18 +229,50 @@ static void record_failure(struct group *g, int lr)
 
 	if (crun__failures_add(&g->failures, &f) < 0)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
+	g->attempt_failed = true;
 }
 
-/* Every node's agent hears this as the round's end. */
+/* "not restarting: ..." when the attempt's failure is not restarted
+ * (repeat.h); empty when it is. */
+static void why_not_restarting(const struct group *g, char *buf, size_t len)
+{
+	const struct crun__attempt *a = &g->this_attempt;
+	const struct crun__attempt_failure *f = a->v;
+	char what[64], min[24];
+
+	buf[0] = '\0';
+	if (!g->core.no_restart || !a->n)
+		return;
+	agent_describe_exit(what, sizeof(what), f->exit_code, f->term_signal);
+	if (g->core.no_restart == CRUN__NO_RESTART_CONFIG) {
+		snprintf(buf, len,
+			 "not restarting: rank %d %s: a configuration error, which every attempt "
+			 "would meet",
+			 f->rank, what);
+		return;
+	}
+	crun__rdzv_format_ms(g->spec->min_attempt_ms, min, sizeof(min));
+	snprintf(buf, len,
+		 "not restarting: rank %d failed the same way twice without progress: %s after "
+		 "%.1fs (no heartbeat step beyond the last attempt's; --min-attempt-time %s)",
+		 f->rank, what, (double)a->duration_ms / 1000.0, min);
+}
+
+/* Every node's agent hears this as the round's end; with no_restart, as
+ * the end of the run. */
 static void tell_store(struct group *g, int lr)
 {
 	const struct worker *w = g->workers[lr];
+	const char *why = g->core.no_restart == CRUN__NO_RESTART_CONFIG ? "a configuration error"
+			  : g->core.no_restart == CRUN__NO_RESTART_REPEAT
+				  ? "it failed the same way twice without progress"
+				  : NULL;
 	char what[64], msg[512];
 
 	agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
-	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank, w->local_rank,
-		 g->hostname, what);
-	crun__rdzv_fail(g->rdzv, msg);
+	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s%s%s", w->rank, w->local_rank,
+		 g->hostname, what, why ? "; not restarting: " : "", why ? why : "");
+	crun__rdzv_fail(g->rdzv, msg, why != NULL);
 }
 
 static void release_workers(struct group *g)
@@ -216,6 +301,7 @@ static void rdzv_send_failed(struct group *g)
 
 static void summary(struct group *g)
 {
+	char why[512];
 	struct crun__summary_job job = {
 		.name = g->name,
 		.hostname = g->hostname,
@@ -224,8 +310,10 @@ static void summary(struct group *g)
 		.own_error_file = g->own_error_file,
 		.round_end = g->core.round_ended ? g->round_end : NULL,
 		.round = g->round_end_round,
+		.not_restarting = why,
 	};
 
+	why_not_restarting(g, why, sizeof(why));
 	crun__summary_report(&job, &g->failures);
 }
 
@@ -377,6 +465,8 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			.open_pipes = g->open_pipes,
 			.failures = (int)g->failures.n,
 			.max_restarts = g->spec->max_restarts,
+			.verdict = crun__restart_verdict(&g->prev_attempt, &g->this_attempt,
+							 g->spec->min_attempt_ms),
 		};
 		struct crun__group_actions acts;
 		enum crun__group_state was = g->core.state;
@@ -419,6 +509,7 @@ static void worker_exited(struct worker *w, void *arg)
 	};
 
 	g->running--;
+	note_failure(g, w);
 	feed(g, &ev);
 }
 
@@ -477,6 +568,8 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	int err;
 
 	crun__group_core_init(&g->core, place);
+	g->max_step = -1;
+	g->prev_attempt.max_step = g->this_attempt.max_step = -1;
 	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));
 	if (!g->workers)
 		return -ENOMEM;
@@ -530,6 +623,8 @@ void crun__group_close(struct group *g)
 void crun__group_finish(struct group *g)
 {
 	crun__failures_finish(&g->failures);
+	crun__attempt_finish(&g->prev_attempt);
+	crun__attempt_finish(&g->this_attempt);
 	forget_round_end(g);
 	free(g->workers);
 	g->workers = NULL;

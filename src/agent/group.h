@@ -19,6 +19,7 @@
 #include "agent/group_step.h"
 #include "agent/placement.h"
 #include "agent/rendezvous.h"
+#include "agent/repeat.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
 
@@ -44,6 +45,16 @@ struct group {
 	int running;		 /* workers not yet reaped */
 	int open_pipes;		 /* their pipes not yet closed */
 	int attempts;		 /* attempts started (counted restarts or not) */
+	/* The highest step any local worker beat in the current attempt; -1
+	 * when none. Reset when an attempt starts. */
+	int64_t max_step;
+	/* The repeat rule (repeat.h): the failures of the previous attempt
+	 * (none unless it ended with a failure here) and of this one;
+	 * attempt_failed: this one recorded a failure; attempt_start:
+	 * uv_now() when it started. */
+	struct crun__attempt prev_attempt, this_attempt;
+	bool attempt_failed;
+	uint64_t attempt_start;
 	uv_timer_t timer;
 	enum crun__group_timer timer_kind;
 	bool timer_open;

@@ -10,8 +10,10 @@
  *   STARTING   spawn failed           stop (exec or agent error)  STOPPING
  *   RUNNING    worker exit 0          last one: stop, done        RUNNING/STOPPING
  *   RUNNING    worker exit !0/signal  record; tell the store      STOPPING
- *                                     (rendezvous); SIGTERM the
- *                                     rest; arm the kill timer
+ *                                     (rendezvous; not to restart
+ *                                     when the verdict says so);
+ *                                     SIGTERM the rest; arm the
+ *                                     kill timer
  *   RUNNING    pipe closed            -                           RUNNING
  *   RUNNING    signal N               forward N; kill timer       STOPPING
  *   RUNNING    round ended            say why; SIGTERM all        STOPPING
@@ -49,8 +51,9 @@
  *                               barrier (FINISHING), or the next round
  *                               when the store ended this one
  *   a failure, restarts left    count it; spawn again (STARTING); with
- *   (and no worker abandoned)   rendezvous the store decides: wait for
- *                               its end of the round (RESTARTING)
+ *   (no worker abandoned, and   rendezvous the store decides: wait for
+ *   the verdict of repeat.h     its end of the round (RESTARTING)
+ *   allows it)
  *   a failure, none left        failure summary; FAILED (1)
  *   a signal N                  STOPPED (128+N)
  *   the command cannot run      EXEC_FAILED (127 not found, 126)
@@ -127,6 +130,7 @@ static void start_attempt(struct step *s)
 	g->stop_signal = 0;
 	g->leftovers_killed = false;
 	g->gave_up = false;
+	g->no_restart = CRUN__RESTART;
 	act(s, CRUN__GACT_SPAWN_ALL, 0);
 }
 
@@ -180,7 +184,8 @@ static void attempt_over(struct step *s)
 				g->state = CRUN__GROUP_RESTARTING; /* the store ends the round */
 			return;
 		}
-		if (failures && !g->gave_up && g->place.restart_count < s->f.max_restarts) {
+		if (failures && !g->gave_up && !g->no_restart &&
+		    g->place.restart_count < s->f.max_restarts) {
 			g->place.restart_count++;
 			g->place.round = g->place.restart_count;
 			say(s, CRUN__GNOTE_RESTARTING);
@@ -250,8 +255,11 @@ static bool worker_ok(const struct crun__group_event *ev)
 	return !ev->term_signal && !ev->exit_code;
 }
 
+/* The first failure of the attempt decides whether it is restarted. */
 static void record_failure(struct step *s)
 {
+	if (!s->f.failures && !s->recorded)
+		s->g->no_restart = s->f.verdict;
 	act(s, CRUN__GACT_RECORD_FAILURE, s->ev->worker);
 	s->recorded = true;
 }

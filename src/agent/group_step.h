@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "agent/placement.h"
+#include "agent/repeat.h"
 
 enum crun__group_state {
 	CRUN__GROUP_INIT = 0,
@@ -133,7 +134,9 @@ enum crun__group_action_kind {
 				      * worker: none counts as running after it */
 	CRUN__GACT_RECORD_FAILURE,   /* record the event's worker's failure */
 	CRUN__GACT_CLEAR_FAILURES,
-	CRUN__GACT_TELL_STORE,	    /* tell the store the event's worker failed */
+	CRUN__GACT_TELL_STORE,	    /* tell the store the event's worker failed
+				     * (and, with no_restart, that the run must
+				     * not restart) */
 	CRUN__GACT_RELEASE_WORKERS, /* the attempt is over: let go of its workers */
 	CRUN__GACT_JOIN,	    /* join the next round; RDZV_ERROR follows
 				     * when the request cannot be sent */
@@ -169,6 +172,9 @@ struct crun__group_core {
 	bool exhausted;
 	struct crun__placement place;
 	enum crun__group_end end; /* final states */
+	/* The attempt's failure is not to be restarted (repeat.h), and why;
+	 * set with its first failure, kept to the summary. */
+	enum crun__restart_verdict no_restart;
 };
 
 /* What the step needs to know besides its state, counted by the executor
@@ -181,6 +187,10 @@ struct crun__group_facts {
 	int failures;	  /* failures recorded in this attempt (a
 			   * RECORD_FAILURE of this step counts too) */
 	int max_restarts; /* without rendezvous: restarts allowed */
+	/* The repeat rule's verdict on the attempt's failures so far, this
+	 * event's included (repeat.h); the step takes it with the first
+	 * failure it records. */
+	enum crun__restart_verdict verdict;
 };
 
 /* INIT at place (the restart count and round of a fresh job are 0). */

@@ -301,10 +301,10 @@ int crun__rdzv_join(struct agent_rdzv *r)
 	return send_join(r);
 }
 
-void crun__rdzv_fail(struct agent_rdzv *r, const char *message)
+void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
 {
-	struct crun__wire_item it = str_item(message);
-	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = &it};
+	struct crun__wire_item it[2] = {str_item(message), str_item(CRUN_RDZV_FAIL_STOP)};
+	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = stop ? 2 : 1, .items = it};
 	int rc;
 
 	if (!r->assigned)
@@ -501,7 +501,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 				 r->asg.group_rank, r->hostname, r->asg.nodes[0].host,
 				 crun__rdzv_format_ms(r->spec->rdzv.read_timeout_ms, t, sizeof(t)));
 			crun__warn("%s", msg);
-			crun__rdzv_fail(r, msg);
+			crun__rdzv_fail(r, msg, false);
 			return;
 		}
 		if (status < 0) {

@@ -86,8 +86,9 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 int crun__rdzv_join(struct agent_rdzv *r);
 /* Tells the store that a local worker failed in the assigned round
  * (message: "rank 5 (local rank 1) on host-b exited with code 1"); the
- * round's end follows. */
-void crun__rdzv_fail(struct agent_rdzv *r, const char *message);
+ * round's end follows. With stop, the run must not restart (repeat.h):
+ * the store ends it as failed, "exhausted", on every node. */
+void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop);
 /* Enters the exit barrier: done, or ended when the round ends first. 0,
  * or a negative errno as crun__rdzv_join. */
 int crun__rdzv_done(struct agent_rdzv *r);

@@ -490,7 +490,10 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 	if (job->restart_count)
 		tadd(&t, " (after %d restart%s)", job->restart_count,
 		     job->restart_count == 1 ? "" : "s");
-	tadd(&t, "\n%s", rule_light);
+	tadd(&t, "\n");
+	if (job->not_restarting && job->not_restarting[0])
+		tadd(&t, "%s\n", job->not_restarting);
+	tadd(&t, "%s", rule_light);
 	tadd(&t, "Root Cause (first observed failure):\n");
 	add_failure(&t, job, root, 0);
 	tadd(&t, "%s", rule_light);

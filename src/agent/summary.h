@@ -53,6 +53,10 @@ struct crun__summary_job {
 	 * NULL: none. */
 	const char *round_end;
 	int64_t round;
+	/* Why the last failure was not restarted ("not restarting: rank 1
+	 * failed the same way twice without progress: ..."); NULL or empty:
+	 * it was, or the restarts ran out. */
+	const char *not_restarting;
 };
 
 /* Prints the failure summary of the last attempt to stderr (torchrun's

@@ -41,6 +41,11 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	{ CRUN_OPT_MAX_RESTARTS, "max-restarts", 0, true, true, true, "N", "3",
 	  "restarts of the worker group before the job fails; crun restarts by "
 	  "default, torchrun's default is 0", G_WORKERS },
+	{ CRUN_OPT_MIN_ATTEMPT_TIME, "min-attempt-time", 0, true, true, true,
+	  "DURATION", "60s",
+	  "an attempt that fails as the previous one did (same rank, exit status "
+	  "and error message) is not restarted again unless it ran this long or "
+	  "its heartbeat step got further; 0: only the step counts", G_WORKERS },
 	{ CRUN_OPT_SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, true, true, true,
 	  "DURATION", "30s",
 	  "grace between SIGTERM and SIGKILL when workers are stopped: 30, 2.5s, "
@@ -710,6 +715,15 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		}
 		o->max_restarts = (int)n;
 		return 0;
+	case CRUN_OPT_MIN_ATTEMPT_TIME:
+		rc = crun__parse_duration_ms(v, &n, NULL, 0);
+		if (rc < 0 || n > 604800000) {
+			crun__seterr(err, errlen,
+				     "expected a duration up to 168h like 60, 90s, 500ms or 10m");
+			return -EINVAL;
+		}
+		o->min_attempt_ms = n;
+		return 0;
 	case CRUN_OPT_SHUTDOWN_TIMEOUT:
 		rc = crun__parse_duration_ms(v, &n, NULL, 0);
 		if (rc < 0 || n > 86400000) {
@@ -860,6 +874,7 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->max_restarts = 3;
 	o->monitor_interval_ms = 100;
 	o->shutdown_timeout_ms = 30000;
+	o->min_attempt_ms = 60000;
 	o->signals[0] = SIGTERM;
 	o->signals[1] = SIGINT;
 	o->signals[2] = SIGHUP;

@@ -71,6 +71,7 @@ enum crun__launch_opt {
 	CRUN_OPT_NO_PYTHON,
 	CRUN_OPT_RUN_PATH,
 	CRUN_OPT_MAX_RESTARTS,
+	CRUN_OPT_MIN_ATTEMPT_TIME,
 	CRUN_OPT_SHUTDOWN_TIMEOUT,
 	CRUN_OPT_SIGNALS_TO_HANDLE,
 	CRUN_OPT_VIRTUAL_LOCAL_RANK,
@@ -160,6 +161,7 @@ struct crun__launch_opts {
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
 	int64_t shutdown_timeout_ms; /* 30 s */
+	int64_t min_attempt_ms;	     /* 60 s */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
 	bool virtual_local_rank;

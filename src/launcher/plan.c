@@ -410,6 +410,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->role = o->role ? o->role : "default";
 	spec->max_restarts = o->max_restarts;
 	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
+	spec->min_attempt_ms = o->min_attempt_ms;
 	spec->run_id = plan->run_id;
 	spec->master_addr = plan->master_addr;
 	spec->master_port = plan->master_port;
@@ -522,6 +523,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "role=%s\n", o->role ? o->role : "default");
 	fprintf(f, "max_restarts=%d\n", o->max_restarts);
 	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);
+	fprintf(f, "min_attempt_time_ms=%lld\n", (long long)o->min_attempt_ms);
 	fprintf(f, "monitor_interval_ms=%lld\n", (long long)o->monitor_interval_ms);
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
 	fputs("signals_to_handle=", f);

@@ -66,10 +66,11 @@
  *                       stopped, counted
  *            "join"     a node is waiting to join and the run is below
  *                       max_nodes; not counted
- *            "exhausted" restart_count went above max_restarts: the run
- *                       is closed as failed; agents stop and exit 1. The
- *                       message is the failure's, with "; no restarts
- *                       left (--max-restarts N)" appended
+ *            "exhausted" restart_count went above max_restarts, or a
+ *                       RDZV_FAIL said "stop": the run is closed as
+ *                       failed; agents stop and exit 1. The message is
+ *                       the failure's, with "; no restarts left
+ *                       (--max-restarts N)" appended when they ran out
  *     message: what happened ("node 1 (host-b) left: connection closed",
  *     "...: no keep-alive for 15s", FAIL's message, "node 'ID' (host-c)
  *     is joining"); restart_count: the run's count after this round (a
@@ -78,8 +79,14 @@
  *     that left); members stop their workers and JOIN again (unless
  *     "exhausted").
  *
- *   RDZV_FAIL  items [message]; num = round. Ends that round with reason
- *              "failure" when it is still the current one (else no-op).
+ *   RDZV_FAIL  items [message] or [message, "stop"]; num = round. Ends
+ *              that round with reason "failure" when it is still the
+ *              current one (else no-op); with "stop" (the failure would
+ *              only repeat: a configuration error, or the same failure
+ *              twice without progress) the run closes as failed, with
+ *              reason "exhausted", which agents of every version stop on.
+ *              (A store older than "stop" refuses a FAIL of two items as
+ *              a protocol error.)
  *              message says what failed ("rank 5 (local 1) on host-b
  *              exited with status 1"; non-printable bytes become '?', at
  *              most 1023 bytes). Reply OK; ERROR EINVAL when the sender is
@@ -141,6 +148,8 @@
 #include "rendezvous/wire.h"
 
 #define CRUN_RDZV_JOIN_ITEMS 10
+/* RDZV_FAIL's second item: the run must not restart. */
+#define CRUN_RDZV_FAIL_STOP "stop"
 /* Limits a JOIN is checked against: an assignment of max nodes must fit
  * one frame (4 + 4 * nnodes items), the world size an int. */
 #define CRUN_RDZV_MAX_NODES ((CRUN_WIRE_MAX_ITEMS - 4) / 4)

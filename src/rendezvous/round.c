@@ -414,7 +414,12 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 
 	if (counted)
 		r->restart_count++;
-	if (counted && r->restart_count > r->conf.max_restarts) {
+	if (!strcmp(reason, "stop")) {
+		/* A node asked not to restart (its message says why): the run
+		 * ends as when the restarts run out, which every agent,
+		 * older ones too, knows to stop on. */
+		reason = "exhausted";
+	} else if (counted && r->restart_count > r->conf.max_restarts) {
 		snprintf(why, sizeof(why), "%s; no restarts left (--max-restarts %d)", message,
 			 r->conf.max_restarts);
 		reason = "exhausted";
@@ -801,7 +806,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		else
 			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
 				 r->members.v[i]->group_rank, r->members.v[i]->host);
-		end_round(r, "failure", msg, NULL);
+		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
 		break;
 	case CRUN_ROUND_EV_DONE:
 		if (ev->num != r->round) {

@@ -57,6 +57,7 @@ struct crun__round_event {
 	const char *peer_addr;		    /* JOIN: the peer's IP as the server sees it,
 					     * used when node->addr is empty */
 	const char *message;		    /* FAIL, LOST; may be NULL */
+	bool stop;			    /* FAIL: the run must not restart */
 };
 
 /* A round state for the run named run_id (a printable form, for

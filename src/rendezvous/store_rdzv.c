@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "rendezvous/rdzv.h"
 
@@ -85,6 +86,8 @@ static void end(const struct crun__store_rdzv_env *env, struct crun__store *st,
 		msg[n] = '\0';
 		ev.type = CRUN_ROUND_EV_FAIL;
 		ev.message = msg;
+		ev.stop = m->count == 2 && m->items[1].len == strlen(CRUN_RDZV_FAIL_STOP) &&
+			  !memcmp(m->items[1].data, CRUN_RDZV_FAIL_STOP, m->items[1].len);
 	} else {
 		ev.type = CRUN_ROUND_EV_DONE;
 	}

@@ -74,7 +74,7 @@
  *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE requests and the pushed RDZV_EVENT
  *           reply: rendezvous rounds, specified in rdzv.h. Generic rules
  *           (crun__wire_validate): JOIN 10 items, the first (node id) not
- *           empty, num = join timeout > 0; FAIL 1 item, DONE none, num =
+ *           empty, num = join timeout > 0; FAIL 1 or 2 items, DONE none, num =
  *           a round >= 0; RDZV_EVENT 3 items, the first (reason) not
  *           empty, num = a round >= 0.
  *

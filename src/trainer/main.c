@@ -1,7 +1,9 @@
 /* crun-train: the command line, the training loop and its output.
  *
  * Exit codes: 0 success, 1 training failed (a collective, a checkpoint, an
- * I/O error), 2 usage or configuration error. */
+ * I/O error), 78 usage or configuration error (trainer/fatal.h). Every
+ * error that ends the run goes through crun__train_fatal(), which also
+ * tells the agent in TORCHELASTIC_ERROR_FILE. */
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
@@ -10,6 +12,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
+#include "trainer/fatal.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -27,8 +30,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
+#define EXIT_FAILED CRUN__EXIT_FAILED
+#define EXIT_USAGE CRUN__EXIT_CONFIG
 
 static void usage(FILE *out)
 {
@@ -53,7 +56,7 @@ static void usage(FILE *out)
 		     "difference is at most the tolerance (default 0: bitwise equal), 1 if\n"
 		     "not.\n"
 		     "\n"
-		     "exit status: 0 success, 1 training failed, 2 usage or config error\n");
+		     "exit status: 0 success, 1 training failed, 78 usage or config error\n");
 }
 
 struct run {
@@ -104,11 +107,9 @@ static void out_line(const struct run *r, const char *fmt, ...)
 	crun__write_all(1, line, (size_t)n);
 }
 
-static int comm_failed(struct run *r, const char *what)
-{
-	crun__error("%s failed: %s", what, crun__comm_errmsg(r->comm));
-	return EXIT_FAILED;
-}
+/* A collective failed: EXIT_FAILED, so that crun restarts the group. */
+#define comm_failed(r, what) \
+	crun__train_fatal(EXIT_FAILED, "%s failed: %s", (what), crun__comm_errmsg((r)->comm))
 
 /* Rows of step (0-based) for this rank: grad_accum micro-steps of micro
  * rows, from rank's positions of the epoch's shuffled order. */
@@ -221,16 +222,17 @@ static int resume(struct run *r)
 	     meta.model.embed_dim != r->model->cfg.embed_dim ||
 	     meta.model.width != r->model->cfg.width || meta.model.layers != r->model->cfg.layers ||
 	     meta.model.ffn_mult != r->model->cfg.ffn_mult)) {
-		crun__error("checkpoint '%s' is of another model (context %d, embed_dim %d, "
-			    "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
-			    path, meta.model.context, meta.model.embed_dim, meta.model.width,
-			    meta.model.layers, meta.model.ffn_mult);
+		crun__train_fatal(EXIT_USAGE,
+				  "checkpoint '%s' is of another model (context %d, embed_dim %d, "
+				  "width %d, layers %d, ffn_mult %d): use another checkpoint.dir",
+				  path, meta.model.context, meta.model.embed_dim, meta.model.width,
+				  meta.model.layers, meta.model.ffn_mult);
 		flag[1] = 1;
 	} else {
 		if (!rc)
 			rc = crun__ckpt_load(r->par, r->model, path, r->err, sizeof(r->err));
 		if (rc)
-			crun__error("%s", r->err);
+			crun__train_fatal(EXIT_FAILED, "%s", r->err);
 		flag[0] = rc ? 1 : 0;
 	}
 	/* every rank learns whether any failed, so none waits for the others */
@@ -267,10 +269,9 @@ static int save(struct run *r)
 	crun__schedule_download(r->dev, true);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
 			     r->cfg->checkpoint.keep, r->err, sizeof(r->err));
-	if (rc) {
-		crun__error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
-		return EXIT_FAILED;
-	}
+	if (rc)
+		return crun__train_fatal(EXIT_FAILED, "checkpoint of step %lld failed: %s",
+					 (long long)r->step, r->err);
 	if (crun__log_enabled(CRUN_LOG_DEBUG))
 		crun__debug("checkpoint of step %lld written", (long long)r->step);
 	return 0;
@@ -283,10 +284,9 @@ static int open_csv(struct run *r)
 	bool append = r->resumed_from > 0 && stat(path, &st) == 0 && st.st_size > 0;
 
 	r->csv = fopen(path, append ? "a" : "w");
-	if (!r->csv) {
-		crun__error("cannot write metrics '%s': %s", path, strerror(errno));
-		return EXIT_FAILED;
-	}
+	if (!r->csv)
+		return crun__train_fatal(EXIT_FAILED, "cannot write metrics '%s': %s", path,
+					 strerror(errno));
 	if (!append)
 		fprintf(r->csv, "step,loss,lr,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb\n");
 	fflush(r->csv);
@@ -329,11 +329,11 @@ static int train_loop(struct run *r)
 					 &loss, &gnorm);
 		if (rc)
 			return comm_failed(r, "training step");
-		if (!isfinite(loss)) {
-			crun__error("loss is %f at step %lld: training diverged (lower optim.lr?)",
-				    loss, (long long)s + 1);
-			return EXIT_FAILED;
-		}
+		if (!isfinite(loss))
+			return crun__train_fatal(EXIT_FAILED,
+						 "loss is %f at step %lld: training diverged "
+						 "(lower optim.lr?)",
+						 loss, (long long)s + 1);
 		r->step = s + 1;
 		r->last_loss = loss;
 		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
@@ -484,22 +484,20 @@ static int setup(struct run *r)
 	rc = crun__data_load(&r->data, cfg->data.path, (size_t)cfg->data.generate_bytes,
 			     (uint64_t)cfg->data.seed, cfg->data.val_fraction,
 			     (int)cfg->model.context, r->err, sizeof(r->err));
-	if (rc) {
-		crun__error("%s", r->err);
-		return rc == -EINVAL || rc == -ENOENT ? EXIT_USAGE : EXIT_FAILED;
-	}
-	if ((int64_t)r->data.n_train < r->global_batch) {
-		crun__error("data '%s' has %zu training samples, fewer than train.batch_size %lld",
-			    cfg->data.path[0] ? cfg->data.path : "(generated)", r->data.n_train,
-			    (long long)r->global_batch);
-		return EXIT_USAGE;
-	}
+	if (rc)
+		return crun__train_fatal(rc == -EINVAL || rc == -ENOENT ? EXIT_USAGE : EXIT_FAILED,
+					 "%s", r->err);
+	if ((int64_t)r->data.n_train < r->global_batch)
+		return crun__train_fatal(EXIT_USAGE,
+					 "data '%s' has %zu training samples, fewer than "
+					 "train.batch_size %lld",
+					 cfg->data.path[0] ? cfg->data.path : "(generated)",
+					 r->data.n_train, (long long)r->global_batch);
 	r->steps_per_epoch = (int64_t)r->data.n_train / r->global_batch;
 	r->unigram_bits = crun__data_unigram_bits(r->data.bytes, r->data.train_len);
-	if (crun__sampler_init(&r->sampler, r->data.n_train, (uint64_t)cfg->train.seed)) {
-		crun__error("data '%s': too many samples for the sampler", cfg->data.path);
-		return EXIT_USAGE;
-	}
+	if (crun__sampler_init(&r->sampler, r->data.n_train, (uint64_t)cfg->train.seed))
+		return crun__train_fatal(EXIT_USAGE, "data '%s': too many samples for the sampler",
+					 cfg->data.path);
 	out_line(r,
 		 "data '%s': %zu bytes, %zu for training (%zu samples, %lld steps per epoch), "
 		 "%zu held out; unigram entropy %.4f bits/byte",
@@ -509,26 +507,21 @@ static int setup(struct run *r)
 
 	model_config(cfg, &mc);
 	r->model = crun__model_create(&mc, r->err, sizeof(r->err));
-	if (!r->model) {
-		crun__error("%s", r->err);
-		return EXIT_USAGE;
-	}
+	if (!r->model)
+		return crun__train_fatal(EXIT_USAGE, "%s", r->err);
 	po.strategy = r->strategy;
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
 	r->par = crun__parallel_create_storage(r->model, r->comm, &po);
 	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
-	if (!r->par || !r->tokens) {
-		crun__error("out of memory for the model and its buffers");
-		return EXIT_FAILED;
-	}
+	if (!r->par || !r->tokens)
+		return crun__train_fatal(EXIT_FAILED,
+					 "out of memory for the model and its buffers");
 	crun__parallel_init_params(r->par, (uint64_t)cfg->model.seed);
 	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
-	if (rc) {
-		crun__error("%s", r->err);
-		return rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED;
-	}
+	if (rc)
+		return crun__train_fatal(rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED, "%s", r->err);
 	crun__schedule_upload(r->dev);
 	r->dev->ops->describe(r->dev, line, sizeof(line));
 	if (line[0])
@@ -589,10 +582,9 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 		openblas_set_num_threads((int)cfg->train.threads);
 	/* the device first: a rank without its GPU fails before the group forms */
 	dev_ops = crun__device_find(cfg->train.device);
-	if (!dev_ops) {
-		crun__error("train.device %s: not in this build", cfg->train.device);
-		return EXIT_USAGE;
-	}
+	if (!dev_ops)
+		return crun__train_fatal(EXIT_USAGE, "train.device %s: not in this build",
+					 cfg->train.device);
 	memset(&dopts, 0, sizeof(dopts));
 	dopts.local_rank = copts->local_rank;
 	dopts.shared = strcmp(cfg->parallel.backend, "nccl") != 0;
@@ -600,16 +592,15 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 	dopts.reduce_fp32 = !strcmp(cfg->parallel.reduce_dtype, "fp32");
 	dopts.recompute = cfg->model.checkpoint_activations;
 	r.dev = crun__device_open(dev_ops, &dopts, r.err, sizeof(r.err));
-	if (!r.dev) {
-		crun__error("train.device %s: %s", cfg->train.device, r.err);
-		return EXIT_FAILED;
-	}
+	if (!r.dev)
+		return crun__train_fatal(EXIT_FAILED, "train.device %s: %s", cfg->train.device,
+					 r.err);
 
 	r.comm = crun__comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
-		crun__error("cannot join the collective group: %s", r.err);
+		rc = crun__train_fatal(EXIT_FAILED, "cannot join the collective group: %s", r.err);
 		crun__device_close(r.dev);
-		return EXIT_FAILED;
+		return rc;
 	}
 	rc = setup(&r);
 	if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.resume)
@@ -633,10 +624,9 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 			r.val_loss / M_LN2);
 	rc = summarize(&r, (double)(crun__now_ns() - t0) * 1e-9, trained);
 out:
-	if (r.csv && fclose(r.csv) != 0 && !rc) {
-		crun__error("cannot write metrics '%s': %s", cfg->log.csv, strerror(errno));
-		rc = EXIT_FAILED;
-	}
+	if (r.csv && fclose(r.csv) != 0 && !rc)
+		rc = crun__train_fatal(EXIT_FAILED, "cannot write metrics '%s': %s", cfg->log.csv,
+				       strerror(errno));
 	free(r.tokens);
 	crun__device_close(r.dev);
 	crun__parallel_destroy(r.par);
@@ -655,18 +645,12 @@ static int cmd_export(int argc, char **argv)
 	float *p;
 	size_t n;
 
-	if (argc != 3) {
-		crun__error("usage: crun-train export CHECKPOINT OUT");
-		return EXIT_USAGE;
-	}
-	if (crun__ckpt_export(argv[1], argv[2], err, sizeof(err))) {
-		crun__error("%s", err);
-		return EXIT_FAILED;
-	}
-	if (crun__ckpt_read_consolidated(argv[2], &p, &n, &mc, &step, err, sizeof(err))) {
-		crun__error("%s", err);
-		return EXIT_FAILED;
-	}
+	if (argc != 3)
+		return crun__train_fatal(EXIT_USAGE, "usage: crun-train export CHECKPOINT OUT");
+	if (crun__ckpt_export(argv[1], argv[2], err, sizeof(err)))
+		return crun__train_fatal(EXIT_FAILED, "%s", err);
+	if (crun__ckpt_read_consolidated(argv[2], &p, &n, &mc, &step, err, sizeof(err)))
+		return crun__train_fatal(EXIT_FAILED, "%s", err);
 	free(p);
 	printf("exported step %lld (%zu parameters) to '%s'\n", (long long)step, n, argv[2]);
 	return 0;
@@ -688,11 +672,11 @@ static int cmd_compare(int argc, char **argv)
 			char *end;
 
 			tol = strtod(argv[++i], &end);
-			if (*end || !(tol >= 0)) {
-				crun__error("invalid tolerance '%s': expected a number >= 0",
-					    argv[i]);
-				return EXIT_USAGE;
-			}
+			if (*end || !(tol >= 0))
+				return crun__train_fatal(EXIT_USAGE,
+							 "invalid tolerance '%s': expected a "
+							 "number >= 0",
+							 argv[i]);
 		} else if (!a) {
 			a = argv[i];
 		} else if (!b) {
@@ -702,23 +686,20 @@ static int cmd_compare(int argc, char **argv)
 			break;
 		}
 	}
-	if (!a || !b) {
-		crun__error("usage: crun-train compare [--tolerance X] A B");
-		return EXIT_USAGE;
-	}
-	if (crun__ckpt_read_consolidated(a, &pa, &na, &ca, &sa, err, sizeof(err))) {
-		crun__error("%s", err);
-		return EXIT_USAGE;
-	}
+	if (!a || !b)
+		return crun__train_fatal(EXIT_USAGE,
+					 "usage: crun-train compare [--tolerance X] A B");
+	if (crun__ckpt_read_consolidated(a, &pa, &na, &ca, &sa, err, sizeof(err)))
+		return crun__train_fatal(EXIT_USAGE, "%s", err);
 	if (crun__ckpt_read_consolidated(b, &pb, &nb, &cb, &sb, err, sizeof(err))) {
-		crun__error("%s", err);
 		free(pa);
-		return EXIT_USAGE;
+		return crun__train_fatal(EXIT_USAGE, "%s", err);
 	}
 	if (na != nb) {
-		crun__error("'%s' and '%s' hold different models (%zu and %zu parameters)", a, b,
-			    na, nb);
-		rc = EXIT_USAGE;
+		rc = crun__train_fatal(EXIT_USAGE,
+				       "'%s' and '%s' hold different models (%zu and %zu "
+				       "parameters)",
+				       a, b, na, nb);
 		goto out;
 	}
 	for (size_t i = 0; i < na; i++) {
@@ -757,6 +738,22 @@ static enum crun__log_level log_level_from_env(void)
 	return CRUN_LOG_INFO;
 }
 
+/* getopt's answer to an unknown option or a missing value, as one line;
+ * the usage follows on stderr. */
+static int bad_option(char **argv)
+{
+	int rc;
+
+	if (optopt == 's')
+		rc = crun__train_fatal(EXIT_USAGE, "option '%s' needs a value", argv[optind - 1]);
+	else if (optopt)
+		rc = crun__train_fatal(EXIT_USAGE, "unknown option '-%c'", optopt);
+	else /* a long option: optind is past it */
+		rc = crun__train_fatal(EXIT_USAGE, "unknown option '%s'", argv[optind - 1]);
+	usage(stderr);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -781,10 +778,9 @@ int main(int argc, char **argv)
 		return cmd_compare(argc - 1, argv + 1);
 
 	sets = calloc((size_t)argc, sizeof(*sets));
-	if (!sets) {
-		crun__error("out of memory");
-		return EXIT_FAILED;
-	}
+	if (!sets)
+		return crun__train_fatal(EXIT_FAILED, "out of memory");
+	opterr = 0; /* the message goes through crun__train_fatal */
 	while ((c = getopt_long(argc, argv, "s:phV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
@@ -802,30 +798,31 @@ int main(int argc, char **argv)
 			free(sets);
 			return 0;
 		default:
-			usage(stderr);
+			rc = bad_option(argv);
 			free(sets);
-			return EXIT_USAGE;
+			return rc;
 		}
 	}
 	if (optind < argc)
 		path = argv[optind++];
 	if (optind < argc) {
-		crun__error("unexpected argument '%s' (one config file at most)", argv[optind]);
+		rc = crun__train_fatal(EXIT_USAGE,
+				       "unexpected argument '%s' (one config file at most)",
+				       argv[optind]);
 		free(sets);
-		return EXIT_USAGE;
+		return rc;
 	}
 	if (crun__train_config_init(&cfg)) {
-		crun__error("out of memory");
 		free(sets);
-		return EXIT_FAILED;
+		return crun__train_fatal(EXIT_FAILED, "out of memory");
 	}
 	if (path && crun__train_config_load(&cfg, path, err, sizeof(err))) {
-		crun__error("%s", err);
+		crun__train_fatal(EXIT_USAGE, "%s", err);
 		goto out;
 	}
 	for (int i = 0; i < n_sets; i++) {
 		if (crun__train_config_set(&cfg, sets[i], err, sizeof(err))) {
-			crun__error("%s", err);
+			crun__train_fatal(EXIT_USAGE, "%s", err);
 			goto out;
 		}
 	}
@@ -835,15 +832,15 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (crun__comm_opts_from_env(&copts, err, sizeof(err))) {
-		crun__error("%s", err);
+		crun__train_fatal(EXIT_USAGE, "%s", err);
 		goto out;
 	}
 	copts.backend = cfg.parallel.backend;
 	if (cfg.parallel.timeout_ms > 0)
 		copts.timeout_ms = cfg.parallel.timeout_ms;
 	if (crun__train_config_check(&cfg, copts.world_size, err, sizeof(err))) {
-		crun__error("config%s%s%s: %s", path ? " '" : "", path ? path : "", path ? "'" : "",
-			    err);
+		crun__train_fatal(EXIT_USAGE, "config%s%s%s: %s", path ? " '" : "",
+				  path ? path : "", path ? "'" : "", err);
 		goto out;
 	}
 	rc = train(&cfg, &copts);

@@ -100,6 +100,7 @@ bad "invalid value 'a/b' for --rdzv-id" "" --rdzv-id a/b
 # Durations and signals.
 bad "invalid value '10q' for --shutdown-timeout: expected a duration" "" --shutdown-timeout 10q
 bad "invalid value '-5' for --shutdown-timeout" "" --shutdown-timeout=-5
+bad "invalid value 'soon' for --min-attempt-time: expected a duration" "" --min-attempt-time soon
 bad "invalid value 'fast' for --monitor-interval" "" --monitor-interval fast
 bad "invalid value 'SIGFOO' for --signals-to-handle: unknown signal 'SIGFOO'" "" \
 	--signals-to-handle SIGFOO

@@ -35,6 +35,7 @@ max-restarts: 2
 role: fromconfig
 rdzv_id: cfgjob
 shutdown_timeout: 12s
+min_attempt_time: 2m
 rdzv_conf: {join_timeout: 60, is_host: false}
 signals_to_handle: [SIGTERM, SIGUSR1]
 tee: {0: 3, 1: 1}
@@ -48,6 +49,7 @@ crun_clean --dry-run /bin/true >"$tmp/d" 2>"$tmp/err" || fail "dry run: $(cat "$
 expect nproc_per_node=1 "$tmp/d"
 expect max_restarts=3 "$tmp/d"
 expect shutdown_timeout_ms=30000 "$tmp/d"
+expect min_attempt_time_ms=60000 "$tmp/d"
 expect signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT "$tmp/d"
 expect run_id=none "$tmp/d"
 expect role=default "$tmp/d"
@@ -62,6 +64,7 @@ expect max_restarts=2 "$tmp/d"
 expect role=fromconfig "$tmp/d"
 expect run_id=cfgjob "$tmp/d"
 expect shutdown_timeout_ms=12000 "$tmp/d"
+expect min_attempt_time_ms=120000 "$tmp/d"
 expect rdzv_conf.join_timeout_ms=60000 "$tmp/d"
 expect rdzv_conf.is_host=0 "$tmp/d"
 expect signals_to_handle=SIGTERM,SIGUSR1 "$tmp/d"
@@ -84,9 +87,10 @@ expect run_id=cfgjob "$tmp/d" # not in the environment: the file's
 
 # The command line wins over both; both spellings, = and space forms.
 env PET_NPROC_PER_NODE=3 PET_MAX_RESTARTS=4 timeout 20 "$CRUN" -c "$tmp/c.yaml" \
-	--nproc_per_node 2 --max-restarts=1 --role cli --rdzv_id=clijob --dry-run /bin/true \
-	>"$tmp/d" || fail "command line dry run"
+	--nproc_per_node 2 --max-restarts=1 --role cli --rdzv_id=clijob --min-attempt-time 500ms \
+	--dry-run /bin/true >"$tmp/d" || fail "command line dry run"
 expect nproc_per_node=2 "$tmp/d"
+expect min_attempt_time_ms=500 "$tmp/d"
 expect max_restarts=1 "$tmp/d"
 expect role=cli "$tmp/d"
 expect run_id=clijob "$tmp/d"

@@ -53,9 +53,11 @@ crun --nproc-per-node=1 "$H/crun-test-env" >"$tmp/out" 2>"$tmp/err" || fail "run
 lacks "$tmp/out" OMP_NUM_THREADS
 lacks "$tmp/err" OMP_NUM_THREADS
 
-# Restarts: rank 1 fails in attempts 0 and 1; attempt 2 succeeds.
-crun --nproc-per-node=3 --max-restarts=3 "$H/crun-test-exit" --fail-rank 1 --fail-below 2 \
-	--code 4 --others-ms 300 >"$tmp/out" 2>"$tmp/err"
+# Restarts: rank 1 fails in attempts 0 and 1; attempt 2 succeeds. Each
+# attempt runs longer than --min-attempt-time, so the same failure again is
+# restarted (crun-repeat.sh tests the rule).
+crun --nproc-per-node=3 --max-restarts=3 --min-attempt-time=50ms "$H/crun-test-exit" \
+	--fail-rank 1 --fail-below 2 --code 4 --delay-ms 100 --others-ms 300 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc = 0 ] || fail "restarted job: exit $rc: $(cat "$tmp/err")"
 for a in 0 1 2; do
@@ -67,8 +69,8 @@ grep -q "rank 1 (local rank 1, pid [0-9]*) exited with code 4; restarting (resta
 	"$tmp/err" || fail "restart line: $(cat "$tmp/err")"
 
 # Restarts exhausted (the default is 3): exit 1 and the summary.
-crun --nproc-per-node=2 "$H/crun-test-exit" --fail-rank 0 --code 9 --others-ms 5000 \
-	>"$tmp/out" 2>"$tmp/err"
+crun --nproc-per-node=2 --min-attempt-time=50ms "$H/crun-test-exit" --fail-rank 0 --code 9 \
+	--delay-ms 100 --others-ms 5000 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc = 1 ] || fail "failed job: exit $rc"
 [ "$(grep -c '^\[0\]:start rank=0' "$tmp/out")" = 4 ] || fail "expected 4 attempts"

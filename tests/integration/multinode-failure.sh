@@ -40,10 +40,11 @@ lacks "$tmp/f0.err" "FAILED"
 lacks "$tmp/f1.err" "FAILED"
 wait_none "$marker"
 
-# Restarts run out: rank 2 always fails, --max-restarts=1.
+# Restarts run out: rank 2 always fails, --max-restarts=1 (each attempt
+# longer than --min-attempt-time, so the repeat rule does not stop it).
 port=$(free_port)
 common=(--nnodes=2 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=fail2
-	--max-restarts=1)
+	--max-restarts=1 --min-attempt-time=50ms)
 agent e0 "${common[@]}" "$H/crun-test-exit" --fail-rank 2 --code 7 --delay-ms 100 \
 	--others-ms 5000 "$marker"
 wait_for "$tmp/e0.err" "hosting the rendezvous store"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Config errors are one line naming the key (and the file's line) with exit
-# status 2, before any rank connects anywhere; and man/crun-train.yaml.5.scd
+# status 78, before any rank connects anywhere; and man/crun-train.yaml.5.scd
 # documents every key with its default (the table in config.c, as printed
 # by --print-config).
 . "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
@@ -19,20 +19,44 @@ expect() {
 
 f="$tmp/bad.yaml"
 printf 'model:\n  context: 8\n  # typo below\n  widht: 3\n' >"$f"
-expect 2 "crun-train: config '$f' line 4: unknown key 'model.widht'" "$f"
+expect 78 "crun-train: config '$f' line 4: unknown key 'model.widht'" "$f"
 printf 'train:\n  steps: many\n' >"$f"
-expect 2 "crun-train: config '$f' line 2: key 'train.steps' expects an integer from 1 to 1000000000000, got 'many'" "$f"
+expect 78 "crun-train: config '$f' line 2: key 'train.steps' expects an integer from 1 to 1000000000000, got 'many'" "$f"
 printf 'parallel:\n  strategy: zero9\n' >"$f"
-expect 2 "crun-train: config '$f' line 2: key 'parallel.strategy' expects one of ddp|zero1|zero2|zero3|fsdp, got 'zero9'" "$f"
+expect 78 "crun-train: config '$f' line 2: key 'parallel.strategy' expects one of ddp|zero1|zero2|zero3|fsdp, got 'zero9'" "$f"
 printf 'optimizer:\n  lr: 1\n' >"$f"
-expect 2 "crun-train: config '$f' line 1: unknown key 'optimizer'" "$f"
-expect 2 "crun-train: --set 'model.widht=3': unknown key 'model.widht'" --set model.widht=3
-expect 2 "crun-train: --set 'optim.lr=fast': key 'optim.lr' expects a number above 0 and at most 10, got 'fast'" \
+expect 78 "crun-train: config '$f' line 1: unknown key 'optimizer'" "$f"
+expect 78 "crun-train: --set 'model.widht=3': unknown key 'model.widht'" --set model.widht=3
+expect 78 "crun-train: --set 'optim.lr=fast': key 'optim.lr' expects a number above 0 and at most 10, got 'fast'" \
 	--set optim.lr=fast
-expect 2 "crun-train: cannot read config '$tmp/none.yaml': No such file or directory" "$tmp/none.yaml"
-RANK=0 WORLD_SIZE=3 expect 2 "crun-train: config: train.batch_size 64 does not split evenly over 3 ranks x 1 micro-steps (parallel.grad_accum)"
-expect 2 "crun-train: cannot read data '$tmp/none.txt': No such file or directory" \
+expect 78 "crun-train: cannot read config '$tmp/none.yaml': No such file or directory" "$tmp/none.yaml"
+RANK=0 WORLD_SIZE=3 expect 78 "crun-train: config: train.batch_size 64 does not split evenly over 3 ranks x 1 micro-steps (parallel.grad_accum)"
+expect 78 "crun-train: cannot read data '$tmp/none.txt': No such file or directory" \
 	--set data.path="$tmp/none.txt"
+
+# TORCHELASTIC_ERROR_FILE: the printed line and where it happened, as
+# PyTorch's @record writes them; one that cannot be written is a warning
+# and the exit status stays 78
+TORCHELASTIC_ERROR_FILE="$tmp/error.json" RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 timeout 20 "$TRAIN" \
+	>"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 78 ] || fail "error file: exit $rc, want 78"
+python3 - "$tmp/error.json" "$(cat "$tmp/err")" <<'PY' || fail "error file: $(cat "$tmp/error.json")"
+import json, re, sys
+doc = json.load(open(sys.argv[1]))
+m = doc["message"]
+assert m["message"] == sys.argv[2], m["message"]
+assert re.fullmatch(r"rank 2 \(local rank 2, pid \d+\): main\(\) at src/trainer/main\.c:\d+",
+                    m["extraInfo"]["py_callstack"]), m["extraInfo"]["py_callstack"]
+assert m["extraInfo"]["timestamp"].isdigit()
+PY
+TORCHELASTIC_ERROR_FILE="$tmp/no/such/dir/error.json" timeout 20 "$TRAIN" --set train.steps=0 \
+	>"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 78 ] || fail "unwritable error file: exit $rc, want 78"
+[ "$(sed -n 2p "$tmp/err")" = "crun-train: warning: cannot write error file '$tmp/no/such/dir/error.json': No such file or directory" ] ||
+	fail "unwritable error file: '$(cat "$tmp/err")'"
+echo "ok the error file holds the message and its site"
 
 # the man page lists every key with its default
 man="$CRUN_SOURCE_DIR/man/crun-train.yaml.5.scd"

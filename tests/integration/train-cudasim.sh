@@ -9,7 +9,7 @@
 # - bf16 with activation checkpointing and bf16 reductions over nccl: the
 #   same loss as fp32 within 2%;
 # - resume on the device equals uninterrupted, bitwise (zero3 over nccl);
-# - a device too small for the model: one line, exit 2.
+# - a device too small for the model: one line, exit 78.
 # The jobs run under two stream schedules, so that a missing stream
 # dependency shows in one of them as wrong numbers: lazy (a stream runs
 # only when the host needs it: the comm stream runs late) and first-late
@@ -74,11 +74,11 @@ for sched in lazy first-late; do
 done
 
 # out of device memory at setup: one line naming what did not fit and the
-# man page's ladder, exit 2 (crun-train(1), OUT OF MEMORY)
+# man page's ladder, exit 78 (crun-train(1), OUT OF MEMORY)
 CUDASIM_MEMORY_MB=34 timeout 60 "$TRAIN" $SMALL --set train.device=cuda \
 	--set model.width=512 --set checkpoint.dir= >"$tmp/oom.out" 2>"$tmp/oom.err"
 rc=$?
-[ $rc -eq 2 ] || fail "out of device memory: exit $rc, want 2: $(cat "$tmp/oom.err")"
+[ $rc -eq 78 ] || fail "out of device memory: exit $rc, want 78: $(cat "$tmp/oom.err")"
 [ "$(wc -l <"$tmp/oom.err")" -eq 1 ] && grep -q "^crun-train: out of GPU memory for .*see OUT OF MEMORY in crun-train(1)$" \
 	"$tmp/oom.err" || fail "out of device memory: '$(cat "$tmp/oom.err")'"
 echo "ok out of device memory: $(cat "$tmp/oom.err")"

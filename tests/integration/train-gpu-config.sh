@@ -1,7 +1,7 @@
 #!/bin/sh
 # The GPU keys of crun-train's config, in any build: a crun-train built
 # without CUDA refuses train.device cuda and the nccl backend as a config
-# error (exit 2, one line, before anything starts); in a CUDA build
+# error (exit 78, one line, before anything starts); in a CUDA build
 # without a GPU, train.device cuda fails with exit 1 and says there is no
 # device (with a GPU it trains: exit 0). The keys that need train.device
 # cuda are refused on the cpu device in every build.
@@ -18,9 +18,9 @@ expect() {
 	[ "$(cat "$tmp/err")" = "$want" ] || fail "crun-train $*: got '$(cat "$tmp/err")', want '$want'"
 }
 
-expect 2 "crun-train: config: train.precision bf16 needs train.device cuda (the cpu path computes in fp32)" \
+expect 78 "crun-train: config: train.precision bf16 needs train.device cuda (the cpu path computes in fp32)" \
 	--set train.precision=bf16
-expect 2 "crun-train: config: model.checkpoint_activations needs train.device cuda" \
+expect 78 "crun-train: config: model.checkpoint_activations needs train.device cuda" \
 	--set model.checkpoint_activations=true
 
 small="--set train.steps=2 --set train.batch_size=8 --set data.generate_bytes=20000 --set train.eval_samples=16"
@@ -28,17 +28,17 @@ small="--set train.steps=2 --set train.batch_size=8 --set data.generate_bytes=20
 timeout 120 "$TRAIN" --set train.device=cuda $small >"$tmp/cuda.out" 2>"$tmp/cuda.err"
 rc=$?
 case $rc in
-2)
+78)
 	[ "$(cat "$tmp/cuda.err")" = "crun-train: config: train.device cuda needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this one computes on the cpu only" ] ||
-		fail "train.device cuda, exit 2: '$(cat "$tmp/cuda.err")'"
-	expect 2 "crun-train: config: parallel.backend nccl needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this one computes on the cpu only" \
+		fail "train.device cuda, exit 78: '$(cat "$tmp/cuda.err")'"
+	expect 78 "crun-train: config: parallel.backend nccl needs a crun-train built with CUDA (meson setup -Dcuda=enabled); this one computes on the cpu only" \
 		--set parallel.backend=nccl
 	echo "ok: a build without CUDA refuses the GPU keys"
 	;;
 1)
 	grep -q "^crun-train: train.device cuda: no CUDA device" "$tmp/cuda.err" ||
 		fail "train.device cuda, exit 1: '$(cat "$tmp/cuda.err")'"
-	expect 2 "crun-train: config: parallel.backend nccl needs train.device cuda" \
+	expect 78 "crun-train: config: parallel.backend nccl needs train.device cuda" \
 		--set parallel.backend=nccl
 	echo "ok: a CUDA build without a GPU says so"
 	;;

@@ -4,7 +4,7 @@
 # equal to a run that was never stopped, on 1 rank and on 2 ranks (zero2,
 # with gradient accumulation). Also: a checkpoint without MANIFEST (a
 # crash mid-write) is never loaded, a damaged shard stops the run with a
-# clear error, and a checkpoint of another model is a config error (2).
+# clear error, and a checkpoint of another model is a config error (78).
 . "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
 
 args="$SMALL --set train.steps=14 --set checkpoint.every=4 --set log.csv=$tmp/m.csv"
@@ -51,10 +51,10 @@ rc=$?
 grep -q "crun-train: checkpoint shard '.*shard-00000-of-00001.bin' is damaged: checksum" \
 	"$tmp/damaged.out" || fail "damaged checkpoint: no clear error"
 
-# another model on the same checkpoint.dir: exit 2
+# another model on the same checkpoint.dir: exit 78
 run_ranks 1 other $args --set model.width=64 --set checkpoint.dir="$tmp/full1"
 rc=$?
-[ $rc -eq 2 ] || fail "checkpoint of another model: exit $rc, want 2"
+[ $rc -eq 78 ] || fail "checkpoint of another model: exit $rc, want 78"
 grep -q "is of another model" "$tmp/other.out" || fail "another model: no clear error"
 
 # resume: false starts from scratch

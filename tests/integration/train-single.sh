@@ -22,18 +22,18 @@ grep -q "^summary: steps=20 train_loss=[0-9.]* val_loss=[0-9.]* val_bpb=[0-9.]* 
 grep -q -- "--set SECTION.KEY=VALUE" "$tmp/help" || fail "--help does not list --set"
 "$TRAIN" --version | grep -q "^crun-train [0-9]" || fail "--version"
 "$TRAIN" --bogus >/dev/null 2>&1
-[ $? -eq 2 ] || fail "an unknown option must exit 2"
+[ $? -eq 78 ] || fail "an unknown option must exit 78"
 "$TRAIN" a.yaml b.yaml >"$tmp/err" 2>&1
-[ $? -eq 2 ] || fail "two config files must exit 2"
+[ $? -eq 78 ] || fail "two config files must exit 78"
 
 "$TRAIN" export "$tmp/nothing" "$tmp/x.bin" >"$tmp/err" 2>&1
 [ $? -eq 1 ] || fail "export of a missing checkpoint must exit 1"
 grep -q "^crun-train: no complete checkpoint in '.*nothing'" "$tmp/err" || fail "export: $(cat "$tmp/err")"
 "$TRAIN" export only-one >/dev/null 2>&1
-[ $? -eq 2 ] || fail "export with one argument must exit 2"
+[ $? -eq 78 ] || fail "export with one argument must exit 78"
 echo "not a model" >"$tmp/junk.bin"
 "$TRAIN" compare "$tmp/junk.bin" "$tmp/junk.bin" >"$tmp/err" 2>&1
-[ $? -eq 2 ] || fail "compare of junk must exit 2"
+[ $? -eq 78 ] || fail "compare of junk must exit 78"
 grep -q "is not a crun-train model file" "$tmp/err" || fail "compare: $(cat "$tmp/err")"
 if command -v gnuplot >/dev/null; then
 	"$CRUN_SOURCE_DIR/scripts/plot-loss" "$tmp/a.csv" "$tmp/a.png" >/dev/null ||

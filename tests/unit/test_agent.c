@@ -499,8 +499,8 @@ static void test_run_env(void **state)
 static void test_run_restarts(void **state)
 {
 	char prog[PATH_MAX + 32];
-	char *argv[] = {prog,	  "--fail-rank", "1",		"--fail-below", "2",
-			"--code", "5",		 "--others-ms", "1500",		NULL};
+	char *argv[] = {prog, "--fail-rank", "1",    "--fail-below", "2",   "--code",
+			"5",  "--others-ms", "1500", "--delay-ms",   "100", NULL};
 	struct crun__agent_spec spec;
 	struct run r;
 
@@ -508,9 +508,12 @@ static void test_run_restarts(void **state)
 	helper(prog, sizeof(prog), "crun-test-exit");
 	crun__agent_spec_init(&spec);
 	spec.argv = argv;
-	spec.argc = 9;
+	spec.argc = 11;
 	spec.nproc_per_node = 3;
 	spec.max_restarts = 3;
+	/* Rank 1 fails the same way each time, but after 100 ms: longer than
+	 * the minimum attempt time, which is progress for the repeat rule. */
+	spec.min_attempt_ms = 50;
 	run_agent(&r, &spec, NULL, 10000);
 	/* Attempts 0 and 1 fail, attempt 2 runs to the end. */
 	assert_int_equal(r.status, 0);
@@ -543,6 +546,28 @@ static void test_run_restarts(void **state)
 	assert_non_null(strstr(r.err, "  rank      : 1 (local_rank: 1)\n"));
 	assert_non_null(strstr(r.err, "  exitcode  : 5 (pid: "));
 	assert_non_null(strstr(r.err, "  <NO_OTHER_FAILURES>\n"));
+	run_free(&r);
+
+	/* The same failure twice, each shorter than the minimum attempt
+	 * time: one restart, not three, and the summary says why. */
+	spec.max_restarts = 3;
+	spec.min_attempt_ms = 60000;
+	run_agent(&r, &spec, NULL, 10000);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.out, "[1]:start rank=1 restart=1"));
+	assert_null(strstr(r.out, "restart=2"));
+	assert_non_null(strstr(r.err, "train.py FAILED (after 1 restart)\nnot restarting: rank 1 "
+				      "failed the same way twice without progress: exited with "
+				      "code 5 after "));
+	run_free(&r);
+
+	/* Exit 78, a configuration error: no restart at all. */
+	argv[6] = "78";
+	run_agent(&r, &spec, NULL, 10000);
+	assert_int_equal(r.status, 1);
+	assert_null(strstr(r.out, "restart=1"));
+	assert_non_null(strstr(r.err, "train.py FAILED\nnot restarting: rank 1 exited with code "
+				      "78: a configuration error"));
 	run_free(&r);
 }
 

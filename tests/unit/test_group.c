@@ -25,6 +25,11 @@ enum {
 	F_EXHAUSTED = 2,   /* ... and the restarts are exhausted */
 	F_LEFTOVERS = 4,   /* leftovers already killed */
 	F_GAVE_UP = 8,	   /* a worker would not die */
+	/* The repeat rule's verdict on the attempt's first failure (facts),
+	 * and one already taken (the state's no_restart). */
+	F_CONFIG = 16,
+	F_REPEAT = 32,
+	F_NO_RESTART = 64,
 };
 
 enum mode { N, R }; /* without / with rendezvous */
@@ -117,6 +122,17 @@ static const struct row rows[] = {
 	 "record:1 " OVER "summary finish:failed"},
 	{R, S(RUNNING), 0, 0, 0, EXIT(1, 0), 0, 0, 0, 0, S(RESTARTING), -1,
 	 "record:1 tell-store:1 kill-leftovers release disarm"},
+	/* Not restarted: a configuration error, a failure that repeats. */
+	{N, S(RUNNING), 0, 0, F_CONFIG, EXIT(78, 0), 0, 0, 0, 0, S(FAILED), 1,
+	 "record:1 " OVER "summary finish:failed"},
+	{N, S(RUNNING), 0, 0, F_REPEAT, EXIT(1, 0), 0, 0, 0, 1, S(FAILED), 1,
+	 "record:1 " OVER "summary finish:failed"},
+	{N, S(RUNNING), 0, 0, F_REPEAT, EXIT(1, 0), 2, 4, 0, 1, S(STOPPING), -1,
+	 "record:1 signal:15 arm:kill"},
+	{R, S(RUNNING), 0, 0, F_CONFIG, EXIT(78, 0), 2, 4, 0, 0, S(STOPPING), -1,
+	 "record:1 tell-store:1 signal:15 arm:kill"},
+	{R, S(RUNNING), 0, 0, F_REPEAT, EXIT(1, 0), 0, 0, 0, 0, S(RESTARTING), -1,
+	 "record:1 tell-store:1 kill-leftovers release disarm"},
 	{N, S(RUNNING), 0, 0, 0, EV(PIPE_CLOSED), 2, 3, 0, 0, S(RUNNING), -1, ""},
 	{R, S(RUNNING), 0, 0, 0, EV(PIPE_CLOSED), 2, 3, 0, 0, S(RUNNING), -1, ""},
 	{N, S(RUNNING), 0, 0, 0, SIG(SIGTERM), 2, 4, 0, 0, S(STOPPING), -1,
@@ -140,6 +156,12 @@ static const struct row rows[] = {
 	 "record:1 " OVER "say:restarting clear-failures spawn-all"},
 	{N, S(STOPPING), STOP(FAILURE), 0, F_GAVE_UP, EXIT(0, SIGKILL), 0, 0, 1, 0, S(FAILED), 1,
 	 OVER "summary finish:failed"},
+	/* The first failure's verdict holds; a later one's verdict is not
+	 * looked at. */
+	{N, S(STOPPING), STOP(FAILURE), 0, F_NO_RESTART, EXIT(0, SIGTERM), 0, 0, 1, 0, S(FAILED), 1,
+	 OVER "summary finish:failed"},
+	{N, S(STOPPING), STOP(FAILURE), 0, F_REPEAT, EXIT(3, 0), 0, 0, 1, 0, S(STARTING), -1,
+	 "record:1 " OVER "say:restarting clear-failures spawn-all"},
 	{N, S(STOPPING), STOP(SIGNAL), SIGINT, 0, EXIT(0, SIGINT), 0, 0, 0, 0, S(STOPPED), 130,
 	 OVER "finish:stopped"},
 	{N, S(STOPPING), STOP(NOT_FOUND), 0, 0, EXIT(0, SIGTERM), 0, 0, 0, 0, S(EXEC_FAILED), 127,
@@ -373,6 +395,7 @@ static void prepare(struct crun__group_core *g, const struct row *r)
 	g->exhausted = r->flags & F_EXHAUSTED;
 	g->leftovers_killed = r->flags & F_LEFTOVERS;
 	g->gave_up = r->flags & F_GAVE_UP;
+	g->no_restart = r->flags & F_NO_RESTART ? CRUN__NO_RESTART_REPEAT : CRUN__RESTART;
 	g->place.restart_count = r->restarts;
 }
 
@@ -384,6 +407,9 @@ static struct crun__group_facts facts_of(const struct row *r)
 		.open_pipes = r->pipes,
 		.failures = r->failures,
 		.max_restarts = 3,
+		.verdict = r->flags & F_CONFIG	 ? CRUN__NO_RESTART_CONFIG
+			   : r->flags & F_REPEAT ? CRUN__NO_RESTART_REPEAT
+						 : CRUN__RESTART,
 	};
 
 	return f;
@@ -413,6 +439,12 @@ static void test_rows(void **state)
 				 crun__group_event_name(r->ev.kind),
 				 crun__group_state_name(g.state), crun__group_exit_status(&g), got,
 				 crun__group_state_name(r->next), r->status, r->actions);
+		/* The verdict is taken with the attempt's first failure, and
+		 * kept (the summary and the store's message say why). */
+		if (!r->failures && strstr(r->actions, "record:"))
+			assert_int_equal(g.no_restart, f.verdict);
+		else if (!(r->flags & F_NO_RESTART) && g.state != S(STARTING))
+			assert_int_equal(g.no_restart, CRUN__RESTART);
 	}
 }
 

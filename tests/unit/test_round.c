@@ -685,6 +685,41 @@ static void test_exhausted(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* A FAIL with "stop" (a failure that would only repeat) closes the run as
+ * failed at once, with restarts left: every member hears "exhausted", the
+ * message as the node sent it. */
+static void test_fail_stop(void **state)
+{
+	static const char why[] = "rank 1 (local rank 0) on host-b exited with code 78; not "
+				  "restarting: a configuration error";
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
+	struct crun__wire_item it[2] = {its(why), its(CRUN_RDZV_FAIL_STOP)};
+	struct tnode na, nb;
+	uint32_t id = next_id++;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&na, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&nb, h.port, "job", "b", "host-b", 1, &c);
+	join(&na);
+	join(&nb);
+	want_assignment(&na, &a);
+	want_assignment(&nb, &b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
+	send_frame(nb.fd, CRUN_WIRE_RDZV_FAIL, id, 1, it, 2);
+	want_ok(&nb, id);
+	assert_int_equal(want_event(&na, 1, "exhausted", why), 1);
+	assert_int_equal(want_event(&nb, 1, "exhausted", why), 1);
+	join(&na);
+	want_error(&na, na.join_id, ESHUTDOWN, "the job failed");
+	node_close(&na);
+	node_close(&nb);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* DONE is a barrier: OK once every member sent it, then the run is
  * closed. A round that ends first cancels the DONE. */
 static void test_done(void **state)
@@ -955,6 +990,7 @@ int main(void)
 		cmocka_unit_test(test_late_joiner),
 		cmocka_unit_test(test_standby),
 		cmocka_unit_test(test_exhausted),
+		cmocka_unit_test(test_fail_stop),
 		cmocka_unit_test(test_done),
 		cmocka_unit_test(test_done_then_gone),
 		cmocka_unit_test(test_static_ranks),

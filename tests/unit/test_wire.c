@@ -632,7 +632,7 @@ static void test_validate_counts(void **state)
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, CRUN_WIRE_EV_SET, k, 1), "items");
 	refuse_msg(mk(CRUN_WIRE_NOTIFY, 0, 1, CRUN_WIRE_EV_SET, k, 3), "items");
 	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 0), "items");
-	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 2), "items");
+	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 3), "items");
 	refuse_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, 0, k, 1), "items");
 	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, k, 2), "items");
 	refuse_msg(mk(CRUN_WIRE_RDZV_EVENT, 0, 1, 0, k, 4), "items");
@@ -687,6 +687,7 @@ static void test_validate_flags_num(void **state)
 
 	/* Rendezvous: FAIL, DONE and RDZV_EVENT name a round >= 0. */
 	accept_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 1));
+	accept_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, 0, k, 2)); /* [message, "stop"] */
 	refuse_msg(mk(CRUN_WIRE_RDZV_FAIL, 0, 1, -1, k, 1), "round");
 	accept_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, 0, NULL, 0));
 	refuse_msg(mk(CRUN_WIRE_RDZV_DONE, 0, 1, INT64_MIN, NULL, 0), "round");

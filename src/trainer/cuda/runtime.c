@@ -3,6 +3,7 @@
 #include "common/util.h"
 
 #include "common/log.h"
+#include "trainer/fatal.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -37,18 +38,19 @@ void crun__cuda_check_at(cudaError_t rc, const char *call, const char *file, int
 {
 	if (rc == cudaSuccess)
 		return;
-	crun__error("CUDA call '%.*s' failed at %s:%d: %s (%s)", call_name_len(call), call,
-		    base_name(file), line, cudaGetErrorString(rc), cudaGetErrorName(rc));
-	exit(1);
+	exit(crun__train_fatal_at(CRUN__EXIT_FAILED, file, line, "CRUN_CUDA_CHECK",
+				  "CUDA call '%.*s' failed at %s:%d: %s (%s)", call_name_len(call),
+				  call, base_name(file), line, cudaGetErrorString(rc),
+				  cudaGetErrorName(rc)));
 }
 
 void crun__cublas_check_at(cublasStatus_t rc, const char *call, const char *file, int line)
 {
 	if (rc == CUBLAS_STATUS_SUCCESS)
 		return;
-	crun__error("cuBLAS call '%.*s' failed at %s:%d: %s", call_name_len(call), call,
-		    base_name(file), line, cublasGetStatusString(rc));
-	exit(1);
+	exit(crun__train_fatal_at(CRUN__EXIT_FAILED, file, line, "CRUN_CUBLAS_CHECK",
+				  "cuBLAS call '%.*s' failed at %s:%d: %s", call_name_len(call),
+				  call, base_name(file), line, cublasGetStatusString(rc)));
 }
 
 int crun__cuda_device_count(int *count, char *err, size_t errlen)

@@ -1,0 +1,99 @@
+/* The error file is written at the error's site, not at exit: a rank that
+ * dies later in its cleanup (a CUDA teardown, a collective that hangs
+ * until killed) has still told the agent why it failed. */
+#include "trainer/fatal.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool recorded;
+
+/* A variable the agent sets; NULL when unset or empty. */
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/* "src/trainer/main.c" of "../src/trainer/main.c" (the build's path). */
+static const char *source_path(const char *file)
+{
+	const char *src = strstr(file, "src/");
+
+	return src ? src : file;
+}
+
+/* "rank 1 (local rank 1, pid 42): main() at src/trainer/main.c:812" */
+static void site(char *buf, size_t len, const char *file, int line, const char *func)
+{
+	const char *rank = env("RANK");
+	const char *local = env("LOCAL_RANK");
+
+	snprintf(buf, len, "rank %s (local rank %s, pid %d): %s() at %s:%d", rank ? rank : "0",
+		 local ? local : "0", (int)getpid(), func, source_path(file), line);
+}
+
+static int write_error_file(const char *path, const char *message, const char *where)
+{
+	char stamp[32];
+	json_t *doc;
+	char *text;
+	int rc;
+
+	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun__wall_ms() / 1000));
+	doc = json_pack("{s:{s:s, s:{s:s, s:s}}}", "message", "message", message, "extraInfo",
+			"py_callstack", where, "timestamp", stamp);
+	if (!doc)
+		return -EILSEQ; /* not UTF-8 */
+	text = json_dumps(doc, 0);
+	json_decref(doc);
+	if (!text)
+		return -ENOMEM;
+	rc = crun__write_atomic(path, text, strlen(text), 0666);
+	free(text);
+	return rc;
+}
+
+int crun__train_fatal_at(int code, const char *file, int line, const char *func, const char *fmt,
+			 ...)
+{
+	char msg[1024], full[1100], where[512];
+	const char *path;
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	crun__error("%s", msg);
+	path = env("TORCHELASTIC_ERROR_FILE");
+	if (recorded || !path)
+		return code;
+	recorded = true;
+	snprintf(full, sizeof(full), "%s: %s", crun__log_prog(), msg);
+	site(where, sizeof(where), file, line, func);
+	rc = write_error_file(path, full, where);
+	if (rc == -EILSEQ) {
+		/* JSON text is UTF-8: a path in another encoding gets '?' */
+		for (char *p = full; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		for (char *p = where; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		rc = write_error_file(path, full, where);
+	}
+	if (rc < 0)
+		crun__warn("cannot write error file '%s': %s", path, strerror(-rc));
+	return code;
+}
