@@ -26,9 +26,9 @@ bool crun__failure_same(const struct crun__attempt_failure *p,
 bool crun__attempt_progressed(const struct crun__attempt *prev, const struct crun__attempt *cur,
 			      int64_t min_attempt_ms)
 {
-	if (cur->max_step >= 0 && cur->max_step > prev->max_step)
+	if (min_attempt_ms == 0 || (cur->max_step >= 0 && cur->max_step > prev->max_step))
 		return true;
-	return min_attempt_ms > 0 && cur->duration_ms >= min_attempt_ms;
+	return cur->duration_ms >= min_attempt_ms;
 }
 
 enum crun__restart_verdict crun__restart_verdict(const struct crun__attempt *prev,

@@ -64,7 +64,8 @@ enum crun__restart_verdict {
 /* The verdict on cur, the attempt that just failed, given prev, the
  * previous attempt (n == 0: none, or it ended for another reason, such as
  * another node's failure). min_attempt_ms: the minimum attempt time (0:
- * time never counts as progress). */
+ * every attempt counts as progress, so that only CRUN__EXIT_CONFIG stops
+ * restarts). */
 enum crun__restart_verdict crun__restart_verdict(const struct crun__attempt *prev,
 						 const struct crun__attempt *cur,
 						 int64_t min_attempt_ms);
@@ -76,7 +77,7 @@ bool crun__failure_same(const struct crun__attempt_failure *p,
 			const struct crun__attempt_failure *cur);
 
 /* True when cur made progress over prev: a heartbeat step above prev's
- * highest, or at least min_attempt_ms long. */
+ * highest, or at least min_attempt_ms long (always when it is 0). */
 bool crun__attempt_progressed(const struct crun__attempt *prev, const struct crun__attempt *cur,
 			      int64_t min_attempt_ms);
 

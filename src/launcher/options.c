@@ -45,7 +45,7 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "DURATION", "60s",
 	  "an attempt that fails as the previous one did (same rank, exit status "
 	  "and error message) is not restarted again unless it ran this long or "
-	  "its heartbeat step got further; 0: only the step counts", G_WORKERS },
+	  "its heartbeat step got further; 0: the rule is off", G_WORKERS },
 	{ CRUN_OPT_SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, true, true, true,
 	  "DURATION", "30s",
 	  "grace between SIGTERM and SIGKILL when workers are stopped: 30, 2.5s, "

@@ -106,7 +106,9 @@ run=0
 while [ $kills -lt "$trials" ]; do
 	run=$((run + 1))
 	rm -f "$dir"/*.pid
-	TMPDIR=$tmp/tmpdir CRUN_COMM_TIMEOUT=5s "$CRUN" --nproc-per-node=$nproc --max-restarts=$per_run \
+	# the kills repeat the same failure on purpose: --min-attempt-time=0
+	# turns off the rule that would stop restarting it
+	TMPDIR=$tmp/tmpdir CRUN_COMM_TIMEOUT=5s "$CRUN" --nproc-per-node=$nproc --max-restarts=$per_run --min-attempt-time=0 \
 		--shutdown-timeout=2s --rdzv-id="$run_ids$run" --no-python \
 		"$H/crun-test-comm" "$dir" >"$tmp/out" 2>&1 &
 	crun_pid=$!
