@@ -51,6 +51,9 @@ static void signal_groups(struct group *g, int sig, bool all)
 		if (!w->spawned || (!all && !w->running))
 			continue;
 		agent_kill(-w->pid, sig);
+		/* A stopped worker acts on SIGTERM only once it runs again. */
+		if (sig == SIGTERM)
+			agent_kill(-w->pid, SIGCONT);
 	}
 }
 
