@@ -32,6 +32,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -39,6 +41,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KEY_LEN 160
@@ -670,6 +673,33 @@ static int heartbeat_fd(void)
 	return fd;
 }
 
+/* A pipe (not crun's channel, which is a socket): non-blocking from now on
+ * (only this process and its children write to this end), and a reader
+ * that is gone gives EPIPE, not a SIGPIPE that ends the worker. */
+static ssize_t pipe_write(int fd, const char *line, size_t len)
+{
+	sigset_t pipe_set, old;
+	struct timespec zero = {0, 0};
+	bool pending;
+	int fl = fcntl(fd, F_GETFL), err;
+	ssize_t n;
+
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&old);
+	pending = sigismember(&old, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	n = write(fd, line, len);
+	err = errno;
+	if (n < 0 && err == EPIPE && !pending)
+		sigtimedwait(&pipe_set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = err;
+	return n;
+}
+
 static int send_line(const char *line, size_t len)
 {
 	int fd = heartbeat_fd();
@@ -680,14 +710,8 @@ static int send_line(const char *line, size_t len)
 	if (fd < 0)
 		return -EBADF;
 	n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (n < 0 && errno == ENOTSOCK) {
-		/* A pipe: non-blocking from now on (only this process and
-		 * its children write to this end). */
-		int fl = fcntl(fd, F_GETFL);
-		if (fl >= 0 && !(fl & O_NONBLOCK))
-			fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-		n = write(fd, line, len);
-	}
+	if (n < 0 && errno == ENOTSOCK)
+		n = pipe_write(fd, line, len);
 	if (n < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	return (size_t)n == len ? 0 : -EAGAIN;

@@ -146,10 +146,11 @@ static void test_full(void **state)
 	close(p[1]);
 }
 
-/* crun gone: the reading end closed. */
+/* crun gone: the reading end closed. -EPIPE, and the worker lives on
+ * (no SIGPIPE), on a socket and on a pipe. */
 static void test_gone(void **state)
 {
-	int sv[2];
+	int sv[2], p[2];
 	char env[16];
 
 	(void)state;
@@ -158,6 +159,11 @@ static void test_gone(void **state)
 	snprintf(env, sizeof(env), "%d", sv[1]);
 	assert_int_equal(in_child(env, beat_once), -EPIPE);
 	close(sv[1]);
+	assert_int_equal(pipe(p), 0);
+	close(p[0]);
+	snprintf(env, sizeof(env), "%d", p[1]);
+	assert_int_equal(in_child(env, beat_once), -EPIPE);
+	close(p[1]);
 }
 
 int main(void)
