@@ -73,6 +73,13 @@ static void on_timer(uv_timer_t *t)
 	for (int i = 0; i < hb->n; i++)
 		hb->states[i] = proc_state(hb->pids[i]);
 	if (crun__liveness_check(&hb->core, uv_now(hb->loop), hb->states, &h)) {
+		if (h.why == CRUN__HUNG_FILE_TIMER && h.signal <= 0) {
+			crun__warn("local rank %d: FileTimer '%s' of pid %d expired; its signal is "
+				   "%d: nothing to kill",
+				   h.worker, h.name, h.pid, h.signal);
+			rearm(hb);
+			return;
+		}
 		hb->paused = true;
 		hb->hung(hb->arg, &h);
 		return;

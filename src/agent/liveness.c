@@ -342,7 +342,10 @@ bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char
 				.signal = t->signal,
 			};
 			snprintf(out->name, sizeof(out->name), "%s", t->scope);
-			w->phase = CRUN__PHASE_HUNG;
+			if (t->signal > 0)
+				w->phase = CRUN__PHASE_HUNG;
+			else
+				w->timers[k] = w->timers[--w->ntimers];
 			return true;
 		}
 		if (beat_deadline(&lv->cfg, w, &why) <= now_ms)

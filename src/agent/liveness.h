@@ -150,7 +150,9 @@ uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv);
 /* Who is hung at now: true, *out filled, and that worker is HUNG from now
  * on; false when no deadline has passed.
  *
- * A FileTimer that expired names its worker. Otherwise, once a deadline
+ * A FileTimer that expired names its worker; one with a signal <= 0 (as
+ * torch: nothing to kill) is only dropped, and its worker stays watched.
+ * Otherwise, once a deadline
  * has passed, the suspects are every worker whose heartbeat deadline
  * passes within CRUN__LIVENESS_BLAME_MS (at most half its timeout) of it:
  * ranks that wait for each other in a collective all fall silent when one

@@ -427,6 +427,13 @@ static void test_gone_and_bounds(void **state)
 		assert_int_equal(crun__liveness_file_timer(&lv, 0, scope, 1, 9, false, 1000), 0);
 	}
 	assert_int_equal(crun__liveness_file_timer(&lv, 0, "one more", 1, 9, false, 1000), -ENOSPC);
+	/* A FileTimer without a signal: reported, dropped, still watched. */
+	crun__liveness_file_timer(&lv, 0, "s0", 1, 0, false, 50);
+	assert_true(crun__liveness_check(&lv, 60, NULL, &h));
+	assert_int_equal(h.why, CRUN__HUNG_FILE_TIMER);
+	assert_int_equal(h.signal, 0);
+	assert_int_equal(lv.w[0].ntimers, CRUN__LIVENESS_MAX_TIMERS - 1);
+	assert_int_equal(lv.w[0].phase, CRUN__PHASE_STEADY);
 	crun__liveness_gone(&lv, 0);
 	assert_true(crun__liveness_next_deadline(&lv) == NONE);
 	assert_false(crun__liveness_check(&lv, 100000, NULL, &h));
