@@ -187,6 +187,7 @@ static void record_failure(struct group *g, int lr)
 	if (lr == g->hang_lr) {
 		snprintf(hang, sizeof(hang), "hung: %s", g->hang_msg);
 		f.hang = hang;
+		f.wall_ms = crun__wall_ms(); /* found hung now; it has not exited */
 	}
 
 	if (crun__failures_add(&g->failures, &f) < 0)

@@ -72,6 +72,7 @@ grep -A4 'Root Cause' "$tmp/sum.err" | grep -q ' rank      : 1 (local_rank: 1)$'
 grep -q ' message   : hung: no heartbeat for 1[.0-9]* s, last step 5$' "$tmp/sum.err" ||
 	fail "summary: message: $(cat "$tmp/sum.err")"
 grep -q ' stack     : /proc/[0-9]*/wchan:' "$tmp/sum.err" || fail "summary: no stack"
+grep -q ' time      : 19[0-9][0-9]-' "$tmp/sum.err" && fail "summary: no time"
 python3 - "$tmp/crun-error.json" <<'PY' || fail "error file: $(cat "$tmp/crun-error.json")"
 import json, sys
 m = json.load(open(sys.argv[1]))["message"]
