@@ -137,6 +137,7 @@ else
 fi
 
 # A user's own TORCHELASTIC_TIMER_FILE passes through, unread
+# shellcheck disable=SC2016
 TORCHELASTIC_ENABLE_FILE_TIMER=1 TORCHELASTIC_TIMER_FILE=$tmp/mine \
 	crun --nproc-per-node=1 --no-python /bin/sh -c \
 	'echo "timer=$TORCHELASTIC_TIMER_FILE fd=$CRUN_HEARTBEAT_FD"' >"$tmp/own.out" 2>&1 ||
