@@ -119,6 +119,7 @@ static void spawn_all(struct group *g)
 	g->attempts++;
 	g->max_step = -1;
 	g->hang_lr = -1;
+	g->hang_recorded = false;
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -184,7 +185,8 @@ static void record_failure(struct group *g, int lr)
 	};
 	char hang[300];
 
-	if (lr == g->hang_lr) {
+	if (lr == g->hang_lr && !g->hang_recorded) {
+		g->hang_recorded = true; /* its exit, if recorded, is its own */
 		snprintf(hang, sizeof(hang), "hung: %s", g->hang_msg);
 		f.hang = hang;
 		f.wall_ms = crun__wall_ms(); /* found hung now; it has not exited */

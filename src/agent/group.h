@@ -56,6 +56,7 @@ struct group {
 	/* A worker of the current attempt found hung: what crun says of it
 	 * ("no heartbeat for 30 s, last step 1184"); hang_lr < 0: none. */
 	int hang_lr;
+	bool hang_recorded;
 	char hang_msg[256];
 	struct crun__liveness_hang hang;
 	uv_timer_t timer;

@@ -132,8 +132,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "NAME), e.g. checkpoint=10m,eval=5m", G_LIVENESS },
 	{ CRUN_OPT_HEARTBEAT_AUTO_FACTOR, "heartbeat-auto-factor", 0, true, true, true,
 	  "F", "0 (off)",
-	  "after 5 beats, the steady timeout becomes F times the longest "
-	  "interval seen between a worker's beats (at least 1 s)", G_LIVENESS },
+	  "once a worker has beaten 5 times after its first beat, its steady "
+	  "timeout becomes F times the longest interval between its beats (at "
+	  "least 1 s)", G_LIVENESS },
 	{ CRUN_OPT_CONFIG, "config", 'c', true, false, false, "FILE", "none",
 	  "read options from a YAML file (keys as the long options, e.g. "
 	  "nproc_per_node: 4); the command line and PET_ variables win", G_CRUN },
