@@ -6,6 +6,7 @@
 # the job finished; a section outliving its timeout and an expired torch
 # FileTimer are hangs too; a section under its own timeout, a worker that
 # never beats and a user's own TORCHELASTIC_TIMER_FILE are left alone.
+# Stacks come from py-spy, else gdb, else /proc (fakes of the tools here).
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 command -v python3 >/dev/null || { echo "no python3: skipping"; exit 77; }
@@ -81,9 +82,19 @@ assert "hung: no heartbeat for 1" in m["message"], m["message"]
 PY
 echo "ok summary and error file name the hung rank"
 
+# Tools: py-spy before gdb; a tool that fails gets /proc added. Fakes
+# here, that say how they were called.
+mkdir "$tmp/spy" "$tmp/gdb"
+ln -s "$tmp/bin/python3" "$tmp/bin/timeout" "$tmp/spy/"
+ln -s "$tmp/bin/python3" "$tmp/bin/timeout" "$tmp/gdb/"
+printf '#!/bin/sh\necho "fake py-spy $*"\n' >"$tmp/spy/py-spy"
+printf '#!/bin/sh\necho "fake gdb $*"\nexit 1\n' >"$tmp/spy/gdb"
+cp "$tmp/spy/gdb" "$tmp/gdb/gdb"
+chmod +x "$tmp/spy/py-spy" "$tmp/spy/gdb" "$tmp/gdb/gdb"
+
 # A section past its own timeout (the steady timeout is long)
 HANG_RANK=0 HANG_HOW=section HANG_SECTION=checkpoint HANG_MARK=$tmp/sec.mark \
-	BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/bin \
+	BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/spy \
 	run sec --nproc-per-node=2 --heartbeat-timeout=30 \
 	--heartbeat-section-timeouts=eval=20,checkpoint=1500ms "$W"
 rc=$?
@@ -92,7 +103,11 @@ t=$(detected sec)
 within "$t" 2.5 || fail "section: detected after $t s"
 grep -q " crun: rank 0 (local rank 0, pid [0-9]*) hung: section 'checkpoint' open for 1.5 s" \
 	"$tmp/sec.err" || fail "section: hung line: $(cat "$tmp/sec.err")"
-echo "ok section timeout: detected after $t s"
+grep -q '^[0-9.]* \[0\]: fake py-spy dump --pid [0-9]*$' "$tmp/sec.err" ||
+	fail "section: no py-spy dump: $(cat "$tmp/sec.err")"
+lacks "$tmp/sec.err" "fake gdb"
+lacks "$tmp/sec.err" "wchan"
+echo "ok section timeout: detected after $t s, stack by py-spy"
 
 # A section under its own timeout outlives the steady timeout unharmed
 HANG_RANK=1 HANG_HOW=slow-section HANG_SECTION=save HANG_SECONDS=2 BEAT_STEPS=8 \
@@ -105,7 +120,7 @@ echo "ok a section under its timeout is not a hang"
 
 # torch's FileTimer: the request's SIGKILL to the worker, a hang of rank 1
 TORCHELASTIC_ENABLE_FILE_TIMER=1 HANG_RANK=1 HANG_HOW=filetimer HANG_MARK=$tmp/ft.mark \
-	BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/bin \
+	BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/gdb \
 	run ft --nproc-per-node=2 "$W"
 rc=$?
 [ $rc = 0 ] || fail "FileTimer: exit $rc: $(cat "$tmp/ft.err")"
@@ -114,7 +129,10 @@ within "$t" 1 || fail "FileTimer: detected $t s after its expiry"
 grep -q " crun: rank 1 (local rank 1, pid [0-9]*) hung: FileTimer 'train_step' of pid [0-9]* expired" \
 	"$tmp/ft.err" || fail "FileTimer: hung line: $(cat "$tmp/ft.err")"
 grep -q '^\[1\]:done rank 1 restart 1$' "$tmp/ft.out" || fail "FileTimer: no restart"
-echo "ok FileTimer expiry: detected $t s after it"
+grep -q "^[0-9.]* \[1\]: fake gdb -batch -nx -iex set auto-load off -p [0-9]* -ex thread apply all bt$" \
+	"$tmp/ft.err" || fail "FileTimer: no gdb: $(cat "$tmp/ft.err")"
+grep -q '^[0-9.]* \[1\]: /proc/[0-9]*/wchan:' "$tmp/ft.err" || fail "FileTimer: gdb failed, no /proc"
+echo "ok FileTimer expiry: detected $t s after it, stack by gdb, then /proc"
 
 # With torch, a real FileTimerClient
 if python3 -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
