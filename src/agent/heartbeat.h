@@ -35,7 +35,9 @@ struct crun__heartbeat {
 	/* Run from the loop. hung: worker h->worker (a local rank) is hung;
 	 * nothing more is reported until a worker starts again. on_step: a
 	 * `step N` line of a local rank (NULL: none), for whoever follows
-	 * progress (max_step, a straggler detector). */
+	 * progress. The worker group (group.c) takes all three: it keeps
+	 * max_step and passes every step on through its own on_step hook, to
+	 * which a straggler detector connects. */
 	void (*hung)(void *arg, const struct crun__liveness_hang *h);
 	void (*on_step)(void *arg, int local_rank, int64_t step, uint64_t now_ms);
 	void *arg;
