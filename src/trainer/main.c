@@ -18,6 +18,7 @@
 #include "trainer/parallel.h"
 
 #include <cblas.h>
+#include <crun/worker.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -267,8 +268,10 @@ static int save(struct run *r)
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
 	crun__schedule_download(r->dev, true);
+	crun_worker_heartbeat_section("checkpoint", 1);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
 			     r->cfg->checkpoint.keep, r->err, sizeof(r->err));
+	crun_worker_heartbeat_section("checkpoint", 0);
 	if (rc)
 		return crun__train_fatal(EXIT_FAILED, "checkpoint of step %lld failed: %s",
 					 (long long)r->step, r->err);
@@ -336,6 +339,7 @@ static int train_loop(struct run *r)
 						 loss, (long long)s + 1);
 		r->step = s + 1;
 		r->last_loss = loss;
+		crun_worker_heartbeat(r->step); /* crun watches this worker from here */
 		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
 		    r->step < steps) {
 			rc = evaluate(r, &val);
@@ -596,6 +600,8 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 		return crun__train_fatal(EXIT_FAILED, "train.device %s: %s", cfg->train.device,
 					 r.err);
 
+	/* Under crun, the initial heartbeat timeout covers the set-up. */
+	crun_worker_heartbeat_section("setup", 1);
 	r.comm = crun__comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
 		rc = crun__train_fatal(EXIT_FAILED, "cannot join the collective group: %s", r.err);
@@ -610,6 +616,7 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 	if (rc)
 		goto out;
 
+	crun_worker_heartbeat_section("setup", 0);
 	t0 = crun__now_ns();
 	rc = train_loop(&r);
 	if (rc)
