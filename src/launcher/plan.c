@@ -409,6 +409,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->node_rank = o->node_rank;
 	spec->role = o->role ? o->role : "default";
 	spec->max_restarts = o->max_restarts;
+	spec->straggler_factor = o->straggler_factor;
+	spec->straggler_window = o->straggler_window;
 	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
 	spec->run_id = plan->run_id;
 	spec->master_addr = plan->master_addr;
@@ -524,6 +526,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);
 	fprintf(f, "monitor_interval_ms=%lld\n", (long long)o->monitor_interval_ms);
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
+	fprintf(f, "straggler_factor=%g\n", o->straggler_factor);
+	fprintf(f, "straggler_window=%d\n", o->straggler_window);
 	fputs("signals_to_handle=", f);
 	for (int i = 0; i < o->nsignals; i++)
 		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));

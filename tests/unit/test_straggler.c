@@ -5,7 +5,11 @@
  * phase in which one rank runs at another speed, a beat stride and
  * jitter), the other nodes' summary, and what the detector must say: how
  * many SLOW and RECOVERED events per rank, and by which step the first
- * SLOW came. */
+ * SLOW came.
+ *
+ * The store part (rendezvous.h: crun__rdzv_publish_steps/fetch_steps) runs
+ * two agents' rendezvous on one loop, one of them hosting the store, over
+ * loopback. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +20,15 @@
 
 #include <cmocka.h>
 
+#include "agent/rendezvous.h"
 #include "agent/straggler.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <uv.h>
 
 #define NR 8
 
@@ -395,6 +407,171 @@ static void test_format(void **state)
 				 "the job's median 0.16 s");
 }
 
+/* ---- the store exchange ---------------------------------------------------- */
+
+struct node {
+	struct crun__agent_spec spec;
+	struct agent_rdzv r;
+	struct crun__server *server;
+	bool ready, failed;
+	struct crun__placement place;
+};
+
+struct fetch {
+	bool done;
+	int status;
+	uint32_t count;
+	char text[2][256];
+};
+
+static void node_ready(void *arg, const struct crun__placement *place)
+{
+	struct node *n = arg;
+
+	n->ready = true;
+	n->place = *place;
+}
+
+static void node_ended(void *arg, const struct crun__round_end *end)
+{
+	(void)arg;
+	(void)end;
+}
+
+static void node_done(void *arg)
+{
+	(void)arg;
+}
+
+static void node_failed(void *arg, bool lost, const char *message)
+{
+	struct node *n = arg;
+
+	(void)lost;
+	n->failed = true;
+	fprintf(stderr, "rendezvous failed: %s\n", message);
+}
+
+static void got_fetch(void *arg, int status, const char *message,
+		      const struct crun__wire_item *values, uint32_t count)
+{
+	struct fetch *f = arg;
+
+	(void)message;
+	f->done = true;
+	f->status = status;
+	f->count = count;
+	for (uint32_t i = 0; i < count && i < 2; i++)
+		snprintf(f->text[i], sizeof(f->text[i]), "%.*s", (int)values[i].len,
+			 (const char *)values[i].data);
+}
+
+/* Runs the loop until *flag or 10 s. */
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+	uint64_t end = uv_now(loop) + 10000;
+
+	while (!*flag && uv_now(loop) < end)
+		uv_run(loop, UV_RUN_ONCE);
+	assert_true(*flag);
+}
+
+static void server_gone(void *arg)
+{
+	(void)arg;
+}
+
+static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank)
+{
+	struct crun__rdzv_hooks hooks = {node_ready, node_ended, node_done, node_failed, n};
+
+	n->spec.nproc_per_node = 2;
+	n->spec.node_rank = rank;
+	n->spec.run_id = "steps-test";
+	n->spec.rdzv.enabled = true;
+	n->spec.rdzv.host = "127.0.0.1";
+	n->spec.rdzv.port = port;
+	n->spec.rdzv.is_host = is_host;
+	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = 2;
+	n->spec.rdzv.join_timeout_ms = 10000;
+	n->spec.rdzv.last_call_timeout_ms = 0;
+	n->spec.rdzv.keep_alive_interval_ms = 5000;
+	n->spec.rdzv.keep_alive_max_attempt = 3;
+	n->spec.rdzv.read_timeout_ms = 5000;
+	assert_int_equal(crun__rdzv_setup(&n->r, loop, &n->spec, "localhost", &hooks, &n->server),
+			 0);
+	assert_int_equal(crun__rdzv_join(&n->r), 0);
+}
+
+static void test_store_exchange(void **state)
+{
+	static const char sa[] = "steps 1\n0 100000 30\n1 101000 30\n";
+	static const char sb[] = "steps 1\n2 300000 12\n";
+	struct node *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+	struct fetch f = {0};
+	uv_loop_t loop;
+	int port = crun__free_port();
+
+	(void)state;
+	signal(SIGPIPE, SIG_IGN);
+	crun__log_set_level(CRUN_LOG_WARN);
+	assert_true(port > 0);
+	assert_int_equal(uv_loop_init(&loop), 0);
+	node_setup(a, &loop, port, 1, 0);
+	node_setup(b, &loop, port, 0, 1);
+	/* Not before the round is assigned. */
+	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), -ENOTCONN);
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), -ENOTCONN);
+	run_until(&loop, &a->ready);
+	run_until(&loop, &b->ready);
+	assert_false(a->failed || b->failed);
+	assert_int_equal(a->place.nnodes, 2);
+
+	/* b has not published: ENOENT, not a wait. */
+	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), 0);
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ENOENT);
+
+	/* Each reads the other's, and only the other's. */
+	assert_int_equal(crun__rdzv_publish_steps(&b->r, sb, strlen(sb)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], sb);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&b->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], sa);
+
+	/* A newer summary replaces the older one. */
+	assert_int_equal(crun__rdzv_publish_steps(&b->r, sa, strlen(sa)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_string_equal(f.text[0], sa);
+
+	/* A reply of a round left behind says so. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	a->r.gen++;
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ECANCELED);
+
+	crun__rdzv_finish(&b->r);
+	crun__rdzv_finish(&a->r);
+	if (a->server)
+		crun__server_destroy(a->server, server_gone, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_summary_round_trip),
 		cmocka_unit_test(test_remote_malformed),
 		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_store_exchange),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
