@@ -12,7 +12,10 @@
  *   group.c        the worker group's executor (the libuv edge)
  *   group_step.c   the worker group's state machine (pure)
  *   spawn.c        workers: argv, environment, files, processes
- *   rendezvous.c   multi-node: the store client, rounds, MASTER_ADDR
+ *   rendezvous.c   multi-node: the store client, rounds, MASTER_ADDR,
+ *                  step summaries
+ *   straggler_watch.c  step beats to the straggler detector, its lines
+ *   straggler.c    step times and stragglers (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
  *   reaper.c       the guard process that kills workers if crun dies */
