@@ -18,6 +18,9 @@
  *   straggler.c    step times and stragglers (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
+ *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
+ *   liveness.c     who is hung and why (pure)
+ *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
  *   reaper.c       the guard process that kills workers if crun dies */
 #include "agent/group.h"
 #include "agent/output.h"
@@ -64,6 +67,8 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.keep_alive_interval_ms = 5000;
 	spec->rdzv.keep_alive_max_attempt = 3;
 	spec->rdzv.read_timeout_ms = 60000;
+	spec->heartbeat.initial_timeout_ms = 600000;
+	spec->heartbeat.timeout_ms = 180000;
 }
 
 struct agent {
@@ -87,6 +92,7 @@ struct agent {
 
 	struct agent_rdzv rdzv;
 	struct crun__spawner spawner;
+	struct crun__heartbeat heartbeat;
 	struct group group;
 };
 
@@ -338,6 +344,7 @@ static void close_handles(struct agent *a)
 	a->lingering = false;
 	uv_close((uv_handle_t *)&a->linger, NULL);
 	crun__group_close(&a->group);
+	crun__heartbeat_close(&a->heartbeat);
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
 	if (a->server) {
@@ -403,6 +410,20 @@ static void group_finished(void *arg, enum crun__group_end end)
 	/* Not after a signal or an exec failure: then crun goes now. */
 	agent_shutdown(arg, end == CRUN__GEND_SUCCEEDED || end == CRUN__GEND_FAILED ||
 				    end == CRUN__GEND_AGENT_ERROR);
+}
+
+/* torch's FileTimer, as torchrun serves it: asked for, and not one of the
+ * user's own (which passes through untouched). */
+static bool serves_file_timer(const struct crun__agent_spec *spec)
+{
+	const char *on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
+
+	if (!on || strcmp(on, "1") || getenv("TORCHELASTIC_TIMER_FILE"))
+		return false;
+	for (char **e = spec->extra_env; e && *e; e++)
+		if (!strncmp(*e, "TORCHELASTIC_TIMER_FILE=", 24))
+			return false;
+	return true;
 }
 
 /* The job's place without rendezvous (with it, each round brings one). */
@@ -505,6 +526,15 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	a->spawner.tmp_dir = a->tmp_dir;
 	a->spawner.console = a->console;
 	a->spawner.reaper = &a->reaper;
+	a->heartbeat.loop = &a->loop;
+	err = crun__heartbeat_init(&a->heartbeat, &spec->heartbeat, spec->nproc_per_node,
+				   serves_file_timer(spec));
+	if (err < 0) {
+		crun__error("cannot set up the heartbeats: %s", strerror(-err));
+		goto out_loop;
+	}
+	a->spawner.heartbeat = &a->heartbeat;
+	g->heartbeat = &a->heartbeat;
 	err = crun__group_init(g, &place);
 	if (err < 0) {
 		crun__error("cannot set up the worker group: %s", uv_strerror(err));
@@ -557,6 +587,7 @@ out_dirs:
 		agent_remove_dir(a->tmp_dir);
 out_free:
 	crun__group_finish(g);
+	crun__heartbeat_finish(&a->heartbeat);
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);
 	free(a->store_env);

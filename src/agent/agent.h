@@ -42,6 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/liveness.h"
+
 #define CRUN_AGENT_MAX_SIGNALS 16
 
 /* Which standard streams of a local rank are redirected or teed:
@@ -181,6 +183,15 @@ struct crun__agent_spec {
 						 * store (or a node) is lost */
 		int64_t read_timeout_ms;	/* store requests (MASTER_ADDR) */
 	} rdzv;
+
+	/* Liveness of the workers (liveness.h): every worker gets a heartbeat
+	 * channel, CRUN_HEARTBEAT_FD; one that speaks on it is watched with
+	 * these timeouts, and found hung it is reported, its stack taken, and
+	 * the group stopped and restarted (a failure of its rank). Defaults:
+	 * initial 600 s, steady 180 s, no auto factor, no sections. With
+	 * TORCHELASTIC_ENABLE_FILE_TIMER=1 and no TORCHELASTIC_TIMER_FILE in
+	 * crun's environment the agent also serves torch's FileTimer. */
+	struct crun__liveness_config heartbeat;
 
 	/* Extra KEY=VALUE pairs for every worker's environment, applied after
 	 * the inherited environment and before the torchrun variables.

@@ -7,10 +7,12 @@
  * the current actions are done, so the step always sees one event at a
  * time. */
 #include "agent/group.h"
+#include "agent/stackdump.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,8 @@
  * their pipes to close (a process that left the worker's process group may
  * hold them) before closing them ourselves. */
 #define DRAIN_MS 1000
+/* How long taking a hung worker's stacks may last. */
+#define CAPTURE_MS 5000
 
 int (*agent_kill)(pid_t pid, int sig) = kill;
 
@@ -110,6 +114,8 @@ static void spawn_all(struct group *g)
 	g->open_pipes = 0;
 	g->nworkers = 0;
 	g->attempts++;
+	g->max_step = -1;
+	g->hang_lr = -1;
 	crun__straggler_watch_attempt(&g->stragglers, &g->core.place);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
@@ -174,6 +180,12 @@ static void record_failure(struct group *g, int lr)
 		.error_file = w->error_file,
 		.log_file = w->log_path[1] ? w->log_path[1] : w->log_path[0],
 	};
+	char hang[300];
+
+	if (lr == g->hang_lr) {
+		snprintf(hang, sizeof(hang), "hung: %s", g->hang_msg);
+		f.hang = hang;
+	}
 
 	if (crun__failures_add(&g->failures, &f) < 0)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
@@ -185,10 +197,140 @@ static void tell_store(struct group *g, int lr)
 	const struct worker *w = g->workers[lr];
 	char what[64], msg[512];
 
-	agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
-	snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank, w->local_rank,
-		 g->hostname, what);
+	if (lr == g->hang_lr)
+		snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s hung: %s", w->rank,
+			 w->local_rank, g->hostname, g->hang_msg);
+	else {
+		agent_describe_exit(what, sizeof(what), w->exit_code, w->term_signal);
+		snprintf(msg, sizeof(msg), "rank %d (local rank %d) on %s %s", w->rank,
+			 w->local_rank, g->hostname, what);
+	}
 	crun__rdzv_fail(g->rdzv, msg);
+}
+
+/* ---- hung workers ---- */
+
+/* What a stack dump needs after its worker may be gone. */
+struct capture {
+	struct group *g;
+	int attempt;
+	int lr;
+	char prefix[CRUN__PREFIX_MAX];
+	char *log_path; /* the worker's stderr log; NULL: none */
+};
+
+/* Writes text to crun's stderr, each line after prefix, and to path. */
+static void write_stack(const char *prefix, const char *path, const char *tool, const char *text)
+{
+	const char *line = text;
+	int fd;
+
+	fprintf(stderr, "%s crun: stack of the hung worker (%s):\n", prefix, tool);
+	while (*line) {
+		const char *nl = strchr(line, '\n');
+		int n = nl ? (int)(nl - line) : (int)strlen(line);
+		fprintf(stderr, "%s %.*s\n", prefix, n, line);
+		if (!nl)
+			break;
+		line = nl + 1;
+	}
+	fflush(stderr);
+	if (!path)
+		return;
+	fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	dprintf(fd, "crun: stack of the hung worker (%s):\n%s", tool, text);
+	close(fd);
+}
+
+static void captured(void *arg, const char *text, const char *tool)
+{
+	struct capture *c = arg;
+	struct group *g = c->g;
+	struct crun__group_event ev = {.kind = CRUN__GEV_HANG_CAPTURED, .worker = c->lr};
+
+	write_stack(c->prefix, c->log_path, tool, text);
+	if (c->attempt == g->attempts) {
+		for (size_t i = 0; i < g->failures.n; i++) {
+			struct crun__failure *f = &g->failures.v[i];
+			if (f->local_rank == c->lr && f->hang && !f->stack)
+				f->stack = strdup(text);
+		}
+		if (g->core.capturing && g->core.state == CRUN__GROUP_STOPPING)
+			feed(g, &ev);
+	}
+	free(c->log_path);
+	free(c);
+}
+
+static void capture_stack(struct group *g, int lr)
+{
+	const struct worker *w = g->workers[lr];
+	struct capture *c = calloc(1, sizeof(*c));
+	struct crun__group_event ev = {.kind = CRUN__GEV_HANG_CAPTURED, .worker = lr};
+	int err = -ENOMEM;
+
+	if (c) {
+		c->g = g;
+		c->attempt = g->attempts;
+		c->lr = lr;
+		snprintf(c->prefix, sizeof(c->prefix), "%s", w->prefix);
+		c->log_path = w->log_path[1] ? strdup(w->log_path[1]) : NULL;
+		err = crun__stackdump_start(g->loop, w->pid, CAPTURE_MS, captured, c);
+	}
+	if (err < 0) {
+		crun__warn("cannot take the stack of rank %d: %s", w->rank, strerror(-err));
+		if (c)
+			free(c->log_path);
+		free(c);
+		then(g, &ev);
+	}
+}
+
+/* As torch's FileTimer server: the request's signal to the request's
+ * process; a heartbeat hang: SIGKILL to the worker's process group. */
+static void kill_hung(struct group *g, int lr)
+{
+	const struct worker *w = g->workers[lr];
+
+	if (lr == g->hang_lr && g->hang.why == CRUN__HUNG_FILE_TIMER) {
+		if (g->hang.signal > 0)
+			agent_kill(g->hang.pid, g->hang.signal);
+		return;
+	}
+	if (w->spawned && w->running)
+		agent_kill(-w->pid, SIGKILL);
+}
+
+static void worker_hung(void *arg, const struct crun__liveness_hang *h)
+{
+	struct group *g = arg;
+	struct crun__group_event ev = {.kind = CRUN__GEV_WORKER_HUNG, .worker = h->worker};
+	const struct worker *w;
+
+	if (g->core.state != CRUN__GROUP_RUNNING || h->worker >= g->nworkers)
+		return; /* stopping already, for its own reason */
+	w = g->workers[h->worker];
+	if (!w->running)
+		return;
+	g->hang_lr = h->worker;
+	g->hang = *h;
+	crun__liveness_describe(h, g->hang_msg, sizeof(g->hang_msg));
+	crun__error("rank %d (local rank %d, pid %d) hung: %s; taking its stack, then "
+		    "stopping the workers",
+		    w->rank, w->local_rank, (int)w->pid, g->hang_msg);
+	feed(g, &ev);
+}
+
+static void worker_step(void *arg, int lr, int64_t step, uint64_t now_ms)
+{
+	struct group *g = arg;
+
+	if (step > g->max_step)
+		g->max_step = step;
+	if (g->on_step)
+		g->on_step(g->on_step_arg, lr, step, now_ms);
 }
 
 static void release_workers(struct group *g)
@@ -232,7 +374,7 @@ static void summary(struct group *g)
 
 static void say(struct group *g, const struct crun__group_event *ev, enum crun__group_note note)
 {
-	char name[32], what[64];
+	char name[32], what[300];
 
 	if (ev->kind == CRUN__GEV_SIGNAL)
 		crun__signal_format(name, sizeof(name), ev->signal);
@@ -267,8 +409,11 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 				   g->core.place.restart_count, g->spec->max_restarts);
 			return;
 		}
-		agent_describe_exit(what, sizeof(what), g->failures.v[0].exit_code,
-				    g->failures.v[0].term_signal);
+		if (g->failures.v[0].hang)
+			snprintf(what, sizeof(what), "%s", g->failures.v[0].hang);
+		else
+			agent_describe_exit(what, sizeof(what), g->failures.v[0].exit_code,
+					    g->failures.v[0].term_signal);
 		crun__warn("worker group failed: rank %d (local rank %d, pid %d) %s; restarting "
 			   "(restart %d of %d)",
 			   g->failures.v[0].rank, g->failures.v[0].local_rank,
@@ -359,6 +504,12 @@ static void carry_out(struct group *g, const struct crun__group_event *ev,
 	case CRUN__GACT_FINISH:
 		uv_timer_stop(&g->timer);
 		g->finished(g->arg, (enum crun__group_end)a->arg);
+		return;
+	case CRUN__GACT_CAPTURE_STACK:
+		capture_stack(g, a->arg);
+		return;
+	case CRUN__GACT_KILL_HUNG:
+		kill_hung(g, a->arg);
 		return;
 	}
 }
@@ -494,6 +645,13 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	g->spawner->exited = worker_exited;
 	g->spawner->pipe_closed = pipe_closed;
 	g->spawner->arg = g;
+	g->max_step = -1;
+	g->hang_lr = -1;
+	if (g->heartbeat) {
+		g->heartbeat->hung = worker_hung;
+		g->heartbeat->on_step = worker_step;
+		g->heartbeat->arg = g;
+	}
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "agent/agent.h"
 #include "agent/group_step.h"
+#include "agent/heartbeat.h"
 #include "agent/placement.h"
 #include "agent/rendezvous.h"
 #include "agent/spawn.h"
@@ -30,6 +31,11 @@ struct group {
 	struct crun__spawner *spawner;
 	struct agent_rdzv *rdzv; /* NULL without rendezvous */
 	struct reaper *reaper;
+	struct crun__heartbeat *heartbeat; /* NULL: workers are not watched */
+	/* Runs from the loop for every `step N` beat of a local worker, after
+	 * max_step is updated (NULL: none); for a straggler detector. */
+	void (*on_step)(void *arg, int local_rank, int64_t step, uint64_t now_ms);
+	void *on_step_arg;
 	const char *name; /* the job's, in the summary */
 	const char *hostname;
 	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE, or NULL */
@@ -45,6 +51,14 @@ struct group {
 	int running;		 /* workers not yet reaped */
 	int open_pipes;		 /* their pipes not yet closed */
 	int attempts;		 /* attempts started (counted restarts or not) */
+	/* The highest step any local worker beat in the current attempt; -1
+	 * when none did. Reset when an attempt starts. */
+	int64_t max_step;
+	/* A worker of the current attempt found hung: what crun says of it
+	 * ("no heartbeat for 30 s, last step 1184"); hang_lr < 0: none. */
+	int hang_lr;
+	char hang_msg[256];
+	struct crun__liveness_hang hang;
 	uv_timer_t timer;
 	enum crun__group_timer timer_kind;
 	bool timer_open;

@@ -16,6 +16,9 @@
  *   RUNNING    signal N               forward N; kill timer       STOPPING
  *   RUNNING    round ended            say why; SIGTERM all        STOPPING
  *   RUNNING    rdzv error, store lost say it; SIGTERM all         STOPPING
+ *   RUNNING    worker hung            record it; tell the store;  STOPPING
+ *                                     take its stack (nothing is
+ *                                     signalled until it is taken)
  *   STOPPING   worker exit            record it if it failed on   STOPPING, or the
  *                                     its own; when none is left: attempt is over
  *                                     SIGKILL the groups (what
@@ -35,6 +38,8 @@
  *   STOPPING   round ended            note it (the attempt's end  STOPPING
  *                                     joins the next round)
  *   STOPPING   rdzv error, store lost say it; the job ends        STOPPING
+ *   STOPPING   hang captured          kill the hung worker;       STOPPING
+ *                                     SIGTERM the rest; kill timer
  *   RENDEZVOUS ready (the placement)  spawn every worker          STARTING
  *   FINISHING  barrier passed         -                           SUCCEEDED
  *   RENDEZVOUS, RESTARTING, FINISHING (no worker runs):
@@ -127,6 +132,7 @@ static void start_attempt(struct step *s)
 	g->stop_signal = 0;
 	g->leftovers_killed = false;
 	g->gave_up = false;
+	g->capturing = false;
 	act(s, CRUN__GACT_SPAWN_ALL, 0);
 }
 
@@ -337,6 +343,35 @@ static void running_store_lost(struct step *s)
 	begin_stop(s, CRUN__GSTOP_LOST, 0);
 }
 
+/* The hung worker is the root cause: recorded before anything it brings
+ * down. It is stopped only once its stack has been taken. */
+static void running_hung(struct step *s)
+{
+	record_failure(s);
+	if (s->f.rdzv)
+		act(s, CRUN__GACT_TELL_STORE, s->ev->worker);
+	s->g->state = CRUN__GROUP_STOPPING;
+	s->g->stop = CRUN__GSTOP_FAILURE;
+	s->g->capturing = true;
+	s->g->hung_worker = s->ev->worker;
+	act(s, CRUN__GACT_CAPTURE_STACK, s->ev->worker);
+}
+
+static void stopping_captured(struct step *s)
+{
+	struct crun__group_core *g = s->g;
+
+	if (!g->capturing)
+		return;
+	g->capturing = false;
+	if (s->f.running == 0)
+		return;
+	act(s, CRUN__GACT_KILL_HUNG, g->hung_worker);
+	if (g->stop == CRUN__GSTOP_FAILURE)
+		act(s, CRUN__GACT_SIGNAL_RUNNING, SIGTERM);
+	act(s, CRUN__GACT_ARM_TIMER, CRUN__GTIMER_KILL);
+}
+
 /* A worker that failed on its own while the others were being stopped is
  * a failure too; one that died of our SIGTERM or SIGKILL is not. */
 static void stopping_exit(struct step *s)
@@ -475,6 +510,7 @@ static const struct row {
 	{S(RUNNING), E(ROUND_ENDED), running_round_ended},
 	{S(RUNNING), E(RDZV_ERROR), running_rdzv_error},
 	{S(RUNNING), E(STORE_LOST), running_store_lost},
+	{S(RUNNING), E(WORKER_HUNG), running_hung},
 
 	{S(STOPPING), E(WORKER_EXITED), stopping_exit},
 	{S(STOPPING), E(PIPE_CLOSED), check_done},
@@ -485,6 +521,7 @@ static const struct row {
 	{S(STOPPING), E(ROUND_ENDED), stopping_round_ended},
 	{S(STOPPING), E(RDZV_ERROR), stopping_rdzv_error},
 	{S(STOPPING), E(STORE_LOST), stopping_store_lost},
+	{S(STOPPING), E(HANG_CAPTURED), stopping_captured},
 
 	{S(RESTARTING), E(SIGNAL), idle_signal},
 	{S(RESTARTING), E(ROUND_ENDED), idle_round_ended},
@@ -644,6 +681,8 @@ const char *crun__group_event_name(enum crun__group_event_kind k)
 		[CRUN__GEV_TIMER_KILL] = "timer-kill",
 		[CRUN__GEV_TIMER_STUCK] = "timer-stuck",
 		[CRUN__GEV_TIMER_DRAIN] = "timer-drain",
+		[CRUN__GEV_WORKER_HUNG] = "worker-hung",
+		[CRUN__GEV_HANG_CAPTURED] = "hang-captured",
 		[CRUN__GEV_RDZV_READY] = "rdzv-ready",
 		[CRUN__GEV_ROUND_ENDED] = "round-ended",
 		[CRUN__GEV_BARRIER_PASSED] = "barrier-passed",

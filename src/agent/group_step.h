@@ -47,6 +47,8 @@ enum crun__group_event_kind {
 	CRUN__GEV_TIMER_KILL,	  /* the shutdown timeout passed */
 	CRUN__GEV_TIMER_STUCK,	  /* the kill timeout after SIGKILL passed */
 	CRUN__GEV_TIMER_DRAIN,	  /* the wait for pipes after the last exit passed */
+	CRUN__GEV_WORKER_HUNG,	  /* a worker is hung (heartbeat.h): its stack next */
+	CRUN__GEV_HANG_CAPTURED,  /* the hung worker's stack was taken (or not) */
 	CRUN__GEV_RDZV_READY,	  /* rendezvous: assigned, MASTER_ADDR/PORT known */
 	CRUN__GEV_ROUND_ENDED,	  /* rendezvous: the store ended the round */
 	CRUN__GEV_BARRIER_PASSED, /* rendezvous: every node is done */
@@ -57,7 +59,7 @@ enum crun__group_event_kind {
 
 struct crun__group_event {
 	enum crun__group_event_kind kind;
-	/* WORKER_EXITED, PIPE_CLOSED: the worker's local rank (the executor's;
+	/* WORKER_EXITED, PIPE_CLOSED, WORKER_HUNG: the worker's local rank (the executor's;
 	 * the step passes it through to RECORD_FAILURE and TELL_STORE). */
 	int worker;
 	/* WORKER_EXITED */
@@ -140,6 +142,9 @@ enum crun__group_action_kind {
 	CRUN__GACT_EXIT_BARRIER,    /* enter the exit barrier; likewise */
 	CRUN__GACT_SUMMARY,	    /* the failure summary, crun's error file */
 	CRUN__GACT_FINISH,	    /* arg: the end; close the agent's handles */
+	CRUN__GACT_CAPTURE_STACK,   /* arg: a hung worker; take its stack, then
+				     * HANG_CAPTURED follows */
+	CRUN__GACT_KILL_HUNG,	    /* arg: the hung worker; kill it */
 };
 
 struct crun__group_action {
@@ -163,6 +168,8 @@ struct crun__group_core {
 	int stop_signal;
 	bool leftovers_killed; /* KILL_LEFTOVERS done */
 	bool gave_up;	       /* a worker would not die */
+	bool capturing;	       /* a hung worker's stack is being taken */
+	int hung_worker;       /* its local rank */
 	/* Rendezvous: the store ended the assigned round (exhausted: and with
 	 * it the job). Cleared by each join. */
 	bool round_ended;

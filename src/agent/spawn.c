@@ -41,6 +41,7 @@ static const char *const agent_keys[] = {
 	"TORCHELASTIC_RUN_ID",
 	"TORCHELASTIC_USE_AGENT_STORE",
 	"TORCHELASTIC_ERROR_FILE",
+	CRUN__HEARTBEAT_ENV,
 };
 /* Set when the agent hosts the store or joins a rendezvous. */
 static const char *const store_keys[] = {
@@ -77,6 +78,9 @@ static bool reserved(const struct crun__spawner *a, const char *entry)
 	if (a->store_env && in_keys(entry, store_keys, CRUN_ARRAY_SIZE(store_keys)))
 		return true;
 	if (a->spec->virtual_local_rank && same_key(entry, "CUDA_VISIBLE_DEVICES", 20))
+		return true;
+	if (a->heartbeat && a->heartbeat->timer_env &&
+	    same_key(entry, "TORCHELASTIC_TIMER_FILE", 23))
 		return true;
 	return false;
 }
@@ -174,6 +178,11 @@ int crun__spawner_env_init(struct crun__spawner *a)
 	err = err ? err : add_own(a, "TORCHELASTIC_MAX_RESTARTS=%d", spec->max_restarts);
 	err = err ? err : add_own(a, "TORCHELASTIC_RUN_ID=%s", spec->run_id);
 	err = err ? err : add_own(a, "TORCHELASTIC_USE_AGENT_STORE=False");
+	if (a->heartbeat) {
+		err = err ? err : add_own(a, "%s=%d", CRUN__HEARTBEAT_ENV, CRUN__HEARTBEAT_FD);
+		if (a->heartbeat->timer_env)
+			err = err ? err : add_own(a, "%s", a->heartbeat->timer_env);
+	}
 	if (a->store_env) {
 		err = err ? err : add_own(a, "%s", a->store_env);
 		err = err ? err : add_own(a, "CRUN_RUN_ID=%s", spec->run_id);
@@ -318,6 +327,8 @@ static void worker_exited(uv_process_t *proc, int64_t status, int term_signal)
 	w->exit_code = (int)status;
 	w->term_signal = term_signal;
 	w->exit_wall_ms = crun__wall_ms();
+	if (w->sp->heartbeat)
+		crun__heartbeat_gone(w->sp->heartbeat, w->local_rank);
 	uv_close((uv_handle_t *)proc, proc_closed);
 	w->sp->exited(w, w->sp->arg);
 }
@@ -458,7 +469,8 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 				  int local_rank, int seq, int *errp)
 {
 	const struct crun__agent_spec *spec = a->spec;
-	uv_stdio_container_t stdio[3];
+	uv_stdio_container_t stdio[CRUN__HEARTBEAT_FD + 1];
+	uv_pipe_t *beat = NULL;
 	uv_process_options_t opts;
 	struct worker *w;
 	char **argv = NULL, **owned = NULL, **env = NULL, *block = NULL;
@@ -515,6 +527,14 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 	}
 	opts.stdio = stdio;
 	opts.stdio_count = 3;
+	if (a->heartbeat)
+		beat = crun__heartbeat_channel(a->heartbeat, local_rank);
+	if (beat) {
+		/* The child writes; fd 3 is the only one between stderr and it. */
+		stdio[CRUN__HEARTBEAT_FD].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+		stdio[CRUN__HEARTBEAT_FD].data.stream = (uv_stream_t *)beat;
+		opts.stdio_count = CRUN__HEARTBEAT_FD + 1;
+	}
 	w->proc.data = w;
 	err = uv_spawn(a->loop, &w->proc, &opts);
 	w->handles++; /* the process handle is closed even after a failure */
@@ -522,8 +542,12 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 		/* Reported by the group, which knows what it means. */
 		w->exec_failed = true;
 		uv_close((uv_handle_t *)&w->proc, proc_closed);
+		if (a->heartbeat)
+			crun__heartbeat_gone(a->heartbeat, local_rank);
 		goto out_close;
 	}
+	if (a->heartbeat)
+		crun__heartbeat_started(a->heartbeat, local_rank, w->proc.pid);
 	w->spawned = true;
 	w->running = true;
 	w->pid = w->proc.pid;

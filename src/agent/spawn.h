@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/heartbeat.h"
 #include "agent/output.h"
 #include "agent/placement.h"
 #include "agent/reaper.h"
@@ -58,6 +59,9 @@ struct crun__spawner {
 	const char *token_env;	 /* "CRUN_TOKEN=..."; NULL: none */
 	struct console *console; /* [0] stdout, [1] stderr */
 	struct reaper *reaper;	 /* told each worker's process group */
+	/* Gives each worker its heartbeat channel (CRUN_HEARTBEAT_FD) and,
+	 * when it serves one, TORCHELASTIC_TIMER_FILE; NULL: neither. */
+	struct crun__heartbeat *heartbeat;
 	/* Run from the loop (never from inside crun__worker_spawn): a
 	 * worker was reaped; a pipe of a worker not yet detached closed. */
 	void (*exited)(struct worker *w, void *arg);

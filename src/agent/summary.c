@@ -49,6 +49,8 @@ int crun__failures_add(struct crun__failures *fl, const struct crun__failure *f)
 	*c = *f;
 	c->error_file = f->error_file ? strdup(f->error_file) : NULL;
 	c->log_file = f->log_file ? strdup(f->log_file) : NULL;
+	c->hang = f->hang ? strdup(f->hang) : NULL;
+	c->stack = f->stack ? strdup(f->stack) : NULL;
 	fl->n++;
 	return 0;
 }
@@ -58,6 +60,8 @@ void crun__failures_clear(struct crun__failures *fl)
 	for (size_t i = 0; i < fl->n; i++) {
 		free(fl->v[i].error_file);
 		free(fl->v[i].log_file);
+		free(fl->v[i].hang);
+		free(fl->v[i].stack);
 	}
 	fl->n = 0;
 }
@@ -416,7 +420,9 @@ static void add_failure(struct text *t, const struct crun__summary_job *job,
 	tadd(t, "  %-10s: %s\n", "time", when);
 	tadd(t, "  %-10s: %s\n", "host", job->hostname);
 	tadd(t, "  %-10s: %d (local_rank: %d)\n", "rank", f->rank, f->local_rank);
-	if (f->term_signal) {
+	if (f->hang) {
+		tadd(t, "  %-10s: <N/A> (hung, pid: %d)\n", "exitcode", (int)f->pid);
+	} else if (f->term_signal) {
 		crun__signal_format(sig, sizeof(sig), f->term_signal);
 		tadd(t, "  %-10s: -%d (%s, pid: %d)\n", "exitcode", f->term_signal, sig,
 		     (int)f->pid);
@@ -426,9 +432,14 @@ static void add_failure(struct text *t, const struct crun__summary_job *job,
 	tadd(t, "  %-10s: %s\n", "log_file", f->log_file ? f->log_file : "<N/A>");
 	tadd(t, "  %-10s: %s\n", "error_file",
 	     have_error_file && job->keeps_files ? f->error_file : "<N/A>");
-	tadd_block(t, "message", message ? message : "");
+	if (f->hang && !message)
+		tadd_block(t, "message", f->hang);
+	else
+		tadd_block(t, "message", message ? message : "");
 	if (traceback)
 		tadd_block(t, "traceback", traceback);
+	if (f->stack)
+		tadd_block(t, "stack", f->stack);
 	free(message);
 	free(traceback);
 }
@@ -506,17 +517,23 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 		crun__error("job failed (out of memory while writing the failure summary)");
 
 	if (job->own_error_file) {
-		char what[64];
+		char what[256];
 		char *text = NULL, *message = NULL;
 		size_t len = 0;
-		int code = root->term_signal ? -root->term_signal : root->exit_code;
+		int code = root->hang	       ? 1
+			   : root->term_signal ? -root->term_signal
+					       : root->exit_code;
 		int err;
 
-		agent_describe_exit(what, sizeof(what), root->exit_code, root->term_signal);
+		if (root->hang)
+			snprintf(what, sizeof(what), "%s", root->hang);
+		else
+			agent_describe_exit(what, sizeof(what), root->exit_code, root->term_signal);
 		if (asprintf(&message, "%s FAILED: rank %d (local_rank %d) on %s %s", job->name,
 			     root->rank, root->local_rank, job->hostname, what) < 0)
 			message = NULL;
-		if (root->error_file && read_file(root->error_file, &text, &len) < 0)
+		/* A hung worker wrote nothing that says why: crun's word. */
+		if (root->error_file && !root->hang && read_file(root->error_file, &text, &len) < 0)
 			text = NULL;
 		err = agent_error_file_write(job->own_error_file, text, len,
 					     message ? message : "job failed", t.oom ? "" : t.p,

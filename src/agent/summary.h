@@ -21,6 +21,11 @@ struct crun__failure {
 	uint64_t wall_ms;
 	char *error_file; /* the worker's TORCHELASTIC_ERROR_FILE; NULL: none */
 	char *log_file;	  /* stderr log (else stdout log); NULL: none */
+	/* A worker crun found hung: "hung: no heartbeat for 30 s, last step
+	 * 1184" and its stacks as taken then (NULL: none). It had not exited
+	 * when it was recorded: exit_code and term_signal mean nothing. */
+	char *hang;
+	char *stack;
 };
 
 /* The failures of an attempt, in the order they were seen: the first is

@@ -21,6 +21,7 @@
 #define G_NODES "Nodes and rendezvous"
 #define G_OUTPUT "Output and logs"
 #define G_CRUN "crun"
+#define G_LIVENESS "Liveness of the workers"
 
 /* clang-format off */
 static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
@@ -122,6 +123,23 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "local ranks whose output reaches the console, e.g. 0,2 (log files "
 	  "keep every rank)", G_OUTPUT },
 
+	{ CRUN_OPT_HEARTBEAT_TIMEOUT, "heartbeat-timeout", 0, true, true, true,
+	  "DURATION", "180s",
+	  "a worker that beats on CRUN_HEARTBEAT_FD and then is silent this "
+	  "long is hung: its stack is taken and the group restarts; 0: off",
+	  G_LIVENESS },
+	{ CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT, "heartbeat-initial-timeout", 0, true, true,
+	  true, "DURATION", "600s",
+	  "from a worker's first heartbeat line to its first beat (step or "
+	  "beat); 0: off", G_LIVENESS },
+	{ CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS, "heartbeat-section-timeouts", 0, true, true,
+	  true, "NAME=DURATION,...", "none",
+	  "timeouts of named sections (section begin NAME ... section end "
+	  "NAME), e.g. checkpoint=10m,eval=5m", G_LIVENESS },
+	{ CRUN_OPT_HEARTBEAT_AUTO_FACTOR, "heartbeat-auto-factor", 0, true, true, true,
+	  "F", "0 (off)",
+	  "after 5 beats, the steady timeout becomes F times the longest "
+	  "interval seen between a worker's beats (at least 1 s)", G_LIVENESS },
 	{ CRUN_OPT_CONFIG, "config", 'c', true, false, false, "FILE", "none",
 	  "read options from a YAML file (keys as the long options, e.g. "
 	  "nproc_per_node: 4); the command line and PET_ variables win", G_CRUN },
@@ -764,6 +782,35 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		return 0;
 	case CRUN_OPT_SIGNALS_TO_HANDLE:
 		return crun__launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
+	case CRUN_OPT_HEARTBEAT_TIMEOUT:
+	case CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT:
+		rc = crun__parse_duration_ms(v, &n, NULL, 0);
+		if (rc < 0 || n > 7 * 86400000LL) {
+			crun__seterr(err, errlen,
+				     "expected a duration up to 7 days like 180, 2.5s, 500ms or "
+				     "10m (0: off)");
+			return -EINVAL;
+		}
+		if (id == CRUN_OPT_HEARTBEAT_TIMEOUT)
+			o->heartbeat.timeout_ms = n;
+		else
+			o->heartbeat.initial_timeout_ms = n;
+		return 0;
+	case CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS:
+		return crun__liveness_parse_sections(v, &o->heartbeat, err, errlen);
+	case CRUN_OPT_HEARTBEAT_AUTO_FACTOR: {
+		char *end;
+		double f;
+
+		errno = 0;
+		f = strtod(v, &end);
+		if (!*v || *end || errno || !(f == 0 || (f >= 1 && f <= 1000))) {
+			crun__seterr(err, errlen, "expected 0 (off) or a factor from 1 to 1000");
+			return -EINVAL;
+		}
+		o->heartbeat.auto_factor = f;
+		return 0;
+	}
 	case CRUN_OPT_START_METHOD:
 		if (strcmp(v, "spawn") && strcmp(v, "fork") && strcmp(v, "forkserver")) {
 			crun__seterr(err, errlen, "expected spawn, fork or forkserver");
@@ -897,6 +944,8 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->straggler_factor = CRUN__STRAGGLER_FACTOR;
 	o->straggler_window = CRUN__STRAGGLER_WINDOW;
 	o->shutdown_timeout_ms = 30000;
+	o->heartbeat.timeout_ms = 180000;
+	o->heartbeat.initial_timeout_ms = 600000;
 	o->signals[0] = SIGTERM;
 	o->signals[1] = SIGINT;
 	o->signals[2] = SIGHUP;

@@ -92,6 +92,10 @@ enum crun__launch_opt {
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
 	CRUN_OPT_LOCAL_RANKS_FILTER,
+	CRUN_OPT_HEARTBEAT_TIMEOUT,
+	CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT,
+	CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS,
+	CRUN_OPT_HEARTBEAT_AUTO_FACTOR,
 	CRUN_OPT_CONFIG,
 	CRUN_OPT_DRY_RUN,
 	CRUN_OPT_HELP,
@@ -167,7 +171,8 @@ struct crun__launch_opts {
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
 	bool virtual_local_rank;
-	char *config_path; /* -c/--config; NULL: none */
+	struct crun__liveness_config heartbeat; /* 180 s, 600 s, no sections, 0 */
+	char *config_path;			/* -c/--config; NULL: none */
 
 	/* The command and its arguments: pointers into the caller's argv,
 	 * valid as long as it is. */

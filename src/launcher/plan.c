@@ -412,6 +412,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->straggler_factor = o->straggler_factor;
 	spec->straggler_window = o->straggler_window;
 	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
+	spec->heartbeat = o->heartbeat;
 	spec->run_id = plan->run_id;
 	spec->master_addr = plan->master_addr;
 	spec->master_port = plan->master_port;
@@ -525,6 +526,15 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "max_restarts=%d\n", o->max_restarts);
 	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);
 	fprintf(f, "monitor_interval_ms=%lld\n", (long long)o->monitor_interval_ms);
+	fprintf(f, "heartbeat_timeout_ms=%lld\n", (long long)o->heartbeat.timeout_ms);
+	fprintf(f, "heartbeat_initial_timeout_ms=%lld\n",
+		(long long)o->heartbeat.initial_timeout_ms);
+	fputs("heartbeat_section_timeouts=", f);
+	for (int i = 0; i < o->heartbeat.nsections; i++)
+		fprintf(f, "%s%s=%lldms", i ? "," : "", o->heartbeat.sections[i].name,
+			(long long)o->heartbeat.sections[i].timeout_ms);
+	fprintf(f, "%s\n", o->heartbeat.nsections ? "" : "none");
+	fprintf(f, "heartbeat_auto_factor=%g\n", o->heartbeat.auto_factor);
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
 	fprintf(f, "straggler_factor=%g\n", o->straggler_factor);
 	fprintf(f, "straggler_window=%d\n", o->straggler_window);

@@ -25,6 +25,7 @@ enum {
 	F_EXHAUSTED = 2,   /* ... and the restarts are exhausted */
 	F_LEFTOVERS = 4,   /* leftovers already killed */
 	F_GAVE_UP = 8,	   /* a worker would not die */
+	F_CAPTURING = 16,  /* worker 1 is hung; its stack is being taken */
 };
 
 enum mode { N, R }; /* without / with rendezvous */
@@ -79,6 +80,11 @@ struct row {
 		}                                        \
 	}
 
+#define HUNG                                               \
+	{                                                  \
+		.kind = CRUN__GEV_WORKER_HUNG, .worker = 1 \
+	}
+
 /* What the attempt's end does once nothing runs and no pipe is open. */
 #define OVER "kill-leftovers release disarm "
 
@@ -129,6 +135,24 @@ static const struct row rows[] = {
 	 "say:rdzv-error signal:15 arm:kill"},
 	{R, S(RUNNING), 0, 0, 0, EV(STORE_LOST), 0, 0, 0, 0, S(FAILED), 1,
 	 "say:rdzv-error " OVER "finish:agent-error"},
+	/* A hang: recorded first, nothing signalled before its stack is taken. */
+	{N, S(RUNNING), 0, 0, 0, HUNG, 4, 8, 0, 0, S(STOPPING), -1, "record:1 capture:1"},
+	{R, S(RUNNING), 0, 0, 0, HUNG, 4, 8, 0, 0, S(STOPPING), -1,
+	 "record:1 tell-store:1 capture:1"},
+	{N, S(STOPPING), STOP(FAILURE), 0, F_CAPTURING, EV(HANG_CAPTURED), 4, 8, 1, 0, S(STOPPING),
+	 -1, "kill-hung:1 signal:15 arm:kill"},
+	{R, S(STOPPING), STOP(FAILURE), 0, F_CAPTURING, EV(HANG_CAPTURED), 2, 4, 1, 0, S(STOPPING),
+	 -1, "kill-hung:1 signal:15 arm:kill"},
+	/* A signal came meanwhile: it was forwarded already. */
+	{N, S(STOPPING), STOP(SIGNAL), SIGTERM, F_CAPTURING, EV(HANG_CAPTURED), 1, 2, 1, 0,
+	 S(STOPPING), -1, "kill-hung:1 arm:kill"},
+	/* Every worker is gone already, or no stack was being taken. */
+	{N, S(STOPPING), STOP(FAILURE), 0, F_CAPTURING, EV(HANG_CAPTURED), 0, 2, 1, 0, S(STOPPING),
+	 -1, ""},
+	{N, S(STOPPING), STOP(FAILURE), 0, 0, EV(HANG_CAPTURED), 2, 4, 1, 0, S(STOPPING), -1, ""},
+	/* Ranks that exit on their own meanwhile are other failures. */
+	{N, S(STOPPING), STOP(FAILURE), 0, F_CAPTURING, EXIT(1, 0), 3, 8, 1, 0, S(STOPPING), -1,
+	 "record:1"},
 
 	/* Killed by our own SIGTERM or SIGKILL: not a failure of its own. */
 	{N, S(STOPPING), STOP(FAILURE), 0, 0, EXIT(0, SIGTERM), 1, 4, 1, 0, S(STOPPING), -1, ""},
@@ -347,6 +371,12 @@ static void spell(const struct crun__group_actions *acts, char *buf, size_t len)
 		case CRUN__GACT_FINISH:
 			snprintf(one, sizeof(one), "finish:%s", end_name(a->arg));
 			break;
+		case CRUN__GACT_CAPTURE_STACK:
+			snprintf(one, sizeof(one), "capture:%d", a->arg);
+			break;
+		case CRUN__GACT_KILL_HUNG:
+			snprintf(one, sizeof(one), "kill-hung:%d", a->arg);
+			break;
 		default:
 			snprintf(one, sizeof(one), "?%d", (int)a->kind);
 			break;
@@ -373,6 +403,8 @@ static void prepare(struct crun__group_core *g, const struct row *r)
 	g->exhausted = r->flags & F_EXHAUSTED;
 	g->leftovers_killed = r->flags & F_LEFTOVERS;
 	g->gave_up = r->flags & F_GAVE_UP;
+	g->capturing = r->flags & F_CAPTURING;
+	g->hung_worker = g->capturing ? 1 : 0;
 	g->place.restart_count = r->restarts;
 }
 
@@ -549,6 +581,40 @@ static void test_restarts(void **state)
 	assert_int_equal(crun__group_exit_status(&g), 0);
 }
 
+/* A hang, a rank it brought down, the stack, the restart: the hung rank
+ * stays the root cause and the next attempt starts afresh. */
+static void test_hang(void **state)
+{
+	struct crun__group_event hung = HUNG;
+	struct crun__group_actions acts;
+	struct crun__group_core g;
+	char got[256];
+
+	(void)state;
+	crun__group_core_init(&g, &job);
+	step_ok(&g, (struct crun__group_event)EV(START), (struct crun__group_facts){0});
+	step_ok(&g, (struct crun__group_event)EV(SPAWNED),
+		(struct crun__group_facts){.running = 2});
+	acts = step_ok(&g, hung, (struct crun__group_facts){.running = 2, .open_pipes = 4});
+	spell(&acts, got, sizeof(got));
+	assert_string_equal(got, "record:1 capture:1");
+	acts = step_ok(&g, (struct crun__group_event)EXIT(1, 0),
+		       (struct crun__group_facts){.running = 1, .open_pipes = 4, .failures = 1});
+	spell(&acts, got, sizeof(got));
+	assert_string_equal(got, "record:1");
+	acts = step_ok(&g, (struct crun__group_event)EV(HANG_CAPTURED),
+		       (struct crun__group_facts){.running = 1, .open_pipes = 4, .failures = 2});
+	spell(&acts, got, sizeof(got));
+	assert_string_equal(got, "kill-hung:1 signal:15 arm:kill");
+	assert_false(g.capturing);
+	acts = step_ok(&g, (struct crun__group_event)EXIT(0, SIGKILL),
+		       (struct crun__group_facts){.failures = 2});
+	spell(&acts, got, sizeof(got));
+	assert_string_equal(got, OVER "say:restarting clear-failures spawn-all");
+	assert_int_equal(g.state, CRUN__GROUP_STARTING);
+	assert_int_equal(g.place.restart_count, 1);
+}
+
 /* A refused event ends the job as an agent error, from every state that
  * is not final; a final state stays as it is. */
 static void test_abort(void **state)
@@ -596,6 +662,7 @@ int main(void)
 		cmocka_unit_test(test_rows),	    cmocka_unit_test(test_impossible_refused),
 		cmocka_unit_test(test_placement),   cmocka_unit_test(test_restarts),
 		cmocka_unit_test(test_exec_status), cmocka_unit_test(test_abort),
+		cmocka_unit_test(test_hang),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,83 @@
+/* The workers' heartbeats: the libuv edge around liveness.h.
+ *
+ * Every worker gets one end of a socket pair as file descriptor 3, named
+ * by CRUN_HEARTBEAT_FD=3 in its environment, and writes lines on it
+ * ("step 12\n", see liveness.h). With TORCHELASTIC_ENABLE_FILE_TIMER=1
+ * and no TORCHELASTIC_TIMER_FILE in crun's environment, the edge also
+ * makes a named pipe for the job, names it in every worker's
+ * TORCHELASTIC_TIMER_FILE, and reads the JSON requests of torch's
+ * FileTimerClient from it. It feeds what it reads to the pure core and
+ * runs one timer, for the earliest deadline; when it passes, it reports
+ * the hung worker to its owner and stops watching until the next worker
+ * starts (a new attempt).
+ *
+ * Owns: the core's state, the channels (freed when their handles have
+ * closed), the timer, the named pipe and its directory. */
+#ifndef CRUN_AGENT_HEARTBEAT_H
+#define CRUN_AGENT_HEARTBEAT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "agent/liveness.h"
+
+/* The descriptor a worker's channel has, and its variable. */
+#define CRUN__HEARTBEAT_FD 3
+#define CRUN__HEARTBEAT_ENV "CRUN_HEARTBEAT_FD"
+
+struct beat_chan;
+
+struct crun__heartbeat {
+	/* Set by the owner before crun__heartbeat_init(); not owned. */
+	uv_loop_t *loop;
+	/* Run from the loop. hung: worker h->worker (a local rank) is hung;
+	 * nothing more is reported until a worker starts again. on_step: a
+	 * `step N` line of a local rank (NULL: none), for whoever follows
+	 * progress (max_step, a straggler detector). */
+	void (*hung)(void *arg, const struct crun__liveness_hang *h);
+	void (*on_step)(void *arg, int local_rank, int64_t step, uint64_t now_ms);
+	void *arg;
+
+	/* The edge's own. */
+	struct crun__liveness core;
+	struct beat_chan **chans; /* by local rank; NULL: none open */
+	pid_t *pids;		  /* by local rank; 0: not running */
+	int n;
+	uv_timer_t timer;
+	bool timer_open;
+	bool paused; /* a hang was reported */
+	/* FileTimer */
+	char *timer_dir;
+	char *timer_file; /* NULL: no FileTimer server */
+	char *timer_env;  /* "TORCHELASTIC_TIMER_FILE=<timer_file>" */
+	uv_pipe_t fifo;
+	bool fifo_open;
+	char fifo_buf[4096];
+	size_t fifo_len;
+	bool fifo_skip; /* dropping the rest of an overlong request */
+	uint64_t unknown_lines;
+};
+
+/* Sets up hb for nworkers local ranks: the timer and, with file_timer,
+ * the named pipe (see above). 0 or a negative errno (said on stderr). */
+int crun__heartbeat_init(struct crun__heartbeat *hb, const struct crun__liveness_config *cfg,
+			 int nworkers, bool file_timer);
+
+/* The handle for local rank lr's channel, initialised, for uv_spawn's
+ * stdio[CRUN__HEARTBEAT_FD] (UV_CREATE_PIPE | UV_WRITABLE_PIPE); closes
+ * the channel lr had. NULL when out of memory (the worker then runs
+ * without a channel). */
+uv_pipe_t *crun__heartbeat_channel(struct crun__heartbeat *hb, int lr);
+/* Local rank lr started as pid: read its channel, watch it once it
+ * speaks. Or it could not be started / it exited: close its channel. */
+void crun__heartbeat_started(struct crun__heartbeat *hb, int lr, pid_t pid);
+void crun__heartbeat_gone(struct crun__heartbeat *hb, int lr);
+
+/* Closes every handle; the memory goes in crun__heartbeat_finish() after
+ * the loop has run. */
+void crun__heartbeat_close(struct crun__heartbeat *hb);
+void crun__heartbeat_finish(struct crun__heartbeat *hb);
+
+#endif
