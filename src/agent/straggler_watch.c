@@ -59,21 +59,29 @@ static void got_steps(void *arg, int status, const char *message,
 	decide(w);
 }
 
+/* This node's summary, when the store does not have it yet. */
+static void publish(struct straggler_watch *w)
+{
+	int rc, len;
+
+	if (w->published && !crun__straggler_fresh(w->core))
+		return;
+	len = crun__straggler_summary(w->core, w->summary, w->summary_cap);
+	rc = len < 0 ? len : crun__rdzv_publish_steps(w->rdzv, w->summary, (size_t)len);
+	if (rc == 0)
+		w->published = true;
+	else if (rc != -ENOTCONN)
+		crun__debug("cannot publish this node's step summary: %s", strerror(-rc));
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	struct straggler_watch *w = t->data;
-	int rc, len;
+	int rc;
 
 	if (!w->shared)
 		return;
-	if (!w->published || crun__straggler_fresh(w->core)) {
-		len = crun__straggler_summary(w->core, w->summary, w->summary_cap);
-		rc = len < 0 ? len : crun__rdzv_publish_steps(w->rdzv, w->summary, (size_t)len);
-		if (rc == 0)
-			w->published = true;
-		else if (rc != -ENOTCONN)
-			crun__debug("cannot publish this node's step summary: %s", strerror(-rc));
-	}
+	publish(w);
 	if (!w->fetching) {
 		rc = crun__rdzv_fetch_steps(w->rdzv, got_steps, w);
 		if (rc == 0)
@@ -135,8 +143,10 @@ void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64
 
 void crun__straggler_watch_stop(struct straggler_watch *w)
 {
-	if (!w->core)
+	if (!w->core || !w->shared)
 		return;
+	/* The last steps count for the nodes still running. */
+	publish(w);
 	w->shared = false;
 	uv_timer_stop(&w->timer);
 }

@@ -53,7 +53,8 @@ void crun__straggler_watch_attempt(struct straggler_watch *w, const struct crun_
 /* Local rank local_rank beat step at now_ms (uv_now). */
 void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64_t step,
 				uint64_t now_ms);
-/* The attempt's workers are gone: no more publishing. */
+/* The attempt's workers are gone or being stopped: publishes the last
+ * summary when it has something new, then no more. */
 void crun__straggler_watch_stop(struct straggler_watch *w);
 /* Closes the timer; memory goes in crun__straggler_watch_finish(), after
  * the loop has run. Safe on a zeroed w. */
