@@ -172,6 +172,14 @@ bool crun__straggler_fresh(const struct crun__straggler *s)
 	return s->fresh;
 }
 
+bool crun__straggler_has_times(const struct crun__straggler *s)
+{
+	for (int i = 0; i < s->nlocal; i++)
+		if (s->ranks[i].step_ms >= 0)
+			return true;
+	return false;
+}
+
 size_t crun__straggler_summary_max(const struct crun__straggler *s)
 {
 	return sizeof("steps 1\n") + (size_t)s->nlocal * CRUN__STRAGGLER_SUMMARY_LINE;

@@ -77,6 +77,11 @@ void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t ste
  * summary has something new to publish. */
 bool crun__straggler_fresh(const struct crun__straggler *s);
 
+/* True when some local rank has a step time (a full window): only then
+ * is there anything to decide, and the other nodes' summaries worth
+ * reading. */
+bool crun__straggler_has_times(const struct crun__straggler *s);
+
 /* This node's summary into buf: "steps 1\n", then one line
  * "RANK STEP_US LAST_STEP\n" per rank with a step time. Clears fresh.
  * Returns its length, or -ENOBUFS when len is smaller than

@@ -6,7 +6,8 @@
  *   nodes' step times only move the job's median, which changes slowly,
  *   so reading them every period is enough; that keeps the store's load
  *   to one SET (only when something changed) and one MGET per node and
- *   period, whatever the step rate.
+ *   period, whatever the step rate, and no MGET before this node has a
+ *   step time to judge.
  * - A reply that arrives after its attempt ended is dropped by the
  *   rendezvous (the round's generation) or here (shared is false). */
 #include "agent/straggler_watch.h"
@@ -82,7 +83,7 @@ static void on_timer(uv_timer_t *t)
 	if (!w->shared)
 		return;
 	publish(w);
-	if (!w->fetching) {
+	if (!w->fetching && crun__straggler_has_times(w->core)) {
 		rc = crun__rdzv_fetch_steps(w->rdzv, got_steps, w);
 		if (rc == 0)
 			w->fetching = true;

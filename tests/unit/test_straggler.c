@@ -327,6 +327,7 @@ static void test_summary_round_trip(void **state)
 
 	(void)state;
 	assert_false(crun__straggler_fresh(a));
+	assert_false(crun__straggler_has_times(a));
 	for (int k = 0; k <= 4; k++) {
 		crun__straggler_beat(a, 0, k, (uint64_t)k * 100);
 		crun__straggler_beat(a, 1, k, (uint64_t)k * 120);
@@ -334,6 +335,7 @@ static void test_summary_round_trip(void **state)
 			crun__straggler_beat(a, 2, k, (uint64_t)k * 100);
 	}
 	assert_true(crun__straggler_fresh(a));
+	assert_true(crun__straggler_has_times(a));
 	assert_int_equal(crun__straggler_summary(a, buf, 8), -ENOBUFS);
 	n = crun__straggler_summary(a, buf, sizeof(buf));
 	assert_string_equal(buf, "steps 1\n10 100000 4\n11 120000 4\n");
