@@ -145,6 +145,23 @@ CRUN_EXPORT int crun_worker_allgather(struct crun_worker *w, const void *in, siz
  * says how many ranks had arrived before this one. */
 CRUN_EXPORT int crun_worker_barrier(struct crun_worker *w, int timeout_ms);
 
+/* Heartbeats to crun's agent (crun(1), LIVENESS), without a crun_worker:
+ * they only write a line to the descriptor CRUN_HEARTBEAT_FD names (read
+ * once, on the first call). A worker that beats is watched: if it then
+ * stays silent longer than crun's timeout, crun takes its stack and
+ * restarts the job.
+ *
+ * crun_worker_heartbeat(): "step N" for step >= 0, "beat" for step < 0.
+ * crun_worker_heartbeat_section(): "section begin NAME" (begin) or
+ * "section end NAME"; name of letters, digits, '.', '_', '-', at most 63.
+ *
+ * Neither ever blocks: a line that does not fit in the channel is dropped
+ * (-EAGAIN). Returns 0 also when CRUN_HEARTBEAT_FD is unset (not run by
+ * crun: nothing to do); -EBADF when it does not name an open descriptor,
+ * -EINVAL for a bad name, -EPIPE when crun is gone. Thread-safe. */
+CRUN_EXPORT int crun_worker_heartbeat(int64_t step);
+CRUN_EXPORT int crun_worker_heartbeat_section(const char *name, int begin);
+
 #ifdef __cplusplus
 }
 #endif

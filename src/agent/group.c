@@ -51,6 +51,9 @@ static void signal_groups(struct group *g, int sig, bool all)
 		if (!w->spawned || (!all && !w->running))
 			continue;
 		agent_kill(-w->pid, sig);
+		/* A stopped worker acts on SIGTERM only once it runs again. */
+		if (sig == SIGTERM)
+			agent_kill(-w->pid, SIGCONT);
 	}
 }
 
@@ -185,6 +188,7 @@ static void record_failure(struct group *g, int lr)
 	if (lr == g->hang_lr) {
 		snprintf(hang, sizeof(hang), "hung: %s", g->hang_msg);
 		f.hang = hang;
+		f.wall_ms = crun__wall_ms(); /* found hung now; it has not exited */
 	}
 
 	if (crun__failures_add(&g->failures, &f) < 0)

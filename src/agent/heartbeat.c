@@ -40,6 +40,29 @@ static void unknown(struct crun__heartbeat *hb, const char *what, const char *li
 
 /* ---- the timer ---- */
 
+/* The state letter of /proc/PID/stat ('S', 'R', 'T', 'D', ...); 0 when
+ * unknown. */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512], *paren;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	paren = strrchr(buf, ')'); /* the command may hold spaces and parens */
+	return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	struct crun__heartbeat *hb = t->data;
@@ -47,7 +70,16 @@ static void on_timer(uv_timer_t *t)
 
 	if (hb->paused)
 		return;
-	if (crun__liveness_check(&hb->core, uv_now(hb->loop), &h)) {
+	for (int i = 0; i < hb->n; i++)
+		hb->states[i] = proc_state(hb->pids[i]);
+	if (crun__liveness_check(&hb->core, uv_now(hb->loop), hb->states, &h)) {
+		if (h.why == CRUN__HUNG_FILE_TIMER && h.signal <= 0) {
+			crun__warn("local rank %d: FileTimer '%s' of pid %d expired; its signal is "
+				   "%d: nothing to kill",
+				   h.worker, h.name, h.pid, h.signal);
+			rearm(hb);
+			return;
+		}
 		hb->paused = true;
 		hb->hung(hb->arg, &h);
 		return;
@@ -361,7 +393,8 @@ int crun__heartbeat_init(struct crun__heartbeat *hb, const struct crun__liveness
 	hb->n = nworkers;
 	hb->chans = calloc((size_t)nworkers, sizeof(*hb->chans));
 	hb->pids = calloc((size_t)nworkers, sizeof(*hb->pids));
-	if (!hb->chans || !hb->pids)
+	hb->states = calloc((size_t)nworkers, 1);
+	if (!hb->chans || !hb->pids || !hb->states)
 		return -ENOMEM;
 	err = crun__liveness_init(&hb->core, cfg, nworkers);
 	if (err < 0)
@@ -408,6 +441,8 @@ void crun__heartbeat_finish(struct crun__heartbeat *hb)
 	crun__liveness_finish(&hb->core);
 	free(hb->chans);
 	free(hb->pids);
+	free(hb->states);
 	hb->chans = NULL;
 	hb->pids = NULL;
+	hb->states = NULL;
 }

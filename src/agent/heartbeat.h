@@ -44,6 +44,7 @@ struct crun__heartbeat {
 	struct crun__liveness core;
 	struct beat_chan **chans; /* by local rank; NULL: none open */
 	pid_t *pids;		  /* by local rank; 0: not running */
+	char *states;		  /* by local rank: process states, when checked */
 	int n;
 	uv_timer_t timer;
 	bool timer_open;

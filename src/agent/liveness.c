@@ -267,46 +267,120 @@ uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv)
 	return next;
 }
 
-bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms,
+static void hang_of(const struct crun__liveness *lv, int i, enum crun__liveness_why why,
+		    uint64_t now_ms, struct crun__liveness_hang *out)
+{
+	const struct crun__liveness_worker *w = &lv->w[i];
+
+	*out = (struct crun__liveness_hang){.worker = i, .why = why, .last_step = w->last_step};
+	if (why == CRUN__HUNG_SECTION) {
+		out->waited_ms = (int64_t)(now_ms - w->section_ms);
+		out->timeout_ms = w->section_timeout_ms;
+		snprintf(out->name, sizeof(out->name), "%s", w->section);
+	} else {
+		out->waited_ms = (int64_t)(now_ms - w->since_ms);
+		out->timeout_ms = why == CRUN__HUNG_INITIAL ? lv->cfg.initial_timeout_ms
+							    : steady_timeout(&lv->cfg, w);
+	}
+}
+
+/* Lower is more suspect: stopped, then stuck in the kernel, then busy. */
+static int state_rank(char state)
+{
+	switch (state) {
+	case 'T':
+	case 't':
+		return 0;
+	case 'D':
+		return 1;
+	case 'R':
+		return 2;
+	default:
+		return 3;
+	}
+}
+
+/* Whether worker a (deadline da) is more suspect than b (deadline db). */
+static bool more_suspect(const struct crun__liveness *lv, const char *states, int a, uint64_t da,
+			 int b, uint64_t db)
+{
+	int sa = state_rank(states ? states[a] : 0), sb = state_rank(states ? states[b] : 0);
+
+	if (sa != sb)
+		return sa < sb;
+	if (lv->w[a].last_step >= 0 && lv->w[b].last_step >= 0 &&
+	    lv->w[a].last_step != lv->w[b].last_step)
+		return lv->w[a].last_step < lv->w[b].last_step;
+	if (da != db)
+		return da < db;
+	return a < b;
+}
+
+bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char *states,
 			  struct crun__liveness_hang *out)
 {
+	enum crun__liveness_why why, best_why = 0;
+	uint64_t best_d = UINT64_MAX;
+	bool overdue = false;
+	int best = -1;
+
 	for (int i = 0; i < lv->n; i++) {
 		struct crun__liveness_worker *w = &lv->w[i];
-		enum crun__liveness_why why = 0;
-		uint64_t d;
 
 		if (!watched(w))
 			continue;
-		*out = (struct crun__liveness_hang){.worker = i, .last_step = w->last_step};
 		for (int k = 0; k < w->ntimers; k++) {
 			const struct crun__liveness_timer *t = &w->timers[k];
 			if (t->deadline_ms > now_ms)
 				continue;
-			out->why = CRUN__HUNG_FILE_TIMER;
-			out->waited_ms = (int64_t)(now_ms - t->deadline_ms);
+			*out = (struct crun__liveness_hang){
+				.worker = i,
+				.why = CRUN__HUNG_FILE_TIMER,
+				.waited_ms = (int64_t)(now_ms - t->deadline_ms),
+				.last_step = w->last_step,
+				.pid = t->pid,
+				.signal = t->signal,
+			};
 			snprintf(out->name, sizeof(out->name), "%s", t->scope);
-			out->pid = t->pid;
-			out->signal = t->signal;
-			w->phase = CRUN__PHASE_HUNG;
+			if (t->signal > 0)
+				w->phase = CRUN__PHASE_HUNG;
+			else
+				w->timers[k] = w->timers[--w->ntimers];
 			return true;
 		}
-		d = beat_deadline(&lv->cfg, w, &why);
-		if (d > now_ms)
-			continue;
-		out->why = why;
-		if (why == CRUN__HUNG_SECTION) {
-			out->waited_ms = (int64_t)(now_ms - w->section_ms);
-			out->timeout_ms = w->section_timeout_ms;
-			snprintf(out->name, sizeof(out->name), "%s", w->section);
-		} else {
-			out->waited_ms = (int64_t)(now_ms - w->since_ms);
-			out->timeout_ms = why == CRUN__HUNG_INITIAL ? lv->cfg.initial_timeout_ms
-								    : steady_timeout(&lv->cfg, w);
-		}
-		w->phase = CRUN__PHASE_HUNG;
-		return true;
+		if (beat_deadline(&lv->cfg, w, &why) <= now_ms)
+			overdue = true;
 	}
-	return false;
+	if (!overdue)
+		return false;
+	for (int i = 0; i < lv->n; i++) {
+		const struct crun__liveness_worker *w = &lv->w[i];
+		uint64_t d, grace;
+		int64_t timeout;
+
+		if (!watched(w))
+			continue;
+		d = beat_deadline(&lv->cfg, w, &why);
+		if (d == UINT64_MAX)
+			continue;
+		timeout = why == CRUN__HUNG_SECTION   ? w->section_timeout_ms
+			  : why == CRUN__HUNG_INITIAL ? lv->cfg.initial_timeout_ms
+						      : steady_timeout(&lv->cfg, w);
+		grace = (uint64_t)(timeout / 2 < CRUN__LIVENESS_BLAME_MS ? timeout / 2
+									 : CRUN__LIVENESS_BLAME_MS);
+		if (d > after(now_ms, (int64_t)grace))
+			continue;
+		if (best < 0 || more_suspect(lv, states, i, d, best, best_d)) {
+			best = i;
+			best_d = d;
+			best_why = why;
+		}
+	}
+	if (best < 0)
+		return false;
+	hang_of(lv, best, best_why, now_ms, out);
+	lv->w[best].phase = CRUN__PHASE_HUNG;
+	return true;
 }
 
 /* "30 s", "2.5 s" */

@@ -147,9 +147,23 @@ int crun__liveness_file_timer(struct crun__liveness *lv, int i, const char *scop
 /* The earliest deadline of any watched worker, UINT64_MAX when none. */
 uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv);
 
-/* The first worker (lowest index) whose deadline is <= now: true, *out
- * filled, and that worker is HUNG from now on. False when none is. */
-bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms,
+/* Who is hung at now: true, *out filled, and that worker is HUNG from now
+ * on; false when no deadline has passed.
+ *
+ * A FileTimer that expired names its worker; one with a signal <= 0 (as
+ * torch: nothing to kill) is only dropped, and its worker stays watched.
+ * Otherwise, once a deadline
+ * has passed, the suspects are every worker whose heartbeat deadline
+ * passes within CRUN__LIVENESS_BLAME_MS (at most half its timeout) of it:
+ * ranks that wait for each other in a collective all fall silent when one
+ * of them stops. The one blamed is, in this order, the one whose process
+ * is stopped or traced (state 'T' or 't'), in uninterruptible sleep ('D'),
+ * running ('R') rather than asleep in a wait; then, of two that beat
+ * steps, the one with the lower last step (behind the others); then the earliest deadline; then the
+ * lowest index. states[i] is worker i's process state letter as
+ * /proc/PID/stat has it, 0 when unknown; states may be NULL. */
+#define CRUN__LIVENESS_BLAME_MS 1000
+bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char *states,
 			  struct crun__liveness_hang *out);
 
 /* "no heartbeat for 30 s, last step 1184" and the like. */

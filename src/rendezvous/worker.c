@@ -28,13 +28,21 @@
 #include "common/util.h"
 #include "rendezvous/wire.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #define KEY_LEN 160
 #define BASE_LEN 128
@@ -639,4 +647,98 @@ out:
 	if (rc == 0)
 		w->prev_barrier = c.num;
 	return call_end(w, rc);
+}
+
+/* ---- heartbeats ---- */
+
+/* CRUN_HEARTBEAT_FD: -2 not read yet, -1 unset, -3 set but not open. */
+static _Atomic int beat_fd = -2;
+
+static int heartbeat_fd(void)
+{
+	int fd = atomic_load(&beat_fd);
+	const char *v;
+	int64_t n;
+
+	if (fd != -2)
+		return fd;
+	v = getenv("CRUN_HEARTBEAT_FD");
+	if (!v || !*v)
+		fd = -1;
+	else if (crun__parse_int64(v, 0, INT_MAX, &n, NULL, 0) < 0 || fcntl((int)n, F_GETFD) < 0)
+		fd = -3;
+	else
+		fd = (int)n;
+	atomic_store(&beat_fd, fd);
+	return fd;
+}
+
+/* A pipe (not crun's channel, which is a socket): non-blocking from now on
+ * (only this process and its children write to this end), and a reader
+ * that is gone gives EPIPE, not a SIGPIPE that ends the worker. */
+static ssize_t pipe_write(int fd, const char *line, size_t len)
+{
+	sigset_t pipe_set, old;
+	struct timespec zero = {0, 0};
+	bool pending;
+	int fl = fcntl(fd, F_GETFL), err;
+	ssize_t n;
+
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&old);
+	pending = sigismember(&old, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	n = write(fd, line, len);
+	err = errno;
+	if (n < 0 && err == EPIPE && !pending)
+		sigtimedwait(&pipe_set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = err;
+	return n;
+}
+
+static int send_line(const char *line, size_t len)
+{
+	int fd = heartbeat_fd();
+	ssize_t n;
+
+	if (fd == -1)
+		return 0;
+	if (fd < 0)
+		return -EBADF;
+	n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n < 0 && errno == ENOTSOCK)
+		n = pipe_write(fd, line, len);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return (size_t)n == len ? 0 : -EAGAIN;
+}
+
+int crun_worker_heartbeat(int64_t step)
+{
+	char line[32];
+	int n;
+
+	if (step < 0)
+		return send_line("beat\n", 5);
+	n = snprintf(line, sizeof(line), "step %lld\n", (long long)step);
+	return send_line(line, (size_t)n);
+}
+
+int crun_worker_heartbeat_section(const char *name, int begin)
+{
+	char line[96];
+	size_t len = name ? strlen(name) : 0;
+	int n;
+
+	if (!len || len > 63)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i]))
+			return -EINVAL;
+	n = snprintf(line, sizeof(line), "section %s %s\n", begin ? "begin" : "end", name);
+	return send_line(line, (size_t)n);
 }

@@ -15,6 +15,7 @@
 #include "trainer/parallel.h"
 
 #include <cblas.h>
+#include <crun/worker.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -265,8 +266,10 @@ static int save(struct run *r)
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
 	crun__schedule_download(r->dev, true);
+	crun_worker_heartbeat_section("checkpoint", 1);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
 			     r->cfg->checkpoint.keep, r->err, sizeof(r->err));
+	crun_worker_heartbeat_section("checkpoint", 0);
 	if (rc) {
 		crun__error("checkpoint of step %lld failed: %s", (long long)r->step, r->err);
 		return EXIT_FAILED;
@@ -336,6 +339,7 @@ static int train_loop(struct run *r)
 		}
 		r->step = s + 1;
 		r->last_loss = loss;
+		crun_worker_heartbeat(r->step); /* crun watches this worker from here */
 		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
 		    r->step < steps) {
 			rc = evaluate(r, &val);
@@ -605,6 +609,8 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 		return EXIT_FAILED;
 	}
 
+	/* Under crun, the initial heartbeat timeout covers the set-up. */
+	crun_worker_heartbeat_section("setup", 1);
 	r.comm = crun__comm_create(copts, r.err, sizeof(r.err));
 	if (!r.comm) {
 		crun__error("cannot join the collective group: %s", r.err);
@@ -619,6 +625,7 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 	if (rc)
 		goto out;
 
+	crun_worker_heartbeat_section("setup", 0);
 	t0 = crun__now_ns();
 	rc = train_loop(&r);
 	if (rc)

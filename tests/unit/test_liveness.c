@@ -257,7 +257,7 @@ static void run_case(const struct lcase *c)
 	if (next != (c->next ? c->next : NONE))
 		fail_msg("%s: next deadline %llu, want %llu", c->name, (unsigned long long)next,
 			 (unsigned long long)c->next);
-	hung = crun__liveness_check(&lv, c->at, &h);
+	hung = crun__liveness_check(&lv, c->at, NULL, &h);
 	if (hung != (c->hung >= 0) || (hung && h.worker != c->hung))
 		fail_msg("%s: hung %d (worker %d), want worker %d", c->name, hung,
 			 hung ? h.worker : -1, c->hung);
@@ -266,7 +266,7 @@ static void run_case(const struct lcase *c)
 		if (strncmp(about, c->about, strlen(c->about)))
 			fail_msg("%s: '%s', want '%s'", c->name, about, c->about);
 		/* Declared once: not again, and no longer a deadline. */
-		assert_false(crun__liveness_check(&lv, c->at, &h) && h.worker == c->hung);
+		assert_false(crun__liveness_check(&lv, c->at, NULL, &h) && h.worker == c->hung);
 	}
 	crun__liveness_finish(&lv);
 }
@@ -276,6 +276,52 @@ static void test_cases(void **state)
 	(void)state;
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++)
 		run_case(&cases[i]);
+}
+
+/* Ranks that wait for each other fall silent together: the one to blame
+ * is stopped, stuck or busy, else behind, else the first to fall silent. */
+static void test_blame(void **state)
+{
+	static const struct {
+		const char *name;
+		uint64_t beat[3]; /* last beat of workers 0-2 (timeout 2 s) */
+		int64_t step[3];
+		const char *states;
+		uint64_t at;
+		int hung;
+	} rows[] = {
+		{"the earliest", {100, 150, 120}, {7, 7, 7}, NULL, 2100, 0},
+		{"the stopped one", {100, 150, 120}, {7, 7, 7}, "SST", 2100, 2},
+		{"the one stuck in the kernel", {100, 150, 120}, {7, 7, 7}, "SDS", 2100, 1},
+		{"traced beats stuck", {100, 150, 120}, {7, 7, 7}, "tDR", 2100, 0},
+		{"the busy one", {100, 150, 120}, {7, 7, 7}, "SSR", 2100, 2},
+		{"the one behind", {100, 150, 120}, {7, 6, 7}, "SSS", 2100, 1},
+		{"a stopped one beats one behind", {100, 150, 120}, {7, 6, 7}, "SST", 2100, 2},
+		{"not one that beat long after", {100, 1500, 120}, {7, 7, 7}, "STS", 2100, 0},
+		{"no step: by deadline", {100, 150, 120}, {-1, 3, -1}, "SSS", 2100, 0},
+	};
+	(void)state;
+	for (size_t r = 0; r < CRUN_ARRAY_SIZE(rows); r++) {
+		struct crun__liveness_config cfg = {.initial_timeout_ms = 5000, .timeout_ms = 2000};
+		struct crun__liveness lv = {0};
+		struct crun__liveness_hang h;
+		char line[32];
+
+		assert_int_equal(crun__liveness_init(&lv, &cfg, 3), 0);
+		for (int i = 0; i < 3; i++) {
+			crun__liveness_started(&lv, i);
+			if (rows[r].step[i] >= 0)
+				snprintf(line, sizeof(line), "step %lld",
+					 (long long)rows[r].step[i]);
+			else
+				snprintf(line, sizeof(line), "beat");
+			crun__liveness_line(&lv, i, line, strlen(line), rows[r].beat[i]);
+		}
+		if (!crun__liveness_check(&lv, rows[r].at, rows[r].states, &h) ||
+		    h.worker != rows[r].hung)
+			fail_msg("%s: worker %d, want %d", rows[r].name, h.worker, rows[r].hung);
+		crun__liveness_finish(&lv);
+	}
 }
 
 static void test_parse(void **state)
@@ -381,18 +427,24 @@ static void test_gone_and_bounds(void **state)
 		assert_int_equal(crun__liveness_file_timer(&lv, 0, scope, 1, 9, false, 1000), 0);
 	}
 	assert_int_equal(crun__liveness_file_timer(&lv, 0, "one more", 1, 9, false, 1000), -ENOSPC);
+	/* A FileTimer without a signal: reported, dropped, still watched. */
+	crun__liveness_file_timer(&lv, 0, "s0", 1, 0, false, 50);
+	assert_true(crun__liveness_check(&lv, 60, NULL, &h));
+	assert_int_equal(h.why, CRUN__HUNG_FILE_TIMER);
+	assert_int_equal(h.signal, 0);
+	assert_int_equal(lv.w[0].ntimers, CRUN__LIVENESS_MAX_TIMERS - 1);
+	assert_int_equal(lv.w[0].phase, CRUN__PHASE_STEADY);
 	crun__liveness_gone(&lv, 0);
 	assert_true(crun__liveness_next_deadline(&lv) == NONE);
-	assert_false(crun__liveness_check(&lv, 100000, &h));
+	assert_false(crun__liveness_check(&lv, 100000, NULL, &h));
 	crun__liveness_finish(&lv);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cases),
-		cmocka_unit_test(test_parse),
-		cmocka_unit_test(test_sections),
+		cmocka_unit_test(test_cases),		cmocka_unit_test(test_blame),
+		cmocka_unit_test(test_parse),		cmocka_unit_test(test_sections),
 		cmocka_unit_test(test_gone_and_bounds),
 	};
 
