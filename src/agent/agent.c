@@ -12,7 +12,10 @@
  *   group.c        the worker group's executor (the libuv edge)
  *   group_step.c   the worker group's state machine (pure)
  *   spawn.c        workers: argv, environment, files, processes
- *   rendezvous.c   multi-node: the store client, rounds, MASTER_ADDR
+ *   rendezvous.c   multi-node: the store client, rounds, MASTER_ADDR,
+ *                  step summaries
+ *   straggler_watch.c  step beats to the straggler detector, its lines
+ *   straggler.c    step times and stragglers (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
@@ -463,6 +466,12 @@ static int rdzv_env(struct agent *a)
 	return 0;
 }
 
+/* Every step beat of a local worker goes to the straggler watch. */
+static void straggler_step(void *arg, int local_rank, int64_t step, uint64_t now_ms)
+{
+	crun__straggler_watch_step(arg, local_rank, step, now_ms);
+}
+
 int crun__agent_run(const struct crun__agent_spec *spec)
 {
 	struct crun__rdzv_hooks hooks;
@@ -533,6 +542,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	}
 	a->spawner.heartbeat = &a->heartbeat;
 	g->heartbeat = &a->heartbeat;
+	g->on_step = straggler_step;
+	g->on_step_arg = &g->stragglers;
 	err = crun__group_init(g, &place);
 	if (err < 0) {
 		crun__error("cannot set up the worker group: %s", uv_strerror(err));

@@ -132,6 +132,13 @@ struct crun__agent_spec {
 	 * --virtual-local-rank). */
 	bool virtual_local_rank;
 
+	/* Stragglers (straggler_watch.h): a local rank whose step time, the
+	 * median over its last straggler_window heartbeat steps, is at least
+	 * straggler_factor x the job's median is named in one warning per
+	 * episode. straggler_factor 0: off; defaults 1.5 and 20. */
+	double straggler_factor;
+	int straggler_window;
+
 	/* Embedded rendezvous store for native workers. When host_store is
 	 * set the agent runs crun__server (rendezvous/server.h) on its own loop,
 	 * bound to store_host:store_port (port 0: a free port), with token

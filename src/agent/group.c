@@ -179,6 +179,7 @@ static void spawn_all(struct group *g)
 	next_attempt(g);
 	g->hang_lr = -1;
 	g->hang_recorded = false;
+	crun__straggler_watch_attempt(&g->stragglers, &g->core.place);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -554,6 +555,7 @@ static void carry_out(struct group *g, const struct crun__group_event *ev,
 		spawn_all(g);
 		return;
 	case CRUN__GACT_SIGNAL_RUNNING:
+		crun__straggler_watch_stop(&g->stragglers);
 		signal_groups(g, a->arg, false);
 		return;
 	case CRUN__GACT_KILL_LEFTOVERS:
@@ -586,6 +588,7 @@ static void carry_out(struct group *g, const struct crun__group_event *ev,
 		tell_store(g, a->arg);
 		return;
 	case CRUN__GACT_RELEASE_WORKERS:
+		crun__straggler_watch_stop(&g->stragglers);
 		release_workers(g);
 		return;
 	case CRUN__GACT_JOIN:
@@ -743,6 +746,9 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 		return err;
 	g->timer.data = g;
 	g->timer_open = true;
+	err = crun__straggler_watch_init(&g->stragglers, g->loop, g->spec, g->rdzv, g->hostname);
+	if (err < 0)
+		return err;
 	g->spawner->exited = worker_exited;
 	g->spawner->pipe_closed = pipe_closed;
 	g->spawner->arg = g;
@@ -786,6 +792,7 @@ int crun__group_status(const struct group *g)
 
 void crun__group_close(struct group *g)
 {
+	crun__straggler_watch_close(&g->stragglers);
 	if (!g->timer_open)
 		return;
 	g->timer_open = false;
@@ -797,6 +804,7 @@ void crun__group_finish(struct group *g)
 	crun__failures_finish(&g->failures);
 	crun__attempt_finish(&g->prev_attempt);
 	crun__attempt_finish(&g->this_attempt);
+	crun__straggler_watch_finish(&g->stragglers);
 	forget_round_end(g);
 	free(g->workers);
 	g->workers = NULL;

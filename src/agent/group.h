@@ -22,6 +22,7 @@
 #include "agent/rendezvous.h"
 #include "agent/repeat.h"
 #include "agent/spawn.h"
+#include "agent/straggler_watch.h"
 #include "agent/summary.h"
 
 struct group {
@@ -71,6 +72,8 @@ struct group {
 	enum crun__group_timer timer_kind;
 	bool timer_open;
 	struct crun__failures failures;
+	/* Step times of the attempt's workers: fed their step beats. */
+	struct straggler_watch stragglers;
 	/* The store's word on the end of the assigned round (until the next
 	 * join), and the rendezvous's line during a failure event. */
 	char *round_end;

@@ -2,8 +2,8 @@
  *
  * Why it is shaped this way:
  * - One store client (aclient.h) on the agent's loop carries everything:
- *   JOIN, the MASTER_ADDR key, FAIL, DONE, keep-alives and the pushed
- *   RDZV_EVENTs. When this agent hosts the store, the server runs on the
+ *   JOIN, the MASTER_ADDR key, FAIL, DONE, the nodes' step summaries,
+ *   keep-alives and the pushed RDZV_EVENTs. When this agent hosts the store, the server runs on the
  *   same loop and the client connects to it over TCP like every other
  *   agent, so that every node takes one code path.
  * - Every request remembers the generation (one per join) it belongs to; a
@@ -41,6 +41,9 @@ enum req_kind {
 	REQ_GET_MASTER,
 	REQ_FAIL,
 	REQ_DONE,
+	REQ_SET_STEPS,
+	REQ_DEL_STEPS,
+	REQ_GET_STEPS,
 };
 
 struct rdzv_req {
@@ -49,6 +52,8 @@ struct rdzv_req {
 	enum req_kind kind;
 	uint64_t gen;
 	int64_t round;
+	crun__rdzv_steps_cb steps_cb; /* REQ_GET_STEPS */
+	void *steps_arg;
 };
 
 static void set_error(struct agent_rdzv *r, const char *fmt, ...)
@@ -216,6 +221,8 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 
 static void on_reply(struct crun__aclient *c, int status, const char *message,
 		     const struct crun__wire_msg *reply, void *arg);
+static void got_steps(struct agent_rdzv *r, const struct rdzv_req *q, bool stale, int status,
+		      const char *message, const struct crun__wire_msg *reply);
 
 static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 {
@@ -227,8 +234,8 @@ static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 		q->next->prev = q->prev;
 }
 
-static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun__wire_msg *m,
-		    uint32_t *id)
+static int send_req_cb(struct agent_rdzv *r, enum req_kind kind, const struct crun__wire_msg *m,
+		       uint32_t *id, crun__rdzv_steps_cb cb, void *cb_arg)
 {
 	struct rdzv_req *q = calloc(1, sizeof(*q));
 	int rc;
@@ -236,6 +243,8 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 	if (!q)
 		return -ENOMEM;
 	q->r = r;
+	q->steps_cb = cb;
+	q->steps_arg = cb_arg;
 	q->kind = kind;
 	q->gen = r->gen;
 	q->round = r->assigned ? r->asg.round : 0;
@@ -249,6 +258,12 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 		q->next->prev = q;
 	r->reqs = q;
 	return 0;
+}
+
+static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun__wire_msg *m,
+		    uint32_t *id)
+{
+	return send_req_cb(r, kind, m, id, NULL, NULL);
 }
 
 static int send_join(struct agent_rdzv *r)
@@ -462,6 +477,11 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 
 	(void)c;
 	req_unlink(r, q);
+	if (kind == REQ_GET_STEPS) {
+		got_steps(r, q, stale, status, message, reply);
+		free(q);
+		return;
+	}
 	free(q);
 	if (status < 0 && !reply)
 		return; /* the connection is lost: LOST follows */
@@ -535,7 +555,106 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 			  message ? message : strerror(-status));
 		fail_event(r);
 		return;
+	case REQ_SET_STEPS:
+	case REQ_DEL_STEPS:
+		if (status < 0)
+			crun__debug("the store refused the step summary of round %" PRId64 ": %s",
+				    round, message ? message : strerror(-status));
+		return;
+	case REQ_GET_STEPS:
+		return;
 	}
+}
+
+/* ---- step summaries ---------------------------------------------------------- */
+
+/* The key of group rank node's step summary in round. */
+static void steps_key(char *key, size_t len, int64_t round, int node)
+{
+	snprintf(key, len, "rdzv/%" PRId64 "/steps/%d", round, node);
+}
+
+int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t len)
+{
+	struct crun__wire_item items[2];
+	struct crun__wire_msg m = {
+		.type = CRUN_WIRE_SET, .flags = CRUN_WIRE_FL_EPHEMERAL, .count = 2, .items = items};
+	char key[64];
+	int rc;
+
+	if (!r->assigned || !r->connected)
+		return -ENOTCONN;
+	if (r->steps_round && r->steps_round != r->asg.round) {
+		/* This node's summary of an earlier round goes. */
+		struct crun__wire_msg del = {.type = CRUN_WIRE_DELETE, .count = 1, .items = items};
+
+		steps_key(key, sizeof(key), r->steps_round, r->steps_node);
+		items[0] = str_item(key);
+		if (send_req(r, REQ_DEL_STEPS, &del, NULL) < 0)
+			crun__debug("cannot delete the step summary '%s'", key);
+	}
+	steps_key(key, sizeof(key), r->asg.round, r->asg.group_rank);
+	items[0] = str_item(key);
+	items[1] = (struct crun__wire_item){(const uint8_t *)summary, (uint32_t)len};
+	rc = send_req(r, REQ_SET_STEPS, &m, NULL);
+	if (rc == 0) {
+		r->steps_round = r->asg.round;
+		r->steps_node = r->asg.group_rank;
+	}
+	return rc;
+}
+
+int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg)
+{
+	struct crun__wire_item *items;
+	struct crun__wire_msg m = {.type = CRUN_WIRE_MGET};
+	char *keys;
+	int n = 0, rc;
+
+	if (!r->assigned || !r->connected)
+		return -ENOTCONN;
+	if (r->asg.nnodes < 2)
+		return -EINVAL;
+	items = calloc((size_t)r->asg.nnodes, sizeof(*items));
+	keys = calloc((size_t)r->asg.nnodes, 64);
+	if (!items || !keys) {
+		free(items);
+		free(keys);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < r->asg.nnodes; i++) {
+		if (i == r->asg.group_rank)
+			continue;
+		steps_key(keys + (size_t)n * 64, 64, r->asg.round, i);
+		items[n] = str_item(keys + (size_t)n * 64);
+		n++;
+	}
+	m.count = (uint32_t)n;
+	m.items = items;
+	m.num = 0; /* a node that has not published yet: ENOENT, not a wait */
+	rc = send_req_cb(r, REQ_GET_STEPS, &m, NULL, cb, arg);
+	free(items);
+	free(keys);
+	return rc;
+}
+
+static void got_steps(struct agent_rdzv *r, const struct rdzv_req *q, bool stale, int status,
+		      const char *message, const struct crun__wire_msg *reply)
+{
+	(void)r;
+	if (stale) {
+		q->steps_cb(q->steps_arg, -ECANCELED, "the round ended", NULL, 0);
+		return;
+	}
+	if (status == 0 && reply->type != CRUN_WIRE_VALUES) {
+		q->steps_cb(q->steps_arg, -EPROTO, "not a VALUES frame", NULL, 0);
+		return;
+	}
+	if (status < 0) {
+		q->steps_cb(q->steps_arg, status, message ? message : strerror(-status), NULL, 0);
+		return;
+	}
+	q->steps_cb(q->steps_arg, 0, NULL, reply->items, reply->count);
 }
 
 /* ---- connection and pushed events ----------------------------------------- */

@@ -42,6 +42,15 @@ struct crun__rdzv_hooks {
 	void *arg;
 };
 
+/* The other nodes' step summaries (straggler.h) of the assigned round, for
+ * crun__rdzv_fetch_steps: status 0 with count values (one per other node,
+ * in group rank order; valid during the call), or a negative errno with a
+ * message: -ENOENT while some node has not published one yet, -ECANCELED
+ * when the round ended meanwhile, the connection's error when it was lost
+ * (LOST follows). */
+typedef void (*crun__rdzv_steps_cb)(void *arg, int status, const char *message,
+				    const struct crun__wire_item *values, uint32_t count);
+
 /* Outstanding request to the store (freed by its reply, or with the
  * client). */
 struct rdzv_req;
@@ -70,6 +79,8 @@ struct agent_rdzv {
 	/* Why the last request could not be sent (a whole line). */
 	char *error_msg;
 	struct rdzv_req *reqs; /* outstanding requests */
+	int64_t steps_round;   /* where this node's step summary is, if any */
+	int steps_node;
 };
 
 /* Decides whether this agent hosts the store (and binds it: then *server
@@ -92,6 +103,19 @@ void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop);
 /* Enters the exit barrier: done, or ended when the round ends first. 0,
  * or a negative errno as crun__rdzv_join. */
 int crun__rdzv_done(struct agent_rdzv *r);
+/* Step summaries, small and at the caller's pace (the agent's straggler
+ * watch: at most one of each per node every few seconds). Each lives under
+ * "rdzv/<round>/steps/<group rank>" for the assigned round, as an
+ * ephemeral key (it goes with this node's connection); publishing in a new
+ * round deletes this node's summary of the previous one. */
+/* Sets this node's summary (len bytes, copied). 0, or -ENOTCONN before
+ * the round is assigned or without the store, or what the client says.
+ * The reply is only logged (debug). */
+int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t len);
+/* Reads every other node's summary with one MGET that does not wait;
+ * cb runs once (unless r is finished first). 0, or a negative errno
+ * (cb will not run): -ENOTCONN as above, -EINVAL for a single node. */
+int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg);
 /* The line that says why the last join or barrier could not be sent. */
 const char *crun__rdzv_error(const struct agent_rdzv *r);
 /* Closes the store client (no more hooks) and frees what r holds. Safe to

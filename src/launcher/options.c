@@ -5,6 +5,7 @@
  * option is applied at the end. */
 #include "launcher/options.h"
 #include "launcher/config.h"
+#include "agent/straggler.h"
 #include "common/util.h"
 
 #include <ctype.h>
@@ -66,6 +67,11 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "spawn|fork|forkserver", "spawn",
 	  "accepted for torchrun and checked, but unused: crun always executes "
 	  "the command in a new process", G_WORKERS },
+	{ CRUN_OPT_STRAGGLER_FACTOR, "straggler-factor", 0, true, true, true, "X", "1.5",
+	  "warn once about a rank whose step time (from its heartbeats) is X "
+	  "times the job's median or more; 0: never", G_WORKERS },
+	{ CRUN_OPT_STRAGGLER_WINDOW, "straggler-window", 0, true, true, true, "STEPS", "20",
+	  "steps over which a rank's step time is the median, 2 to 10000", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
 	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "
@@ -672,6 +678,24 @@ static int parse_nnodes(const char *v, int *min, int *max)
 	return 0;
 }
 
+/* --straggler-factor: 0, or a decimal number above 1 up to 1000. */
+static int parse_factor(const char *v, double *out, char *err, size_t errlen)
+{
+	char *end;
+	double x;
+
+	if (!*v || strspn(v, "0123456789.") != strlen(v))
+		goto bad;
+	x = strtod(v, &end);
+	if (*end || !(x == 0 || (x > 1 && x <= 1000)))
+		goto bad;
+	*out = x;
+	return 0;
+bad:
+	crun__seterr(err, errlen, "expected 0 (off) or a number above 1 up to 1000, like 1.5");
+	return -EINVAL;
+}
+
 /* Stores one option's value, given as text ("1"/"0" for flags), into o.
  * Returns 0 or -EINVAL with what is allowed in err. */
 static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const char *v, char *err,
@@ -759,6 +783,17 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			return -EINVAL;
 		}
 		o->monitor_interval_ms = n;
+		return 0;
+	case CRUN_OPT_STRAGGLER_FACTOR:
+		return parse_factor(v, &o->straggler_factor, err, errlen);
+	case CRUN_OPT_STRAGGLER_WINDOW:
+		if (!isdigit((unsigned char)*v) ||
+		    crun__parse_int64(v, 2, CRUN__STRAGGLER_WINDOW_MAX, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a whole number from 2 to %d",
+				     CRUN__STRAGGLER_WINDOW_MAX);
+			return -EINVAL;
+		}
+		o->straggler_window = (int)n;
 		return 0;
 	case CRUN_OPT_SIGNALS_TO_HANDLE:
 		return crun__launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
@@ -921,6 +956,8 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	crun__rdzv_conf_init(&o->rdzv_conf);
 	o->max_restarts = 3;
 	o->monitor_interval_ms = 100;
+	o->straggler_factor = CRUN__STRAGGLER_FACTOR;
+	o->straggler_window = CRUN__STRAGGLER_WINDOW;
 	o->shutdown_timeout_ms = 30000;
 	o->min_attempt_ms = 60000;
 	o->heartbeat.timeout_ms = 180000;

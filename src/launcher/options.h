@@ -77,6 +77,8 @@ enum crun__launch_opt {
 	CRUN_OPT_VIRTUAL_LOCAL_RANK,
 	CRUN_OPT_MONITOR_INTERVAL,
 	CRUN_OPT_START_METHOD,
+	CRUN_OPT_STRAGGLER_FACTOR,
+	CRUN_OPT_STRAGGLER_WINDOW,
 	CRUN_OPT_NNODES,
 	CRUN_OPT_NODE_RANK,
 	CRUN_OPT_RDZV_BACKEND,
@@ -154,6 +156,8 @@ struct crun__launch_opts {
 	int max_restarts;	     /* 3 */
 	int64_t monitor_interval_ms; /* 100; accepted, unused (event driven) */
 	char *start_method;	     /* "spawn"; accepted, unused (crun execs) */
+	double straggler_factor;     /* 1.5; 0: no straggler warnings */
+	int straggler_window;	     /* 20 steps */
 	char *role;		     /* "default" */
 	bool module;
 	bool no_python;

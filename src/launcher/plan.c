@@ -409,6 +409,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->node_rank = o->node_rank;
 	spec->role = o->role ? o->role : "default";
 	spec->max_restarts = o->max_restarts;
+	spec->straggler_factor = o->straggler_factor;
+	spec->straggler_window = o->straggler_window;
 	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
 	spec->min_attempt_ms = o->min_attempt_ms;
 	spec->heartbeat = o->heartbeat;
@@ -536,6 +538,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "%s\n", o->heartbeat.nsections ? "" : "none");
 	fprintf(f, "heartbeat_auto_factor=%g\n", o->heartbeat.auto_factor);
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
+	fprintf(f, "straggler_factor=%g\n", o->straggler_factor);
+	fprintf(f, "straggler_window=%d\n", o->straggler_window);
 	fputs("signals_to_handle=", f);
 	for (int i = 0; i < o->nsignals; i++)
 		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));

@@ -137,8 +137,11 @@
  *
  * MASTER_ADDR/MASTER_PORT: the agent of group rank 0 picks a free port on
  * its addr and SETs "rdzv/<round>/master" = "ADDR:PORT" (ADDR in brackets
- * for IPv6); the others GET it with a wait. Workers' keys written through
- * libcrun's worker API are scoped under "round/<round>/". */
+ * for IPv6); the others GET it with a wait. Each agent SETs its step
+ * summary (agent/straggler.h) as the ephemeral "rdzv/<round>/steps/<group
+ * rank>" and MGETs the others' without a wait, at most every 2 s. Workers'
+ * keys written through libcrun's worker API are scoped under
+ * "round/<round>/". */
 #ifndef CRUN_RENDEZVOUS_RDZV_H
 #define CRUN_RENDEZVOUS_RDZV_H
 

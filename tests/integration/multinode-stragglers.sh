@@ -18,9 +18,9 @@ run_job() {
 	local port
 	port=$(free_port)
 	common=(--nnodes=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id="$1" --max-restarts=0)
-	# Node 0's ranks stop after 40 steps (2 s); their summary stays in the
-	# store while node 0 waits for node 1 in the exit barrier.
-	agent n0 "${common[@]}" --node-rank=0 --nproc-per-node=2 "$w" 40 0.05
+	# Node 0's ranks stop after 100 steps (5 s); their summary stays in
+	# the store while node 0 waits for node 1 in the exit barrier.
+	agent n0 "${common[@]}" --node-rank=0 --nproc-per-node=2 "$w" 100 0.05
 	agent n1 "${common[@]}" --node-rank=1 --nproc-per-node=1 "$w" 50 "$2"
 	expect_rc n0 0
 	expect_rc n1 0

@@ -1,0 +1,589 @@
+/* Unit tests of the straggler detector (src/agent/straggler.c), called
+ * directly with made-up beats and times: no loop, no process.
+ *
+ * `scenarios` lists jobs: per local rank a step time (with an optional
+ * phase in which one rank runs at another speed, a beat stride and
+ * jitter), the other nodes' summary, and what the detector must say: how
+ * many SLOW and RECOVERED events per rank, and by which step the first
+ * SLOW came.
+ *
+ * The store part (rendezvous.h: crun__rdzv_publish_steps/fetch_steps) runs
+ * two agents' rendezvous on one loop, one of them hosting the store, over
+ * loopback. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "agent/rendezvous.h"
+#include "agent/straggler.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#define NR 8
+
+struct scenario {
+	const char *name;
+	int nlocal, rank_offset;
+	double factor;
+	int window, steps;
+	double ms[NR];	   /* step time per local rank */
+	int stride[NR];	   /* beats every stride steps (0: every step) */
+	double jitter;	   /* each interval x (1 +- jitter), deterministic */
+	int outlier_every; /* every n-th step of every rank takes 10x */
+	/* phase: local rank p_rank takes p_ms per step in steps [p_from, p_to) */
+	int p_rank, p_from, p_to;
+	double p_ms;
+	int restart_at; /* every rank's step count starts again at 0 here */
+	const char *remote;
+	int slow[NR], recovered[NR];
+	int first_slow_by; /* 0: no SLOW at all */
+};
+
+static const struct scenario scenarios[] = {
+	{"even job", 4, 0, 1.5, 20, 200, {100, 100, 100, 100}, .p_rank = -1},
+	{"even job with jitter",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 300,
+	 {100, 100, 100, 100},
+	 .jitter = 0.3,
+	 .p_rank = -1},
+	{"even job with outliers",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 300,
+	 {100, 100, 100, 100},
+	 .outlier_every = 7,
+	 .p_rank = -1},
+	{"one slow rank",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 200,
+	 {100, 100, 190, 100},
+	 .p_rank = -1,
+	 .slow = {0, 0, 1, 0},
+	 .first_slow_by = 21},
+	{"one slow rank, jitter",
+	 4,
+	 4,
+	 1.5,
+	 20,
+	 200,
+	 {100, 100, 100, 190},
+	 .jitter = 0.2,
+	 .p_rank = -1,
+	 .slow = {0, 0, 0, 1},
+	 .first_slow_by = 21},
+	{"slow but the window is not full", 4, 0, 1.5, 20, 20, {100, 300, 100, 100}, .p_rank = -1},
+	{"disabled", 4, 0, 0, 20, 200, {100, 300, 100, 100}, .p_rank = -1},
+	{"below the factor", 4, 0, 1.5, 20, 200, {100, 100, 140, 100}, .p_rank = -1},
+	{"one rank alone", 1, 0, 1.5, 20, 200, {300}, .p_rank = -1},
+	{"two ranks, one slow",
+	 2,
+	 0,
+	 1.5,
+	 20,
+	 100,
+	 {100, 160},
+	 .p_rank = -1,
+	 .slow = {0, 1},
+	 .first_slow_by = 21},
+	{"short window",
+	 4,
+	 0,
+	 2,
+	 5,
+	 50,
+	 {10, 10, 10, 25},
+	 .p_rank = -1,
+	 .slow = {0, 0, 0, 1},
+	 .first_slow_by = 6},
+	{"skipped step numbers",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 400,
+	 {100, 100, 100, 100},
+	 {1, 5, 3, 7},
+	 .p_rank = -1},
+	{"skipped step numbers, slow",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 400,
+	 {100, 100, 100, 200},
+	 {1, 5, 3, 7},
+	 .p_rank = -1,
+	 .slow = {0, 0, 0, 1},
+	 .first_slow_by = 28},
+	{"an episode and its end",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 200,
+	 {100, 100, 100, 100},
+	 .p_rank = 1,
+	 .p_from = 30,
+	 .p_to = 80,
+	 .p_ms = 250,
+	 .slow = {0, 1, 0, 0},
+	 .recovered = {0, 1, 0, 0},
+	 .first_slow_by = 45},
+	{"two episodes",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 120,
+	 {100, 100, 100, 300},
+	 .p_rank = 3,
+	 .p_from = 40,
+	 .p_to = 80,
+	 .p_ms = 100,
+	 .slow = {0, 0, 0, 2},
+	 .recovered = {0, 0, 0, 1},
+	 .first_slow_by = 21},
+	{"a restart of the count",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 100,
+	 {100, 100, 100, 100},
+	 .p_rank = -1,
+	 .restart_at = 50},
+	{"slow rank, the count restarts",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 100,
+	 {100, 100, 100, 200},
+	 .p_rank = -1,
+	 .restart_at = 50,
+	 .slow = {0, 0, 0, 1},
+	 .first_slow_by = 21},
+	{"a slow node, the job is fast",
+	 2,
+	 6,
+	 1.5,
+	 20,
+	 100,
+	 {300, 310},
+	 .p_rank = -1,
+	 .remote = "steps 1\n0 100000 90\n1 100000 90\n2 101000 90\n3 99000 90\n4 100000 "
+		   "90\n5 100000 90\n",
+	 .slow = {1, 1},
+	 .first_slow_by = 21},
+	{"a lone slow rank, the others remote",
+	 1,
+	 3,
+	 1.5,
+	 20,
+	 100,
+	 {300},
+	 .p_rank = -1,
+	 .remote = "steps 1\n0 100000 90\n1 100000 90\n2 100000 90\n",
+	 .slow = {1},
+	 .first_slow_by = 21},
+	{"a fast node, the job is slow",
+	 2,
+	 0,
+	 1.5,
+	 20,
+	 100,
+	 {100, 100},
+	 .p_rank = -1,
+	 .remote = "steps 1\n2 300000 30\n3 300000 30\n4 300000 30\n"},
+	{"own ranks in the remote summary are ignored",
+	 1,
+	 0,
+	 1.5,
+	 20,
+	 100,
+	 {300},
+	 .p_rank = -1,
+	 .remote = "steps 1\n0 100000 90\n"},
+};
+
+/* Deterministic noise in [-1, 1]. */
+static double noise(uint32_t *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return (double)((*seed >> 8) & 0xffff) / 32767.5 - 1;
+}
+
+static void run_scenario(const struct scenario *sc)
+{
+	struct crun__straggler_conf conf = {sc->factor, sc->window};
+	struct crun__straggler *s = crun__straggler_create(&conf, sc->nlocal, sc->rank_offset);
+	double t[NR] = {0};
+	int slow[NR] = {0}, recovered[NR] = {0}, first_slow = 0;
+	uint32_t seed = 42;
+	char err[128];
+
+	assert_non_null(s);
+	if (sc->remote)
+		assert_int_equal(crun__straggler_remote_add(s, sc->remote, strlen(sc->remote), err,
+							    sizeof(err)),
+				 0);
+	for (int k = 1; k <= sc->steps; k++) {
+		struct crun__straggler_event ev[NR];
+		int n;
+
+		for (int r = 0; r < sc->nlocal; r++) {
+			double ms = r == sc->p_rank && k >= sc->p_from && k < sc->p_to ? sc->p_ms
+										       : sc->ms[r];
+			int stride = sc->stride[r] ? sc->stride[r] : 1;
+			int64_t step =
+				sc->restart_at && k >= sc->restart_at ? k - sc->restart_at : k;
+
+			if (sc->outlier_every && k % sc->outlier_every == 0)
+				ms *= 10;
+			t[r] += ms * (1 + sc->jitter * noise(&seed));
+			if (k % stride == 0)
+				crun__straggler_beat(s, r, step, (uint64_t)t[r]);
+		}
+		n = crun__straggler_check(s, ev, NR);
+		for (int i = 0; i < n; i++) {
+			assert_int_equal(ev[i].rank, sc->rank_offset + ev[i].local_rank);
+			if (ev[i].kind == CRUN_STRAGGLER_SLOW) {
+				slow[ev[i].local_rank]++;
+				if (!first_slow)
+					first_slow = k;
+				assert_true(ev[i].step_ms >= sc->factor * ev[i].median_ms);
+			} else {
+				recovered[ev[i].local_rank]++;
+			}
+		}
+	}
+	for (int r = 0; r < sc->nlocal; r++) {
+		if (slow[r] != sc->slow[r] || recovered[r] != sc->recovered[r])
+			fail_msg("%s: local rank %d: %d SLOW, %d RECOVERED; expected %d, %d",
+				 sc->name, r, slow[r], recovered[r], sc->slow[r], sc->recovered[r]);
+	}
+	if (sc->first_slow_by && first_slow > sc->first_slow_by)
+		fail_msg("%s: first SLOW at step %d, expected by %d", sc->name, first_slow,
+			 sc->first_slow_by);
+	crun__straggler_destroy(s);
+}
+
+static void test_scenarios(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		run_scenario(&scenarios[i]);
+}
+
+static void test_bad_conf(void **state)
+{
+	static const struct {
+		double factor;
+		int window, nlocal;
+	} bad[] = {
+		{1, 20, 4}, {0.5, 20, 4}, {-1, 20, 4}, {1.5, 1, 4}, {1.5, 10001, 4}, {1.5, 20, 0},
+	};
+	struct crun__straggler_conf ok = {0, 2};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct crun__straggler_conf c = {bad[i].factor, bad[i].window};
+
+		assert_null(crun__straggler_create(&c, bad[i].nlocal, 0));
+	}
+	crun__straggler_destroy(crun__straggler_create(&ok, 1, 0));
+	crun__straggler_destroy(NULL);
+}
+
+/* A summary read back by another node gives it the same step times. */
+static void test_summary_round_trip(void **state)
+{
+	struct crun__straggler_conf conf = {1.5, 4};
+	struct crun__straggler *a = crun__straggler_create(&conf, 3, 10);
+	struct crun__straggler *b = crun__straggler_create(&conf, 1, 0);
+	struct crun__straggler_event ev[2];
+	char buf[512], err[128];
+	int n;
+
+	(void)state;
+	assert_false(crun__straggler_fresh(a));
+	assert_false(crun__straggler_has_times(a));
+	for (int k = 0; k <= 4; k++) {
+		crun__straggler_beat(a, 0, k, (uint64_t)k * 100);
+		crun__straggler_beat(a, 1, k, (uint64_t)k * 120);
+		if (k < 4)
+			crun__straggler_beat(a, 2, k, (uint64_t)k * 100);
+	}
+	assert_true(crun__straggler_fresh(a));
+	assert_true(crun__straggler_has_times(a));
+	assert_int_equal(crun__straggler_summary(a, buf, 8), -ENOBUFS);
+	n = crun__straggler_summary(a, buf, sizeof(buf));
+	assert_string_equal(buf, "steps 1\n10 100000 4\n11 120000 4\n");
+	assert_int_equal(n, (int)strlen(buf));
+	assert_false(crun__straggler_fresh(a));
+
+	/* b's one rank at 250 ms: 2.1x the median (120 ms) of 100, 120, 250. */
+	for (int k = 0; k <= 4; k++)
+		crun__straggler_beat(b, 0, k, (uint64_t)k * 250);
+	assert_int_equal(crun__straggler_check(b, ev, 2), 0); /* alone */
+	assert_int_equal(crun__straggler_remote_add(b, buf, (size_t)n, err, sizeof(err)), 0);
+	assert_int_equal(crun__straggler_check(b, ev, 2), 1);
+	assert_int_equal(ev[0].kind, CRUN_STRAGGLER_SLOW);
+	assert_int_equal(ev[0].rank, 0);
+	assert_true(ev[0].median_ms == 120);
+	assert_int_equal(crun__straggler_check(b, ev, 2), 0); /* once per episode */
+	crun__straggler_remote_clear(b);
+	crun__straggler_reset(b, 0);
+	assert_int_equal(crun__straggler_check(b, ev, 2), 0);
+	crun__straggler_destroy(a);
+	crun__straggler_destroy(b);
+}
+
+static void test_remote_malformed(void **state)
+{
+	static const struct {
+		const char *text, *err;
+	} bad[] = {
+		{"", "not a summary (no 'steps 1' line)"},
+		{"steps 2\n", "not a summary (no 'steps 1' line)"},
+		{"steps 1\n1 2\n", "line 2: not 'RANK STEP_US LAST_STEP'"},
+		{"steps 1\n1 2 3", "line 2: not 'RANK STEP_US LAST_STEP'"},
+		{"steps 1\n1 2 3\n-1 2 3\n", "line 3: not 'RANK STEP_US LAST_STEP'"},
+		{"steps 1\n1  2 3\n", "line 2: not 'RANK STEP_US LAST_STEP'"},
+		{"steps 1\n4294967296 2 3\n", "line 2: not 'RANK STEP_US LAST_STEP'"},
+		{"steps 1\n1 99999999999999999999 3\n", "line 2: not 'RANK STEP_US LAST_STEP'"},
+	};
+	struct crun__straggler_conf conf = {1.5, 2};
+	struct crun__straggler *s = crun__straggler_create(&conf, 1, 0);
+	struct crun__straggler_event ev[1];
+	char err[128];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(crun__straggler_remote_add(s, bad[i].text, strlen(bad[i].text),
+							    err, sizeof(err)),
+				 -EINVAL);
+		assert_string_equal(err, bad[i].err);
+	}
+	/* Nothing of a refused summary is kept: one slow rank stays alone. */
+	for (int k = 0; k <= 3; k++)
+		crun__straggler_beat(s, 0, k, (uint64_t)k * 500);
+	assert_int_equal(crun__straggler_check(s, ev, 1), 0);
+	assert_int_equal(crun__straggler_remote_add(s, "steps 1\n", 8, err, sizeof(err)), 0);
+	assert_int_equal(crun__straggler_check(s, ev, 1), 0);
+	crun__straggler_destroy(s);
+}
+
+static void test_format(void **state)
+{
+	struct crun__straggler_event slow = {CRUN_STRAGGLER_SLOW, 5, 1, 310, 160, 20};
+	struct crun__straggler_event back = {CRUN_STRAGGLER_RECOVERED, 5, 1, 170, 160, 20};
+	char buf[256];
+
+	(void)state;
+	crun__straggler_format(&slow, "host-b", buf, sizeof(buf));
+	assert_string_equal(buf, "rank 5 on host-b is a straggler: 0.31 s/step, 1.9x the job's "
+				 "median 0.16 s over the last 20 steps");
+	crun__straggler_format(&back, "host-b", buf, sizeof(buf));
+	assert_string_equal(buf, "rank 5 on host-b is no longer a straggler: 0.17 s/step, 1.1x "
+				 "the job's median 0.16 s");
+}
+
+/* ---- the store exchange ---------------------------------------------------- */
+
+struct node {
+	struct crun__agent_spec spec;
+	struct agent_rdzv r;
+	struct crun__server *server;
+	bool ready, failed;
+	struct crun__placement place;
+};
+
+struct fetch {
+	bool done;
+	int status;
+	uint32_t count;
+	char text[2][256];
+};
+
+static void node_ready(void *arg, const struct crun__placement *place)
+{
+	struct node *n = arg;
+
+	n->ready = true;
+	n->place = *place;
+}
+
+static void node_ended(void *arg, const struct crun__round_end *end)
+{
+	(void)arg;
+	(void)end;
+}
+
+static void node_done(void *arg)
+{
+	(void)arg;
+}
+
+static void node_failed(void *arg, bool lost, const char *message)
+{
+	struct node *n = arg;
+
+	(void)lost;
+	n->failed = true;
+	fprintf(stderr, "rendezvous failed: %s\n", message);
+}
+
+static void got_fetch(void *arg, int status, const char *message,
+		      const struct crun__wire_item *values, uint32_t count)
+{
+	struct fetch *f = arg;
+
+	(void)message;
+	f->done = true;
+	f->status = status;
+	f->count = count;
+	for (uint32_t i = 0; i < count && i < 2; i++)
+		snprintf(f->text[i], sizeof(f->text[i]), "%.*s", (int)values[i].len,
+			 (const char *)values[i].data);
+}
+
+/* Runs the loop until *flag or 10 s. */
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+	uint64_t end = uv_now(loop) + 10000;
+
+	while (!*flag && uv_now(loop) < end)
+		uv_run(loop, UV_RUN_ONCE);
+	assert_true(*flag);
+}
+
+static void server_gone(void *arg)
+{
+	(void)arg;
+}
+
+static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank)
+{
+	struct crun__rdzv_hooks hooks = {node_ready, node_ended, node_done, node_failed, n};
+
+	n->spec.nproc_per_node = 2;
+	n->spec.node_rank = rank;
+	n->spec.run_id = "steps-test";
+	n->spec.rdzv.enabled = true;
+	n->spec.rdzv.host = "127.0.0.1";
+	n->spec.rdzv.port = port;
+	n->spec.rdzv.is_host = is_host;
+	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = 2;
+	n->spec.rdzv.join_timeout_ms = 10000;
+	n->spec.rdzv.last_call_timeout_ms = 0;
+	n->spec.rdzv.keep_alive_interval_ms = 5000;
+	n->spec.rdzv.keep_alive_max_attempt = 3;
+	n->spec.rdzv.read_timeout_ms = 5000;
+	assert_int_equal(crun__rdzv_setup(&n->r, loop, &n->spec, "localhost", &hooks, &n->server),
+			 0);
+	assert_int_equal(crun__rdzv_join(&n->r), 0);
+}
+
+static void test_store_exchange(void **state)
+{
+	static const char sa[] = "steps 1\n0 100000 30\n1 101000 30\n";
+	static const char sb[] = "steps 1\n2 300000 12\n";
+	struct node *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+	struct fetch f = {0};
+	uv_loop_t loop;
+	int port = crun__free_port();
+
+	(void)state;
+	signal(SIGPIPE, SIG_IGN);
+	crun__log_set_level(CRUN_LOG_WARN);
+	assert_true(port > 0);
+	assert_int_equal(uv_loop_init(&loop), 0);
+	node_setup(a, &loop, port, 1, 0);
+	node_setup(b, &loop, port, 0, 1);
+	/* Not before the round is assigned. */
+	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), -ENOTCONN);
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), -ENOTCONN);
+	run_until(&loop, &a->ready);
+	run_until(&loop, &b->ready);
+	assert_false(a->failed || b->failed);
+	assert_int_equal(a->place.nnodes, 2);
+
+	/* b has not published: ENOENT, not a wait. */
+	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), 0);
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ENOENT);
+
+	/* Each reads the other's, and only the other's. */
+	assert_int_equal(crun__rdzv_publish_steps(&b->r, sb, strlen(sb)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], sb);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&b->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], sa);
+
+	/* A newer summary replaces the older one. */
+	assert_int_equal(crun__rdzv_publish_steps(&b->r, sa, strlen(sa)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_string_equal(f.text[0], sa);
+
+	/* A reply of a round left behind says so. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
+	a->r.gen++;
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ECANCELED);
+
+	crun__rdzv_finish(&b->r);
+	crun__rdzv_finish(&a->r);
+	if (a->server)
+		crun__server_destroy(a->server, server_gone, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	free(a);
+	free(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scenarios),
+		cmocka_unit_test(test_bad_conf),
+		cmocka_unit_test(test_summary_round_trip),
+		cmocka_unit_test(test_remote_malformed),
+		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_store_exchange),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
