@@ -61,6 +61,7 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.keep_alive_interval_ms = 5000;
 	spec->rdzv.keep_alive_max_attempt = 3;
 	spec->rdzv.read_timeout_ms = 60000;
+	spec->rdzv.rejoin_timeout_ms = 600000;
 }
 
 struct agent {

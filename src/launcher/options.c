@@ -85,7 +85,7 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "rendezvous settings: join_timeout (600s), last_call_timeout (30s), "
 	  "close_timeout (30s), keep_alive_interval (5s), keep_alive_max_attempt "
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
-	  "(60s); see crun(1)", G_NODES },
+	  "(60s), rejoin_timeout (join_timeout); see crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
 	  "--rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored (as in "
@@ -210,6 +210,7 @@ void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
 	conf->is_host = -1;
 	conf->token_file = NULL;
 	conf->read_timeout_ms = 60000;
+	conf->rejoin_timeout_ms = 0;
 }
 
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
@@ -250,7 +251,8 @@ static char *trim(char *s)
 
 #define RDZV_KEYS                                                               \
 	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
-	"keep_alive_max_attempt, is_host, token_file, read_timeout"
+	"keep_alive_max_attempt, is_host, token_file, read_timeout, "           \
+	"rejoin_timeout"
 
 static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const char *val, char *err,
 			 size_t errlen)
@@ -264,6 +266,7 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 		{"close_timeout", &conf->close_timeout_ms},
 		{"keep_alive_interval", &conf->keep_alive_interval_ms},
 		{"read_timeout", &conf->read_timeout_ms},
+		{"rejoin_timeout", &conf->rejoin_timeout_ms},
 	};
 	char reason[160];
 	int64_t v;

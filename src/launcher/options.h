@@ -123,6 +123,7 @@ struct crun__rdzv_conf {
 	int is_host;			/* -1: decide from the endpoint, 0, 1 */
 	char *token_file;		/* NULL: none */
 	int64_t read_timeout_ms;	/* 60 s */
+	int64_t rejoin_timeout_ms;	/* 0: join_timeout_ms */
 };
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:
