@@ -62,6 +62,10 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.keep_alive_max_attempt = 3;
 	spec->rdzv.read_timeout_ms = 60000;
 	spec->rdzv.rejoin_timeout_ms = 600000;
+	spec->rdzv.blacklist_failures = 3;
+	spec->rdzv.blacklist_window_ms = 600000;
+	spec->rdzv.cooldown_min_ms = 30000;
+	spec->rdzv.cooldown_max_ms = 300000;
 }
 
 struct agent {
@@ -113,7 +117,10 @@ static int check_rdzv(const struct crun__agent_spec *spec)
 	}
 	if (r->join_timeout_ms <= 0 || r->last_call_timeout_ms < 0 || r->close_timeout_ms < 0 ||
 	    r->keep_alive_interval_ms <= 0 || r->keep_alive_max_attempt < 1 ||
-	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1) {
+	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1 ||
+	    r->rejoin_timeout_ms <= 0 || r->blacklist_failures < 0 ||
+	    r->blacklist_failures > CRUN_RDZV_MAX_BLACKLIST || r->blacklist_window_ms < 0 ||
+	    r->cooldown_min_ms < 0 || r->cooldown_min_ms > r->cooldown_max_ms) {
 		crun__error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
 		return -EINVAL;
 	}

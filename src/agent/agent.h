@@ -179,6 +179,14 @@ struct crun__agent_spec {
 		 * again as a new node; it gives up (exit 1) when it is not in
 		 * a round again this long after the loss. */
 		int64_t rejoin_timeout_ms;
+		/* A node (an agent) that fails blacklist_failures times within
+		 * blacklist_window_ms is excluded by the store for a cool-down:
+		 * cooldown_min_ms, doubled for each later exclusion up to
+		 * cooldown_max_ms (0 failures: never). The first node of a run
+		 * fixes them. */
+		int blacklist_failures;
+		int64_t blacklist_window_ms;
+		int64_t cooldown_min_ms, cooldown_max_ms;
 	} rdzv;
 
 	/* Extra KEY=VALUE pairs for every worker's environment, applied after

@@ -269,10 +269,14 @@ static int send_join(struct agent_rdzv *r)
 		.keepalive_ms =
 			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt,
 		.max_restarts = spec->max_restarts,
+		.blacklist_failures = spec->rdzv.blacklist_failures,
+		.blacklist_window_ms = spec->rdzv.blacklist_window_ms,
+		.cooldown_min_ms = spec->rdzv.cooldown_min_ms,
+		.cooldown_max_ms = spec->rdzv.cooldown_max_ms,
 	};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
-	char scratch[160];
+	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 	int rc;
 
 	r->join_wanted = false;
@@ -287,11 +291,10 @@ static int send_join(struct agent_rdzv *r)
 }
 
 static int start_client(struct agent_rdzv *r, int64_t connect_timeout_ms);
-static void make_node_id(struct agent_rdzv *r);
 
-/* After a loss: a new client, a new node id (the store may not have
- * noticed the old connection's end yet), connecting for what is left of
- * the rejoin timeout. */
+/* After a loss: a new client, connecting for what is left of the rejoin
+ * timeout. The node id stays: a store that has not noticed the old
+ * connection's end yet drops it when the JOIN comes on the new one. */
 static int reconnect(struct agent_rdzv *r)
 {
 	uint64_t now = uv_now(r->loop);
@@ -307,7 +310,6 @@ static int reconnect(struct agent_rdzv *r)
 	crun__aclient_destroy(r->client);
 	r->client = NULL;
 	r->lost = false;
-	make_node_id(r);
 	/* The rejoin timer, not the connect timeout, says when to give up. */
 	rc = start_client(r, (int64_t)(r->rejoin_by - now) + 1000);
 	if (rc < 0)
@@ -627,6 +629,13 @@ static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 	struct crun__round_end end;
 	int64_t n;
 
+	if (!r->assigned && msg->id == r->join_id && msg->num == 0 && msg->count == 3) {
+		item_str(&msg->items[0], reason, sizeof(reason));
+		item_str(&msg->items[1], text, sizeof(text));
+		if (!strcmp(reason, "excluded"))
+			crun__warn("%s; waiting for the cool-down", text);
+		return;
+	}
 	if (!r->assigned || r->ended || msg->id != r->join_id || msg->num != r->asg.round ||
 	    msg->count != 3)
 		return; /* an earlier round's, or not ours */
@@ -717,7 +726,7 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 
 /* ---- setup and teardown ------------------------------------------------------ */
 
-/* "<hostname>:<pid>:<8 hex>": unique per agent and connection. */
+/* "<hostname>:<pid>:<8 hex>": unique per agent. */
 static void make_node_id(struct agent_rdzv *r)
 {
 	unsigned char rnd[4];
