@@ -12,6 +12,11 @@
 #   old workers are killed before the next round starts any worker (each
 #   worker checks that no worker of an earlier round of its node is alive),
 #   and it rejoins; the job finishes with 3 nodes.
+# - exclude: node 1's workers fail in rounds 1 and 2 (--nnodes=2:3,
+#   blacklist_failures=2, blacklist_cooldown_range=2s): the store excludes
+#   it, nodes 0 and 2 run round 3 without it, and after the cool-down it
+#   joins round 4 and the job finishes with 3 nodes. The store's host and
+#   node 1 each print one line about the exclusion.
 # Every worker line carries its round; the checks are on what the agents
 # print and on the processes. Prints the measured times (ms), one line per
 # case: "timing CASE name=ms ...".
@@ -22,7 +27,7 @@
 #   REJOIN_KA         keep-alive settings for --rdzv-conf (default
 #                     keep_alive_interval=0.5,keep_alive_max_attempt=3; "-":
 #                     crun's defaults, 5s x 3)
-#   REJOIN_CASES      the cases to run (default "link stop")
+#   REJOIN_CASES      the cases to run (default "link stop exclude")
 # Skips (77) where network namespaces are not available. Every wait is
 # bounded.
 # shellcheck disable=SC2016,SC2154 source-path=SCRIPTDIR
@@ -34,7 +39,7 @@ cluster_skip_unless_available
 
 outage=${REJOIN_OUTAGE_MS:-3000}
 ka=${REJOIN_KA:-keep_alive_interval=0.5,keep_alive_max_attempt=3}
-cases=${REJOIN_CASES:-link stop}
+cases=${REJOIN_CASES:-link stop exclude}
 if [ "$ka" = - ]; then
 	window=15000
 	ka=""
@@ -63,6 +68,7 @@ for f in "$1"/pid.*; do
 	kill -0 "$(cat "$f")" 2>/dev/null && echo "overlap: ${f##*/} alive in round $CRUN_ROUND"
 done
 echo $$ >"$1/pid.$CRUN_ROUND.$LOCAL_RANK"
+[ "${0##*.}" = "${RJ_FAIL_NODE:-}" ] && [ "$CRUN_ROUND" -le "${RJ_FAIL_ROUNDS:-0}" ] && exit 1
 i=0
 until eval "$MN_UNTIL"; do
 	i=$((i + 1))
@@ -123,33 +129,41 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/token"
 chmod 600 "$tmp/token"
 [ -s "$tmp/token" ] || fail "cannot write the job token"
 
-# start NAME NNODES: the three agents of case NAME, node 0 first (group
-# rank 0, the store's host); returns once every worker of round 1 runs.
+# start NAME NNODES [CONF]: the three agents of case NAME, node 0 first
+# (group rank 0, the store's host); returns once round 1 has closed with
+# the three. CONF: more --rdzv-conf settings.
 start() {
-	local name=$1 nnodes=$2
+	local name=$1 nnodes=$2 more=${3:+,$3}
 	port=$((port + 1))
 	ep="${A[0]}:$port"
 	common=(--nnodes="$nnodes" --nproc-per-node=2 --rdzv-endpoint="$ep" --rdzv-id="$name"
-		--rdzv-conf="${ka}last_call_timeout=1,token_file=$tmp/token")
+		--rdzv-conf="${ka}last_call_timeout=1,token_file=$tmp/token$more")
 	nagent 0 "${name}0" "${common[@]}"
 	wait_for "$tmp/${name}0.err" "joins round 1"
 	nagent 1 "${name}1" "${common[@]}"
 	nagent 2 "${name}2" "${common[@]}"
+	wait_for "$tmp/${name}0.err" "round 1 of run '$name' closed with 3 nodes" 1 15
+}
+
+# running1 NAME: waits until every worker of round 1 runs
+running1() {
+	local n
 	for n in 0 1 2; do
-		wait_for "$tmp/$name$n.out" "nodes=3 world=6 restart=0 round=1" 2 15
+		wait_for "$tmp/$1$n.out" "nodes=3 world=6 restart=0 round=1" 2 15
 	done
 }
 
-# finish_all NAME ROUND: every agent exits 0, node 1's workers ran in the
-# last round ROUND with 3 nodes, and no worker saw one of an earlier round
+# finish_all NAME ROUND [RESTARTS]: every agent exits 0, node 1's workers
+# ran in the last round ROUND with 3 nodes (after RESTARTS, 1), and no
+# worker saw one of an earlier round
 finish_all() {
-	local name=$1 round=$2 n
+	local name=$1 round=$2 restarts=${3:-1} n
 	for n in 0 1 2; do
 		expect_rc "$name$n" 0 20
 		lacks "$tmp/$name$n.out" "overlap"
 	done
 	wait_for "$tmp/${name}1.out" "nodes=3 world=6" 4 1
-	grep -qF "nodes=3 world=6 restart=1 round=$round" "$tmp/${name}1.out" ||
+	grep -qF "nodes=3 world=6 restart=$restarts round=$round" "$tmp/${name}1.out" ||
 		fail "node 1 did not run in round $round with 3 nodes: $(show "${name}1")"
 	wait_none "$marker.$name"
 }
@@ -160,15 +174,16 @@ bound=$((window + outage + 15000))
 if [[ " $cases " == *" link "* ]]; then
 	export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 3 ] && [ "$CRUN_ROUND" -ge 3 ]'
 	start l 2:3
+	running1 l
 	cluster_cut 1 --link || fail "cannot take node 1's link down"
 	now
 	t_cut=$now
 	t_gone="" t_evict=""
 	while :; do
 		now
-		[ -n "$t_gone" ] || [ -n "$(workers "$marker.l1")" ] || t_gone=$((now - t_cut))
+		[ -n "$t_gone" ] || [ -n "$(workers "$marker.l1")" ] || { now; t_gone=$((now - t_cut)); }
 		[ -n "$t_evict" ] || ! grep -qF "left: no keep-alive" "$tmp/l0.err" ||
-			t_evict=$((now - t_cut))
+			{ now; t_evict=$((now - t_cut)); }
 		((now - t_cut >= outage)) && break
 		sleep 0.02
 	done
@@ -187,8 +202,8 @@ if [[ " $cases " == *" link "* ]]; then
 	t_back="" t_run=""
 	while ((now - t_heal < bound)); do
 		now
-		[ -n "$t_back" ] || ! grep -qF "rejoined run 'l'" "$tmp/l1.err" || t_back=$((now - t_heal))
-		[ -n "$t_run" ] || (($(lines l1) < 4)) || t_run=$((now - t_heal))
+		[ -n "$t_back" ] || ! grep -qF "rejoined run 'l'" "$tmp/l1.err" || { now; t_back=$((now - t_heal)); }
+		[ -n "$t_run" ] || (($(lines l1) < 4)) || { now; t_run=$((now - t_heal)); }
 		[ -n "$t_back" ] && [ -n "$t_run" ] && break
 		sleep 0.02
 	done
@@ -205,6 +220,7 @@ fi
 if [[ " $cases " == *" stop "* ]]; then
 	export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 3 ] && [ "$CRUN_ROUND" -ge 2 ]'
 	start s 3
+	running1 s
 	read -ra old <<<"$(workers "$marker.s1" | tr '\n' ' ')"
 	((${#old[@]} == 2)) || fail "node 1's workers: ${old[*]}"
 	kill -STOP "$pid_s1"
@@ -214,7 +230,7 @@ if [[ " $cases " == *" stop "* ]]; then
 	while ((now - t_stop < outage)); do
 		now
 		[ -n "$t_evict" ] || ! grep -qF "left: no keep-alive" "$tmp/s0.err" ||
-			t_evict=$((now - t_stop))
+			{ now; t_evict=$((now - t_stop)); }
 		sleep 0.02
 	done
 	[ -n "$t_evict" ] || fail "the store did not evict the stopped node within ${outage} ms: $(show s0)"
@@ -226,9 +242,9 @@ if [[ " $cases " == *" stop "* ]]; then
 	t_gone="" t_back="" t_run=""
 	while ((now - t_cont < bound)); do
 		now
-		[ -n "$t_gone" ] || any_alive "${old[@]}" || t_gone=$((now - t_cont))
-		[ -n "$t_back" ] || ! grep -qF "rejoined run 's'" "$tmp/s1.err" || t_back=$((now - t_cont))
-		[ -n "$t_run" ] || (($(lines s1) < 4)) || t_run=$((now - t_cont))
+		[ -n "$t_gone" ] || any_alive "${old[@]}" || { now; t_gone=$((now - t_cont)); }
+		[ -n "$t_back" ] || ! grep -qF "rejoined run 's'" "$tmp/s1.err" || { now; t_back=$((now - t_cont)); }
+		[ -n "$t_run" ] || (($(lines s1) < 4)) || { now; t_run=$((now - t_cont)); }
 		[ -n "$t_back" ] && [ -n "$t_run" ] && break
 		sleep 0.02
 	done
@@ -239,5 +255,25 @@ if [[ " $cases " == *" stop "* ]]; then
 	grep -qE "^crun: lost the rendezvous store at '$ep' \(.*\); rejoining within 600s$" "$tmp/s1.err" ||
 		fail "the stopped node did not say it lost the store: $(show s1)"
 	echo "timing stop evicted=$t_evict gone=$t_gone rejoined=$t_back running=$t_run"
+fi
+# --- exclude: node 1 keeps failing --------------------------------------------
+if [[ " $cases " == *" exclude "* ]]; then
+	export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 3 ] && [ "$CRUN_ROUND" -ge 4 ]'
+	export RJ_FAIL_NODE=x1 RJ_FAIL_ROUNDS=2
+	start x 2:3 "blacklist_failures=2,blacklist_cooldown_range=2s"
+	wait_for "$tmp/x0.err" "is excluded for 2s: 2 failures within 600s" 1 15
+	now
+	t_ex=$now
+	wait_for "$tmp/x0.out" "nodes=2 world=4 restart=2 round=3" 2 5
+	wait_for "$tmp/x1.out" "nodes=3 world=6 restart=2 round=4" 2 15
+	now
+	t_back=$((now - t_ex))
+	((t_back >= 1500)) || fail "node 1 was back $t_back ms after its exclusion, want the 2 s cool-down"
+	grep -qE "^crun: warning: node '[^']+' \(.*\) is excluded from run 'x' for [0-9.]+m?s more: it failed 2 times within 600s; waiting for the cool-down$" \
+		"$tmp/x1.err" || fail "node 1 did not say it is excluded: $(show x1)"
+	[ "$(grep -c "is excluded for" "$tmp/x0.err")" = 1 ] || fail "exclusions: $(show x0)"
+	finish_all x 4 2
+	unset RJ_FAIL_NODE RJ_FAIL_ROUNDS
+	echo "timing exclude back=$t_back"
 fi
 echo ok
