@@ -75,6 +75,8 @@ struct agent {
 	uv_signal_t *signals;
 	int nsignals;
 	uv_timer_t linger; /* hosting: how long to serve after the end */
+	uv_timer_t alive;  /* rendezvous: tells the guard each keep-alive
+			    * interval that crun runs (reaper.h) */
 	bool shut;	   /* agent_shutdown() was called */
 	bool lingering;	   /* hosting: serving the store after the end */
 	bool handles_closed;
@@ -335,6 +337,17 @@ static void server_gone(void *arg)
 	(void)arg;
 }
 
+/* A stopped agent's workers must not outlive its place in the job: the
+ * guard kills them when this stops for the keep-alive window, as long as
+ * the store takes to drop this node. */
+static void say_alive(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	const struct crun__agent_rdzv *r = &a->spec->rdzv;
+
+	agent_reaper_alive(&a->reaper, r->keep_alive_interval_ms * r->keep_alive_max_attempt);
+}
+
 static void close_handles(struct agent *a)
 {
 	if (a->handles_closed)
@@ -342,6 +355,7 @@ static void close_handles(struct agent *a)
 	a->handles_closed = true;
 	a->lingering = false;
 	uv_close((uv_handle_t *)&a->linger, NULL);
+	uv_close((uv_handle_t *)&a->alive, NULL);
 	crun__group_close(&a->group);
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
@@ -377,6 +391,8 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	if (a->shut)
 		return;
 	a->shut = true;
+	uv_timer_stop(&a->alive);
+	agent_reaper_alive(&a->reaper, 0);
 	crun__rdzv_finish(&a->rdzv);
 	/* The others may still wait for their exit barrier's reply, or must
 	 * hear that the run failed: serve them until they have left, for
@@ -504,6 +520,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	crun__console_init(&a->console[1], STDERR_FILENO);
 	uv_timer_init(&a->loop, &a->linger);
 	a->linger.data = a;
+	uv_timer_init(&a->loop, &a->alive);
+	a->alive.data = a;
 	a->spawner.loop = &a->loop;
 	a->spawner.spec = spec;
 	a->spawner.log_root = a->log_root;
@@ -521,6 +539,9 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		crun__group_rdzv_hooks(g, &hooks);
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
+		/* Twice per interval: never at the window's edge. */
+		uv_timer_start(&a->alive, say_alive, 0,
+			       (uint64_t)(spec->rdzv.keep_alive_interval_ms / 2 + 1));
 		if (rdzv_env(a) < 0) {
 			crun__error("out of memory");
 			goto out_loop;
