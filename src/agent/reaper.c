@@ -148,13 +148,15 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 		struct pollfd p = {.fd = rfd, .events = POLLIN};
 		int64_t left = due < 0 ? -1 : due - mono_ms();
 		ssize_t r;
+		int pr;
 
 		if (due >= 0 && left <= 0) {
 			kill_silent(groups, &n, window);
 			due = -1;
 			continue;
 		}
-		if (poll(&p, 1, left < 0 ? -1 : (int)(left < INT32_MAX ? left : INT32_MAX)) == 0)
+		pr = poll(&p, 1, left < 0 ? -1 : (int)(left < INT32_MAX ? left : INT32_MAX));
+		if (pr == 0 || (pr < 0 && errno == EINTR))
 			continue;
 		r = read(rfd, (char *)rec + have, sizeof(rec) - have);
 		if (r < 0 && errno == EINTR)
