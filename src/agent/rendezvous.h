@@ -73,8 +73,9 @@ struct agent_rdzv {
 	char *error_msg;
 	struct rdzv_req *reqs; /* outstanding requests */
 	/* The store was lost: the next join reconnects with a new client
-	 * (and a new node id), and the rejoin timer ends the job when no
-	 * round is assigned by rejoin_by (loop time). */
+	 * (same node id: the store lets the new connection replace the old),
+	 * and the rejoin timer ends the job when no round is assigned by
+	 * rejoin_by (loop time). */
 	bool lost;
 	bool rejoining; /* from the loss until the next assignment */
 	uint64_t rejoin_by;
