@@ -70,6 +70,11 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.read_timeout_ms = 60000;
 	spec->heartbeat.initial_timeout_ms = 600000;
 	spec->heartbeat.timeout_ms = 180000;
+	spec->rdzv.rejoin_timeout_ms = 600000;
+	spec->rdzv.blacklist_failures = 3;
+	spec->rdzv.blacklist_window_ms = 600000;
+	spec->rdzv.cooldown_min_ms = 30000;
+	spec->rdzv.cooldown_max_ms = 300000;
 }
 
 struct agent {
@@ -79,6 +84,8 @@ struct agent {
 	uv_signal_t *signals;
 	int nsignals;
 	uv_timer_t linger; /* hosting: how long to serve after the end */
+	uv_timer_t alive;  /* rendezvous: tells the guard each keep-alive
+			    * interval that crun runs (reaper.h) */
 	bool shut;	   /* agent_shutdown() was called */
 	bool lingering;	   /* hosting: serving the store after the end */
 	bool handles_closed;
@@ -122,7 +129,10 @@ static int check_rdzv(const struct crun__agent_spec *spec)
 	}
 	if (r->join_timeout_ms <= 0 || r->last_call_timeout_ms < 0 || r->close_timeout_ms < 0 ||
 	    r->keep_alive_interval_ms <= 0 || r->keep_alive_max_attempt < 1 ||
-	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1) {
+	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1 ||
+	    r->rejoin_timeout_ms <= 0 || r->blacklist_failures < 0 ||
+	    r->blacklist_failures > CRUN_RDZV_MAX_BLACKLIST || r->blacklist_window_ms < 0 ||
+	    r->cooldown_min_ms < 0 || r->cooldown_min_ms > r->cooldown_max_ms) {
 		crun__error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
 		return -EINVAL;
 	}
@@ -337,6 +347,17 @@ static void server_gone(void *arg)
 	(void)arg;
 }
 
+/* A stopped agent's workers must not outlive its place in the job: the
+ * guard kills them when this stops for the keep-alive window, as long as
+ * the store takes to drop this node. */
+static void say_alive(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	const struct crun__agent_rdzv *r = &a->spec->rdzv;
+
+	agent_reaper_alive(&a->reaper, r->keep_alive_interval_ms * r->keep_alive_max_attempt);
+}
+
 static void close_handles(struct agent *a)
 {
 	if (a->handles_closed)
@@ -344,6 +365,7 @@ static void close_handles(struct agent *a)
 	a->handles_closed = true;
 	a->lingering = false;
 	uv_close((uv_handle_t *)&a->linger, NULL);
+	uv_close((uv_handle_t *)&a->alive, NULL);
 	crun__group_close(&a->group);
 	crun__heartbeat_close(&a->heartbeat);
 	for (int i = 0; i < a->nsignals; i++)
@@ -380,6 +402,8 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	if (a->shut)
 		return;
 	a->shut = true;
+	uv_timer_stop(&a->alive);
+	agent_reaper_alive(&a->reaper, 0);
 	crun__rdzv_finish(&a->rdzv);
 	/* The others may still wait for their exit barrier's reply, or must
 	 * hear that the run failed: serve them until they have left, for
@@ -527,6 +551,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	crun__console_init(&a->console[1], STDERR_FILENO);
 	uv_timer_init(&a->loop, &a->linger);
 	a->linger.data = a;
+	uv_timer_init(&a->loop, &a->alive);
+	a->alive.data = a;
 	a->spawner.loop = &a->loop;
 	a->spawner.spec = spec;
 	a->spawner.log_root = a->log_root;
@@ -555,6 +581,9 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		crun__group_rdzv_hooks(g, &hooks);
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
+		/* Twice per interval: never at the window's edge. */
+		uv_timer_start(&a->alive, say_alive, 0,
+			       (uint64_t)(spec->rdzv.keep_alive_interval_ms / 2 + 1));
 		if (rdzv_env(a) < 0) {
 			crun__error("out of memory");
 			goto out_loop;

@@ -14,7 +14,8 @@
  *   128+N    crun was stopped by handled signal N
  * With rendezvous (spec->rdzv.enabled, several nodes) 1 also means: the
  * rendezvous failed (join timeout, run closed, wrong token, configuration
- * differing from the run's), or the store was lost.
+ * differing from the run's), or the agent lost the store and could not
+ * rejoin within rdzv.rejoin_timeout_ms.
  *
  * The worker group is an explicit state machine (group_step.h; group.c
  * carries it out on the loop):
@@ -186,6 +187,19 @@ struct crun__agent_spec {
 		int keep_alive_max_attempt;	/* silent periods before the
 						 * store (or a node) is lost */
 		int64_t read_timeout_ms;	/* store requests (MASTER_ADDR) */
+		/* After losing the store (cut off, evicted, the store gone)
+		 * the agent SIGKILLs its workers at once, reconnects and joins
+		 * again as a new node; it gives up (exit 1) when it is not in
+		 * a round again this long after the loss. */
+		int64_t rejoin_timeout_ms;
+		/* A node (an agent) that fails blacklist_failures times within
+		 * blacklist_window_ms is excluded by the store for a cool-down:
+		 * cooldown_min_ms, doubled for each later exclusion up to
+		 * cooldown_max_ms (0 failures: never). The first node of a run
+		 * fixes them. */
+		int blacklist_failures;
+		int64_t blacklist_window_ms;
+		int64_t cooldown_min_ms, cooldown_max_ms;
 	} rdzv;
 
 	/* Liveness of the workers (liveness.h): every worker gets a heartbeat

@@ -17,7 +17,8 @@
  *   RUNNING    pipe closed            -                           RUNNING
  *   RUNNING    signal N               forward N; kill timer       STOPPING
  *   RUNNING    round ended            say why; SIGTERM all        STOPPING
- *   RUNNING    rdzv error, store lost say it; SIGTERM all         STOPPING
+ *   RUNNING    rdzv error             say it; SIGTERM all         STOPPING
+ *   RUNNING    store lost             say it; SIGKILL all now     STOPPING
  *   RUNNING    worker hung            record it; tell the store;  STOPPING
  *                                     take its stack (nothing is
  *                                     signalled until it is taken)
@@ -39,7 +40,9 @@
  *   STOPPING   timer: drain           close the pipes still open  STOPPING
  *   STOPPING   round ended            note it (the attempt's end  STOPPING
  *                                     joins the next round)
- *   STOPPING   rdzv error, store lost say it; the job ends        STOPPING
+ *   STOPPING   rdzv error             say it; the job ends        STOPPING
+ *   STOPPING   store lost             say it; SIGKILL all now;    STOPPING
+ *                                     the attempt's end rejoins
  *   STOPPING   hang captured          kill the hung worker;       STOPPING
  *                                     SIGTERM the rest; kill timer
  *   RENDEZVOUS ready (the placement)  spawn every worker          STARTING
@@ -47,7 +50,9 @@
  *   RENDEZVOUS, RESTARTING, FINISHING (no worker runs):
  *              round ended            say why; join the next      RENDEZVOUS
  *              round ended exhausted  failure summary             FAILED
- *              rdzv error, store lost say it                      FAILED
+ *              rdzv error             say it                      FAILED
+ *              store lost             say it; join again          RENDEZVOUS
+ *                                     (FINISHING: FAILED)
  *              signal N               nothing to stop             STOPPED
  *   final      anything               refused
  *
@@ -62,8 +67,11 @@
  *   a failure, none left        failure summary; FAILED (1)
  *   a signal N                  STOPPED (128+N)
  *   the command cannot run      EXEC_FAILED (127 not found, 126)
- *   the agent failed, the
- *   store is lost               FAILED (1)
+ *   the agent failed            FAILED (1)
+ *   the store is lost           join a round again on a new connection
+ *                               (rendezvous.c bounds it with the rejoin
+ *                               deadline); FAILED when a worker would
+ *                               not die
  *   the store ended the round   the next round, or the summary and FAILED
  *                               when it says the restarts are exhausted
  *                               or a worker would not die */
@@ -212,6 +220,14 @@ static void attempt_over(struct step *s)
 		finish(s, CRUN__GEND_NOT_EXECUTABLE, 0);
 		return;
 	case CRUN__GSTOP_LOST:
+		/* Rejoin on a new connection (the rendezvous bounds it). */
+		if (g->gave_up) {
+			act(s, CRUN__GACT_SUMMARY, 0);
+			finish(s, CRUN__GEND_FAILED, 0);
+		} else {
+			join_round(s);
+		}
+		return;
 	case CRUN__GSTOP_AGENT:
 	case CRUN__GSTOP_NONE:
 		finish(s, CRUN__GEND_AGENT_ERROR, 0);
@@ -237,12 +253,22 @@ static void check_done(struct step *s)
 	attempt_over(s);
 }
 
+/* Workers of a node that lost the store are SIGKILLed at once: the other
+ * nodes go on without them. */
+static void kill_now(struct step *s)
+{
+	act(s, CRUN__GACT_SIGNAL_RUNNING, SIGKILL);
+	act(s, CRUN__GACT_ARM_TIMER, CRUN__GTIMER_STUCK);
+}
+
 static void begin_stop(struct step *s, enum crun__group_stop stop, int sig)
 {
 	s->g->state = CRUN__GROUP_STOPPING;
 	s->g->stop = stop;
 	s->g->stop_signal = sig;
-	if (s->f.running > 0) {
+	if (s->f.running > 0 && stop == CRUN__GSTOP_LOST) {
+		kill_now(s);
+	} else if (s->f.running > 0) {
 		act(s, CRUN__GACT_SIGNAL_RUNNING, stop == CRUN__GSTOP_SIGNAL ? sig : SIGTERM);
 		act(s, CRUN__GACT_ARM_TIMER, CRUN__GTIMER_KILL);
 	}
@@ -463,7 +489,11 @@ static void stopping_rdzv_error(struct step *s)
 
 static void stopping_store_lost(struct step *s)
 {
+	bool goes_on = stop_goes_on(s->g) && !s->g->exhausted;
+
 	stopping_rdzv_failed(s, CRUN__GSTOP_LOST);
+	if (goes_on && s->f.running > 0)
+		kill_now(s);
 }
 
 static void ready(struct step *s)
@@ -490,6 +520,13 @@ static void idle_rdzv_failed(struct step *s)
 {
 	say(s, CRUN__GNOTE_RDZV_ERROR);
 	finish(s, CRUN__GEND_AGENT_ERROR, 0);
+}
+
+/* RESTARTING, RENDEZVOUS: nothing runs; join again on a new connection. */
+static void idle_store_lost(struct step *s)
+{
+	say(s, CRUN__GNOTE_RDZV_ERROR);
+	join_round(s);
 }
 
 static void barrier_passed(struct step *s)
@@ -534,13 +571,13 @@ static const struct row {
 	{S(RESTARTING), E(SIGNAL), idle_signal},
 	{S(RESTARTING), E(ROUND_ENDED), idle_round_ended},
 	{S(RESTARTING), E(RDZV_ERROR), idle_rdzv_failed},
-	{S(RESTARTING), E(STORE_LOST), idle_rdzv_failed},
+	{S(RESTARTING), E(STORE_LOST), idle_store_lost},
 
 	{S(RENDEZVOUS), E(SIGNAL), idle_signal},
 	{S(RENDEZVOUS), E(RDZV_READY), ready},
 	{S(RENDEZVOUS), E(ROUND_ENDED), idle_round_ended},
 	{S(RENDEZVOUS), E(RDZV_ERROR), idle_rdzv_failed},
-	{S(RENDEZVOUS), E(STORE_LOST), idle_rdzv_failed},
+	{S(RENDEZVOUS), E(STORE_LOST), idle_store_lost},
 
 	{S(FINISHING), E(SIGNAL), idle_signal},
 	{S(FINISHING), E(ROUND_ENDED), idle_round_ended},

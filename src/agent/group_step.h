@@ -87,7 +87,9 @@ enum crun__group_stop {
 	CRUN__GSTOP_NOT_EXECUTABLE, /* the command cannot be executed */
 	CRUN__GSTOP_AGENT,	    /* the agent failed (files, memory, rendezvous) */
 	CRUN__GSTOP_ROUND,	    /* rendezvous: the store ended the round */
-	CRUN__GSTOP_LOST,	    /* rendezvous: the store is lost */
+	CRUN__GSTOP_LOST,	    /* rendezvous: the store is lost (the workers
+				     * are SIGKILLed; then a round is joined
+				     * again) */
 };
 
 /* How the job ended; crun__group_exit_status() gives crun's exit status. */
@@ -100,7 +102,8 @@ enum crun__group_end {
 	CRUN__GEND_NOT_FOUND,	   /* 127 */
 	CRUN__GEND_NOT_EXECUTABLE, /* 126 */
 	CRUN__GEND_AGENT_ERROR,	   /* 1: the agent failed, the rendezvous
-				    * failed or the store was lost */
+				    * failed (a rejoin after losing the
+				    * store included) */
 };
 
 enum crun__group_timer {

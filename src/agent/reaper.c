@@ -15,6 +15,13 @@
  * would have to reap strangers with waitpid(-1), which would take workers'
  * statuses away from libuv.
  *
+ * It is also the watchdog of a stopped agent: with rendezvous, crun says
+ * "alive" every keep-alive interval, and when nothing comes for the
+ * keep-alive window (crun was SIGSTOPped, or its loop stuck) the store has
+ * dropped this node and the others go on without it; the guard then kills
+ * the workers, which crun cannot do while it is stopped. It waits in
+ * poll(2) with that deadline instead of read(2).
+ *
  * Records on the pipe are 8 bytes (op, pgid), written with one write(2) each
  * so they arrive whole (a pipe write of at most PIPE_BUF bytes is atomic). */
 #include "agent/reaper.h"
@@ -28,8 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 void agent_remove_dir(const char *dir)
@@ -50,7 +59,35 @@ enum {
 	OP_WATCH = 1,
 	OP_FORGET = 2,
 	OP_BYE = 3,
+	OP_ALIVE = 4, /* pgid: the window in ms */
 };
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The watchdog fired: kills every watched group and forgets it. */
+static void kill_silent(pid_t *groups, size_t *n, int32_t window_ms)
+{
+	char line[200];
+	int len;
+
+	for (size_t i = 0; i < *n; i++)
+		kill(-groups[i], SIGKILL);
+	if (!*n)
+		return;
+	len = snprintf(line, sizeof(line),
+		       "crun: the agent was silent for %d ms (stopped?) and has lost its place "
+		       "in the job; killed %zu worker process group%s\n",
+		       (int)window_ms, *n, *n == 1 ? "" : "s");
+	if (len > 0)
+		crun__write_all(STDERR_FILENO, line, (size_t)len);
+	*n = 0;
+}
 
 struct record {
 	int32_t op;
@@ -84,6 +121,8 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 				      SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2};
 	struct record rec[64];
 	size_t n = 0, have = 0;
+	int64_t due = -1; /* watchdog deadline (mono_ms); -1: none */
+	int32_t window = 0;
 	sigset_t none;
 	int devnull;
 
@@ -106,8 +145,20 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 	}
 
 	for (;;) {
-		ssize_t r = read(rfd, (char *)rec + have, sizeof(rec) - have);
+		struct pollfd p = {.fd = rfd, .events = POLLIN};
+		int64_t left = due < 0 ? -1 : due - mono_ms();
+		ssize_t r;
+		int pr;
 
+		if (due >= 0 && left <= 0) {
+			kill_silent(groups, &n, window);
+			due = -1;
+			continue;
+		}
+		pr = poll(&p, 1, left < 0 ? -1 : (int)(left < INT32_MAX ? left : INT32_MAX));
+		if (pr == 0 || (pr < 0 && errno == EINTR))
+			continue;
+		r = read(rfd, (char *)rec + have, sizeof(rec) - have);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -131,6 +182,10 @@ static void guard_main(int rfd, pid_t *groups, size_t cap, const char *cleanup_d
 				break;
 			case OP_BYE:
 				_exit(0);
+			case OP_ALIVE:
+				window = g;
+				due = g > 0 ? mono_ms() + g : -1;
+				break;
 			}
 		}
 		have -= whole * sizeof(rec[0]);
@@ -218,6 +273,11 @@ void agent_reaper_watch(struct reaper *r, pid_t pgid)
 void agent_reaper_forget(struct reaper *r, pid_t pgid)
 {
 	send_record(r, OP_FORGET, pgid);
+}
+
+void agent_reaper_alive(struct reaper *r, int64_t window_ms)
+{
+	send_record(r, OP_ALIVE, (pid_t)(window_ms < INT32_MAX ? window_ms : INT32_MAX));
 }
 
 void agent_reaper_stop(struct reaper *r)

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* The guard: a process forked before any worker that holds the read end
@@ -28,6 +29,11 @@ int agent_reaper_start(struct reaper *r, size_t capacity, const char *cleanup_di
 /* Tells the guard to kill group pgid if crun dies / to forget it. */
 void agent_reaper_watch(struct reaper *r, pid_t pgid);
 void agent_reaper_forget(struct reaper *r, pid_t pgid);
+/* crun is alive: unless another call comes within window_ms, the guard
+ * SIGKILLs every group it watches, forgets them, and says so on stderr
+ * (a stopped agent's workers must not run beside the round the others
+ * started without it). window_ms 0 turns the watchdog off. */
+void agent_reaper_alive(struct reaper *r, int64_t window_ms);
 /* Says goodbye (the guard kills nothing), waits for the guard to exit. */
 void agent_reaper_stop(struct reaper *r);
 

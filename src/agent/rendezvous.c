@@ -284,10 +284,14 @@ static int send_join(struct agent_rdzv *r)
 		.keepalive_ms =
 			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt,
 		.max_restarts = spec->max_restarts,
+		.blacklist_failures = spec->rdzv.blacklist_failures,
+		.blacklist_window_ms = spec->rdzv.blacklist_window_ms,
+		.cooldown_min_ms = spec->rdzv.cooldown_min_ms,
+		.cooldown_max_ms = spec->rdzv.cooldown_max_ms,
 	};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
-	char scratch[160];
+	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 	int rc;
 
 	r->join_wanted = false;
@@ -301,14 +305,49 @@ static int send_join(struct agent_rdzv *r)
 	return rc;
 }
 
+static int start_client(struct agent_rdzv *r, int64_t connect_timeout_ms);
+
+/* After a loss: a new client, connecting for what is left of the rejoin
+ * timeout. The node id stays: a store that has not noticed the old
+ * connection's end yet drops it when the JOIN comes on the new one. */
+static int reconnect(struct agent_rdzv *r)
+{
+	uint64_t now = uv_now(r->loop);
+	char t[24];
+	int rc;
+
+	if (now >= r->rejoin_by) {
+		set_error(r, "cannot rejoin run '%s' at '%s' within %s; giving up", r->spec->run_id,
+			  r->endpoint,
+			  crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, t, sizeof(t)));
+		return -ETIMEDOUT;
+	}
+	crun__aclient_destroy(r->client);
+	r->client = NULL;
+	r->lost = false;
+	/* The rejoin timer, not the connect timeout, says when to give up. */
+	rc = start_client(r, (int64_t)(r->rejoin_by - now) + 1000);
+	if (rc < 0)
+		set_error(r, "cannot rejoin run '%s' at '%s': %s", r->spec->run_id, r->endpoint,
+			  strerror(-rc));
+	return rc;
+}
+
 int crun__rdzv_join(struct agent_rdzv *r)
 {
+	int rc;
+
 	r->gen++;
 	if (r->assigned) {
 		crun__rdzv_assignment_finish(&r->asg);
 		r->assigned = false;
 	}
 	r->ended = false;
+	if (r->lost) {
+		rc = reconnect(r);
+		if (rc < 0)
+			return rc;
+	}
 	if (!r->connected) {
 		r->join_wanted = true;
 		return 0;
@@ -407,6 +446,12 @@ static void ready(struct agent_rdzv *r)
 		    asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
 		    asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
 		    place.restart_count, place.master_addr, place.master_port);
+	if (r->rejoining) {
+		r->rejoining = false;
+		uv_timer_stop(&r->rejoin_timer);
+		crun__info("rejoined run '%s': round %" PRId64 ", group rank %d of %d",
+			   r->spec->run_id, asg->round, asg->group_rank, asg->nnodes);
+	}
 	r->hooks.ready(r->hooks.arg, &place);
 }
 
@@ -675,11 +720,24 @@ static void on_connect(struct crun__aclient *c, int status, const char *message,
 		else
 			set_error(r, "cannot join the rendezvous store at '%s': %s", r->endpoint,
 				  message ? message : strerror(-status));
+		if (r->rejoining) {
+			char *why = r->error_msg;
+
+			r->error_msg = NULL;
+			set_error(r, "cannot rejoin run '%s': %s", r->spec->run_id, why);
+			free(why);
+		}
 		fail_event(r);
 		return;
 	}
 	r->connected = true;
-	crun__debug("connected to the rendezvous store at '%s'", crun__aclient_peer(c));
+	if (r->rejoining)
+		crun__info(
+			"reached the rendezvous store at '%s' again; rejoining run '%s' as a new "
+			"node",
+			crun__aclient_peer(c), r->spec->run_id);
+	else
+		crun__debug("connected to the rendezvous store at '%s'", crun__aclient_peer(c));
 	if (r->join_wanted && send_join(r) < 0)
 		fail_event(r);
 }
@@ -690,6 +748,13 @@ static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 	struct crun__round_end end;
 	int64_t n;
 
+	if (!r->assigned && msg->id == r->join_id && msg->num == 0 && msg->count == 3) {
+		item_str(&msg->items[0], reason, sizeof(reason));
+		item_str(&msg->items[1], text, sizeof(text));
+		if (!strcmp(reason, "excluded"))
+			crun__warn("%s; waiting for the cool-down", text);
+		return;
+	}
 	if (!r->assigned || r->ended || msg->id != r->join_id || msg->num != r->asg.round ||
 	    msg->count != 3)
 		return; /* an earlier round's, or not ours */
@@ -707,6 +772,27 @@ static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 		.message = text,
 	};
 	r->hooks.ended(r->hooks.arg, &end);
+}
+
+/* No round assigned within the rejoin timeout of the loss: the client
+ * goes (no more hooks from it), and the job ends. A join after this
+ * fails at once. */
+static void rejoin_expired(uv_timer_t *t)
+{
+	struct agent_rdzv *r = t->data;
+	char d[24];
+
+	if (!r->rejoining)
+		return;
+	r->rejoining = false;
+	crun__aclient_destroy(r->client);
+	r->client = NULL;
+	r->connected = false;
+	r->lost = true;
+	r->rejoin_by = uv_now(r->loop);
+	set_error(r, "cannot rejoin run '%s' at '%s' within %s; giving up", r->spec->run_id,
+		  r->endpoint, crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, d, sizeof(d)));
+	fail_event(r);
 }
 
 static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type, int err,
@@ -735,9 +821,18 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
 			break;
 		}
-		set_error(r, "lost the rendezvous store at '%s' (%s); the job cannot continue",
-			  r->endpoint, why);
 		r->connected = false;
+		r->lost = true;
+		if (!r->rejoining) {
+			uint64_t ms = (uint64_t)r->spec->rdzv.rejoin_timeout_ms;
+
+			r->rejoining = true;
+			r->rejoin_by = uv_now(r->loop) + ms;
+			uv_timer_start(&r->rejoin_timer, rejoin_expired, ms, 0);
+		}
+		set_error(r, "lost the rendezvous store at '%s' (%s); rejoining within %s",
+			  r->endpoint, why,
+			  crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, t, sizeof(t)));
 		r->hooks.failed(r->hooks.arg, true, r->error_msg);
 		return;
 	case CRUN_ACLIENT_EV_RDZV:
@@ -750,12 +845,49 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 
 /* ---- setup and teardown ------------------------------------------------------ */
 
+/* "<hostname>:<pid>:<8 hex>": unique per agent. */
+static void make_node_id(struct agent_rdzv *r)
+{
+	unsigned char rnd[4];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		memset(rnd, 0, sizeof(rnd));
+	snprintf(r->node_id, sizeof(r->node_id), "%s:%d:%02x%02x%02x%02x", r->hostname,
+		 (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3]);
+}
+
+/* Creates the store client and starts connecting. 0 or a negative errno. */
+static int start_client(struct agent_rdzv *r, int64_t connect_timeout_ms)
+{
+	const struct crun__agent_spec *spec = r->spec;
+	struct crun__aclient_opts o;
+	int rc;
+
+	memset(&o, 0, sizeof(o));
+	o.host = spec->rdzv.host;
+	o.port = spec->rdzv.port;
+	o.run_id = spec->run_id;
+	o.token = spec->token;
+	o.token_len = spec->token_len;
+	o.connect_timeout_ms = connect_timeout_ms;
+	o.keepalive_interval_ms = spec->rdzv.keep_alive_interval_ms;
+	o.keepalive_max_attempt = spec->rdzv.keep_alive_max_attempt;
+	r->connected = false;
+	r->client = crun__aclient_create(r->loop, &o, on_event, r);
+	if (!r->client)
+		return -ENOMEM;
+	rc = crun__aclient_connect(r->client, on_connect, r);
+	if (rc < 0) {
+		crun__aclient_destroy(r->client);
+		r->client = NULL;
+	}
+	return rc;
+}
+
 int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__agent_spec *spec,
 		     const char *hostname, const struct crun__rdzv_hooks *hooks,
 		     struct crun__server **server)
 {
-	struct crun__aclient_opts o;
-	unsigned char rnd[4];
 	int host = spec->rdzv.is_host, rc;
 
 	r->loop = loop;
@@ -764,10 +896,14 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 	r->hooks = *hooks;
 	*server = NULL;
 	crun__format_endpoint(r->endpoint, sizeof(r->endpoint), spec->rdzv.host, spec->rdzv.port);
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-		memset(rnd, 0, sizeof(rnd));
-	snprintf(r->node_id, sizeof(r->node_id), "%s:%d:%02x%02x%02x%02x", r->hostname,
-		 (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3]);
+	make_node_id(r);
+	rc = uv_timer_init(loop, &r->rejoin_timer);
+	if (rc < 0) {
+		crun__error("cannot set up the rejoin timer: %s", uv_strerror(rc));
+		return rc;
+	}
+	r->rejoin_timer.data = r;
+	r->timer_open = true;
 
 	if (host < 0)
 		host = host_is_local(spec->rdzv.host, r->hostname);
@@ -785,27 +921,11 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 	else if (r->hosting && !crun__addr_is_loopback(spec->rdzv.host))
 		snprintf(r->self_addr, sizeof(r->self_addr), "%s", spec->rdzv.host);
 
-	memset(&o, 0, sizeof(o));
-	o.host = spec->rdzv.host;
-	o.port = spec->rdzv.port;
-	o.run_id = spec->run_id;
-	o.token = spec->token;
-	o.token_len = spec->token_len;
-	o.connect_timeout_ms = spec->rdzv.join_timeout_ms;
-	o.keepalive_interval_ms = spec->rdzv.keep_alive_interval_ms;
-	o.keepalive_max_attempt = spec->rdzv.keep_alive_max_attempt;
-	r->client = crun__aclient_create(r->loop, &o, on_event, r);
-	if (!r->client) {
-		crun__error("cannot create the store client for '%s'", r->endpoint);
-		return -ENOMEM;
-	}
-	rc = crun__aclient_connect(r->client, on_connect, r);
-	if (rc < 0) {
+	rc = start_client(r, spec->rdzv.join_timeout_ms);
+	if (rc < 0)
 		crun__error("cannot connect to the rendezvous store at '%s': %s", r->endpoint,
 			    strerror(-rc));
-		return rc;
-	}
-	return 0;
+	return rc;
 }
 
 const char *crun__rdzv_error(const struct agent_rdzv *r)
@@ -815,6 +935,10 @@ const char *crun__rdzv_error(const struct agent_rdzv *r)
 
 void crun__rdzv_finish(struct agent_rdzv *r)
 {
+	if (r->timer_open) {
+		r->timer_open = false;
+		uv_close((uv_handle_t *)&r->rejoin_timer, NULL);
+	}
 	if (r->client) {
 		crun__aclient_destroy(r->client);
 		r->client = NULL;

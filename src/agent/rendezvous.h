@@ -36,8 +36,10 @@ struct crun__rdzv_hooks {
 	void (*ended)(void *arg, const struct crun__round_end *end);
 	/* The exit barrier passed: every node is done. */
 	void (*done)(void *arg);
-	/* The rendezvous failed (connect, join, barrier), or, with lost, the
-	 * connection to the store is lost. message: one whole line. */
+	/* The rendezvous failed (connect, join, barrier, a rejoin that did
+	 * not succeed in time), or, with lost, the connection to the store is
+	 * lost (the next crun__rdzv_join() reconnects). message: one whole
+	 * line. */
 	void (*failed)(void *arg, bool lost, const char *message);
 	void *arg;
 };
@@ -81,6 +83,15 @@ struct agent_rdzv {
 	struct rdzv_req *reqs; /* outstanding requests */
 	int64_t steps_round;   /* where this node's step summary is, if any */
 	int steps_node;
+	/* The store was lost: the next join reconnects with a new client
+	 * (same node id: the store lets the new connection replace the old),
+	 * and the rejoin timer ends the job when no round is assigned by
+	 * rejoin_by (loop time). */
+	bool lost;
+	bool rejoining; /* from the loss until the next assignment */
+	uint64_t rejoin_by;
+	uv_timer_t rejoin_timer;
+	bool timer_open;
 };
 
 /* Decides whether this agent hosts the store (and binds it: then *server
@@ -91,9 +102,12 @@ int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__a
 		     const char *hostname, const struct crun__rdzv_hooks *hooks,
 		     struct crun__server **server);
 /* Joins the next round (once connected): a new generation; ready, failed,
- * or ended (when the round ends before MASTER_ADDR is known) follows. 0,
- * or a negative errno when the request cannot be sent (then
- * crun__rdzv_error() says why and no hook follows). */
+ * or ended (when the round ends before MASTER_ADDR is known) follows.
+ * After failed(lost) it first connects again, as a new node; failed
+ * follows when that does not succeed, or when no round is assigned within
+ * the spec's rejoin timeout of the loss. 0, or a negative errno when the
+ * request cannot be sent (then crun__rdzv_error() says why and no hook
+ * follows; -ETIMEDOUT: the rejoin timeout has passed). */
 int crun__rdzv_join(struct agent_rdzv *r);
 /* Tells the store that a local worker failed in the assigned round
  * (message: "rank 5 (local rank 1) on host-b exited with code 1"); the

@@ -97,7 +97,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "rendezvous settings: join_timeout (600s), last_call_timeout (30s), "
 	  "close_timeout (30s), keep_alive_interval (5s), keep_alive_max_attempt "
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
-	  "(60s); see crun(1)", G_NODES },
+	  "(60s), rejoin_timeout (join_timeout), blacklist_failures (3), "
+	  "blacklist_window (10m), blacklist_cooldown_range (30s:5m); see "
+	  "crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
 	  "--rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored (as in "
@@ -240,6 +242,11 @@ void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
 	conf->is_host = -1;
 	conf->token_file = NULL;
 	conf->read_timeout_ms = 60000;
+	conf->rejoin_timeout_ms = 0;
+	conf->blacklist_failures = 3;
+	conf->blacklist_window_ms = 600000;
+	conf->cooldown_min_ms = 30000;
+	conf->cooldown_max_ms = 300000;
 }
 
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
@@ -278,9 +285,44 @@ static char *trim(char *s)
 	return s;
 }
 
+/* The store's limit (rdzv.h, CRUN_RDZV_MAX_BLACKLIST). */
+#define BLACKLIST_MAX 1000
+
 #define RDZV_KEYS                                                               \
 	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
-	"keep_alive_max_attempt, is_host, token_file, read_timeout"
+	"keep_alive_max_attempt, is_host, token_file, read_timeout, "           \
+	"rejoin_timeout, blacklist_failures, blacklist_window, "                \
+	"blacklist_cooldown_range"
+
+/* "MIN:MAX" (Horovod's --blacklist-cooldown-range MIN MAX), or one
+ * duration for both. */
+static int parse_cooldown_range(struct crun__rdzv_conf *conf, const char *key, const char *val,
+				char *err, size_t errlen)
+{
+	const char *colon = strchr(val, ':');
+	char min[64];
+	int64_t lo, hi;
+
+	if (!colon) {
+		snprintf(min, sizeof(min), "%s", val);
+	} else if ((size_t)(colon - val) < sizeof(min)) {
+		memcpy(min, val, (size_t)(colon - val));
+		min[colon - val] = '\0';
+	} else {
+		min[0] = '\0';
+	}
+	if (crun__parse_duration_ms(min, &lo, NULL, 0) < 0 || lo <= 0 ||
+	    crun__parse_duration_ms(colon ? colon + 1 : min, &hi, NULL, 0) < 0 || hi < lo) {
+		crun__seterr(err, errlen,
+			     "%s '%s': expected MIN:MAX, two positive durations like 30s:5m "
+			     "with MIN <= MAX",
+			     key, val);
+		return -EINVAL;
+	}
+	conf->cooldown_min_ms = lo;
+	conf->cooldown_max_ms = hi;
+	return 0;
+}
 
 static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const char *val, char *err,
 			 size_t errlen)
@@ -294,6 +336,8 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 		{"close_timeout", &conf->close_timeout_ms},
 		{"keep_alive_interval", &conf->keep_alive_interval_ms},
 		{"read_timeout", &conf->read_timeout_ms},
+		{"rejoin_timeout", &conf->rejoin_timeout_ms},
+		{"blacklist_window", &conf->blacklist_window_ms},
 	};
 	char reason[160];
 	int64_t v;
@@ -321,6 +365,18 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 		conf->keep_alive_max_attempt = (int)v;
 		return 0;
 	}
+	if (!strcmp(key, "blacklist_failures")) {
+		if (crun__parse_int64(val, 0, BLACKLIST_MAX, &v, reason, sizeof(reason)) < 0) {
+			crun__seterr(err, errlen,
+				     "%s '%s': expected a whole number from 0 (never) to %d", key,
+				     val, BLACKLIST_MAX);
+			return -EINVAL;
+		}
+		conf->blacklist_failures = (int)v;
+		return 0;
+	}
+	if (!strcmp(key, "blacklist_cooldown_range"))
+		return parse_cooldown_range(conf, key, val, err, errlen);
 	if (!strcmp(key, "is_host")) {
 		if (parse_bool(val, &b) < 0) {
 			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key,

@@ -130,6 +130,11 @@ struct crun__rdzv_conf {
 	int is_host;			/* -1: decide from the endpoint, 0, 1 */
 	char *token_file;		/* NULL: none */
 	int64_t read_timeout_ms;	/* 60 s */
+	int64_t rejoin_timeout_ms;	/* 0: join_timeout_ms */
+	int blacklist_failures;		/* 3; 0: never exclude */
+	int64_t blacklist_window_ms;	/* 10 min */
+	int64_t cooldown_min_ms;	/* 30 s */
+	int64_t cooldown_max_ms;	/* 5 min */
 };
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:

@@ -445,6 +445,12 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 		spec->rdzv.keep_alive_interval_ms = rc->keep_alive_interval_ms;
 		spec->rdzv.keep_alive_max_attempt = rc->keep_alive_max_attempt;
 		spec->rdzv.read_timeout_ms = rc->read_timeout_ms;
+		spec->rdzv.rejoin_timeout_ms =
+			rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms;
+		spec->rdzv.blacklist_failures = rc->blacklist_failures;
+		spec->rdzv.blacklist_window_ms = rc->blacklist_window_ms;
+		spec->rdzv.cooldown_min_ms = rc->cooldown_min_ms;
+		spec->rdzv.cooldown_max_ms = rc->cooldown_max_ms;
 		return;
 	}
 	/* One node: the agent hosts the store for native workers on loopback,
@@ -517,6 +523,12 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "rdzv_conf.is_host=%s\n", rc->is_host < 0 ? "auto" : rc->is_host ? "1" : "0");
 	fprintf(f, "rdzv_conf.token_file=%s\n", rc->token_file ? rc->token_file : "");
 	fprintf(f, "rdzv_conf.read_timeout_ms=%lld\n", (long long)rc->read_timeout_ms);
+	fprintf(f, "rdzv_conf.rejoin_timeout_ms=%lld\n",
+		(long long)(rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms));
+	fprintf(f, "rdzv_conf.blacklist_failures=%d\n", rc->blacklist_failures);
+	fprintf(f, "rdzv_conf.blacklist_window_ms=%lld\n", (long long)rc->blacklist_window_ms);
+	fprintf(f, "rdzv_conf.blacklist_cooldown_range_ms=%lld:%lld\n",
+		(long long)rc->cooldown_min_ms, (long long)rc->cooldown_max_ms);
 	fprintf(f, "master_addr=%s\n", plan->master_addr);
 	if (plan->master_port)
 		fprintf(f, "master_port=%d\n", plan->master_port);

@@ -43,6 +43,10 @@ void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__
 	items[7] = num_item(&scratch, conf->last_call_ms);
 	items[8] = num_item(&scratch, conf->keepalive_ms);
 	items[9] = num_item(&scratch, conf->max_restarts);
+	items[10] = num_item(&scratch, conf->blacklist_failures);
+	items[11] = num_item(&scratch, conf->blacklist_window_ms);
+	items[12] = num_item(&scratch, conf->cooldown_min_ms);
+	items[13] = num_item(&scratch, conf->cooldown_max_ms);
 	memset(msg, 0, sizeof(*msg));
 	msg->type = CRUN_WIRE_RDZV_JOIN;
 	msg->num = conf->join_timeout_ms;
@@ -136,12 +140,31 @@ int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_no
 {
 	const struct crun__wire_item *it = msg->items;
 	int64_t nproc, rank, min, max, last_call, keepalive, restarts;
+	int64_t bl[4] = {0, 0, 0, 0};
+	static const char *const bl_names[4] = {"blacklist_failures", "blacklist_window_ms",
+						"cooldown_min_ms", "cooldown_max_ms"};
 	int rc;
 
 	memset(node, 0, sizeof(*node));
 	memset(conf, 0, sizeof(*conf));
-	if (msg->type != CRUN_WIRE_RDZV_JOIN || msg->count != CRUN_RDZV_JOIN_ITEMS) {
-		crun__seterr(err, errlen, "not a JOIN of %d items", CRUN_RDZV_JOIN_ITEMS);
+	if (msg->type != CRUN_WIRE_RDZV_JOIN ||
+	    (msg->count != CRUN_RDZV_JOIN_ITEMS && msg->count != CRUN_RDZV_JOIN_ITEMS_BASE)) {
+		crun__seterr(err, errlen, "not a JOIN of %d or %d items", CRUN_RDZV_JOIN_ITEMS_BASE,
+			     CRUN_RDZV_JOIN_ITEMS);
+		return -EPROTO;
+	}
+	for (uint32_t i = CRUN_RDZV_JOIN_ITEMS_BASE; i < msg->count; i++) {
+		int64_t top = i == CRUN_RDZV_JOIN_ITEMS_BASE ? CRUN_RDZV_MAX_BLACKLIST : INT64_MAX;
+
+		rc = item_int(&it[i], bl_names[i - CRUN_RDZV_JOIN_ITEMS_BASE], 0, top,
+			      &bl[i - CRUN_RDZV_JOIN_ITEMS_BASE], err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (bl[2] > bl[3]) {
+		crun__seterr(err, errlen,
+			     "cooldown_min_ms %" PRId64 " is above cooldown_max_ms %" PRId64, bl[2],
+			     bl[3]);
 		return -EPROTO;
 	}
 	if (msg->num <= 0) {
@@ -177,6 +200,10 @@ int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_no
 	conf->last_call_ms = last_call;
 	conf->keepalive_ms = keepalive;
 	conf->max_restarts = (int)restarts;
+	conf->blacklist_failures = (int)bl[0];
+	conf->blacklist_window_ms = bl[1];
+	conf->cooldown_min_ms = bl[2];
+	conf->cooldown_max_ms = bl[3];
 	return 0;
 }
 

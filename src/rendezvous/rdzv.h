@@ -29,7 +29,21 @@
  *                connection's latest JOIN sets it (0 turns it off); every
  *                frame restarts it.
  *     max_restarts   the job's --max-restarts
- *   The first JOIN of a run fixes min/max/last_call/max_restarts and
+ *   and optionally (a JOIN of 10 items has them 0):
+ *     blacklist_failures, blacklist_window_ms, cooldown_min_ms,
+ *     cooldown_max_ms   a node (a node id) whose failures (a worker
+ *                failure it reported, or its connection lost while a
+ *                member) reach blacklist_failures within
+ *                blacklist_window_ms is excluded: a JOIN of it is held
+ *                until its cool-down has passed (cooldown_min_ms, doubled
+ *                for each later exclusion up to cooldown_max_ms), and it
+ *                gets one RDZV_EVENT "excluded" (num 0) saying so; then it
+ *                joins as any JOIN would. 0 failures: never.
+ *   A JOIN whose node id is held by another connection of the run (the
+ *   same agent, reconnected) replaces it: the old connection's node is
+ *   lost first, as if its connection had closed.
+ *   The first JOIN of a run fixes min/max/last_call/max_restarts, the
+ *   exclusion settings and
  *   whether ranks are static (node_rank given) or dynamic; a later JOIN
  *   whose values differ gets ERROR EINVAL naming the mismatch ("--nnodes
  *   2:4 differs from the run's 2", "--max-restarts 0 differs from the
@@ -66,6 +80,8 @@
  *                       stopped, counted
  *            "join"     a node is waiting to join and the run is below
  *                       max_nodes; not counted
+ *            "excluded" (num 0, to a held joiner) the node is excluded;
+ *                       the message says for how long
  *            "exhausted" restart_count went above max_restarts, or a
  *                       RDZV_FAIL said "stop": the run is closed as
  *                       failed; agents stop and exit 1. The message is
@@ -150,14 +166,19 @@
 
 #include "rendezvous/wire.h"
 
-#define CRUN_RDZV_JOIN_ITEMS 10
+#define CRUN_RDZV_JOIN_ITEMS 14
+/* A JOIN without the exclusion items (blacklist_* off). */
+#define CRUN_RDZV_JOIN_ITEMS_BASE 10
+/* Bytes of scratch crun__rdzv_join_msg needs for its numbers. */
+#define CRUN_RDZV_JOIN_SCRATCH 256
 /* RDZV_FAIL's second item: the run must not restart. */
 #define CRUN_RDZV_FAIL_STOP "stop"
 /* Limits a JOIN is checked against: an assignment of max nodes must fit
  * one frame (4 + 4 * nnodes items), the world size an int. */
 #define CRUN_RDZV_MAX_NODES ((CRUN_WIRE_MAX_ITEMS - 4) / 4)
 #define CRUN_RDZV_MAX_NPROC 65536
-#define CRUN_RDZV_MAX_STR 1024 /* bytes of node_id, host, addr */
+#define CRUN_RDZV_MAX_STR 1024	     /* bytes of node_id, host, addr */
+#define CRUN_RDZV_MAX_BLACKLIST 1000 /* blacklist_failures */
 
 /* One node as a JOIN describes it and as an assignment lists it. */
 struct crun__rdzv_node {
@@ -174,6 +195,10 @@ struct crun__rdzv_conf {
 	int64_t last_call_ms;
 	int64_t keepalive_ms;
 	int max_restarts;
+	/* Exclusion of a node that keeps failing (0 failures: never). */
+	int blacklist_failures;
+	int64_t blacklist_window_ms;
+	int64_t cooldown_min_ms, cooldown_max_ms;
 };
 
 /* The outcome of a round for one node. */
@@ -188,7 +213,7 @@ struct crun__rdzv_assignment {
 };
 
 /* Builds a JOIN request in msg using items (CRUN_RDZV_JOIN_ITEMS of
- * them) and scratch (which must hold 160 bytes for the decimal numbers);
+ * them) and scratch (CRUN_RDZV_JOIN_SCRATCH bytes for the decimal numbers);
  * every pointer in msg refers to self, items or scratch. */
 void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
 			 struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch);

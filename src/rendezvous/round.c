@@ -12,6 +12,12 @@
  *   each event it is set to the earliest deadline that matters in the new
  *   state, so an expired deadline that does not apply (a joiner's timeout
  *   while the round already has min nodes) never spins.
+ * - A node that keeps failing (rdzv.h: blacklist_failures within
+ *   blacklist_window) is excluded for a cool-down, Horovod's blacklist with
+ *   a cool-down range: its failure times and exclusions live with its
+ *   first-join order (struct known), and a JOIN of an excluded node waits
+ *   in a set of its own (cooling) until the round's timer ends the
+ *   cool-down; then it joins as any JOIN would.
  * - The members of the round that ended are remembered (prev), so that a
  *   join timeout can name who did not come back, and so that the next
  *   round closes as soon as every one of them that is still connected has
@@ -62,6 +68,10 @@ struct nodes {
 struct known {
 	char *node_id;
 	uint64_t seq;
+	uint64_t *fails; /* loop times of its last failures, oldest first */
+	int nfails;
+	int excluded;		 /* times it was excluded */
+	uint64_t excluded_until; /* loop time; 0: never excluded */
 };
 
 /* A member of the round that ended last. */
@@ -93,6 +103,7 @@ struct crun__round {
 	int64_t round;
 	int64_t restart_count;
 	struct nodes joiners, members, standby;
+	struct nodes cooling; /* held joiners of excluded nodes */
 	int ndone;
 	int world_size;
 	struct known *known;
@@ -223,31 +234,126 @@ static struct rnode *node_find_rank(const struct nodes *s, int rank)
 	return NULL;
 }
 
-/* First-join order of node_id, assigning the next one to a new node.
- * UINT64_MAX when out of memory (the node then sorts last). */
-static uint64_t node_seq(struct crun__round *r, const char *node_id)
+/* What the run knows of node_id, made with the next first-join order for
+ * a new node; NULL when out of memory. */
+static struct known *known_get(struct crun__round *r, const char *node_id)
 {
 	struct known *k;
 
 	for (size_t i = 0; i < r->nknown; i++)
 		if (!strcmp(r->known[i].node_id, node_id))
-			return r->known[i].seq;
+			return &r->known[i];
 	if (r->nknown == r->known_cap) {
 		size_t cap = r->known_cap ? r->known_cap * 2 : 8;
 
 		k = realloc(r->known, cap * sizeof(*k));
 		if (!k)
-			return UINT64_MAX;
+			return NULL;
 		r->known = k;
 		r->known_cap = cap;
 	}
 	k = &r->known[r->nknown];
+	memset(k, 0, sizeof(*k));
 	k->node_id = strdup(node_id);
 	if (!k->node_id)
-		return UINT64_MAX;
+		return NULL;
 	k->seq = r->next_seq++;
 	r->nknown++;
-	return k->seq;
+	return k;
+}
+
+/* First-join order of node_id; UINT64_MAX when out of memory (the node
+ * then sorts last). */
+static uint64_t node_seq(struct crun__round *r, const char *node_id)
+{
+	struct known *k = known_get(r, node_id);
+
+	return k ? k->seq : UINT64_MAX;
+}
+
+/* The n-th cool-down: the range's minimum, doubled for each exclusion
+ * before, up to its maximum. */
+static int64_t cooldown_ms(const struct crun__rdzv_conf *c, int n)
+{
+	int64_t ms = c->cooldown_min_ms;
+
+	for (int i = 1; i < n && ms < c->cooldown_max_ms; i++)
+		ms = ms > c->cooldown_max_ms / 2 ? c->cooldown_max_ms : ms * 2;
+	return ms < c->cooldown_max_ms ? ms : c->cooldown_max_ms;
+}
+
+/* A failure of node_id (a worker failure it reported, or it left while a
+ * member): excludes it when it has failed blacklist_failures times within
+ * blacklist_window. */
+static void count_failure(struct crun__round *r, const char *node_id, const char *host)
+{
+	const struct crun__rdzv_conf *c = &r->conf;
+	uint64_t now = uv_now(r->loop);
+	struct known *k;
+	char a[24], b[24];
+	int keep = 0;
+
+	if (c->blacklist_failures <= 0)
+		return;
+	k = known_get(r, node_id);
+	if (!k)
+		return;
+	if (!k->fails) {
+		k->fails = calloc((size_t)c->blacklist_failures, sizeof(*k->fails));
+		if (!k->fails)
+			return;
+	}
+	for (int i = 0; i < k->nfails; i++)
+		if (now - k->fails[i] < (uint64_t)c->blacklist_window_ms)
+			k->fails[keep++] = k->fails[i];
+	k->nfails = keep;
+	if (k->nfails == c->blacklist_failures) {
+		memmove(k->fails, k->fails + 1, (size_t)(k->nfails - 1) * sizeof(*k->fails));
+		k->nfails--;
+	}
+	k->fails[k->nfails++] = now;
+	if (k->nfails < c->blacklist_failures)
+		return;
+	k->nfails = 0;
+	k->excluded++;
+	k->excluded_until = deadline_after(r, cooldown_ms(c, k->excluded));
+	crun__info("run '%s': node '%s' (%s) is excluded for %s: %d failure%s within %s", r->run_id,
+		   node_id, host, crun__rdzv_format_ms(cooldown_ms(c, k->excluded), a, sizeof(a)),
+		   c->blacklist_failures, c->blacklist_failures == 1 ? "" : "s",
+		   crun__rdzv_format_ms(c->blacklist_window_ms, b, sizeof(b)));
+}
+
+/* Holds n, a JOIN of an excluded node, until its cool-down has passed,
+ * and tells it so; true when it was held (or answered and freed). */
+static bool maybe_hold(struct crun__round *r, struct rnode *n)
+{
+	struct known *k = known_get(r, n->node_id);
+	struct crun__wire_item items[3];
+	uint64_t now = uv_now(r->loop);
+	char msg[600], t[24], count[24];
+
+	if (!k || k->excluded_until <= now)
+		return false;
+	if (nodes_push(&r->cooling, n) < 0) {
+		send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
+		free(n);
+		return true;
+	}
+	n->deadline = k->excluded_until;
+	snprintf(msg, sizeof(msg),
+		 "node '%s' (%s) is excluded from run '%s' for %s more: it failed %d time%s "
+		 "within %s",
+		 n->node_id, n->host, r->run_id,
+		 crun__rdzv_format_ms((int64_t)(k->excluded_until - now), t, sizeof(t)),
+		 r->conf.blacklist_failures, r->conf.blacklist_failures == 1 ? "" : "s",
+		 crun__rdzv_format_ms(r->conf.blacklist_window_ms, count, sizeof(count)));
+	crun__info("run '%s': %s", r->run_id, msg);
+	snprintf(count, sizeof(count), "%" PRId64, r->restart_count);
+	items[0] = item("excluded");
+	items[1] = item(msg);
+	items[2] = item(count);
+	r->ops->send(n->peer, CRUN_WIRE_RDZV_EVENT, n->join_id, 0, items, 3);
+	return true;
 }
 
 static int cmp_seq(const void *a, const void *b)
@@ -291,7 +397,8 @@ static bool prev_all_back(const struct crun__round *r)
 	if (!r->nprev)
 		return false;
 	for (size_t i = 0; i < r->nprev; i++)
-		if (!r->prev[i].gone && !node_find_id(&r->joiners, r->prev[i].node_id))
+		if (!r->prev[i].gone && !node_find_id(&r->joiners, r->prev[i].node_id) &&
+		    !node_find_id(&r->cooling, r->prev[i].node_id))
 			return false;
 	return true;
 }
@@ -513,6 +620,10 @@ static void close_run(struct crun__round *r, bool failed)
 	for (size_t i = 0; i < r->joiners.n; i++)
 		send_err(r, r->joiners.v[i]->peer, r->joiners.v[i]->join_id, ESHUTDOWN,
 			 "run '%s' is closed: %s", r->run_id, why);
+	for (size_t i = 0; i < r->cooling.n; i++)
+		send_err(r, r->cooling.v[i]->peer, r->cooling.v[i]->join_id, ESHUTDOWN,
+			 "run '%s' is closed: %s", r->run_id, why);
+	nodes_free(&r->cooling);
 	nodes_free(&r->standby);
 	nodes_free(&r->joiners);
 	nodes_free(&r->members);
@@ -537,10 +648,10 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 	const struct crun__rdzv_node *nd = ev->node;
 	const struct crun__rdzv_conf *cf = ev->conf;
 	const char *addr = nd->addr[0] ? nd->addr : (ev->peer_addr ? ev->peer_addr : "");
-	struct nodes *sets[3] = {&r->joiners, &r->members, &r->standby};
-	static const char *const where[3] = {"has already joined round",
-					     "is a member of the running round",
-					     "already waits to join after round"};
+	struct nodes *sets[4] = {&r->joiners, &r->members, &r->standby, &r->cooling};
+	static const char *const where[4] = {
+		"has already joined round", "is a member of the running round",
+		"already waits to join after round", "already waits, excluded, in round"};
 	char a[24], b[24], c[24];
 	size_t ls[3];
 	struct rnode *n;
@@ -558,6 +669,22 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 			refuse_join(r, ev, EINVAL, "last_call_timeout %s differs from the run's %s",
 				    crun__rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
 				    crun__rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
+			return NULL;
+		}
+		if (cf->blacklist_failures != rc->blacklist_failures ||
+		    (cf->blacklist_failures &&
+		     (cf->blacklist_window_ms != rc->blacklist_window_ms ||
+		      cf->cooldown_min_ms != rc->cooldown_min_ms ||
+		      cf->cooldown_max_ms != rc->cooldown_max_ms))) {
+			refuse_join(r, ev, EINVAL,
+				    "blacklist settings (%d failures within %" PRId64
+				    " ms, cool-down %" PRId64 "..%" PRId64
+				    " ms) differ from the run's (%d, %" PRId64 " ms, %" PRId64
+				    "..%" PRId64 " ms)",
+				    cf->blacklist_failures, cf->blacklist_window_ms,
+				    cf->cooldown_min_ms, cf->cooldown_max_ms,
+				    rc->blacklist_failures, rc->blacklist_window_ms,
+				    rc->cooldown_min_ms, rc->cooldown_max_ms);
 			return NULL;
 		}
 		if (cf->max_restarts != rc->max_restarts) {
@@ -578,7 +705,7 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 			return NULL;
 		}
 	}
-	for (int s = 0; s < 3; s++) {
+	for (int s = 0; s < 4; s++) {
 		struct rnode *o;
 
 		if (nodes_find(sets[s], ev->peer) >= 0) {
@@ -689,6 +816,20 @@ static void done_elsewhere(struct crun__round *r, const struct crun__round_event
 			 r->run_id);
 }
 
+/* A held joiner of an excluded node left. */
+static void drop_cooling(struct crun__round *r, const struct crun__round_event *ev)
+{
+	long i = nodes_find(&r->cooling, ev->peer);
+
+	if (i >= 0) {
+		struct rnode *n = nodes_take(&r->cooling, (size_t)i);
+
+		crun__info("run '%s': excluded node '%s' (%s) left: %s", r->run_id, n->node_id,
+			   n->host, ev->message ? ev->message : "connection closed");
+		free(n);
+	}
+}
+
 static void open_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	struct rnode *n;
@@ -697,7 +838,21 @@ static void open_event(struct crun__round *r, const struct crun__round_event *ev
 	switch (ev->type) {
 	case CRUN_ROUND_EV_JOIN:
 		n = admit(r, ev);
-		if (n && open_add(r, n))
+		if (!n)
+			break;
+		/* A held node is not waited for: the others may go on. */
+		if (maybe_hold(r, n) || open_add(r, n))
+			maybe_close_open(r);
+		break;
+	case CRUN_ROUND_EV_COOLED:
+		i = nodes_find(&r->cooling, ev->peer);
+		if (i < 0)
+			break;
+		n = nodes_take(&r->cooling, (size_t)i);
+		n->deadline = deadline_after(r, n->join_timeout_ms);
+		crun__info("run '%s': node '%s' (%s) is no longer excluded; joins round %" PRId64,
+			   r->run_id, n->node_id, n->host, r->round);
+		if (open_add(r, n))
 			maybe_close_open(r);
 		break;
 	case CRUN_ROUND_EV_LOST:
@@ -711,6 +866,7 @@ static void open_event(struct crun__round *r, const struct crun__round_event *ev
 				   ev->message ? ev->message : "connection closed");
 			free(n);
 		}
+		drop_cooling(r, ev);
 		maybe_close_open(r);
 		break;
 	case CRUN_ROUND_EV_FAIL:
@@ -742,9 +898,20 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 
 	switch (ev->type) {
 	case CRUN_ROUND_EV_JOIN:
-		n = admit(r, ev);
-		if (!n)
-			break;
+	case CRUN_ROUND_EV_COOLED:
+		if (ev->type == CRUN_ROUND_EV_JOIN) {
+			n = admit(r, ev);
+			if (!n || maybe_hold(r, n))
+				break;
+		} else {
+			i = nodes_find(&r->cooling, ev->peer);
+			if (i < 0)
+				break;
+			n = nodes_take(&r->cooling, (size_t)i);
+			n->deadline = deadline_after(r, n->join_timeout_ms);
+			crun__info("run '%s': node '%s' (%s) is no longer excluded", r->run_id,
+				   n->node_id, n->host);
+		}
 		if (r->members.n < (size_t)r->conf.max_nodes && !r->ndone) {
 			snprintf(msg, sizeof(msg), "node '%s' (%s) is joining", n->node_id,
 				 n->host);
@@ -752,7 +919,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			break;
 		}
 		if (nodes_push(&r->standby, n) < 0) {
-			send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
+			send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
 			free(n);
 			break;
 		}
@@ -774,9 +941,10 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			n->peer = NULL;
 			/* A node that finished and then went is no failure: the
 			 * barrier goes on without it. */
-			if (!n->done)
+			if (!n->done) {
+				count_failure(r, n->node_id, n->host);
 				end_round(r, "left", msg, NULL);
-			else if ((size_t)r->ndone == r->members.n)
+			} else if ((size_t)r->ndone == r->members.n)
 				close_run(r, false);
 			break;
 		}
@@ -788,6 +956,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 				   ev->message ? ev->message : "connection closed");
 			free(n);
 		}
+		drop_cooling(r, ev);
 		break;
 	case CRUN_ROUND_EV_FAIL:
 		if (ev->num != r->round) {
@@ -806,6 +975,7 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		else
 			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
 				 r->members.v[i]->group_rank, r->members.v[i]->host);
+		count_failure(r, r->members.v[i]->node_id, r->members.v[i]->host);
 		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
 		break;
 	case CRUN_ROUND_EV_DONE:
@@ -872,13 +1042,43 @@ static void closed_event(struct crun__round *r, const struct crun__round_event *
 	case CRUN_ROUND_EV_LOST:
 	case CRUN_ROUND_EV_LAST_CALL:
 	case CRUN_ROUND_EV_JOIN_TIMEOUT:
+	case CRUN_ROUND_EV_COOLED:
 		break;
+	}
+}
+
+/* A JOIN whose node id another connection holds: the same agent on a new
+ * connection. Its old connection's node is lost first. */
+static void replace_old(struct crun__round *r, const struct crun__round_event *ev)
+{
+	struct nodes *sets[4] = {&r->joiners, &r->members, &r->standby, &r->cooling};
+	struct crun__round_event lost = {
+		.type = CRUN_ROUND_EV_LOST,
+		.message = "replaced by a new connection of the same node",
+	};
+
+	for (int s = 0; s < 4; s++) {
+		struct rnode *o = node_find_id(sets[s], ev->node->node_id);
+
+		if (o && o->peer != ev->peer) {
+			if (sets[s] != &r->members)
+				send_err(r, o->peer, o->join_id, EEXIST,
+					 "node '%s' joined again on another connection",
+					 o->node_id);
+			lost.peer = o->peer;
+			crun__round_apply(r, &lost);
+			return;
+		}
 	}
 }
 
 void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev)
 {
-	enum round_state from = r->state;
+	enum round_state from;
+
+	if (ev->type == CRUN_ROUND_EV_JOIN && ev->node && r->state != ROUND_CLOSED)
+		replace_old(r, ev);
+	from = r->state;
 
 	switch (r->state) {
 	case ROUND_OPEN:
@@ -932,6 +1132,20 @@ static void on_timer(uv_timer_t *h)
 	if (r->state == ROUND_OPEN && r->last_call_armed && now >= r->last_call_deadline)
 		crun__round_apply(r, &ev);
 	/* Peers first, then events: each event may reshape the arrays. */
+	if (r->cooling.n) {
+		expired = malloc(r->cooling.n * sizeof(*expired));
+		for (size_t i = 0; expired && i < r->cooling.n; i++)
+			if (r->cooling.v[i]->deadline <= now)
+				expired[nexp++] = r->cooling.v[i]->peer;
+		for (size_t i = 0; i < nexp; i++) {
+			ev.type = CRUN_ROUND_EV_COOLED;
+			ev.peer = expired[i];
+			crun__round_apply(r, &ev);
+		}
+		free(expired);
+		expired = NULL;
+		nexp = 0;
+	}
 	w = waiting(r);
 	if (w && w->n) {
 		expired = malloc(w->n * sizeof(*expired));
@@ -962,6 +1176,11 @@ static void rearm(struct crun__round *r)
 	for (size_t i = 0; w && i < w->n; i++) {
 		if (w->v[i]->deadline < next)
 			next = w->v[i]->deadline;
+		any = true;
+	}
+	for (size_t i = 0; i < r->cooling.n; i++) {
+		if (r->cooling.v[i]->deadline < next)
+			next = r->cooling.v[i]->deadline;
 		any = true;
 	}
 	if (!any) {
@@ -1026,8 +1245,11 @@ void crun__round_destroy(struct crun__round *r)
 	nodes_free(&r->joiners);
 	nodes_free(&r->members);
 	nodes_free(&r->standby);
-	for (size_t i = 0; i < r->nknown; i++)
+	nodes_free(&r->cooling);
+	for (size_t i = 0; i < r->nknown; i++) {
 		free(r->known[i].node_id);
+		free(r->known[i].fails);
+	}
 	free(r->known);
 	prev_clear(r);
 	free(r->ended_why);
@@ -1038,5 +1260,5 @@ void crun__round_destroy(struct crun__round *r)
 bool crun__round_has_peer(const struct crun__round *r, const void *peer)
 {
 	return r && (nodes_find(&r->joiners, peer) >= 0 || nodes_find(&r->members, peer) >= 0 ||
-		     nodes_find(&r->standby, peer) >= 0);
+		     nodes_find(&r->standby, peer) >= 0 || nodes_find(&r->cooling, peer) >= 0);
 }

@@ -45,6 +45,7 @@ enum crun__round_event_type {
 	CRUN_ROUND_EV_DONE,	    /* peer, id, num = round */
 	CRUN_ROUND_EV_LAST_CALL,    /* (timer) last_call_ms after min nodes */
 	CRUN_ROUND_EV_JOIN_TIMEOUT, /* (timer) peer: its join timeout passed */
+	CRUN_ROUND_EV_COOLED,	    /* (timer) peer: its cool-down passed */
 };
 
 struct crun__round_event {
@@ -71,7 +72,7 @@ struct crun__round *crun__round_create(uv_loop_t *loop, const char *run_id,
  * rdzv.h says or ignored (LOST of an unknown peer). */
 void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev);
 
-/* True when peer is a joiner, member or standby node of r: the server
+/* True when peer is a joiner, member, standby or excluded node of r: the server
  * arms a connection's keep-alive only once its JOIN has been admitted, so
  * that a refused JOIN leaves the connection as it was. */
 bool crun__round_has_peer(const struct crun__round *r, const void *peer);

@@ -89,7 +89,7 @@ static const struct type_rule rules[256] = {
 	/* Rendezvous (rdzv.h): JOIN's num is its join timeout, item 0 the
 	 * node id; FAIL and DONE name a round; the items' contents are
 	 * checked by crun__rdzv_parse_join on the server. */
-	[CRUN_WIRE_RDZV_JOIN] = {"RDZV_JOIN", 10, 10, 0, NUM_POSITIVE, true},
+	[CRUN_WIRE_RDZV_JOIN] = {"RDZV_JOIN", 10, 14, 0, NUM_POSITIVE, true},
 	[CRUN_WIRE_RDZV_FAIL] = {"RDZV_FAIL", 1, 2, 0, NUM_ROUND, false},
 	[CRUN_WIRE_RDZV_DONE] = {"RDZV_DONE", 0, 0, 0, NUM_ROUND, false},
 	[CRUN_WIRE_OK] = {"OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false},

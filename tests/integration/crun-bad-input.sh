@@ -95,6 +95,11 @@ bad "invalid value 'join_timeout' for --rdzv-conf: 'join_timeout' is not KEY=VAL
 bad "unknown key 'bogus'; known keys: join_timeout" "" --rdzv-conf bogus=1
 bad "invalid value 'join_timeout=soon' for --rdzv-conf" "" --rdzv-conf=join_timeout=soon
 bad "invalid value 'is_host=2' for --rdzv-conf" "" --rdzv_conf is_host=2
+bad "rejoin_timeout '0': expected a positive duration" "" --rdzv-conf rejoin_timeout=0
+bad "blacklist_failures '-1': expected a whole number from 0 (never) to 1000" "" \
+	--rdzv-conf blacklist_failures=-1
+bad "blacklist_cooldown_range '5m:1m': expected MIN:MAX" "" \
+	--rdzv-conf blacklist_cooldown_range=5m:1m
 bad "invalid value 'node0:99999' for --rdzv-endpoint" "" --rdzv-endpoint node0:99999
 bad "invalid value 'a/b' for --rdzv-id" "" --rdzv-id a/b
 # Durations and signals.

@@ -64,11 +64,11 @@ grep -q "Root Cause (as the rendezvous store reported it)" "$tmp/e0.err" ||
 	fail "the host's summary: $(cat "$tmp/e0.err")"
 wait_none "$marker"
 
-# The store's host dies; the other agent ends within the keep-alive window
-# (here 300ms x 3), naming the store.
+# The store's host dies; the other agent kills its workers at once, naming
+# the store, tries to reach it again for rejoin_timeout (500ms) and ends.
 port=$(free_port)
 common=(--nnodes=2 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=lost
-	--rdzv-conf=keep_alive_interval=300ms,keep_alive_max_attempt=3)
+	--rdzv-conf=keep_alive_interval=300ms,keep_alive_max_attempt=3,rejoin_timeout=500ms)
 export MN_UNTIL=false
 agent s0 "${common[@]}" sh -c "$worker" "$marker"
 wait_for "$tmp/s0.err" "hosting the rendezvous store"
@@ -80,7 +80,8 @@ kill -9 "$pid_s0"
 expect_rc s1 1 5
 ms=$((($(date +%s%N) - start) / 1000000))
 [ "$ms" -lt 2000 ] || fail "the store's loss took $ms ms to end the job"
-has "$tmp/s1.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (connection closed); the job cannot continue"
+has "$tmp/s1.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (connection closed); rejoining within 500ms"
+has "$tmp/s1.err" "crun: cannot rejoin run 'lost' at '127.0.0.1:$port' within 500ms; giving up"
 finish s0
 wait_none "$marker"
 
@@ -105,10 +106,11 @@ wait_for "$tmp/p0.out" "nodes=1 world=1 restart=1 round=2" 1 1
 kill -9 "$pid_p1"
 finish p1
 
-# The store's host stops answering: the other agent ends within the window.
+# The store's host stops answering: the other agent notices within the
+# window and ends after its rejoin timeout (300ms).
 port=$(free_port)
 common=(--nnodes=2 --nproc-per-node=1 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=part2
-	--rdzv-conf=keep_alive_interval=200ms,keep_alive_max_attempt=3)
+	--rdzv-conf=keep_alive_interval=200ms,keep_alive_max_attempt=3,rejoin_timeout=300ms)
 export MN_UNTIL=false
 agent q0 "${common[@]}" sh -c "$worker" "$marker"
 wait_for "$tmp/q0.err" "hosting the rendezvous store"
@@ -119,7 +121,8 @@ start=$(date +%s%N)
 expect_rc q1 1 5
 ms=$((($(date +%s%N) - start) / 1000000))
 [ "$ms" -lt 2000 ] || fail "the silent store was noticed after $ms ms"
-has "$tmp/q1.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (no reply for 600ms); the job cannot continue"
+has "$tmp/q1.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (no reply for 600ms); rejoining within 300ms"
+has "$tmp/q1.err" "crun: cannot rejoin run 'part2' at '127.0.0.1:$port' within 300ms; giving up"
 kill -9 "$pid_q0"
 finish q0
 wait_none "$marker"

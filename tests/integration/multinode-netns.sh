@@ -6,13 +6,15 @@
 # - a partition: node 2's bridge port drops every frame. Nodes 0 and 1
 #   notice after keep_alive_interval x keep_alive_max_attempt (0.5s x 3),
 #   restart with 2 nodes (--nnodes=2:3; a counted restart) and finish; the
-#   cut node's agent fails naming the store it lost, within its own
-#   keep-alive window, and leaves no worker behind;
-# - the store host dies (SIGKILL of node 0's agent): node 1's agent exits 1
-#   naming the store, at once (the kernel closes the connection);
+#   cut node's agent kills its workers within its own keep-alive window,
+#   naming the store it lost, and gives up after its rejoin_timeout (1s)
+#   (multinode-rejoin.sh covers a node that comes back);
+# - the store host dies (SIGKILL of node 0's agent): node 1's agent kills
+#   its workers naming the store, at once (the kernel closes the
+#   connection), and exits 1 after its rejoin_timeout;
 # - the store host dies silently (cut off, then SIGKILL: its FIN never
-#   arrives): node 1's agent exits 1 naming the store within the keep-alive
-#   window;
+#   arrives): node 1's agent kills its workers within the keep-alive window
+#   and exits 1 after its rejoin_timeout;
 # - MASTER_ADDR: every worker on every node sees the address of node 0
 #   (the node of global rank 0), never 127.0.0.1, and one MASTER_PORT.
 # Prints the measured detection times. Skips (77) where network namespaces
@@ -33,14 +35,6 @@ now() {
 now
 t_start=$now
 
-# running PID: PID has not ended (a zombie has)
-running() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	[[ ${stat:0:1} != Z ]]
-}
-
 # nagent NODE NAME ARGS...: "$CRUN ARGS..." in node NODE in the background;
 # output in $tmp/NAME.out and $tmp/NAME.err, its pid in pid_NAME (for
 # finish and expect_rc of multinode-lib.sh; the cluster's teardown kills it
@@ -59,6 +53,12 @@ show() {
 		printf -- '--- %s.out\n%s\n--- %s.err\n%s\n' "$n" "$(tail -n 20 "$tmp/$n.out")" \
 			"$n" "$(tail -n 30 "$tmp/$n.err")"
 	done
+}
+
+# workers MARK: the pids of the workers (sh -c ...) whose command line has
+# MARK, not the agent's
+workers() {
+	ps -eo pid=,stat=,args= | awk -v m="$1" 'index($0, m) && $2 !~ /^Z/ && $3 == "sh" {print $1}'
 }
 
 # one_line FILE TEXT: FILE has exactly one line that contains TEXT
@@ -100,7 +100,8 @@ common=(--nnodes=2:3 --nproc-per-node=2 --rdzv-endpoint="$ep" --rdzv-id=part
 export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 2 ]'
 start_host p0 "${common[@]}" sh -c "$worker" "$marker.p0"
 nagent 1 p1 "${common[@]}" sh -c "$worker" "$marker.p1"
-nagent 2 p2 "${common[@]}" sh -c "$worker" "$marker.p2"
+nagent 2 p2 "${common[@]/last_call_timeout=1/last_call_timeout=1,rejoin_timeout=1s}" \
+	sh -c "$worker" "$marker.p2"
 for n in p0 p1 p2; do
 	wait_for "$tmp/$n.out" "nodes=3 world=6 restart=0 round=1" 2
 done
@@ -119,21 +120,21 @@ cluster_cut 2 || fail "cannot cut node 2"
 now
 t_cut=$now
 # Up to 5 s for: each of nodes 0 and 1 to say that round 1 ended (t_p0,
-# t_p1), node 2's agent to end (t_p2), and both survivors' workers to run
-# in round 2 (t_r2).
+# t_p1), node 2's workers to be gone (t_p2), and both survivors' workers to
+# run in round 2 (t_r2).
 gone="left: no keep-alive for 1500ms; restarting (restart 1 of 3)"
 t_p0="" t_p1="" t_p2="" t_r2=""
 for _ in $(seq 250); do
 	now
 	[ -n "$t_p0" ] || ! grep -qF -- "$gone" "$tmp/p0.err" || t_p0=$((now - t_cut))
 	[ -n "$t_p1" ] || ! grep -qF -- "$gone" "$tmp/p1.err" || t_p1=$((now - t_cut))
-	[ -n "$t_p2" ] || running "$pid_p2" || t_p2=$((now - t_cut))
+	[ -n "$t_p2" ] || [ -n "$(workers "$marker.p2")" ] || t_p2=$((now - t_cut))
 	[ -n "$t_r2" ] || [ "$(cat "$tmp/p0.out" "$tmp/p1.out" |
 		grep -cF 'nodes=2 world=4 restart=1 round=2')" != 4 ] || t_r2=$((now - t_cut))
 	[ -n "$t_p0" ] && [ -n "$t_p1" ] && [ -n "$t_p2" ] && [ -n "$t_r2" ] && break
 	sleep 0.02
 done
-[ -n "$t_p2" ] || fail "the cut node's agent still runs 5 s after the cut: $(show p2)"
+[ -n "$t_p2" ] || fail "the cut node's workers still run 5 s after the cut: $(show p2)"
 [ -n "$t_p0" ] || fail "node 0 did not notice the cut within 5 s: $(show p0)"
 [ -n "$t_p1" ] || fail "node 1 did not notice the cut within 5 s: $(show p1)"
 [ -n "$t_r2" ] || fail "nodes 0 and 1 did not run round 2 within 5 s: $(show p0 p1)"
@@ -144,8 +145,9 @@ for v in t_p0 t_p1 t_p2; do
 	((${!v} >= 900 && ${!v} <= 2500)) ||
 		fail "$v: noticed after ${!v} ms, want the keep-alive window (1 to 1.5 s): $(show p0 p1 p2)"
 done
-expect_rc p2 1 1
-has "$tmp/p2.err" "crun: lost the rendezvous store at '$ep' (no reply for 1500ms); the job cannot continue"
+expect_rc p2 1 3
+has "$tmp/p2.err" "crun: lost the rendezvous store at '$ep' (no reply for 1500ms); rejoining within 1s"
+has "$tmp/p2.err" "crun: cannot rejoin run 'part' at '$ep' within 1s; giving up"
 wait_none "$marker.p2"
 for n in p0 p1; do
 	expect_rc "$n" 0 10
@@ -165,7 +167,7 @@ cluster_heal 2 || fail "cannot heal node 2"
 port=$((port + 1))
 ep="${A[0]}:$port"
 common=(--nnodes=2 --nproc-per-node=2 --rdzv-endpoint="$ep" --rdzv-id=kill
-	--rdzv-conf="$ka")
+	--rdzv-conf="$ka,rejoin_timeout=500ms")
 export MN_UNTIL=false
 start_host k0 "${common[@]}" sh -c "$worker" "$marker.k0"
 nagent 1 k1 "${common[@]}" sh -c "$worker" "$marker.k1"
@@ -184,13 +186,14 @@ t0=$now
 kill -KILL "$pid_k0"
 t_k1=""
 for _ in $(seq 150); do
-	running "$pid_k1" || { now; t_k1=$((now - t0)); break; }
+	[ -n "$(workers "$marker.k1")" ] || { now; t_k1=$((now - t0)); break; }
 	sleep 0.02
 done
-[ -n "$t_k1" ] || fail "node 1 still runs 3 s after the store host died: $(show k1)"
+[ -n "$t_k1" ] || fail "node 1's workers still run 3 s after the store host died: $(show k1)"
 ((t_k1 <= 1500)) || fail "node 1 noticed the killed store host after $t_k1 ms (window 1.5 s)"
-expect_rc k1 1 1
-has "$tmp/k1.err" "crun: lost the rendezvous store at '$ep' (connection closed); the job cannot continue"
+expect_rc k1 1 2
+has "$tmp/k1.err" "crun: lost the rendezvous store at '$ep' (connection closed); rejoining within 500ms"
+has "$tmp/k1.err" "crun: cannot rejoin run 'kill' at '$ep' within 500ms; giving up"
 finish k0 1
 wait_none "$marker.k"
 
@@ -198,7 +201,7 @@ wait_none "$marker.k"
 port=$((port + 1))
 ep="${A[0]}:$port"
 common=(--nnodes=2 --nproc-per-node=2 --rdzv-endpoint="$ep" --rdzv-id=silent
-	--rdzv-conf="$ka")
+	--rdzv-conf="$ka,rejoin_timeout=500ms")
 start_host s0 "${common[@]}" sh -c "$worker" "$marker.s0"
 nagent 1 s1 "${common[@]}" sh -c "$worker" "$marker.s1"
 wait_for "$tmp/s0.out" "nodes=2 world=4 restart=0 round=1" 2
@@ -211,14 +214,15 @@ t0=$now
 kill -KILL "$pid_s0"
 t_s1=""
 for _ in $(seq 200); do
-	running "$pid_s1" || { now; t_s1=$((now - t0)); break; }
+	[ -n "$(workers "$marker.s1")" ] || { now; t_s1=$((now - t0)); break; }
 	sleep 0.02
 done
-[ -n "$t_s1" ] || fail "node 1 still runs 4 s after the store host went silent: $(show s1)"
+[ -n "$t_s1" ] || fail "node 1's workers still run 4 s after the store host went silent: $(show s1)"
 ((t_s1 >= 900 && t_s1 <= 2500)) ||
 	fail "node 1 noticed the silent store host after $t_s1 ms, want the window (1 to 1.5 s)"
-expect_rc s1 1 1
-has "$tmp/s1.err" "crun: lost the rendezvous store at '$ep' (no reply for 1500ms); the job cannot continue"
+expect_rc s1 1 2
+has "$tmp/s1.err" "crun: lost the rendezvous store at '$ep' (no reply for 1500ms); rejoining within 500ms"
+has "$tmp/s1.err" "crun: cannot rejoin run 'silent' at '$ep' within 500ms; giving up"
 finish s0 1
 wait_none "$marker.s"
 
@@ -226,6 +230,6 @@ now
 elapsed=$((now - t_start))
 ((elapsed < 40000)) || fail "took $elapsed ms, want < 40 s"
 echo "partition of node 2: noticed by node 0 (the store) after $t_p0 ms, node 1 after $t_p1 ms;" \
-	"the cut node's agent ended after $t_p2 ms; round 2 running after $t_r2 ms"
-echo "store host killed: node 1 ended after $t_k1 ms; store host silent: after $t_s1 ms"
+	"the cut node's workers gone after $t_p2 ms; round 2 running after $t_r2 ms"
+echo "store host killed: node 1's workers gone after $t_k1 ms; store host silent: after $t_s1 ms"
 echo "ok: $elapsed ms"

@@ -1068,7 +1068,7 @@ static void join(struct crun__aclient *c, const char *node_id, struct rep *r, ui
 		.min_nodes = 2, .max_nodes = 2, .join_timeout_ms = 5000, .max_restarts = 3};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
-	char scratch[160];
+	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 
 	crun__rdzv_join_msg(&self, &conf, &m, items, scratch);
 	memset(r, 0, sizeof(*r));

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/group.h"
+#include "agent/reaper.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
 #include "common/fs.h"
@@ -831,9 +832,69 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* A child in a process group of its own that sleeps until killed. */
+static pid_t sleeper(void)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setpgid(0, 0);
+		for (;;)
+			pause();
+	}
+	setpgid(pid, pid);
+	return pid;
+}
+
+/* True when pid has ended within ms (then it is reaped). */
+static bool ended_within(pid_t pid, int ms, int *status)
+{
+	for (int i = 0; i < ms / 10; i++) {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+/* The guard as a watchdog: it kills the watched groups when crun has not
+ * said "alive" within the window, never while it keeps saying it, and not
+ * once the watchdog is off. */
+static void test_guard_watchdog(void **state)
+{
+	struct reaper r;
+	pid_t a, b;
+	int status;
+
+	(void)state;
+	assert_int_equal(agent_reaper_start(&r, 4, NULL), 0);
+	a = sleeper();
+	agent_reaper_watch(&r, a);
+	for (int i = 0; i < 10; i++) {
+		agent_reaper_alive(&r, 150);
+		usleep(30000);
+	}
+	assert_false(ended_within(a, 50, &status));
+	/* Silent for the window: killed. */
+	assert_true(ended_within(a, 2000, &status));
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	/* Off: a new group outlives a silence. */
+	b = sleeper();
+	agent_reaper_watch(&r, b);
+	agent_reaper_alive(&r, 100);
+	agent_reaper_alive(&r, 0);
+	assert_false(ended_within(b, 300, &status));
+	agent_reaper_forget(&r, b);
+	agent_reaper_stop(&r);
+	kill(b, SIGKILL);
+	assert_true(ended_within(b, 2000, &status));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_guard_watchdog),
 		cmocka_unit_test(test_error_file_record),
 		cmocka_unit_test(test_error_file_strings),
 		cmocka_unit_test(test_error_file_bad),

@@ -138,7 +138,7 @@ static void join(struct tnode *n)
 {
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
-	char scratch[160];
+	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 
 	crun__rdzv_join_msg(&n->self, &n->conf, &m, items, scratch);
 	m.id = n->join_id = next_id++;
@@ -878,8 +878,8 @@ static void test_static_ranks(void **state)
 }
 
 /* The first JOIN fixes the run's configuration; a JOIN that differs, a
- * malformed JOIN, a second JOIN on one connection and a duplicate node id
- * are refused, and the connection stays usable. */
+ * malformed JOIN and a second JOIN on one connection are refused, and the
+ * connection stays usable. */
 static void test_config_errors(void **state)
 {
 	struct harness h;
@@ -887,7 +887,7 @@ static void test_config_errors(void **state)
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
 	struct tnode na, nb;
-	char scratch[160];
+	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 
 	(void)state;
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
@@ -906,10 +906,6 @@ static void test_config_errors(void **state)
 	join(&nb);
 	want_error(&nb, nb.join_id, EINVAL, "last_call_timeout 1500ms differs from the run's 1s");
 	nb.conf = c;
-	nb.self.node_id = (char *)"a";
-	join(&nb);
-	want_error(&nb, nb.join_id, EINVAL, "node id 'a' is already in use");
-	nb.self.node_id = (char *)"b";
 	/* nproc "x" */
 	crun__rdzv_join_msg(&nb.self, &nb.conf, &m, items, scratch);
 	items[3] = its("x");
@@ -921,6 +917,113 @@ static void test_config_errors(void **state)
 	key_roundtrip(&nb, "still", "here");
 	node_close(&na);
 	node_close(&nb);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* A JOIN with a node id that another connection holds is the same agent
+ * reconnected: the old connection's joiner is told and dropped, the new
+ * one takes its place. */
+static void test_same_node_replaces(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a, b;
+	struct tnode old, now, other;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&old, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&now, h.port, "job", "a", "host-a", 1, &c);
+	node_init(&other, h.port, "job", "b", "host-b", 1, &c);
+	join_sync(&old);
+	join_sync(&now);
+	want_error(&old, old.join_id, EEXIST, "node 'a' joined again on another connection");
+	join(&other);
+	want_assignment(&now, &a);
+	want_assignment(&other, &b);
+	assert_int_equal(a.nnodes, 2);
+	assert_string_equal(a.nodes[a.group_rank].node_id, "a");
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
+	node_close(&old);
+	node_close(&now);
+	node_close(&other);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* A node that fails twice (the limit) within the window is excluded: its
+ * JOIN is held with an "excluded" event while the others run without it
+ * (--nnodes 1:2), then, after the cool-down, it ends the running round as
+ * a joining node and is in the next one. A failure of the other node
+ * alone excludes nobody. */
+static void test_excluded_node(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(1, 2, 10000, 5000);
+	struct crun__rdzv_assignment as[2];
+	struct tnode n[2];
+	struct timespec t0, t1;
+	uint32_t id;
+	long ms;
+
+	(void)state;
+	c.blacklist_failures = 2;
+	c.blacklist_window_ms = 60000;
+	c.cooldown_min_ms = 300;
+	c.cooldown_max_ms = 300;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	join_sync(&n[0]);
+	join(&n[1]);
+	for (int round = 1; round <= 2; round++) {
+		for (int i = 0; i < 2; i++) {
+			want_assignment(&n[i], &as[i]);
+			assert_int_equal(as[i].round, round);
+			assert_int_equal(as[i].nnodes, 2);
+			crun__rdzv_assignment_finish(&as[i]);
+		}
+		id = send_round_msg(&n[1], CRUN_WIRE_RDZV_FAIL, round, "b failed");
+		want_ok(&n[1], id);
+		for (int i = 0; i < 2; i++)
+			want_event(&n[i], round, "failure", "b failed");
+		join_sync(&n[0]);
+		join(&n[1]);
+	}
+	/* b failed twice: held; a runs round 3 alone. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	want_event(&n[1], 0, "excluded", "node 'b' (host-b) is excluded from run 'job' for");
+	want_assignment(&n[0], &as[0]);
+	assert_int_equal(as[0].round, 3);
+	assert_int_equal(as[0].nnodes, 1);
+	crun__rdzv_assignment_finish(&as[0]);
+	/* After the cool-down b ends round 3 as a joining node. */
+	want_event(&n[0], 3, "join", "node 'b' (host-b) is joining");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms >= 200 && ms < 3000);
+	join(&n[0]);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &as[i]);
+		assert_int_equal(as[i].round, 4);
+		assert_int_equal(as[i].nnodes, 2);
+		crun__rdzv_assignment_finish(&as[i]);
+	}
+	/* One failure of a: not excluded. */
+	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_FAIL, 4, "a failed");
+	want_ok(&n[0], id);
+	for (int i = 0; i < 2; i++)
+		want_event(&n[i], 4, "failure", "a failed");
+	join_sync(&n[1]);
+	join(&n[0]);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &as[i]);
+		assert_int_equal(as[i].round, 5);
+		assert_int_equal(as[i].nnodes, 2);
+		crun__rdzv_assignment_finish(&as[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		node_close(&n[i]);
 	assert_int_equal(harness_stop(&h), 0);
 }
 
@@ -995,6 +1098,8 @@ int main(void)
 		cmocka_unit_test(test_done_then_gone),
 		cmocka_unit_test(test_static_ranks),
 		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_same_node_replaces),
+		cmocka_unit_test(test_excluded_node),
 		cmocka_unit_test(test_two_runs),
 		cmocka_unit_test(test_destroy_busy),
 	};
