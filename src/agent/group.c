@@ -230,6 +230,36 @@ static void abandon_unreaped(struct group *g)
 	}
 }
 
+/* The worker's last line for its failure record: stderr's, else
+ * stdout's; NULL when it wrote none. */
+static const char *last_line(const struct worker *w)
+{
+	if (w->out[1].last_line[0])
+		return w->out[1].last_line;
+	return w->out[0].last_line[0] ? w->out[0].last_line : NULL;
+}
+
+/* A pipe of w closed: its last line is final now (the exit may have been
+ * recorded before the pipe was read to its end). */
+static void update_last_line(struct group *g, const struct worker *w)
+{
+	const char *line = last_line(w);
+
+	for (size_t i = 0; line && i < g->failures.n; i++) {
+		struct crun__failure *f = &g->failures.v[i];
+		char *copy;
+
+		if (f->pid != w->pid || f->local_rank != w->local_rank ||
+		    (f->last_line && !strcmp(f->last_line, line)))
+			continue;
+		copy = strdup(line);
+		if (!copy)
+			continue;
+		free(f->last_line);
+		f->last_line = copy;
+	}
+}
+
 static void record_failure(struct group *g, int lr)
 {
 	const struct worker *w = g->workers[lr];
@@ -242,6 +272,7 @@ static void record_failure(struct group *g, int lr)
 		.wall_ms = w->exit_wall_ms,
 		.error_file = w->error_file,
 		.log_file = w->log_path[1] ? w->log_path[1] : w->log_path[0],
+		.last_line = (char *)last_line(w),
 	};
 	char hang[300];
 
@@ -688,6 +719,7 @@ static void pipe_closed(struct worker *w, void *arg)
 
 	if (!w->spawned)
 		return; /* never counted */
+	update_last_line(g, w);
 	g->open_pipes--;
 	feed(g, &ev);
 }

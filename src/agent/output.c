@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -267,6 +268,30 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = p->buf ? p->cap - p->len : 0;
 }
 
+/* Ends the line being read: it becomes the last line unless it is blank. */
+static void end_line(struct outpipe *p)
+{
+	size_t n = p->cur_len;
+
+	p->cur_len = 0;
+	while (n && isspace((unsigned char)p->cur_line[n - 1]))
+		n--;
+	if (!n)
+		return;
+	memcpy(p->last_line, p->cur_line, n);
+	p->last_line[n] = '\0';
+}
+
+static void track_lines(struct outpipe *p, const char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (b[i] == '\n')
+			end_line(p);
+		else if (p->cur_len < sizeof(p->cur_line) - 1)
+			p->cur_line[p->cur_len++] = b[i];
+	}
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct outpipe *p = s->data;
@@ -279,9 +304,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 				   uv_strerror((int)nread));
 		uv_read_stop(s);
 		p->eof = true;
+		end_line(p);
 		pump(p);
 		return;
 	}
+	track_lines(p, buf->base, (size_t)nread);
 	if (p->file_fd >= 0)
 		write_file(p, buf->base, (size_t)nread);
 	if (!p->console)

@@ -16,6 +16,9 @@
  * longer line is written as it comes, its prefix once, while the console
  * stream is held for it so that no other line lands inside it. */
 #define CRUN__LINE_MAX (256 * 1024)
+/* The last line of a stream that the failure summary may show: its first
+ * CRUN__LAST_LINE_MAX - 1 bytes. */
+#define CRUN__LAST_LINE_MAX 512
 
 /* One of crun's console streams (stdout or stderr), shared by the pipes of
  * that stream of every worker. */
@@ -47,6 +50,12 @@ struct outpipe {
 			 * between reads: its '\n' gets no prefix) */
 	bool waiting;	/* on the console's waiters list */
 	struct outpipe *next_waiter;
+	/* The last line that held more than blanks, without its line end
+	 * (cut at CRUN__LAST_LINE_MAX - 1 bytes), for the failure summary of a
+	 * worker that left no error file; "" none. cur: the line being read. */
+	char last_line[CRUN__LAST_LINE_MAX];
+	char cur_line[CRUN__LAST_LINE_MAX];
+	size_t cur_len;
 };
 
 void crun__console_init(struct console *c, int fd);

@@ -51,6 +51,7 @@ int crun__failures_add(struct crun__failures *fl, const struct crun__failure *f)
 	c->log_file = f->log_file ? strdup(f->log_file) : NULL;
 	c->hang = f->hang ? strdup(f->hang) : NULL;
 	c->stack = f->stack ? strdup(f->stack) : NULL;
+	c->last_line = f->last_line ? strdup(f->last_line) : NULL;
 	fl->n++;
 	return 0;
 }
@@ -62,6 +63,7 @@ void crun__failures_clear(struct crun__failures *fl)
 		free(fl->v[i].log_file);
 		free(fl->v[i].hang);
 		free(fl->v[i].stack);
+		free(fl->v[i].last_line);
 	}
 	fl->n = 0;
 }
@@ -434,6 +436,8 @@ static void add_failure(struct text *t, const struct crun__summary_job *job,
 	     have_error_file && job->keeps_files ? f->error_file : "<N/A>");
 	if (f->hang && !message)
 		tadd_block(t, "message", f->hang);
+	else if (!message && f->last_line)
+		tadd_block(t, "message", f->last_line);
 	else
 		tadd_block(t, "message", message ? message : "");
 	if (traceback)

@@ -26,6 +26,9 @@ struct crun__failure {
 	 * when it was recorded: exit_code and term_signal mean nothing. */
 	char *hang;
 	char *stack;
+	/* The last line the worker wrote on stderr (else stdout), shown as
+	 * its message when its error file has none; NULL: none. */
+	char *last_line;
 };
 
 /* The failures of an attempt, in the order they were seen: the first is

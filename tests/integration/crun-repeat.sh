@@ -75,11 +75,13 @@ fi
 if command -v python3 >/dev/null; then
 	run script "$tmp/nosuch.py"
 	want script 1 1
-	[ "$(grep -c "can't open file '$tmp/nosuch.py'" "$tmp/script.err")" = 2 ] ||
+	[ "$(grep -c "^\[0\]:.*can't open file '$tmp/nosuch.py'" "$tmp/script.err")" = 2 ] ||
 		fail "script: python3's message is not there twice: $(cat "$tmp/script.err")"
 	has_re "$tmp/script.err" "nosuch.py FAILED \(after 1 restart\)$"
 	has_re "$tmp/script.err" "^not restarting: rank 0 failed the same way twice without progress: exited with code 2 after "
-	echo "ok a missing script: two attempts"
+	# no error file: the summary's message is the worker's last line
+	has_re "$tmp/script.err" "^  message   : .*can't open file '$tmp/nosuch.py'"
+	echo "ok a missing script: two attempts, python3's line in the summary"
 else
 	echo "ok # SKIP missing script: no python3"
 fi
