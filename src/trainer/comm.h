@@ -88,6 +88,13 @@ int crun__comm_size(const struct crun__comm *comm);
 const char *crun__comm_errmsg(const struct crun__comm *comm);
 /* Name of the backend in use ("cpu"). */
 const char *crun__comm_backend(const struct crun__comm *comm);
+/* Wall time, in ns, that the callers of comm's collectives spent inside
+ * them since it was created (two clock reads per call). The cpu backend's
+ * collectives return when done, so this is the time the caller waited for
+ * its peers and for the transfers; the nccl backend's only queue the work
+ * on a stream, so this is the time to queue it, and the waiting happens
+ * where the device synchronises. */
+uint64_t crun__comm_wait_ns(const struct crun__comm *comm);
 
 /* Collectives. The cpu backend runs rings: all-reduce is a
  * reduce-scatter then an all-gather (2(n-1) steps), each step pipelined

@@ -32,6 +32,8 @@ struct crun__comm {
 	int rank;
 	int size;
 	bool failed;
+	uint64_t entered_ns; /* when the collective in progress began */
+	uint64_t wait_ns;    /* crun__comm_wait_ns() */
 	char errmsg[512];
 	void *priv; /* the backend's state */
 };
