@@ -283,7 +283,7 @@ const char *crun__comm_backend(const struct crun__comm *comm)
 
 uint64_t crun__comm_wait_ns(const struct crun__comm *comm)
 {
-	return comm->wait_ns;
+	return comm->ops->counts_blocked ? comm->blocked_ns : comm->inside_ns;
 }
 
 /* Stands in for NULL buffers of empty collectives, so that backends
@@ -310,7 +310,7 @@ static int enter(struct crun__comm *comm, const char *what, bool bad_args)
 /* Common exit of every collective that enter() let in. */
 static int leave(struct crun__comm *comm, int rc)
 {
-	comm->wait_ns += crun__now_ns() - comm->entered_ns;
+	comm->inside_ns += crun__now_ns() - comm->entered_ns;
 	if (rc < 0) {
 		comm->failed = true;
 		if (!comm->errmsg[0])
