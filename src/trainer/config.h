@@ -117,10 +117,10 @@ int crun__train_config_set(struct crun__train_config *cfg, const char *assignmen
 
 /* Checks what single keys cannot: relations between keys. world_size is
  * the number of ranks (batch_size must split evenly over ranks and
- * micro-steps; train.slow_rank must be one of the ranks). The GPU keys (train.device cuda,
- * train.precision bf16, parallel.backend nccl, model.checkpoint_activations) need train.device
- * cuda, which needs a build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with
- * err. */
+ * micro-steps; train.slow_rank must be one of the ranks). The GPU keys
+ * (train.device cuda, train.precision bf16, parallel.backend nccl,
+ * model.checkpoint_activations) need train.device cuda, which needs a
+ * build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with err. */
 int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
 			     size_t errlen);
 
