@@ -152,14 +152,21 @@ CRUN_EXPORT int crun_worker_barrier(struct crun_worker *w, int timeout_ms);
  * restarts the job.
  *
  * crun_worker_heartbeat(): "step N" for step >= 0, "beat" for step < 0.
+ * crun_worker_heartbeat_work(): "step N WORK": step N (>= 0) took
+ * work_seconds (finite, >= 0) of this worker's own work, the time it did
+ * not spend waiting for the other ranks in collectives; crun's straggler
+ * detector compares these, since in lock-step training every rank's beats
+ * come at the slowest rank's pace.
  * crun_worker_heartbeat_section(): "section begin NAME" (begin) or
  * "section end NAME"; name of letters, digits, '.', '_', '-', at most 63.
  *
  * Neither ever blocks: a line that does not fit in the channel is dropped
  * (-EAGAIN). Returns 0 also when CRUN_HEARTBEAT_FD is unset (not run by
  * crun: nothing to do); -EBADF when it does not name an open descriptor,
- * -EINVAL for a bad name, -EPIPE when crun is gone. Thread-safe. */
+ * -EINVAL for a bad name, step or work, -EPIPE when crun is gone.
+ * Thread-safe. */
 CRUN_EXPORT int crun_worker_heartbeat(int64_t step);
+CRUN_EXPORT int crun_worker_heartbeat_work(int64_t step, double work_seconds);
 CRUN_EXPORT int crun_worker_heartbeat_section(const char *name, int begin);
 
 #ifdef __cplusplus

@@ -491,9 +491,9 @@ static int rdzv_env(struct agent *a)
 }
 
 /* Every step beat of a local worker goes to the straggler watch. */
-static void straggler_step(void *arg, int local_rank, int64_t step, uint64_t now_ms)
+static void straggler_step(void *arg, int local_rank, int64_t step, double work_s, uint64_t now_ms)
 {
-	crun__straggler_watch_step(arg, local_rank, step, now_ms);
+	crun__straggler_watch_step(arg, local_rank, step, work_s, now_ms);
 }
 
 int crun__agent_run(const struct crun__agent_spec *spec)

@@ -453,14 +453,14 @@ static void worker_hung(void *arg, const struct crun__liveness_hang *h)
 	feed(g, &ev);
 }
 
-static void worker_step(void *arg, int lr, int64_t step, uint64_t now_ms)
+static void worker_step(void *arg, int lr, int64_t step, double work_s, uint64_t now_ms)
 {
 	struct group *g = arg;
 
 	if (step > g->max_step)
 		g->max_step = step;
 	if (g->on_step)
-		g->on_step(g->on_step_arg, lr, step, now_ms);
+		g->on_step(g->on_step_arg, lr, step, work_s, now_ms);
 }
 
 static void release_workers(struct group *g)

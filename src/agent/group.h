@@ -33,9 +33,10 @@ struct group {
 	struct agent_rdzv *rdzv; /* NULL without rendezvous */
 	struct reaper *reaper;
 	struct crun__heartbeat *heartbeat; /* NULL: workers are not watched */
-	/* Runs from the loop for every `step N` beat of a local worker, after
-	 * max_step is updated (NULL: none); for a straggler detector. */
-	void (*on_step)(void *arg, int local_rank, int64_t step, uint64_t now_ms);
+	/* Runs from the loop for every `step N [WORK]` beat of a local
+	 * worker, after max_step is updated (NULL: none); for a straggler
+	 * detector. work_s: WORK, -1 when the beat has none. */
+	void (*on_step)(void *arg, int local_rank, int64_t step, double work_s, uint64_t now_ms);
 	void *on_step_arg;
 	const char *name; /* the job's, in the summary */
 	const char *hostname;

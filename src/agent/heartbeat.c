@@ -126,6 +126,7 @@ static void chan_line(struct beat_chan *c, const char *line, size_t len)
 	struct crun__heartbeat *hb = c->hb;
 	uint64_t now = uv_now(hb->loop);
 	int64_t step = -1;
+	double work_s = -1;
 	char name[CRUN__LIVENESS_NAME_MAX];
 
 	switch (crun__liveness_line(&hb->core, c->lr, line, len, now)) {
@@ -133,8 +134,9 @@ static void chan_line(struct beat_chan *c, const char *line, size_t len)
 		unknown(hb, "heartbeat line", line, len);
 		return;
 	case CRUN__LINE_STEP:
-		if (hb->on_step && crun__liveness_parse(line, len, &step, name) == CRUN__LINE_STEP)
-			hb->on_step(hb->arg, c->lr, step, now);
+		if (hb->on_step &&
+		    crun__liveness_parse(line, len, &step, &work_s, name) == CRUN__LINE_STEP)
+			hb->on_step(hb->arg, c->lr, step, work_s, now);
 		break;
 	default:
 		break;

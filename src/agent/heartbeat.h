@@ -34,12 +34,13 @@ struct crun__heartbeat {
 	uv_loop_t *loop;
 	/* Run from the loop. hung: worker h->worker (a local rank) is hung;
 	 * nothing more is reported until a worker starts again. on_step: a
-	 * `step N` line of a local rank (NULL: none), for whoever follows
-	 * progress. The worker group (group.c) takes all three: it keeps
+	 * `step N` or `step N WORK` line of a local rank (NULL: none), for
+	 * whoever follows progress; work_s is WORK, -1 when the line has
+	 * none. The worker group (group.c) takes all three: it keeps
 	 * max_step and passes every step on through its own on_step hook, to
 	 * which a straggler detector connects. */
 	void (*hung)(void *arg, const struct crun__liveness_hang *h);
-	void (*on_step)(void *arg, int local_rank, int64_t step, uint64_t now_ms);
+	void (*on_step)(void *arg, int local_rank, int64_t step, double work_s, uint64_t now_ms);
 	void *arg;
 
 	/* The edge's own. */

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,30 @@ static bool take_name(const char *s, size_t len, char *name)
 	return true;
 }
 
+/* A decimal number >= 0 filling [s, s+len): digits, at most one '.',
+ * an exponent; no sign in front, no "inf", "nan" or hexadecimal. */
+static bool take_seconds(const char *s, size_t len, double *out)
+{
+	char buf[32], *end;
+	double v;
+
+	if (!len || len >= sizeof(buf) || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!isdigit((unsigned char)s[i]) && (!s[i] || !strchr(".eE+-", s[i])))
+			return false;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	errno = 0;
+	v = strtod(buf, &end);
+	if (*end || errno || !isfinite(v) || v < 0)
+		return false;
+	*out = v;
+	return true;
+}
+
 enum crun__liveness_line crun__liveness_parse(const char *line, size_t len, int64_t *step,
-					      char *name)
+					      double *work_s, char *name)
 {
 	static const char begin[] = "section begin ", end[] = "section end ";
 
@@ -73,14 +96,19 @@ enum crun__liveness_line crun__liveness_parse(const char *line, size_t len, int6
 	if (len == 4 && !memcmp(line, "beat", 4))
 		return CRUN__LINE_BEAT;
 	if (len > 5 && !memcmp(line, "step ", 5)) {
+		const char *sp = memchr(line + 5, ' ', len - 5);
+		size_t nlen = sp ? (size_t)(sp - (line + 5)) : len - 5;
 		char num[24];
 
-		if (len - 5 >= sizeof(num))
+		if (nlen >= sizeof(num))
 			return CRUN__LINE_UNKNOWN;
-		memcpy(num, line + 5, len - 5);
-		num[len - 5] = '\0';
+		memcpy(num, line + 5, nlen);
+		num[nlen] = '\0';
 		if (!isdigit((unsigned char)num[0]) ||
 		    crun__parse_int64(num, 0, INT64_MAX, step, NULL, 0) < 0)
+			return CRUN__LINE_UNKNOWN;
+		*work_s = -1;
+		if (sp && !take_seconds(sp + 1, len - 5 - nlen - 1, work_s))
 			return CRUN__LINE_UNKNOWN;
 		return CRUN__LINE_STEP;
 	}
@@ -140,12 +168,13 @@ enum crun__liveness_line crun__liveness_line(struct crun__liveness *lv, int i, c
 	struct crun__liveness_worker *w;
 	char name[CRUN__LIVENESS_NAME_MAX];
 	int64_t step = -1;
+	double work_s;
 	enum crun__liveness_line kind;
 
 	if (i < 0 || i >= lv->n)
 		return CRUN__LINE_UNKNOWN;
 	w = &lv->w[i];
-	kind = crun__liveness_parse(line, len, &step, name);
+	kind = crun__liveness_parse(line, len, &step, &work_s, name);
 	if (!watched(w))
 		return kind;
 	if (kind == CRUN__LINE_UNKNOWN) {

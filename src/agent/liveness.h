@@ -3,6 +3,10 @@
  * Each worker may speak on its heartbeat channel (CRUN_HEARTBEAT_FD), one
  * line at a time:
  *   step N               a beat at training step N (N >= 0)
+ *   step N WORK          the same, and step N took WORK seconds of this
+ *                        worker's own work (computing, loading data: not
+ *                        waiting for the others in collectives), a
+ *                        decimal number >= 0 ("0.041", "4.1e-2")
  *   beat                 a beat without a step
  *   section begin NAME   NAME starts (a checkpoint, an evaluation)
  *   section end NAME     NAME is over
@@ -126,10 +130,12 @@ void crun__liveness_started(struct crun__liveness *lv, int i);
 void crun__liveness_gone(struct crun__liveness *lv, int i);
 
 /* Parses one heartbeat line (without its newline; a trailing '\r' or
- * spaces are allowed). STEP sets *step; SECTION_* copy the name into name
- * (CRUN__LIVENESS_NAME_MAX bytes). Anything else is UNKNOWN. */
+ * spaces are allowed). STEP sets *step, and *work_s to its WORK seconds,
+ * or -1 when the line has none; SECTION_* copy the name into name
+ * (CRUN__LIVENESS_NAME_MAX bytes). Anything else, a WORK that is not a
+ * finite decimal number >= 0 included, is UNKNOWN. */
 enum crun__liveness_line crun__liveness_parse(const char *line, size_t len, int64_t *step,
-					      char *name);
+					      double *work_s, char *name);
 
 /* Worker i said line at now. Returns what it was (UNKNOWN lines are
  * counted in the worker's unknown_lines and change nothing else). A

@@ -19,6 +19,7 @@
 
 struct lrank {
 	bool seen;	   /* a beat arrived: last_* are set */
+	bool work;	   /* ring holds work times (else intervals) */
 	int64_t last_step; /* of the last beat */
 	uint64_t last_ms;
 	double *ring; /* per-step intervals, window of them */
@@ -76,6 +77,7 @@ static int grow_scratch(struct crun__straggler *s, size_t n)
 static void lrank_clear(struct lrank *r)
 {
 	r->seen = false;
+	r->work = false;
 	r->n = 0;
 	r->head = 0;
 	r->step_ms = -1;
@@ -128,43 +130,56 @@ void crun__straggler_reset(struct crun__straggler *s, int rank_offset)
 	s->nremote = 0;
 }
 
-void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, uint64_t now_ms)
+/* Adds count samples of v ms to r's window; its step time once full. */
+static void take(struct crun__straggler *s, struct lrank *r, double v, int64_t count)
 {
 	int w = s->conf.window;
-	struct lrank *r;
-	double per;
-	int64_t d;
 
-	if (local_rank < 0 || local_rank >= s->nlocal || step < 0)
-		return;
-	r = &s->ranks[local_rank];
-	s->fresh = true;
-	if (!r->seen || step <= r->last_step) {
-		bool slow = r->slow;
-
-		lrank_clear(r);
-		r->slow = slow; /* a restart of the count is not a recovery */
-		r->seen = true;
-		r->last_step = step;
-		r->last_ms = now_ms;
-		return;
-	}
-	d = step - r->last_step;
-	per = now_ms > r->last_ms ? (double)(now_ms - r->last_ms) / (double)d : 0;
-	for (int64_t i = 0; i < d && i < w; i++) {
-		r->ring[r->head] = per;
+	for (int64_t i = 0; i < count && i < w; i++) {
+		r->ring[r->head] = v;
 		r->head = (r->head + 1) % w;
 		if (r->n < w)
 			r->n++;
 	}
-	r->last_step = step;
-	r->last_ms = now_ms;
 	if (r->n == w) {
 		memcpy(s->scratch, r->ring, (size_t)w * sizeof(*r->ring));
 		/* The middle of the window: its two middles averaged when even. */
 		qsort(s->scratch, (size_t)w, sizeof(*s->scratch), cmp_double);
 		r->step_ms = (s->scratch[(w - 1) / 2] + s->scratch[w / 2]) / 2;
 	}
+}
+
+void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
+			  uint64_t now_ms)
+{
+	bool work = work_ms >= 0;
+	struct lrank *r;
+	int64_t d;
+
+	if (local_rank < 0 || local_rank >= s->nlocal || step < 0)
+		return;
+	r = &s->ranks[local_rank];
+	s->fresh = true;
+	if (!r->seen || step <= r->last_step || work != r->work) {
+		bool slow = r->slow;
+
+		lrank_clear(r);
+		r->slow = slow; /* a restart of the count is not a recovery */
+		r->seen = true;
+		r->work = work;
+		r->last_step = step;
+		r->last_ms = now_ms;
+		if (work)
+			take(s, r, work_ms, 1);
+		return;
+	}
+	d = step - r->last_step;
+	if (work)
+		take(s, r, work_ms, 1);
+	else
+		take(s, r, now_ms > r->last_ms ? (double)(now_ms - r->last_ms) / (double)d : 0, d);
+	r->last_step = step;
+	r->last_ms = now_ms;
 }
 
 bool crun__straggler_fresh(const struct crun__straggler *s)
@@ -310,6 +325,7 @@ int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_even
 			.step_ms = r->step_ms,
 			.median_ms = median,
 			.window = s->conf.window,
+			.work = r->work,
 		};
 	}
 	return out;
@@ -320,14 +336,16 @@ int crun__straggler_format(const struct crun__straggler_event *ev, const char *h
 {
 	double ratio = ev->median_ms > 0 ? ev->step_ms / ev->median_ms : 0;
 
+	const char *per = ev->work ? "s of work/step" : "s/step";
+
 	if (ev->kind == CRUN_STRAGGLER_SLOW)
 		return snprintf(buf, len,
-				"rank %d on %s is a straggler: %.3g s/step, %.1fx the job's median "
+				"rank %d on %s is a straggler: %.3g %s, %.1fx the job's median "
 				"%.3g s over the last %d steps",
-				ev->rank, host, ev->step_ms / 1000, ratio, ev->median_ms / 1000,
-				ev->window);
+				ev->rank, host, ev->step_ms / 1000, per, ratio,
+				ev->median_ms / 1000, ev->window);
 	return snprintf(buf, len,
-			"rank %d on %s is no longer a straggler: %.3g s/step, %.1fx the job's "
+			"rank %d on %s is no longer a straggler: %.3g %s, %.1fx the job's "
 			"median %.3g s",
-			ev->rank, host, ev->step_ms / 1000, ratio, ev->median_ms / 1000);
+			ev->rank, host, ev->step_ms / 1000, per, ratio, ev->median_ms / 1000);
 }

@@ -11,6 +11,12 @@
  *   that does not move forward (N <= M: the worker restarted, or resumed
  *   from an earlier checkpoint) starts the rank's history again. A rank has
  *   a step time only once its window is full.
+ * - A beat that says how long the step's own work took (`step N WORK`:
+ *   the time not spent waiting for the others in collectives) adds that
+ *   instead, once, whatever the steps skipped. In lock-step training every
+ *   rank waits for the slowest at each collective, so every rank's beat
+ *   interval is the same and only the work names the slow one. A rank's
+ *   window holds one kind: a beat of the other kind starts it again.
  * - The job's median is the lower median of the step times of every rank
  *   that has one: this node's and those in the other nodes' summaries.
  *   With fewer than two such ranks nothing is decided.
@@ -52,6 +58,7 @@ struct crun__straggler_event {
 	double step_ms;
 	double median_ms; /* the job's */
 	int window;
+	bool work; /* step_ms is the rank's work per step, not its interval */
 };
 
 struct crun__straggler;
@@ -69,9 +76,10 @@ void crun__straggler_destroy(struct crun__straggler *s);
 void crun__straggler_reset(struct crun__straggler *s, int rank_offset);
 
 /* Local rank local_rank said it reached step at now_ms (any monotonic
- * clock in ms). A local rank outside 0..nlocal-1 or a negative step is
- * ignored. */
-void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, uint64_t now_ms);
+ * clock in ms), having worked work_ms on it (< 0: not said). A local rank
+ * outside 0..nlocal-1 or a negative step is ignored. */
+void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
+			  uint64_t now_ms);
 
 /* True when beats arrived since the last crun__straggler_summary(): the
  * summary has something new to publish. */
@@ -105,6 +113,8 @@ int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_even
 /* The event's line, host naming this node:
  *   "rank 5 on host-b is a straggler: 0.31 s/step, 1.9x the job's median
  *    0.16 s over the last 20 steps"
+ *   "rank 2 on host-b is a straggler: 0.062 s of work/step, 2.6x the
+ *    job's median 0.024 s over the last 20 steps" (from work times)
  *   "rank 5 on host-b is no longer a straggler: 0.17 s/step, 1.1x the
  *    job's median 0.16 s"
  * Returns what snprintf does. */

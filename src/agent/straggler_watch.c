@@ -134,11 +134,11 @@ void crun__straggler_watch_attempt(struct straggler_watch *w, const struct crun_
 }
 
 void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64_t step,
-				uint64_t now_ms)
+				double work_s, uint64_t now_ms)
 {
 	if (!w->core)
 		return;
-	crun__straggler_beat(w->core, local_rank, step, now_ms);
+	crun__straggler_beat(w->core, local_rank, step, work_s < 0 ? -1 : work_s * 1000, now_ms);
 	decide(w);
 }
 

@@ -50,9 +50,10 @@ int crun__straggler_watch_init(struct straggler_watch *w, uv_loop_t *loop,
 			       const char *hostname);
 /* The workers of an attempt at place start: a fresh history. */
 void crun__straggler_watch_attempt(struct straggler_watch *w, const struct crun__placement *place);
-/* Local rank local_rank beat step at now_ms (uv_now). */
+/* Local rank local_rank beat step at now_ms (uv_now), with work_s
+ * seconds of its own work in that step (-1: not said). */
 void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64_t step,
-				uint64_t now_ms);
+				double work_s, uint64_t now_ms);
 /* The attempt's workers are gone or being stopped: publishes the last
  * summary when it has something new, then no more. */
 void crun__straggler_watch_stop(struct straggler_watch *w);

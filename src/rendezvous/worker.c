@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -725,6 +726,19 @@ int crun_worker_heartbeat(int64_t step)
 	if (step < 0)
 		return send_line("beat\n", 5);
 	n = snprintf(line, sizeof(line), "step %lld\n", (long long)step);
+	return send_line(line, (size_t)n);
+}
+
+int crun_worker_heartbeat_work(int64_t step, double work_seconds)
+{
+	char line[64];
+	int n;
+
+	if (step < 0 || !isfinite(work_seconds) || work_seconds < 0)
+		return -EINVAL;
+	n = snprintf(line, sizeof(line), "step %lld %.6f\n", (long long)step, work_seconds);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -EINVAL; /* a work time of more than 10^30 s */
 	return send_line(line, (size_t)n);
 }
 

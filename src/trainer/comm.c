@@ -281,6 +281,11 @@ const char *crun__comm_backend(const struct crun__comm *comm)
 	return comm->ops->name;
 }
 
+uint64_t crun__comm_wait_ns(const struct crun__comm *comm)
+{
+	return comm->ops->counts_blocked ? comm->blocked_ns : comm->inside_ns;
+}
+
 /* Stands in for NULL buffers of empty collectives, so that backends
  * never do arithmetic on a null pointer. */
 static double empty[1];
@@ -298,11 +303,14 @@ static int enter(struct crun__comm *comm, const char *what, bool bad_args)
 		return -EINVAL;
 	}
 	comm->errmsg[0] = '\0';
+	comm->entered_ns = crun__now_ns();
 	return 0;
 }
 
+/* Common exit of every collective that enter() let in. */
 static int leave(struct crun__comm *comm, int rc)
 {
+	comm->inside_ns += crun__now_ns() - comm->entered_ns;
 	if (rc < 0) {
 		comm->failed = true;
 		if (!comm->errmsg[0])

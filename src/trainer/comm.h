@@ -88,6 +88,17 @@ int crun__comm_size(const struct crun__comm *comm);
 const char *crun__comm_errmsg(const struct crun__comm *comm);
 /* Name of the backend in use ("cpu"). */
 const char *crun__comm_backend(const struct crun__comm *comm);
+/* Time, in ns, that the callers of comm's collectives spent waiting for
+ * their peers in them since it was created. The cpu backend counts the
+ * time its collectives slept with no data to take and no room to send
+ * (two clock reads per sleep): a rank that arrives late at a collective
+ * finds its data there and waits little, its peers waited for it; a
+ * rank that is slow inside one (descheduled, stopped while it reduces)
+ * counts that time as its own. The nccl backend's collectives only queue
+ * the work on a stream, so for it this is the whole time in the calls,
+ * the time to queue, and the waiting happens where the device
+ * synchronises. */
+uint64_t crun__comm_wait_ns(const struct crun__comm *comm);
 
 /* Collectives. The cpu backend runs rings: all-reduce is a
  * reduce-scatter then an all-gather (2(n-1) steps), each step pipelined

@@ -25,6 +25,10 @@ struct crun__comm_ops {
 	int (*broadcast)(struct crun__comm *comm, void *buf, size_t bytes, int root);
 	int (*barrier)(struct crun__comm *comm);
 	int (*allreduce_f64)(struct crun__comm *comm, double *buf, size_t count);
+	/* The backend adds to comm->blocked_ns every sleep of the caller's
+	 * thread in a collective, waiting for peers (else comm.c counts the
+	 * whole time in the calls). */
+	bool counts_blocked;
 };
 
 struct crun__comm {
@@ -32,6 +36,9 @@ struct crun__comm {
 	int rank;
 	int size;
 	bool failed;
+	uint64_t entered_ns; /* when the collective in progress began */
+	uint64_t inside_ns;  /* time in the collectives */
+	uint64_t blocked_ns; /* of it, asleep waiting for peers (counts_blocked) */
 	char errmsg[512];
 	void *priv; /* the backend's state */
 };

@@ -1467,6 +1467,7 @@ static int run_plan(struct crun__comm *comm, struct cpu *c)
 	int rc = 0, send_err = -1; /* >= 0: the send side failed (errno, 0: closed) */
 	bool left_closed = false;  /* its ring may still hold data */
 	bool sender_done = false;
+	uint64_t slept;
 
 	plan_end(c);
 	if (c->sender && c->sbytes >= THREAD_MIN_BYTES) {
@@ -1573,7 +1574,9 @@ static int run_plan(struct crun__comm *comm, struct cpu *c)
 			}
 			if (left <= 0)
 				left = c->timeout_ms;
+			slept = crun__now_ns();
 			n = poll(pfd, (nfds_t)np, left > INT32_MAX ? INT32_MAX : (int)left);
+			comm->blocked_ns += crun__now_ns() - slept;
 		}
 		if (n < 0 && errno != EINTR) {
 			rc = fail(comm, c, -errno, "poll failed during %s: %s", what,
@@ -1799,4 +1802,5 @@ const struct crun__comm_ops crun__comm_cpu_ops = {
 	.broadcast = cpu_broadcast,
 	.barrier = cpu_barrier,
 	.allreduce_f64 = cpu_allreduce_f64,
+	.counts_blocked = true,
 };

@@ -89,6 +89,10 @@ static const struct crun__config_key keys[] = {
 	 "fp32|bf16",
 	 "number format of matrix products and activations; bf16 keeps fp32 master weights, "
 	 "gradients and optimizer state (train.device cuda)"},
+	{"train", "slow_rank", CRUN_CONFIG_INT, F(train.slow_rank), "-1", -1, 1 << 24, false, NULL,
+	 "a testing aid: the rank that sleeps train.slow_delay in every step; -1: none"},
+	{"train", "slow_delay", CRUN_CONFIG_DURATION, F(train.slow_delay_ms), "0s", 0, 0, false,
+	 NULL, "how long train.slow_rank sleeps in the compute part of every step"},
 
 	{"parallel", "strategy", CRUN_CONFIG_ENUM, F(parallel.strategy), "ddp", 0, 0, false,
 	 "ddp|zero1|zero2|zero3|fsdp",
@@ -528,6 +532,11 @@ int crun__train_config_check(const struct crun__train_config *cfg, int world_siz
 			     "micro-steps (parallel.grad_accum)",
 			     (long long)cfg->train.batch_size, world_size,
 			     (long long)cfg->parallel.grad_accum);
+		return -EINVAL;
+	}
+	if (cfg->train.slow_rank >= world_size) {
+		crun__seterr(err, errlen, "train.slow_rank %lld is not a rank of %d",
+			     (long long)cfg->train.slow_rank, world_size);
 		return -EINVAL;
 	}
 	if (cfg->data.path[0] == '\0' && cfg->data.generate_bytes <= 4 * cfg->model.context) {

@@ -52,8 +52,10 @@ struct crun__train_config {
 		int64_t eval_samples;
 		int64_t threads;
 		int64_t stop_at;
-		char *device;	 /* cpu, cuda */
-		char *precision; /* fp32, bf16 */
+		char *device;	       /* cpu, cuda */
+		char *precision;       /* fp32, bf16 */
+		int64_t slow_rank;     /* -1: none */
+		int64_t slow_delay_ms; /* slow_rank sleeps this long per step */
 	} train;
 	struct {
 		char *strategy; /* ddp, zero1, zero2, zero3, fsdp */
@@ -115,10 +117,10 @@ int crun__train_config_set(struct crun__train_config *cfg, const char *assignmen
 
 /* Checks what single keys cannot: relations between keys. world_size is
  * the number of ranks (batch_size must split evenly over ranks and
- * micro-steps). The GPU keys (train.device cuda, train.precision bf16,
- * parallel.backend nccl, model.checkpoint_activations) need train.device
- * cuda, which needs a build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with
- * err. */
+ * micro-steps; train.slow_rank must be one of the ranks). The GPU keys
+ * (train.device cuda, train.precision bf16, parallel.backend nccl,
+ * model.checkpoint_activations) need train.device cuda, which needs a
+ * build with CUDA (CRUN_HAVE_CUDA). 0 or -EINVAL with err. */
 int crun__train_config_check(const struct crun__train_config *cfg, int world_size, char *err,
 			     size_t errlen);
 

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define EXIT_FAILED CRUN__EXIT_FAILED
 #define EXIT_USAGE CRUN__EXIT_CONFIG
@@ -313,6 +314,18 @@ static int max_over_ranks(struct run *r, double x, double *out)
 	return rc;
 }
 
+/* train.slow_rank's sleep in each step: a straggler for tests and demos. */
+static void slow_down(const struct run *r)
+{
+	int64_t ms = r->cfg->train.slow_delay_ms;
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+	if (r->rank != r->cfg->train.slow_rank || ms <= 0)
+		return;
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 static int train_loop(struct run *r)
 {
 	const struct crun__train_config *cfg = r->cfg;
@@ -325,9 +338,14 @@ static int train_loop(struct run *r)
 		int64_t s = r->step;
 		double lr = crun__optim_lr(&r->optim, s, steps), loss, gnorm;
 		bool logged = false;
-		double val = NAN;
+		double val = NAN, work;
+		/* The step's own work: its time less what it waited in the
+		 * collectives, which in lock-step training is the time the
+		 * slowest rank made it wait. */
+		uint64_t t_step = crun__now_ns(), waited = crun__comm_wait_ns(r->comm);
 
 		fill_batch(r, s);
+		slow_down(r);
 		rc = crun__schedule_step(r->dev, &r->optim, r->tokens, r->global_batch, s + 1, lr,
 					 &loss, &gnorm);
 		if (rc)
@@ -339,7 +357,11 @@ static int train_loop(struct run *r)
 						 loss, (long long)s + 1);
 		r->step = s + 1;
 		r->last_loss = loss;
-		crun_worker_heartbeat(r->step); /* crun watches this worker from here */
+		waited = crun__comm_wait_ns(r->comm) - waited;
+		t_step = crun__now_ns() - t_step;
+		work = t_step > waited ? (double)(t_step - waited) * 1e-9 : 0;
+		/* crun watches this worker from here */
+		crun_worker_heartbeat_work(r->step, work);
 		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
 		    r->step < steps) {
 			rc = evaluate(r, &val);

@@ -33,6 +33,12 @@ expect 78 "crun-train: cannot read config '$tmp/none.yaml': No such file or dire
 RANK=0 WORLD_SIZE=3 expect 78 "crun-train: config: train.batch_size 64 does not split evenly over 3 ranks x 1 micro-steps (parallel.grad_accum)"
 expect 78 "crun-train: cannot read data '$tmp/none.txt': No such file or directory" \
 	--set data.path="$tmp/none.txt"
+RANK=0 WORLD_SIZE=2 expect 78 "crun-train: config: train.slow_rank 2 is not a rank of 2" \
+	--set train.batch_size=2 --set train.slow_rank=2
+expect 78 "crun-train: --set 'train.slow_rank=-2': key 'train.slow_rank' expects an integer from -1 to 16777216, got '-2'" \
+	--set train.slow_rank=-2
+expect 78 "crun-train: --set 'train.slow_delay=-5ms': key 'train.slow_delay' expects a duration like 30s, 500ms or 5m, got '-5ms'" \
+	--set train.slow_delay=-5ms
 
 # TORCHELASTIC_ERROR_FILE: the printed line and where it happened, as
 # PyTorch's @record writes them; one that cannot be written is a warning

@@ -3,6 +3,7 @@
  * per process, so each case runs in a child of its own. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,11 +52,18 @@ static int beat_all(void)
 	rc = rc ? rc : crun_worker_heartbeat(-1);
 	rc = rc ? rc : crun_worker_heartbeat_section("checkpoint", 1);
 	rc = rc ? rc : crun_worker_heartbeat_section("checkpoint", 0);
+	rc = rc ? rc : crun_worker_heartbeat_work(1185, 0.041);
+	rc = rc ? rc : crun_worker_heartbeat_work(0, 0);
 	if (rc)
 		return rc;
 	if (crun_worker_heartbeat_section("a b", 1) != -EINVAL ||
 	    crun_worker_heartbeat_section("", 1) != -EINVAL ||
-	    crun_worker_heartbeat_section(NULL, 0) != -EINVAL)
+	    crun_worker_heartbeat_section(NULL, 0) != -EINVAL ||
+	    crun_worker_heartbeat_work(-1, 1) != -EINVAL ||
+	    crun_worker_heartbeat_work(1, -0.5) != -EINVAL ||
+	    crun_worker_heartbeat_work(1, NAN) != -EINVAL ||
+	    crun_worker_heartbeat_work(1, INFINITY) != -EINVAL ||
+	    crun_worker_heartbeat_work(1, 1e300) != -EINVAL)
 		return -100;
 	return 0;
 }
@@ -82,7 +90,7 @@ static void test_lines(void **state)
 	close(sv[1]);
 	read_all(sv[0], buf, sizeof(buf));
 	assert_string_equal(buf, "step 1184\nbeat\nsection begin checkpoint\n"
-				 "section end checkpoint\n");
+				 "section end checkpoint\nstep 1185 0.041000\nstep 0 0.000000\n");
 	close(sv[0]);
 }
 

@@ -5,6 +5,7 @@
  * and says when the next deadline is, then who is hung at a given time
  * and how crun describes it. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -331,37 +332,61 @@ static void test_parse(void **state)
 		enum crun__liveness_line kind;
 		int64_t step;
 		const char *name;
+		bool has_work; /* STEP: with a WORK of work seconds */
+		double work;
 	} lines[] = {
-		{"step 0", CRUN__LINE_STEP, 0, NULL},
-		{"step 1184", CRUN__LINE_STEP, 1184, NULL},
-		{"step 9223372036854775807", CRUN__LINE_STEP, INT64_MAX, NULL},
-		{"step 9223372036854775808", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"step -1", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"step 12x", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"step  12", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"beat", CRUN__LINE_BEAT, 0, NULL},
-		{"beat\r", CRUN__LINE_BEAT, 0, NULL},
-		{"beats", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"section begin checkpoint", CRUN__LINE_SECTION_BEGIN, 0, "checkpoint"},
-		{"section end eval-1.x", CRUN__LINE_SECTION_END, 0, "eval-1.x"},
-		{"section begin ", CRUN__LINE_UNKNOWN, 0, NULL},
-		{"section begin a b", CRUN__LINE_UNKNOWN, 0, NULL},
+		{"step 0", CRUN__LINE_STEP, 0, NULL, false, 0},
+		{"step 1184", CRUN__LINE_STEP, 1184, NULL, false, 0},
+		{"step 9223372036854775807", CRUN__LINE_STEP, INT64_MAX, NULL, false, 0},
+		{"step 9223372036854775808", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step -1", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12x", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 0.041", CRUN__LINE_STEP, 12, NULL, true, 0.041},
+		{"step 12 0", CRUN__LINE_STEP, 12, NULL, true, 0},
+		{"step 12 3.", CRUN__LINE_STEP, 12, NULL, true, 3},
+		{"step 12 .5\r", CRUN__LINE_STEP, 12, NULL, true, 0.5},
+		{"step 12 4.1e-2", CRUN__LINE_STEP, 12, NULL, true, 0.041},
+		{"step 12 -0.5", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 +0.5", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 0x10", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 inf", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 nan", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 1e999", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 1..2", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 0.5s", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 0.5 1", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12  0.5", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 .", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step 12 e5", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step  0.5", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"step  12", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"beat", CRUN__LINE_BEAT, 0, NULL, false, 0},
+		{"beat\r", CRUN__LINE_BEAT, 0, NULL, false, 0},
+		{"beats", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"section begin checkpoint", CRUN__LINE_SECTION_BEGIN, 0, "checkpoint", false, 0},
+		{"section end eval-1.x", CRUN__LINE_SECTION_END, 0, "eval-1.x", false, 0},
+		{"section begin ", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"section begin a b", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
 		{"section begin "
 		 "a123456789012345678901234567890123456789012345678901234567890123",
-		 CRUN__LINE_UNKNOWN, 0, NULL},
-		{"", CRUN__LINE_UNKNOWN, 0, NULL},
+		 CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
+		{"", CRUN__LINE_UNKNOWN, 0, NULL, false, 0},
 	};
 	(void)state;
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(lines); i++) {
 		int64_t step = -7;
+		double work = -7;
 		char name[CRUN__LIVENESS_NAME_MAX] = "";
-		enum crun__liveness_line k =
-			crun__liveness_parse(lines[i].line, strlen(lines[i].line), &step, name);
+		enum crun__liveness_line k = crun__liveness_parse(
+			lines[i].line, strlen(lines[i].line), &step, &work, name);
+		double want = lines[i].has_work ? lines[i].work : -1;
 
 		if (k != lines[i].kind)
 			fail_msg("'%s': kind %d, want %d", lines[i].line, k, lines[i].kind);
 		if (k == CRUN__LINE_STEP)
 			assert_true(step == lines[i].step);
+		if (k == CRUN__LINE_STEP && fabs(work - want) > 1e-12)
+			fail_msg("'%s': work %g, want %g", lines[i].line, work, want);
 		if (lines[i].name)
 			assert_string_equal(name, lines[i].name);
 	}

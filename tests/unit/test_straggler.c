@@ -5,7 +5,9 @@
  * phase in which one rank runs at another speed, a beat stride and
  * jitter), the other nodes' summary, and what the detector must say: how
  * many SLOW and RECOVERED events per rank, and by which step the first
- * SLOW came.
+ * SLOW came. A lock-step job's ranks all take the slowest rank's time per
+ * step (they wait for each other in collectives); with work, the beats
+ * also carry each rank's own time (`step N WORK`).
  *
  * The store part (rendezvous.h: crun__rdzv_publish_steps/fetch_steps) runs
  * two agents' rendezvous on one loop, one of them hosting the store, over
@@ -48,6 +50,8 @@ struct scenario {
 	const char *remote;
 	int slow[NR], recovered[NR];
 	int first_slow_by; /* 0: no SLOW at all */
+	bool lockstep;	   /* every rank's interval is the slowest one's */
+	bool work;	   /* beats carry the rank's own time as its work */
 };
 
 static const struct scenario scenarios[] = {
@@ -224,6 +228,69 @@ static const struct scenario scenarios[] = {
 	 {300},
 	 .p_rank = -1,
 	 .remote = "steps 1\n0 100000 90\n"},
+	{"lock-step, one slow rank, intervals only: nobody can be named",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 200,
+	 {40, 40, 100, 40},
+	 .jitter = 0.1,
+	 .p_rank = -1,
+	 .lockstep = true},
+	{"lock-step, one slow rank, with work",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 200,
+	 {40, 40, 100, 40},
+	 .jitter = 0.1,
+	 .p_rank = -1,
+	 .slow = {0, 0, 1, 0},
+	 .first_slow_by = 20,
+	 .lockstep = true,
+	 .work = true},
+	{"lock-step even job with work, jitter and outliers",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 300,
+	 {40, 40, 40, 40},
+	 .jitter = 0.3,
+	 .outlier_every = 7,
+	 .p_rank = -1,
+	 .lockstep = true,
+	 .work = true},
+	{"lock-step, a slow phase with work, beats every 5 steps",
+	 4,
+	 0,
+	 1.5,
+	 20,
+	 400,
+	 {40, 40, 40, 40},
+	 {0, 5, 0, 0},
+	 .p_rank = 1,
+	 .p_from = 100,
+	 .p_to = 250,
+	 .p_ms = 90,
+	 .slow = {0, 1, 0, 0},
+	 .recovered = {0, 1, 0, 0},
+	 .lockstep = true,
+	 .work = true},
+	{"work against the other nodes' work",
+	 1,
+	 3,
+	 1.5,
+	 20,
+	 100,
+	 {100},
+	 .p_rank = -1,
+	 .remote = "steps 1\n0 40000 90\n1 40000 90\n2 40000 90\n",
+	 .slow = {1},
+	 .first_slow_by = 20,
+	 .work = true},
 };
 
 /* Deterministic noise in [-1, 1]. */
@@ -249,24 +316,32 @@ static void run_scenario(const struct scenario *sc)
 				 0);
 	for (int k = 1; k <= sc->steps; k++) {
 		struct crun__straggler_event ev[NR];
+		double own[NR], slowest = 0;
 		int n;
 
 		for (int r = 0; r < sc->nlocal; r++) {
 			double ms = r == sc->p_rank && k >= sc->p_from && k < sc->p_to ? sc->p_ms
 										       : sc->ms[r];
+
+			if (sc->outlier_every && k % sc->outlier_every == 0)
+				ms *= 10;
+			own[r] = ms * (1 + sc->jitter * noise(&seed));
+			slowest = own[r] > slowest ? own[r] : slowest;
+		}
+		for (int r = 0; r < sc->nlocal; r++) {
 			int stride = sc->stride[r] ? sc->stride[r] : 1;
 			int64_t step =
 				sc->restart_at && k >= sc->restart_at ? k - sc->restart_at : k;
 
-			if (sc->outlier_every && k % sc->outlier_every == 0)
-				ms *= 10;
-			t[r] += ms * (1 + sc->jitter * noise(&seed));
+			t[r] += sc->lockstep ? slowest : own[r];
 			if (k % stride == 0)
-				crun__straggler_beat(s, r, step, (uint64_t)t[r]);
+				crun__straggler_beat(s, r, step, sc->work ? own[r] : -1,
+						     (uint64_t)t[r]);
 		}
 		n = crun__straggler_check(s, ev, NR);
 		for (int i = 0; i < n; i++) {
 			assert_int_equal(ev[i].rank, sc->rank_offset + ev[i].local_rank);
+			assert_int_equal(ev[i].work, sc->work);
 			if (ev[i].kind == CRUN_STRAGGLER_SLOW) {
 				slow[ev[i].local_rank]++;
 				if (!first_slow)
@@ -293,6 +368,34 @@ static void test_scenarios(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		run_scenario(&scenarios[i]);
+}
+
+/* A rank's window holds one kind of time: a beat of the other kind starts
+ * it again, and a work time is taken once whatever the steps skipped. */
+static void test_work_kinds(void **state)
+{
+	struct crun__straggler_conf conf = {1.5, 4};
+	struct crun__straggler *s = crun__straggler_create(&conf, 2, 0);
+	struct crun__straggler_event ev[2];
+
+	(void)state;
+	assert_non_null(s);
+	for (int k = 1; k <= 5; k++)
+		crun__straggler_beat(s, 0, k, -1, (uint64_t)k * 100);
+	assert_true(crun__straggler_has_times(s));
+	crun__straggler_beat(s, 0, 6, 50, 600); /* work now: a new window */
+	assert_false(crun__straggler_has_times(s));
+	for (int k = 7; k <= 9; k++)
+		crun__straggler_beat(s, 0, k, 50, (uint64_t)k * 100);
+	assert_true(crun__straggler_has_times(s));
+	/* Rank 1 beats every 10 steps, 200 ms of work per beat. */
+	for (int k = 10; k <= 40; k += 10)
+		crun__straggler_beat(s, 1, k, 200, (uint64_t)k * 100);
+	assert_int_equal(crun__straggler_check(s, ev, 2), 1);
+	assert_int_equal(ev[0].rank, 1);
+	assert_true(ev[0].work);
+	assert_true(ev[0].step_ms == 200 && ev[0].median_ms == 50);
+	crun__straggler_destroy(s);
 }
 
 static void test_bad_conf(void **state)
@@ -329,10 +432,10 @@ static void test_summary_round_trip(void **state)
 	assert_false(crun__straggler_fresh(a));
 	assert_false(crun__straggler_has_times(a));
 	for (int k = 0; k <= 4; k++) {
-		crun__straggler_beat(a, 0, k, (uint64_t)k * 100);
-		crun__straggler_beat(a, 1, k, (uint64_t)k * 120);
+		crun__straggler_beat(a, 0, k, -1, (uint64_t)k * 100);
+		crun__straggler_beat(a, 1, k, -1, (uint64_t)k * 120);
 		if (k < 4)
-			crun__straggler_beat(a, 2, k, (uint64_t)k * 100);
+			crun__straggler_beat(a, 2, k, -1, (uint64_t)k * 100);
 	}
 	assert_true(crun__straggler_fresh(a));
 	assert_true(crun__straggler_has_times(a));
@@ -344,7 +447,7 @@ static void test_summary_round_trip(void **state)
 
 	/* b's one rank at 250 ms: 2.1x the median (120 ms) of 100, 120, 250. */
 	for (int k = 0; k <= 4; k++)
-		crun__straggler_beat(b, 0, k, (uint64_t)k * 250);
+		crun__straggler_beat(b, 0, k, -1, (uint64_t)k * 250);
 	assert_int_equal(crun__straggler_check(b, ev, 2), 0); /* alone */
 	assert_int_equal(crun__straggler_remote_add(b, buf, (size_t)n, err, sizeof(err)), 0);
 	assert_int_equal(crun__straggler_check(b, ev, 2), 1);
@@ -387,7 +490,7 @@ static void test_remote_malformed(void **state)
 	}
 	/* Nothing of a refused summary is kept: one slow rank stays alone. */
 	for (int k = 0; k <= 3; k++)
-		crun__straggler_beat(s, 0, k, (uint64_t)k * 500);
+		crun__straggler_beat(s, 0, k, -1, (uint64_t)k * 500);
 	assert_int_equal(crun__straggler_check(s, ev, 1), 0);
 	assert_int_equal(crun__straggler_remote_add(s, "steps 1\n", 8, err, sizeof(err)), 0);
 	assert_int_equal(crun__straggler_check(s, ev, 1), 0);
@@ -396,8 +499,8 @@ static void test_remote_malformed(void **state)
 
 static void test_format(void **state)
 {
-	struct crun__straggler_event slow = {CRUN_STRAGGLER_SLOW, 5, 1, 310, 160, 20};
-	struct crun__straggler_event back = {CRUN_STRAGGLER_RECOVERED, 5, 1, 170, 160, 20};
+	struct crun__straggler_event slow = {CRUN_STRAGGLER_SLOW, 5, 1, 310, 160, 20, false};
+	struct crun__straggler_event back = {CRUN_STRAGGLER_RECOVERED, 5, 1, 170, 160, 20, false};
 	char buf[256];
 
 	(void)state;
@@ -407,6 +510,10 @@ static void test_format(void **state)
 	crun__straggler_format(&back, "host-b", buf, sizeof(buf));
 	assert_string_equal(buf, "rank 5 on host-b is no longer a straggler: 0.17 s/step, 1.1x "
 				 "the job's median 0.16 s");
+	slow = (struct crun__straggler_event){CRUN_STRAGGLER_SLOW, 2, 2, 62, 24, 20, true};
+	crun__straggler_format(&slow, "host-b", buf, sizeof(buf));
+	assert_string_equal(buf, "rank 2 on host-b is a straggler: 0.062 s of work/step, 2.6x the "
+				 "job's median 0.024 s over the last 20 steps");
 }
 
 /* ---- the store exchange ---------------------------------------------------- */
@@ -577,11 +684,9 @@ static void test_store_exchange(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_scenarios),
-		cmocka_unit_test(test_bad_conf),
-		cmocka_unit_test(test_summary_round_trip),
-		cmocka_unit_test(test_remote_malformed),
-		cmocka_unit_test(test_format),
+		cmocka_unit_test(test_scenarios),	 cmocka_unit_test(test_work_kinds),
+		cmocka_unit_test(test_bad_conf),	 cmocka_unit_test(test_summary_round_trip),
+		cmocka_unit_test(test_remote_malformed), cmocka_unit_test(test_format),
 		cmocka_unit_test(test_store_exchange),
 	};
 
