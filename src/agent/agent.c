@@ -356,6 +356,7 @@ static void say_alive(uv_timer_t *t)
 	const struct crun__agent_rdzv *r = &a->spec->rdzv;
 
 	agent_reaper_alive(&a->reaper, r->keep_alive_interval_ms * r->keep_alive_max_attempt);
+	a->group.last_alive_ms = uv_now(&a->loop);
 }
 
 static void close_handles(struct agent *a)
@@ -582,6 +583,9 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
 		/* Twice per interval: never at the window's edge. */
+		g->frozen_after_ms =
+			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt;
+		g->last_alive_ms = uv_now(&a->loop);
 		uv_timer_start(&a->alive, say_alive, 0,
 			       (uint64_t)(spec->rdzv.keep_alive_interval_ms / 2 + 1));
 		if (rdzv_env(a) < 0) {

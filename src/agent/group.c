@@ -31,9 +31,22 @@ static void feed(struct group *g, const struct crun__group_event *ev);
 
 /* ---- the repeat rule's view of failures (repeat.h) ---- */
 
+/* Adds f to the current attempt's failures, with the attempt's step and
+ * length when it is the first. */
+static void add_attempt_failure(struct group *g, const struct crun__attempt_failure *f)
+{
+	if (!g->this_attempt.n) {
+		g->this_attempt.max_step = g->max_step;
+		g->this_attempt.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start);
+	}
+	if (crun__attempt_add(&g->this_attempt, f) < 0)
+		crun__error("out of memory recording the failure of rank %d", f->rank);
+}
+
 /* Notes w's failure for the rule, its error file read here, once: a
  * failure of its own, or a death by the agent's signal after it wrote
- * its error file (else nothing is known of it). */
+ * its error file (else nothing is known of it). A worker killed for
+ * hanging was noted when it was found hung (note_hang). */
 static void note_failure(struct group *g, const struct worker *w)
 {
 	char *message = NULL, *traceback = NULL;
@@ -45,28 +58,28 @@ static void note_failure(struct group *g, const struct worker *w)
 			    (w->term_signal == SIGTERM || w->term_signal == SIGKILL),
 	};
 
-	if (!w->exit_code && !w->term_signal)
+	if ((!w->exit_code && !w->term_signal) || w->local_rank == g->hang_lr)
 		return;
-	if (w->local_rank == g->hang_lr) {
-		/* killed for hanging: a failure of its own, the same one each
-		 * time it hangs, whatever its exit status */
-		f.by_agent = false;
-		f.exit_code = 0;
-		f.term_signal = SIGKILL;
-		message = strdup("hung");
-	} else if (w->error_file)
+	if (w->error_file)
 		agent_error_file_read(w->error_file, &message, &traceback);
 	free(traceback);
 	f.message = message;
-	if (!f.by_agent || message) {
-		if (!g->this_attempt.n) {
-			g->this_attempt.max_step = g->max_step;
-			g->this_attempt.duration_ms = (int64_t)(uv_now(g->loop) - g->attempt_start);
-		}
-		if (crun__attempt_add(&g->this_attempt, &f) < 0)
-			crun__error("out of memory recording the failure of rank %d", w->rank);
-	}
+	if (!f.by_agent || message)
+		add_attempt_failure(g, &f);
 	free(message);
+}
+
+/* A worker found hung: a failure of its own, the same one each time it
+ * hangs, noted before the step decides on it. */
+static void note_hang(struct group *g, const struct worker *w)
+{
+	struct crun__attempt_failure f = {
+		.rank = w->rank,
+		.term_signal = SIGKILL,
+		.message = "hung",
+	};
+
+	add_attempt_failure(g, &f);
 }
 
 /* A new attempt: the one that ended is the previous one when it failed
@@ -110,8 +123,10 @@ static void signal_groups(struct group *g, int sig, bool all)
 		if (!w->spawned || (!all && !w->running))
 			continue;
 		agent_kill(-w->pid, sig);
-		/* A stopped worker acts on SIGTERM only once it runs again. */
-		if (sig == SIGTERM)
+		/* A stopped worker acts on a signal only once it runs again
+		 * (SIGKILL acts at once; stop signals must stay stops). */
+		if (sig != SIGKILL && sig != SIGCONT && sig != SIGSTOP && sig != SIGTSTP &&
+		    sig != SIGTTIN && sig != SIGTTOU)
 			agent_kill(-w->pid, SIGCONT);
 	}
 }
@@ -307,6 +322,8 @@ static void why_not_restarting(const struct group *g, char *buf, size_t len)
 			 f->rank, what);
 		return;
 	}
+	if (f->message && !strcmp(f->message, "hung"))
+		snprintf(what, sizeof(what), "hung");
 	crun__rdzv_format_ms(g->spec->min_attempt_ms, min, sizeof(min));
 	snprintf(buf, len,
 		 "not restarting: rank %d failed the same way twice without progress: %s after "
@@ -450,6 +467,7 @@ static void worker_hung(void *arg, const struct crun__liveness_hang *h)
 	crun__error("rank %d (local rank %d, pid %d) hung: %s; taking its stack, then "
 		    "stopping the workers",
 		    w->rank, w->local_rank, (int)w->pid, g->hang_msg);
+	note_hang(g, w);
 	feed(g, &ev);
 }
 
@@ -708,6 +726,14 @@ static void worker_exited(struct worker *w, void *arg)
 	};
 
 	g->running--;
+	if (g->rdzv && g->frozen_after_ms > 0 &&
+	    uv_now(g->loop) - g->last_alive_ms >= (uint64_t)g->frozen_after_ms) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "this agent was stopped for %.1fs",
+			 (double)(uv_now(g->loop) - g->last_alive_ms) / 1000.0);
+		crun__rdzv_lose(g->rdzv, why);
+	}
 	note_failure(g, w);
 	feed(g, &ev);
 }

@@ -42,6 +42,13 @@ struct group {
 	const char *hostname;
 	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE, or NULL */
 	bool keeps_files;	    /* a log directory: error files stay */
+	/* Rendezvous: the owner's keep-alive window (0: none) and the loop
+	 * time it last ran its keep-alive tick (every half interval). A worker
+	 * exit seen after a longer silence means the agent was stopped and its
+	 * guard killed the workers: the store has dropped this node, and the
+	 * group hears that first. */
+	int64_t frozen_after_ms;
+	uint64_t last_alive_ms;
 	/* Runs once, from the loop, when the group reaches a final state. */
 	void (*finished)(void *arg, enum crun__group_end end);
 	void *arg;

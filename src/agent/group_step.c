@@ -255,8 +255,11 @@ static void check_done(struct step *s)
 
 /* Workers of a node that lost the store are SIGKILLed at once: the other
  * nodes go on without them. */
+/* SIGKILL every worker now; a stack still being taken no longer holds
+ * anything back (its HANG_CAPTURED changes nothing). */
 static void kill_now(struct step *s)
 {
+	s->g->capturing = false;
 	act(s, CRUN__GACT_SIGNAL_RUNNING, SIGKILL);
 	act(s, CRUN__GACT_ARM_TIMER, CRUN__GTIMER_STUCK);
 }
@@ -441,8 +444,7 @@ static void stopping_signal(struct step *s)
 		return;
 	}
 	say(s, CRUN__GNOTE_KILLING);
-	act(s, CRUN__GACT_SIGNAL_RUNNING, SIGKILL);
-	act(s, CRUN__GACT_ARM_TIMER, CRUN__GTIMER_STUCK);
+	kill_now(s);
 }
 
 static void stopping_timer_kill(struct step *s)

@@ -795,6 +795,46 @@ static void rejoin_expired(uv_timer_t *t)
 	fail_event(r);
 }
 
+/* The connection is lost (why: what ended it): the next join connects
+ * again, within the rejoin timeout. */
+static void report_lost(struct agent_rdzv *r, const char *why)
+{
+	char t[24];
+
+	r->connected = false;
+	r->lost = true;
+	if (!r->rejoining) {
+		uint64_t ms = (uint64_t)r->spec->rdzv.rejoin_timeout_ms;
+
+		r->rejoining = true;
+		r->rejoin_by = uv_now(r->loop) + ms;
+		uv_timer_start(&r->rejoin_timer, rejoin_expired, ms, 0);
+	}
+	set_error(r, "lost the rendezvous store at '%s' (%s); rejoining within %s", r->endpoint,
+		  why, crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, t, sizeof(t)));
+	r->hooks.failed(r->hooks.arg, true, r->error_msg);
+}
+
+void crun__rdzv_lose(struct agent_rdzv *r, const char *why)
+{
+	if (!r->client || r->lost)
+		return;
+	crun__aclient_destroy(r->client);
+	r->client = NULL;
+	/* As the client does when it loses the connection: every request
+	 * fails before LOST says what happened. */
+	while (r->reqs) {
+		struct rdzv_req *q = r->reqs;
+
+		req_unlink(r, q);
+		if (q->steps_cb)
+			q->steps_cb(q->steps_arg, -ENOTCONN, "the connection to the store is lost",
+				    NULL, 0);
+		free(q);
+	}
+	report_lost(r, why);
+}
+
 static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type, int err,
 		     const char *message, const struct crun__wire_msg *msg, void *arg)
 {
@@ -821,19 +861,7 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
 			break;
 		}
-		r->connected = false;
-		r->lost = true;
-		if (!r->rejoining) {
-			uint64_t ms = (uint64_t)r->spec->rdzv.rejoin_timeout_ms;
-
-			r->rejoining = true;
-			r->rejoin_by = uv_now(r->loop) + ms;
-			uv_timer_start(&r->rejoin_timer, rejoin_expired, ms, 0);
-		}
-		set_error(r, "lost the rendezvous store at '%s' (%s); rejoining within %s",
-			  r->endpoint, why,
-			  crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, t, sizeof(t)));
-		r->hooks.failed(r->hooks.arg, true, r->error_msg);
+		report_lost(r, why);
 		return;
 	case CRUN_ACLIENT_EV_RDZV:
 		round_event(r, msg);

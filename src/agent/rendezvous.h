@@ -130,6 +130,13 @@ int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t l
  * cb runs once (unless r is finished first). 0, or a negative errno
  * (cb will not run): -ENOTCONN as above, -EINVAL for a single node. */
 int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg);
+/* Ends the connection to the store as lost, from this side: its requests
+ * fail, the failed hook runs with lost (at once, from inside this call)
+ * and the next join connects again. For an agent that finds it was
+ * stopped for longer than the keep-alive window, so that the store has
+ * dropped it already (why: "..." in the loss line). Nothing when there is
+ * no connection or it is lost already. */
+void crun__rdzv_lose(struct agent_rdzv *r, const char *why);
 /* The line that says why the last join or barrier could not be sent. */
 const char *crun__rdzv_error(const struct agent_rdzv *r);
 /* Closes the store client (no more hooks) and frees what r holds. Safe to

@@ -86,6 +86,27 @@ else
 	echo "ok # SKIP missing script: no python3"
 fi
 
+# A rank that hangs at the same step in every attempt: found hung twice,
+# then not restarted.
+if command -v python3 >/dev/null; then
+	cat >"$tmp/hang.py" <<'PY'
+import os, time
+fd = int(os.environ["CRUN_HEARTBEAT_FD"])
+for step in range(1, 4):
+    os.write(fd, b"step %d\n" % step)
+    time.sleep(0.05)
+while os.environ["RANK"] == "1":
+    time.sleep(1)
+PY
+	run hang --nproc-per-node=2 --max-restarts=3 --heartbeat-timeout=1s --shutdown-timeout=2s \
+		"$tmp/hang.py"
+	want hang 1 1
+	has_re "$tmp/hang.err" "^not restarting: rank 1 failed the same way twice without progress: hung after "
+	echo "ok a rank that hangs the same way twice: two attempts"
+else
+	echo "ok # SKIP hang: no python3"
+fi
+
 # A worker that fails once and then succeeds is restarted as before.
 run once --nproc-per-node=2 "$H/crun-test-exit" --fail-rank 1 --fail-below 1
 want once 0 1

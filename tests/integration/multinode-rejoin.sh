@@ -262,6 +262,12 @@ if [[ " $cases " == *" stop "* ]]; then
 	finish_all s 2
 	grep -qE "^crun: lost the rendezvous store at '$ep' \(.*\); rejoining within 600s$" "$tmp/s1.err" ||
 		fail "the stopped node did not say it lost the store: $(show s1)"
+	# the workers its guard killed are no failure of the node's: whichever
+	# the agent hears first after SIGCONT, their exits or the loss
+	! grep -qE "SIGKILL|failed" "$tmp/s1.err" ||
+		fail "the guard's kills counted as a failure: $(show s1)"
+	! grep -qE "reported a failure|failure" "$tmp/s0.err" ||
+		fail "the store heard of a failure of node 1: $(show s0)"
 	echo "timing stop evicted=$t_evict gone=$t_gone rejoined=$t_back running=$t_run"
 fi
 # --- exclude: node 1 keeps failing --------------------------------------------

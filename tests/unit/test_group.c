@@ -656,6 +656,51 @@ static void test_hang(void **state)
 	assert_int_equal(g.place.restart_count, 1);
 }
 
+/* The store is lost, or a second signal comes, while a hung worker's
+ * stack is being taken: every worker gets SIGKILL at once, and the
+ * capture's end then changes nothing (no shutdown timer over the kill
+ * timer, no second SIGKILL). */
+static void test_hang_then_kill(void **state)
+{
+	static const struct crun__group_event kills[] = {
+		EV(STORE_LOST), {.kind = CRUN__GEV_SIGNAL, .signal = SIGTERM}};
+	struct crun__group_event hung = HUNG;
+	struct crun__group_actions acts;
+	char got[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(kills) / sizeof(kills[0]); i++) {
+		struct crun__group_core g;
+
+		crun__group_core_init(&g, &job);
+		step_ok(&g, (struct crun__group_event)EV(START),
+			(struct crun__group_facts){.rdzv = true});
+		step_ok(&g, (struct crun__group_event){.kind = CRUN__GEV_RDZV_READY, .place = job},
+			(struct crun__group_facts){.rdzv = true});
+		step_ok(&g, (struct crun__group_event)EV(SPAWNED),
+			(struct crun__group_facts){.rdzv = true, .running = 2});
+		step_ok(&g, hung,
+			(struct crun__group_facts){.rdzv = true, .running = 2, .open_pipes = 4});
+		if (kills[i].kind == CRUN__GEV_SIGNAL) /* the first is forwarded */
+			step_ok(&g, kills[i],
+				(struct crun__group_facts){.rdzv = true,
+							   .running = 2,
+							   .open_pipes = 4,
+							   .failures = 1});
+		acts = step_ok(&g, kills[i],
+			       (struct crun__group_facts){
+				       .rdzv = true, .running = 2, .open_pipes = 4, .failures = 1});
+		spell(&acts, got, sizeof(got));
+		assert_non_null(strstr(got, "signal:9 arm:stuck"));
+		assert_false(g.capturing);
+		acts = step_ok(&g, (struct crun__group_event)EV(HANG_CAPTURED),
+			       (struct crun__group_facts){
+				       .rdzv = true, .running = 2, .open_pipes = 4, .failures = 1});
+		spell(&acts, got, sizeof(got));
+		assert_string_equal(got, "");
+	}
+}
+
 /* A refused event ends the job as an agent error, from every state that
  * is not final; a final state stays as it is. */
 static void test_abort(void **state)
@@ -703,7 +748,7 @@ int main(void)
 		cmocka_unit_test(test_rows),	    cmocka_unit_test(test_impossible_refused),
 		cmocka_unit_test(test_placement),   cmocka_unit_test(test_restarts),
 		cmocka_unit_test(test_exec_status), cmocka_unit_test(test_abort),
-		cmocka_unit_test(test_hang),
+		cmocka_unit_test(test_hang),	    cmocka_unit_test(test_hang_then_kill),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
