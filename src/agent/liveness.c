@@ -313,7 +313,9 @@ static void hang_of(const struct crun__liveness *lv, int i, enum crun__liveness_
 	}
 }
 
-/* Lower is more suspect: stopped, then stuck in the kernel, then busy. */
+/* Lower is more suspect: stopped or traced, then stuck in the kernel.
+ * Running and sleeping say nothing: a rank asleep in a deadlock and ranks
+ * spinning in a collective's wait (NCCL's) look the same from outside. */
 static int state_rank(char state)
 {
 	switch (state) {
@@ -322,10 +324,8 @@ static int state_rank(char state)
 		return 0;
 	case 'D':
 		return 1;
-	case 'R':
-		return 2;
 	default:
-		return 3;
+		return 2;
 	}
 }
 

@@ -163,11 +163,12 @@ uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv);
  * passes within CRUN__LIVENESS_BLAME_MS (at most half its timeout) of it:
  * ranks that wait for each other in a collective all fall silent when one
  * of them stops. The one blamed is, in this order, the one whose process
- * is stopped or traced (state 'T' or 't'), in uninterruptible sleep ('D'),
- * running ('R') rather than asleep in a wait; then, of two that beat
- * steps, the one with the lower last step (behind the others); then the earliest deadline; then the
- * lowest index. states[i] is worker i's process state letter as
- * /proc/PID/stat has it, 0 when unknown; states may be NULL. */
+ * is stopped or traced (state 'T' or 't'), then one in uninterruptible
+ * sleep ('D'), then any other (running and sleeping alike: a rank asleep
+ * in a deadlock and ranks spinning in a collective's wait look the same);
+ * then, of two that beat steps, the one with the lower last step (behind
+ * the others); then the earliest deadline; then the lowest index. states[i] is worker i's process
+ * state letter as /proc/PID/stat has it, 0 when unknown; states may be NULL. */
 #define CRUN__LIVENESS_BLAME_MS 1000
 bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char *states,
 			  struct crun__liveness_hang *out);

@@ -280,7 +280,8 @@ static void test_cases(void **state)
 }
 
 /* Ranks that wait for each other fall silent together: the one to blame
- * is stopped, stuck or busy, else behind, else the first to fall silent. */
+ * is stopped, else stuck in the kernel, else behind, else the first to
+ * fall silent; running or asleep tells nothing. */
 static void test_blame(void **state)
 {
 	static const struct {
@@ -295,7 +296,24 @@ static void test_blame(void **state)
 		{"the stopped one", {100, 150, 120}, {7, 7, 7}, "SST", 2100, 2},
 		{"the one stuck in the kernel", {100, 150, 120}, {7, 7, 7}, "SDS", 2100, 1},
 		{"traced beats stuck", {100, 150, 120}, {7, 7, 7}, "tDR", 2100, 0},
-		{"the busy one", {100, 150, 120}, {7, 7, 7}, "SSR", 2100, 2},
+		{"running is no more suspect than asleep",
+		 {100, 150, 120},
+		 {7, 7, 7},
+		 "SSR",
+		 2100,
+		 0},
+		{"asleep behind, not the spinning waiters",
+		 {100, 150, 120},
+		 {7, 6, 7},
+		 "RSR",
+		 2100,
+		 1},
+		{"stuck in the kernel beats one behind",
+		 {100, 150, 120},
+		 {7, 6, 7},
+		 "DSR",
+		 2100,
+		 0},
 		{"the one behind", {100, 150, 120}, {7, 6, 7}, "SSS", 2100, 1},
 		{"a stopped one beats one behind", {100, 150, 120}, {7, 6, 7}, "SST", 2100, 2},
 		{"not one that beat long after", {100, 1500, 120}, {7, 7, 7}, "STS", 2100, 0},
