@@ -203,8 +203,11 @@ enum crun__liveness_line crun__liveness_line(struct crun__liveness *lv, int i, c
 			break; /* not the open one */
 		w->section[0] = '\0';
 		w->section_timeout_ms = 0;
-		if (w->phase == CRUN__PHASE_STEADY)
-			w->since_ms = now_ms; /* the steady clock starts again */
+		/* A section is a sign of life, as ft_launcher takes it: a worker
+		 * that only speaks in sections is steady from its first end, and
+		 * the steady clock starts again at each. */
+		w->phase = CRUN__PHASE_STEADY;
+		w->since_ms = now_ms;
 		break;
 	case CRUN__LINE_UNKNOWN:
 		break;

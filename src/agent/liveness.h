@@ -14,7 +14,8 @@
  * their own. A worker that never says anything is never watched.
  *
  * The deadlines, as NVIDIA's ft_launcher has them:
- *   - initial: from the first line until the first beat (`step` or `beat`);
+ *   - initial: from the first line until the first beat (`step` or `beat`)
+ *     or the first section end (sections are signs of life too);
  *   - steady: from each beat (or section end) to the next; with an auto
  *     factor F > 0, once CRUN__LIVENESS_AUTO_SAMPLES intervals between
  *     beats were seen, the steady timeout becomes F times the longest of
