@@ -128,6 +128,13 @@ static bool watched(const struct crun__liveness_worker *w)
 	return w->phase != CRUN__PHASE_GONE && w->phase != CRUN__PHASE_HUNG;
 }
 
+void crun__liveness_hung(struct crun__liveness *lv, int i)
+{
+	if (i < 0 || i >= lv->n || !watched(&lv->w[i]))
+		return;
+	lv->w[i].phase = CRUN__PHASE_HUNG;
+}
+
 static int64_t section_timeout(const struct crun__liveness_config *cfg, const char *name)
 {
 	for (int i = 0; i < cfg->nsections; i++)
@@ -374,10 +381,7 @@ bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char
 				.signal = t->signal,
 			};
 			snprintf(out->name, sizeof(out->name), "%s", t->scope);
-			if (t->signal > 0)
-				w->phase = CRUN__PHASE_HUNG;
-			else
-				w->timers[k] = w->timers[--w->ntimers];
+			w->timers[k] = w->timers[--w->ntimers];
 			return true;
 		}
 		if (beat_deadline(&lv->cfg, w, &why) <= now_ms)

@@ -129,6 +129,10 @@ void crun__liveness_finish(struct crun__liveness *lv);
 /* Worker i started (SILENT: not watched until it speaks) / is gone. */
 void crun__liveness_started(struct crun__liveness *lv, int i);
 void crun__liveness_gone(struct crun__liveness *lv, int i);
+/* Worker i is declared hung (a FileTimer of a process of its own expired
+ * and the caller found that process alive): not watched any more. A worker
+ * not watched stays as it is. */
+void crun__liveness_hung(struct crun__liveness *lv, int i);
 
 /* Parses one heartbeat line (without its newline; a trailing '\r' or
  * spaces are allowed). STEP sets *step, and *work_s to its WORK seconds,
@@ -157,8 +161,12 @@ uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv);
 /* Who is hung at now: true, *out filled, and that worker is HUNG from now
  * on; false when no deadline has passed.
  *
- * A FileTimer that expired names its worker; one with a signal <= 0 (as
- * torch: nothing to kill) is only dropped, and its worker stays watched.
+ * A FileTimer that expired comes first: true, *out names its worker, the
+ * pid and the signal, and the timer is dropped; its worker stays watched.
+ * Only the caller can tell whether that pid is still a process of that
+ * worker (it may have exited, its pid reused): it declares the worker
+ * hung with crun__liveness_hung(), or goes on (as torch's server does
+ * when the pid is gone, or when the signal is <= 0: nothing to kill).
  * Otherwise, once a deadline
  * has passed, the suspects are every worker whose heartbeat deadline
  * passes within CRUN__LIVENESS_BLAME_MS (at most half its timeout) of it:

@@ -367,6 +367,47 @@ static void test_blame(void **state)
 	}
 }
 
+/* An expired FileTimer is dropped, its worker still watched: only the
+ * caller can tell whether its pid is still that worker's, and declares
+ * the worker hung. */
+static void test_file_timer_expiry(void **state)
+{
+	struct crun__liveness_config cfg = {.initial_timeout_ms = 5000, .timeout_ms = 2000};
+	struct crun__liveness lv = {0};
+	struct crun__liveness_hang h;
+
+	(void)state;
+	assert_int_equal(crun__liveness_init(&lv, &cfg, 2), 0);
+	crun__liveness_started(&lv, 0);
+	crun__liveness_line(&lv, 0, "step 3", 6, 0);
+	assert_int_equal(crun__liveness_file_timer(&lv, 0, "child", 4242, 9, false, 1000), 0);
+	assert_int_equal(crun__liveness_next_deadline(&lv), 1000);
+	assert_true(crun__liveness_check(&lv, 1000, NULL, &h));
+	assert_int_equal(h.worker, 0);
+	assert_int_equal(h.why, CRUN__HUNG_FILE_TIMER);
+	assert_int_equal(h.pid, 4242);
+	assert_int_equal(h.signal, 9);
+	/* The pid was gone: the worker goes on, its beats watched. */
+	assert_int_equal(crun__liveness_next_deadline(&lv), 2000);
+	assert_false(crun__liveness_check(&lv, 1500, NULL, &h));
+	crun__liveness_line(&lv, 0, "step 4", 6, 1500);
+	assert_int_equal(crun__liveness_next_deadline(&lv), 3500);
+	/* A timer of a live process of the worker: declared hung. */
+	assert_int_equal(crun__liveness_file_timer(&lv, 0, "step", 4243, 9, false, 2500), 0);
+	assert_true(crun__liveness_check(&lv, 2600, NULL, &h));
+	crun__liveness_hung(&lv, 0);
+	assert_int_equal(crun__liveness_next_deadline(&lv), NONE);
+	assert_false(crun__liveness_check(&lv, 100000, NULL, &h));
+	crun__liveness_line(&lv, 0, "step 5", 6, 2700);
+	assert_int_equal(crun__liveness_next_deadline(&lv), NONE);
+	/* Out of range, or not watched: nothing. */
+	crun__liveness_hung(&lv, -1);
+	crun__liveness_hung(&lv, 2);
+	crun__liveness_hung(&lv, 1);
+	assert_int_equal(lv.w[1].phase, CRUN__PHASE_GONE);
+	crun__liveness_finish(&lv);
+}
+
 static void test_parse(void **state)
 {
 	static const struct {
@@ -512,7 +553,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cases),		cmocka_unit_test(test_blame),
 		cmocka_unit_test(test_parse),		cmocka_unit_test(test_sections),
-		cmocka_unit_test(test_gone_and_bounds),
+		cmocka_unit_test(test_gone_and_bounds), cmocka_unit_test(test_file_timer_expiry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
