@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,10 @@ bool crun__heartbeat_owns(const struct crun__heartbeat *hb, int lr, pid_t pid)
 	worker = hb->pids[lr];
 	if (!worker)
 		return false;
-	/* A zombie has exited already: nothing of it left to stop. */
+	/* A zombie has exited already: nothing of it left to stop. Without
+	 * /proc to tell, whether the pid exists at all. */
 	state = proc_state(pid);
-	if (!state || state == 'Z' || state == 'X')
+	if (state == 'Z' || state == 'X' || (!state && kill(pid, 0) < 0 && errno == ESRCH))
 		return false;
 	return pid == worker || getsid(pid) == worker;
 }
@@ -363,10 +365,10 @@ static void fifo_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
  * sends each request as one write(2) of a whole line, shorter than
  * PIPE_BUF, so writes never interleave and a line only spans two reads
  * when more than a read's worth was queued: its rest is already in the
- * pipe and comes in the same pass of the loop. A fragment without its
- * newline (a writer that died mid-line, one that writes otherwise) would
- * be glued to the next request, which would be lost (a lost release
- * would later kill a healthy worker). Hence two rules: a fragment older
+ * pipe and is read at once, well within FIFO_FRAGMENT_MS. A fragment
+ * without its newline (a writer that died mid-line, one that writes
+ * otherwise) would be glued to the next request, which would be lost (a
+ * lost release would later kill a healthy worker). Hence two rules: a fragment older
  * than FIFO_FRAGMENT_MS when more comes is dropped; and a line that does
  * not parse is searched for the request that ends it (fifo_json). */
 #define FIFO_FRAGMENT_MS 50

@@ -10,10 +10,13 @@
  * FileTimerClient from it. It feeds what it reads to the pure core and
  * runs one timer, for the earliest deadline; when it passes, it reports
  * the hung worker to its owner and stops watching until the next worker
- * starts (a new attempt).
+ * starts (a new attempt). An expired FileTimer whose process is no longer
+ * the worker's (exited, or its pid reused) is dropped instead, as torch's
+ * server drops it.
  *
  * Owns: the core's state, the channels (freed when their handles have
- * closed), the timer, the named pipe and its directory. */
+ * closed), the timer, the named pipe, and its directory when it made one
+ * (no private directory was given). */
 #ifndef CRUN_AGENT_HEARTBEAT_H
 #define CRUN_AGENT_HEARTBEAT_H
 
