@@ -562,7 +562,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	a->spawner.reaper = &a->reaper;
 	a->heartbeat.loop = &a->loop;
 	err = crun__heartbeat_init(&a->heartbeat, &spec->heartbeat, spec->nproc_per_node,
-				   serves_file_timer(spec));
+				   serves_file_timer(spec), a->tmp_dir);
 	if (err < 0) {
 		crun__error("cannot set up the heartbeats: %s", strerror(-err));
 		goto out_loop;

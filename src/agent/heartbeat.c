@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,45 @@ static char proc_state(pid_t pid)
 	return paren && paren[1] == ' ' ? paren[2] : 0;
 }
 
+bool crun__heartbeat_owns(const struct crun__heartbeat *hb, int lr, pid_t pid)
+{
+	pid_t worker;
+	char state;
+
+	if (lr < 0 || lr >= hb->n || pid <= 0)
+		return false;
+	worker = hb->pids[lr];
+	if (!worker)
+		return false;
+	/* A zombie has exited already: nothing of it left to stop. Without
+	 * /proc to tell, whether the pid exists at all. */
+	state = proc_state(pid);
+	if (state == 'Z' || state == 'X' || (!state && kill(pid, 0) < 0 && errno == ESRCH))
+		return false;
+	return pid == worker || getsid(pid) == worker;
+}
+
+/* An expired FileTimer: a hang of its worker when its pid is still one of
+ * that worker's processes; else dropped, as torch's server does when the
+ * pid no longer exists. */
+static bool file_timer_hang(struct crun__heartbeat *hb, const struct crun__liveness_hang *h)
+{
+	if (h->signal <= 0) {
+		crun__warn("local rank %d: FileTimer '%s' of pid %d expired; its signal is "
+			   "%d: nothing to kill",
+			   h->worker, h->name, h->pid, h->signal);
+		return false;
+	}
+	if (!crun__heartbeat_owns(hb, h->worker, h->pid)) {
+		crun__info("local rank %d: FileTimer '%s' of pid %d expired, but that process "
+			   "is gone (or no longer the worker's): dropped",
+			   h->worker, h->name, h->pid);
+		return false;
+	}
+	crun__liveness_hung(&hb->core, h->worker);
+	return true;
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	struct crun__heartbeat *hb = t->data;
@@ -72,14 +112,10 @@ static void on_timer(uv_timer_t *t)
 		return;
 	for (int i = 0; i < hb->n; i++)
 		hb->states[i] = proc_state(hb->pids[i]);
-	if (crun__liveness_check(&hb->core, uv_now(hb->loop), hb->states, &h)) {
-		if (h.why == CRUN__HUNG_FILE_TIMER && h.signal <= 0) {
-			crun__warn("local rank %d: FileTimer '%s' of pid %d expired; its signal is "
-				   "%d: nothing to kill",
-				   h.worker, h.name, h.pid, h.signal);
-			rearm(hb);
-			return;
-		}
+	/* Expired FileTimers that are dropped leave the others to check. */
+	while (crun__liveness_check(&hb->core, uv_now(hb->loop), hb->states, &h)) {
+		if (h.why == CRUN__HUNG_FILE_TIMER && !file_timer_hang(hb, &h))
+			continue;
 		hb->paused = true;
 		hb->hung(hb->arg, &h);
 		return;
@@ -252,11 +288,33 @@ static int rank_of_pid(const struct crun__heartbeat *hb, pid_t pid)
 	return -1;
 }
 
+/* A request as JSON: the whole of text, else, when text is a fragment
+ * glued to a request (see fifo_read), the request that ends it: the first
+ * suffix from a '{' that parses as an object. Requests are flat objects,
+ * so a suffix that starts inside the fragment does not parse (it holds
+ * the seam); at most FIFO_SUFFIX_TRIES are tried. NULL: none. */
+#define FIFO_SUFFIX_TRIES 64
+static json_t *fifo_json(const char *text, size_t len)
+{
+	json_t *doc = json_loadb(text, len, 0, NULL);
+	const char *p = text;
+
+	for (int tries = 0; !json_is_object(doc) && tries < FIFO_SUFFIX_TRIES; tries++) {
+		json_decref(doc);
+		doc = NULL;
+		p = memchr(p + 1, '{', len - (size_t)(p + 1 - text));
+		if (!p)
+			break;
+		doc = json_loadb(p, len - (size_t)(p - text), 0, NULL);
+	}
+	return doc;
+}
+
 /* {"version": 1, "pid": 123, "scope_id": "x", "expiration_time": 1.7e9,
  * "signal": 9}: an expiration time below 0 releases the scope's timer. */
 static void fifo_request(struct crun__heartbeat *hb, const char *text, size_t len)
 {
-	json_t *doc = json_loadb(text, len, 0, NULL);
+	json_t *doc = fifo_json(text, len);
 	json_t *pid = json_object_get(doc, "pid"), *scope = json_object_get(doc, "scope_id");
 	json_t *exp = json_object_get(doc, "expiration_time");
 	json_t *sig = json_object_get(doc, "signal");
@@ -303,9 +361,22 @@ static void fifo_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	*buf = uv_buf_init(scratch, sizeof(scratch));
 }
 
+/* The pipe is shared by every worker and its children. FileTimerClient
+ * sends each request as one write(2) of a whole line, shorter than
+ * PIPE_BUF, so writes never interleave and a line only spans two reads
+ * when more than a read's worth was queued: its rest is already in the
+ * pipe and is read at once, well within FIFO_FRAGMENT_MS. A fragment
+ * without its newline (a writer that died mid-line, one that writes
+ * otherwise) would be glued to the next request, which would be lost (a
+ * lost release would later kill a healthy worker). Hence two rules: a fragment older
+ * than FIFO_FRAGMENT_MS when more comes is dropped; and a line that does
+ * not parse is searched for the request that ends it (fifo_json). */
+#define FIFO_FRAGMENT_MS 50
+
 static void fifo_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct crun__heartbeat *hb = s->data;
+	uint64_t now = uv_now(hb->loop);
 
 	if (nread < 0) {
 		crun__warn("cannot read the FileTimer pipe '%s': %s", hb->timer_file,
@@ -313,6 +384,13 @@ static void fifo_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		uv_read_stop(s);
 		return;
 	}
+	if (nread > 0 && (hb->fifo_len || hb->fifo_skip) && now - hb->fifo_at > FIFO_FRAGMENT_MS) {
+		unknown(hb, "unfinished FileTimer request", hb->fifo_buf, hb->fifo_len);
+		hb->fifo_len = 0;
+		hb->fifo_skip = false;
+	}
+	if (nread > 0)
+		hb->fifo_at = now;
 	for (ssize_t i = 0; i < nread; i++) {
 		char ch = buf->base[i];
 		if (ch == '\n') {
@@ -330,25 +408,29 @@ static void fifo_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 }
 
-static int fifo_setup(struct crun__heartbeat *hb)
+/* The pipe in dir, else in a directory of its own in $TMPDIR. */
+static int fifo_setup(struct crun__heartbeat *hb, const char *dir)
 {
 	const char *tmp = getenv("TMPDIR");
 	int fd, err;
 
-	if (!tmp || !*tmp)
-		tmp = "/tmp";
-	if (asprintf(&hb->timer_dir, "%s/crun-timer-XXXXXX", tmp) < 0) {
-		hb->timer_dir = NULL;
-		return -ENOMEM;
+	if (!dir) {
+		if (!tmp || !*tmp)
+			tmp = "/tmp";
+		if (asprintf(&hb->timer_dir, "%s/crun-timer-XXXXXX", tmp) < 0) {
+			hb->timer_dir = NULL;
+			return -ENOMEM;
+		}
+		if (!mkdtemp(hb->timer_dir)) {
+			err = -errno;
+			crun__error("cannot create a directory in '%s': %s", tmp, strerror(-err));
+			free(hb->timer_dir);
+			hb->timer_dir = NULL;
+			return err;
+		}
+		dir = hb->timer_dir;
 	}
-	if (!mkdtemp(hb->timer_dir)) {
-		err = -errno;
-		crun__error("cannot create a directory in '%s': %s", tmp, strerror(-err));
-		free(hb->timer_dir);
-		hb->timer_dir = NULL;
-		return err;
-	}
-	if (asprintf(&hb->timer_file, "%s/timer.fifo", hb->timer_dir) < 0 ||
+	if (asprintf(&hb->timer_file, "%s/timer.fifo", dir) < 0 ||
 	    asprintf(&hb->timer_env, "TORCHELASTIC_TIMER_FILE=%s", hb->timer_file) < 0)
 		return -ENOMEM;
 	if (mkfifo(hb->timer_file, 0600) < 0) {
@@ -388,7 +470,7 @@ static int fifo_setup(struct crun__heartbeat *hb)
 /* ---- lifecycle ---- */
 
 int crun__heartbeat_init(struct crun__heartbeat *hb, const struct crun__liveness_config *cfg,
-			 int nworkers, bool file_timer)
+			 int nworkers, bool file_timer, const char *dir)
 {
 	int err;
 
@@ -407,7 +489,7 @@ int crun__heartbeat_init(struct crun__heartbeat *hb, const struct crun__liveness
 	hb->timer.data = hb;
 	hb->timer_open = true;
 	if (file_timer) {
-		err = fifo_setup(hb);
+		err = fifo_setup(hb, dir);
 		if (err < 0) {
 			crun__error("cannot serve torch's FileTimer: %s", strerror(-err));
 			return err;

@@ -4,15 +4,19 @@
  * by CRUN_HEARTBEAT_FD=3 in its environment, and writes lines on it
  * ("step 12\n", see liveness.h). With TORCHELASTIC_ENABLE_FILE_TIMER=1
  * and no TORCHELASTIC_TIMER_FILE in crun's environment, the edge also
- * makes a named pipe for the job, names it in every worker's
+ * makes a named pipe for the job (in the agent's private directory, which
+ * its guard removes even when crun is killed), names it in every worker's
  * TORCHELASTIC_TIMER_FILE, and reads the JSON requests of torch's
  * FileTimerClient from it. It feeds what it reads to the pure core and
  * runs one timer, for the earliest deadline; when it passes, it reports
  * the hung worker to its owner and stops watching until the next worker
- * starts (a new attempt).
+ * starts (a new attempt). An expired FileTimer whose process is no longer
+ * the worker's (exited, or its pid reused) is dropped instead, as torch's
+ * server drops it.
  *
  * Owns: the core's state, the channels (freed when their handles have
- * closed), the timer, the named pipe and its directory. */
+ * closed), the timer, the named pipe, and its directory when it made one
+ * (no private directory was given). */
 #ifndef CRUN_AGENT_HEARTBEAT_H
 #define CRUN_AGENT_HEARTBEAT_H
 
@@ -60,14 +64,18 @@ struct crun__heartbeat {
 	bool fifo_open;
 	char fifo_buf[4096];
 	size_t fifo_len;
-	bool fifo_skip; /* dropping the rest of an overlong request */
+	bool fifo_skip;	  /* dropping the rest of an overlong request */
+	uint64_t fifo_at; /* when fifo_buf last grew (loop time) */
 	uint64_t unknown_lines;
 };
 
 /* Sets up hb for nworkers local ranks: the timer and, with file_timer,
- * the named pipe (see above). 0 or a negative errno (said on stderr). */
+ * the named pipe (see above), as dir/timer.fifo; dir (not owned, must
+ * outlive hb) is the agent's private directory; NULL: a directory of its
+ * own in $TMPDIR, removed by crun__heartbeat_finish() only. 0 or a
+ * negative errno (said on stderr). */
 int crun__heartbeat_init(struct crun__heartbeat *hb, const struct crun__liveness_config *cfg,
-			 int nworkers, bool file_timer);
+			 int nworkers, bool file_timer, const char *dir);
 
 /* The handle for local rank lr's channel, initialised, for uv_spawn's
  * stdio[CRUN__HEARTBEAT_FD] (UV_CREATE_PIPE | UV_WRITABLE_PIPE); closes
@@ -78,6 +86,12 @@ uv_pipe_t *crun__heartbeat_channel(struct crun__heartbeat *hb, int lr);
  * speaks. Or it could not be started / it exited: close its channel. */
 void crun__heartbeat_started(struct crun__heartbeat *hb, int lr, pid_t pid);
 void crun__heartbeat_gone(struct crun__heartbeat *hb, int lr);
+
+/* Whether pid is, now, local rank lr's running worker or a live (not
+ * zombie) process of its session (workers lead their own). For whoever
+ * is about to signal the pid of an expired FileTimer: the check made when
+ * the timer expired may be stale by then (the pid exited, or was reused). */
+bool crun__heartbeat_owns(const struct crun__heartbeat *hb, int lr, pid_t pid);
 
 /* Closes every handle; the memory goes in crun__heartbeat_finish() after
  * the loop has run. */

@@ -128,6 +128,13 @@ static bool watched(const struct crun__liveness_worker *w)
 	return w->phase != CRUN__PHASE_GONE && w->phase != CRUN__PHASE_HUNG;
 }
 
+void crun__liveness_hung(struct crun__liveness *lv, int i)
+{
+	if (i < 0 || i >= lv->n || !watched(&lv->w[i]))
+		return;
+	lv->w[i].phase = CRUN__PHASE_HUNG;
+}
+
 static int64_t section_timeout(const struct crun__liveness_config *cfg, const char *name)
 {
 	for (int i = 0; i < cfg->nsections; i++)
@@ -203,8 +210,11 @@ enum crun__liveness_line crun__liveness_line(struct crun__liveness *lv, int i, c
 			break; /* not the open one */
 		w->section[0] = '\0';
 		w->section_timeout_ms = 0;
-		if (w->phase == CRUN__PHASE_STEADY)
-			w->since_ms = now_ms; /* the steady clock starts again */
+		/* A section is a sign of life, as ft_launcher takes it: a worker
+		 * that only speaks in sections is steady from its first end, and
+		 * the steady clock starts again at each. */
+		w->phase = CRUN__PHASE_STEADY;
+		w->since_ms = now_ms;
 		break;
 	case CRUN__LINE_UNKNOWN:
 		break;
@@ -313,7 +323,9 @@ static void hang_of(const struct crun__liveness *lv, int i, enum crun__liveness_
 	}
 }
 
-/* Lower is more suspect: stopped, then stuck in the kernel, then busy. */
+/* Lower is more suspect: stopped or traced, then stuck in the kernel.
+ * Running and sleeping say nothing: a rank asleep in a deadlock and ranks
+ * spinning in a collective's wait (NCCL's) look the same from outside. */
 static int state_rank(char state)
 {
 	switch (state) {
@@ -322,10 +334,8 @@ static int state_rank(char state)
 		return 0;
 	case 'D':
 		return 1;
-	case 'R':
-		return 2;
 	default:
-		return 3;
+		return 2;
 	}
 }
 
@@ -371,10 +381,7 @@ bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char
 				.signal = t->signal,
 			};
 			snprintf(out->name, sizeof(out->name), "%s", t->scope);
-			if (t->signal > 0)
-				w->phase = CRUN__PHASE_HUNG;
-			else
-				w->timers[k] = w->timers[--w->ntimers];
+			w->timers[k] = w->timers[--w->ntimers];
 			return true;
 		}
 		if (beat_deadline(&lv->cfg, w, &why) <= now_ms)

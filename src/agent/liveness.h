@@ -14,7 +14,8 @@
  * their own. A worker that never says anything is never watched.
  *
  * The deadlines, as NVIDIA's ft_launcher has them:
- *   - initial: from the first line until the first beat (`step` or `beat`);
+ *   - initial: from the first line until the first beat (`step` or `beat`)
+ *     or the first section end (sections are signs of life too);
  *   - steady: from each beat (or section end) to the next; with an auto
  *     factor F > 0, once CRUN__LIVENESS_AUTO_SAMPLES intervals between
  *     beats were seen, the steady timeout becomes F times the longest of
@@ -128,6 +129,10 @@ void crun__liveness_finish(struct crun__liveness *lv);
 /* Worker i started (SILENT: not watched until it speaks) / is gone. */
 void crun__liveness_started(struct crun__liveness *lv, int i);
 void crun__liveness_gone(struct crun__liveness *lv, int i);
+/* Worker i is declared hung (a FileTimer of a process of its own expired
+ * and the caller found that process alive): not watched any more. A worker
+ * not watched stays as it is. */
+void crun__liveness_hung(struct crun__liveness *lv, int i);
 
 /* Parses one heartbeat line (without its newline; a trailing '\r' or
  * spaces are allowed). STEP sets *step, and *work_s to its WORK seconds,
@@ -156,18 +161,23 @@ uint64_t crun__liveness_next_deadline(const struct crun__liveness *lv);
 /* Who is hung at now: true, *out filled, and that worker is HUNG from now
  * on; false when no deadline has passed.
  *
- * A FileTimer that expired names its worker; one with a signal <= 0 (as
- * torch: nothing to kill) is only dropped, and its worker stays watched.
+ * A FileTimer that expired comes first: true, *out names its worker, the
+ * pid and the signal, and the timer is dropped; its worker stays watched.
+ * Only the caller can tell whether that pid is still a process of that
+ * worker (it may have exited, its pid reused): it declares the worker
+ * hung with crun__liveness_hung(), or goes on (as torch's server does
+ * when the pid is gone, or when the signal is <= 0: nothing to kill).
  * Otherwise, once a deadline
  * has passed, the suspects are every worker whose heartbeat deadline
  * passes within CRUN__LIVENESS_BLAME_MS (at most half its timeout) of it:
  * ranks that wait for each other in a collective all fall silent when one
  * of them stops. The one blamed is, in this order, the one whose process
- * is stopped or traced (state 'T' or 't'), in uninterruptible sleep ('D'),
- * running ('R') rather than asleep in a wait; then, of two that beat
- * steps, the one with the lower last step (behind the others); then the earliest deadline; then the
- * lowest index. states[i] is worker i's process state letter as
- * /proc/PID/stat has it, 0 when unknown; states may be NULL. */
+ * is stopped or traced (state 'T' or 't'), then one in uninterruptible
+ * sleep ('D'), then any other (running and sleeping alike: a rank asleep
+ * in a deadlock and ranks spinning in a collective's wait look the same);
+ * then, of two that beat steps, the one with the lower last step (behind
+ * the others); then the earliest deadline; then the lowest index. states[i] is worker i's process
+ * state letter as /proc/PID/stat has it, 0 when unknown; states may be NULL. */
 #define CRUN__LIVENESS_BLAME_MS 1000
 bool crun__liveness_check(struct crun__liveness *lv, uint64_t now_ms, const char *states,
 			  struct crun__liveness_hang *out);

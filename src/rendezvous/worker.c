@@ -42,6 +42,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -652,8 +653,18 @@ out:
 
 /* ---- heartbeats ---- */
 
-/* CRUN_HEARTBEAT_FD: -2 not read yet, -1 unset, -3 set but not open. */
+/* CRUN_HEARTBEAT_FD: -2 not read yet, -1 unset, -3 set but not a channel. */
 static _Atomic int beat_fd = -2;
+
+/* Whether fd is open and a socket or a pipe, as crun's channel is. A
+ * descendant that inherited the variable but not the descriptor may have
+ * that number reused for a regular file, which must not get beats. */
+static bool beat_channel(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
+}
 
 static int heartbeat_fd(void)
 {
@@ -666,7 +677,7 @@ static int heartbeat_fd(void)
 	v = getenv("CRUN_HEARTBEAT_FD");
 	if (!v || !*v)
 		fd = -1;
-	else if (crun__parse_int64(v, 0, INT_MAX, &n, NULL, 0) < 0 || fcntl((int)n, F_GETFD) < 0)
+	else if (crun__parse_int64(v, 0, INT_MAX, &n, NULL, 0) < 0 || !beat_channel((int)n))
 		fd = -3;
 	else
 		fd = (int)n;

@@ -10,13 +10,20 @@ scripts/bench/faults).
     HANG_HOW        stop: SIGSTOP itself; section: open section
                     HANG_SECTION and never close it; filetimer: a FileTimer
                     request expiring in 1 s, then sleep; slow-section: open
-                    HANG_SECTION, sleep HANG_SECONDS, close it, go on
+                    HANG_SECTION, sleep HANG_SECONDS, close it, go on;
+                    filetimer-child: start a child, a FileTimer request
+                    for the child's pid expiring in 1 s, the child exits,
+                    the worker goes on past the expiry; filetimer-fragment:
+                    a FileTimer request expiring in 1 s, an unfinished
+                    request (no newline), the release of the first, then
+                    on past the expiry
     HANG_MARK       file that gets time.time() at the fault (for a
                     FileTimer: its expiry)
 """
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -46,11 +53,14 @@ def mark(when=None):
         os.rename(path + ".tmp", path)
 
 
-def file_timer(scope, expires):
-    # torch's FileTimerClient: one JSON request per line on the named pipe
-    req = {"version": 1, "pid": os.getpid(), "scope_id": scope,
+def file_timer(scope, expires, pid=None, fragment=None):
+    # torch's FileTimerClient: one JSON request per line on the named pipe,
+    # each in one write; fragment: written first, without its newline
+    req = {"version": 1, "pid": pid or os.getpid(), "scope_id": scope,
            "expiration_time": expires, "signal": signal.SIGKILL}
     pipe = os.open(env["TORCHELASTIC_TIMER_FILE"], os.O_WRONLY | os.O_NONBLOCK)
+    if fragment:
+        os.write(pipe, fragment.encode())
     os.write(pipe, (json.dumps(req) + "\n").encode())
     os.close(pipe)
 
@@ -71,6 +81,21 @@ for step in range(steps):
             file_timer("train_step", expires)
             mark(expires)
             time.sleep(600)
+        elif how == "filetimer-child":
+            child = subprocess.Popen([sys.executable, "-c",
+                                      "import time; time.sleep(0.3)"])
+            expires = time.time() + 1.0
+            file_timer("child_step", expires, pid=child.pid)
+            mark(expires)
+            child.wait()
+            time.sleep(1.5)
+        elif how == "filetimer-fragment":
+            expires = time.time() + 1.0
+            file_timer("train_step", expires)
+            mark(expires)
+            time.sleep(0.2)
+            file_timer("train_step", -1, fragment='{"version": 1, "pid": ')
+            time.sleep(1.5)
         elif how == "slow-section":
             say("section begin " + section)
             time.sleep(float(env.get("HANG_SECONDS", "2")))

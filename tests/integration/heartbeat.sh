@@ -134,6 +134,49 @@ grep -q "^[0-9.]* \[1\]: fake gdb -batch -nx -iex set auto-load off -p [0-9]* -e
 grep -q '^[0-9.]* \[1\]: /proc/[0-9]*/wchan:' "$tmp/ft.err" || fail "FileTimer: gdb failed, no /proc"
 echo "ok FileTimer expiry: detected $t s after it, stack by gdb, then /proc"
 
+# A FileTimer for a child that has exited by its expiry is dropped, as
+# torch's server drops it: nobody is hung, nothing restarts.
+TORCHELASTIC_ENABLE_FILE_TIMER=1 HANG_RANK=0 HANG_HOW=filetimer-child HANG_MARK=$tmp/ftc.mark \
+	BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/bin \
+	run ftc --nproc-per-node=2 --heartbeat-timeout=5 "$W" || fail "FileTimer child: exit $?"
+lacks "$tmp/ftc.err" "hung"
+grep -q " crun: local rank 0: FileTimer 'child_step' of pid [0-9]* expired, but that process is gone" \
+	"$tmp/ftc.err" || fail "FileTimer child: not dropped: $(cat "$tmp/ftc.err")"
+grep -c '^\[[01]\]:done rank [01] restart 0$' "$tmp/ftc.out" | grep -qx 2 ||
+	fail "FileTimer child: $(cat "$tmp/ftc.out")"
+echo "ok an expired FileTimer of an exited child is dropped"
+
+# An unfinished request on the shared pipe does not swallow the next one:
+# the release that follows it is taken, and the timer does not expire.
+TORCHELASTIC_ENABLE_FILE_TIMER=1 HANG_RANK=1 HANG_HOW=filetimer-fragment \
+	HANG_MARK=$tmp/ftf.mark BEAT_STEPS=8 BEAT_INTERVAL=0.1 PATH=$tmp/bin \
+	run ftf --nproc-per-node=2 "$W" || fail "FileTimer fragment: exit $?"
+lacks "$tmp/ftf.err" "hung"
+grep -c '^\[[01]\]:done rank [01] restart 0$' "$tmp/ftf.out" | grep -qx 2 ||
+	fail "FileTimer fragment: $(cat "$tmp/ftf.out") $(cat "$tmp/ftf.err")"
+echo "ok an unfinished FileTimer request does not eat the next"
+
+# crun killed by SIGKILL during a FileTimer job leaves no pipe behind: it
+# lies in the directory that crun's guard removes.
+mkdir "$tmp/tmpk"
+TMPDIR=$tmp/tmpk TORCHELASTIC_ENABLE_FILE_TIMER=1 BEAT_STEPS=100 BEAT_INTERVAL=0.1 \
+	"$CRUN" --nproc-per-node=2 "$W" >"$tmp/kill.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+	[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] && break
+	sleep 0.05
+done
+[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] || fail "SIGKILL: no FileTimer pipe in TMPDIR"
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+for _ in $(seq 100); do
+	[ -z "$(ls -A "$tmp/tmpk")" ] && break
+	sleep 0.05
+done
+left=$(find "$tmp/tmpk" -mindepth 1)
+[ -z "$left" ] || fail "SIGKILL: left in TMPDIR: $left"
+echo "ok SIGKILL of crun leaves no FileTimer pipe"
+
 # With torch, a real FileTimerClient
 if python3 -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
 	cat >"$tmp/torch_timer.py" <<'PY'

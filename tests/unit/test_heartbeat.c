@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,6 +119,32 @@ static void test_unset_and_bad(void **state)
 	assert_int_equal(in_child("x", beat_once), -EBADF);
 }
 
+static int beat_twice(void)
+{
+	int rc = crun_worker_heartbeat(12);
+
+	return rc == crun_worker_heartbeat(13) ? rc : -100;
+}
+
+/* A descendant that inherited CRUN_HEARTBEAT_FD but not the descriptor,
+ * whose number now holds a regular file: refused, and the file is left
+ * alone, now and on the next beat. */
+static void test_not_a_channel(void **state)
+{
+	char path[] = "/tmp/crun-test-beat-XXXXXX", env[16];
+	struct stat st;
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_true(fd >= 0);
+	unlink(path);
+	snprintf(env, sizeof(env), "%d", fd);
+	assert_int_equal(in_child(env, beat_twice), -EBADF);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	close(fd);
+}
+
 /* With nobody reading, beats are dropped, never waited for. */
 static int beat_full(void)
 {
@@ -179,7 +206,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lines),	      cmocka_unit_test(test_pipe),
 		cmocka_unit_test(test_unset_and_bad), cmocka_unit_test(test_full),
-		cmocka_unit_test(test_gone),
+		cmocka_unit_test(test_gone),	      cmocka_unit_test(test_not_a_channel),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -101,6 +101,30 @@ static const struct lcase cases[] = {
 	 5200,
 	 0,
 	 "no first heartbeat for 5.1 s (initial timeout), no step yet"},
+	{"sections alone: the first end makes the worker steady",
+	 1000,
+	 500,
+	 0,
+	 "",
+	 {L(0, 0, "section begin io"), L(100, 0, "section end io"), L(200, 0, "section begin io"),
+	  L(300, 0, "section end io"), L(400, 0, "section begin io"), L(500, 0, "section end io"),
+	  L(600, 0, "section begin io"), L(700, 0, "section end io"), L(800, 0, "section begin io"),
+	  L(900, 0, "section end io"), L(1000, 0, "section begin io"),
+	  L(1100, 0, "section end io")},
+	 1600,
+	 1599,
+	 -1,
+	 NULL},
+	{"sections alone: the steady timeout from the last end",
+	 5000,
+	 500,
+	 0,
+	 "",
+	 {L(0, 0, "section begin setup"), L(3000, 0, "section end setup")},
+	 3500,
+	 3500,
+	 0,
+	 "no heartbeat for 0.5 s, no step yet"},
 	{"initial timeout 0: not watched before the first beat",
 	 0,
 	 1000,
@@ -280,7 +304,8 @@ static void test_cases(void **state)
 }
 
 /* Ranks that wait for each other fall silent together: the one to blame
- * is stopped, stuck or busy, else behind, else the first to fall silent. */
+ * is stopped, else stuck in the kernel, else behind, else the first to
+ * fall silent; running or asleep tells nothing. */
 static void test_blame(void **state)
 {
 	static const struct {
@@ -295,7 +320,24 @@ static void test_blame(void **state)
 		{"the stopped one", {100, 150, 120}, {7, 7, 7}, "SST", 2100, 2},
 		{"the one stuck in the kernel", {100, 150, 120}, {7, 7, 7}, "SDS", 2100, 1},
 		{"traced beats stuck", {100, 150, 120}, {7, 7, 7}, "tDR", 2100, 0},
-		{"the busy one", {100, 150, 120}, {7, 7, 7}, "SSR", 2100, 2},
+		{"running is no more suspect than asleep",
+		 {100, 150, 120},
+		 {7, 7, 7},
+		 "SSR",
+		 2100,
+		 0},
+		{"asleep behind, not the spinning waiters",
+		 {100, 150, 120},
+		 {7, 6, 7},
+		 "RSR",
+		 2100,
+		 1},
+		{"stuck in the kernel beats one behind",
+		 {100, 150, 120},
+		 {7, 6, 7},
+		 "DSR",
+		 2100,
+		 0},
 		{"the one behind", {100, 150, 120}, {7, 6, 7}, "SSS", 2100, 1},
 		{"a stopped one beats one behind", {100, 150, 120}, {7, 6, 7}, "SST", 2100, 2},
 		{"not one that beat long after", {100, 1500, 120}, {7, 7, 7}, "STS", 2100, 0},
@@ -323,6 +365,47 @@ static void test_blame(void **state)
 			fail_msg("%s: worker %d, want %d", rows[r].name, h.worker, rows[r].hung);
 		crun__liveness_finish(&lv);
 	}
+}
+
+/* An expired FileTimer is dropped, its worker still watched: only the
+ * caller can tell whether its pid is still that worker's, and declares
+ * the worker hung. */
+static void test_file_timer_expiry(void **state)
+{
+	struct crun__liveness_config cfg = {.initial_timeout_ms = 5000, .timeout_ms = 2000};
+	struct crun__liveness lv = {0};
+	struct crun__liveness_hang h;
+
+	(void)state;
+	assert_int_equal(crun__liveness_init(&lv, &cfg, 2), 0);
+	crun__liveness_started(&lv, 0);
+	crun__liveness_line(&lv, 0, "step 3", 6, 0);
+	assert_int_equal(crun__liveness_file_timer(&lv, 0, "child", 4242, 9, false, 1000), 0);
+	assert_int_equal(crun__liveness_next_deadline(&lv), 1000);
+	assert_true(crun__liveness_check(&lv, 1000, NULL, &h));
+	assert_int_equal(h.worker, 0);
+	assert_int_equal(h.why, CRUN__HUNG_FILE_TIMER);
+	assert_int_equal(h.pid, 4242);
+	assert_int_equal(h.signal, 9);
+	/* The pid was gone: the worker goes on, its beats watched. */
+	assert_int_equal(crun__liveness_next_deadline(&lv), 2000);
+	assert_false(crun__liveness_check(&lv, 1500, NULL, &h));
+	crun__liveness_line(&lv, 0, "step 4", 6, 1500);
+	assert_int_equal(crun__liveness_next_deadline(&lv), 3500);
+	/* A timer of a live process of the worker: declared hung. */
+	assert_int_equal(crun__liveness_file_timer(&lv, 0, "step", 4243, 9, false, 2500), 0);
+	assert_true(crun__liveness_check(&lv, 2600, NULL, &h));
+	crun__liveness_hung(&lv, 0);
+	assert_int_equal(crun__liveness_next_deadline(&lv), NONE);
+	assert_false(crun__liveness_check(&lv, 100000, NULL, &h));
+	crun__liveness_line(&lv, 0, "step 5", 6, 2700);
+	assert_int_equal(crun__liveness_next_deadline(&lv), NONE);
+	/* Out of range, or not watched: nothing. */
+	crun__liveness_hung(&lv, -1);
+	crun__liveness_hung(&lv, 2);
+	crun__liveness_hung(&lv, 1);
+	assert_int_equal(lv.w[1].phase, CRUN__PHASE_GONE);
+	crun__liveness_finish(&lv);
 }
 
 static void test_parse(void **state)
@@ -470,7 +553,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cases),		cmocka_unit_test(test_blame),
 		cmocka_unit_test(test_parse),		cmocka_unit_test(test_sections),
-		cmocka_unit_test(test_gone_and_bounds),
+		cmocka_unit_test(test_gone_and_bounds), cmocka_unit_test(test_file_timer_expiry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
