@@ -162,7 +162,8 @@ CRUN_EXPORT int crun_worker_barrier(struct crun_worker *w, int timeout_ms);
  *
  * Neither ever blocks: a line that does not fit in the channel is dropped
  * (-EAGAIN). Returns 0 also when CRUN_HEARTBEAT_FD is unset (not run by
- * crun: nothing to do); -EBADF when it does not name an open descriptor,
+ * crun: nothing to do); -EBADF when it does not name an open socket or
+ * pipe,
  * -EINVAL for a bad name, step or work, -EPIPE when crun is gone.
  * Thread-safe. */
 CRUN_EXPORT int crun_worker_heartbeat(int64_t step);

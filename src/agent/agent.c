@@ -236,6 +236,8 @@ static char *make_temp_dir(const char *what)
 }
 
 /* Log root and the private directory for error files. */
+static bool serves_file_timer(const struct crun__agent_spec *spec);
+
 static int setup_dirs(struct agent *a)
 {
 	const struct crun__agent_spec *spec = a->spec;
@@ -265,7 +267,10 @@ static int setup_dirs(struct agent *a)
 				    strerror(-err));
 			return err;
 		}
-		return 0;
+		/* The error files go to the log directory; the FileTimer pipe
+		 * still needs the private directory that the guard removes. */
+		if (!serves_file_timer(spec))
+			return 0;
 	}
 	a->tmp_dir = make_temp_dir("errors");
 	return a->tmp_dir ? 0 : -EIO;

@@ -442,7 +442,10 @@ static void kill_hung(struct group *g, int lr)
 	const struct worker *w = g->workers[lr];
 
 	if (lr == g->hang_lr && g->hang.why == CRUN__HUNG_FILE_TIMER) {
-		if (g->hang.signal > 0)
+		/* the pid may have exited, or been reused, while the stack
+		 * was being taken */
+		if (g->hang.signal > 0 &&
+		    (!g->heartbeat || crun__heartbeat_owns(g->heartbeat, lr, g->hang.pid)))
 			agent_kill(g->hang.pid, g->hang.signal);
 		return;
 	}

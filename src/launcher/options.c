@@ -137,8 +137,8 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  G_LIVENESS },
 	{ CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT, "heartbeat-initial-timeout", 0, true, true,
 	  true, "DURATION", "600s",
-	  "from a worker's first heartbeat line to its first beat (step or "
-	  "beat); 0: off", G_LIVENESS },
+	  "from a worker's first heartbeat line to its first beat or section "
+	  "end; 0: off", G_LIVENESS },
 	{ CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS, "heartbeat-section-timeouts", 0, true, true,
 	  true, "NAME=DURATION,...", "none",
 	  "timeouts of named sections (section begin NAME ... section end "

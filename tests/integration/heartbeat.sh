@@ -157,24 +157,29 @@ grep -c '^\[[01]\]:done rank [01] restart 0$' "$tmp/ftf.out" | grep -qx 2 ||
 echo "ok an unfinished FileTimer request does not eat the next"
 
 # crun killed by SIGKILL during a FileTimer job leaves no pipe behind: it
-# lies in the directory that crun's guard removes.
-mkdir "$tmp/tmpk"
-TMPDIR=$tmp/tmpk TORCHELASTIC_ENABLE_FILE_TIMER=1 BEAT_STEPS=100 BEAT_INTERVAL=0.1 \
-	"$CRUN" --nproc-per-node=2 "$W" >"$tmp/kill.out" 2>&1 &
-pid=$!
-for _ in $(seq 100); do
-	[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] && break
-	sleep 0.05
+# lies in the directory that crun's guard removes (with a log directory too).
+for logs in "" "--log-dir=$tmp/klogs"; do
+	rm -rf "$tmp/tmpk"
+	mkdir "$tmp/tmpk"
+	# shellcheck disable=SC2086
+	TMPDIR=$tmp/tmpk TORCHELASTIC_ENABLE_FILE_TIMER=1 BEAT_STEPS=100 BEAT_INTERVAL=0.1 \
+		"$CRUN" --nproc-per-node=2 $logs "$W" >"$tmp/kill.out" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do
+		[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] && break
+		sleep 0.05
+	done
+	[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] ||
+		fail "SIGKILL ($logs): no FileTimer pipe in TMPDIR"
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	for _ in $(seq 100); do
+		[ -z "$(ls -A "$tmp/tmpk")" ] && break
+		sleep 0.05
+	done
+	left=$(find "$tmp/tmpk" -mindepth 1)
+	[ -z "$left" ] || fail "SIGKILL ($logs): left in TMPDIR: $left"
 done
-[ -n "$(find "$tmp/tmpk" -name timer.fifo)" ] || fail "SIGKILL: no FileTimer pipe in TMPDIR"
-kill -9 "$pid"
-wait "$pid" 2>/dev/null
-for _ in $(seq 100); do
-	[ -z "$(ls -A "$tmp/tmpk")" ] && break
-	sleep 0.05
-done
-left=$(find "$tmp/tmpk" -mindepth 1)
-[ -z "$left" ] || fail "SIGKILL: left in TMPDIR: $left"
 echo "ok SIGKILL of crun leaves no FileTimer pipe"
 
 # With torch, a real FileTimerClient
