@@ -288,6 +288,8 @@ static int send_join(struct agent_rdzv *r)
 		.blacklist_window_ms = spec->rdzv.blacklist_window_ms,
 		.cooldown_min_ms = spec->rdzv.cooldown_min_ms,
 		.cooldown_max_ms = spec->rdzv.cooldown_max_ms,
+		/* An older store refuses the exclusion items: it has none. */
+		.has_exclusion = crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL),
 	};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
@@ -358,11 +360,14 @@ int crun__rdzv_join(struct agent_rdzv *r)
 void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
 {
 	struct crun__wire_item it[2] = {str_item(message), str_item(CRUN_RDZV_FAIL_STOP)};
-	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = stop ? 2 : 1, .items = it};
+	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = it};
 	int rc;
 
 	if (!r->assigned)
 		return;
+	/* An older store refuses "stop": it gets a plain failure. */
+	if (stop && r->client && crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL))
+		m.count = 2;
 	m.num = r->asg.round;
 	rc = send_req(r, REQ_FAIL, &m, NULL);
 	if (rc < 0)
