@@ -8,6 +8,10 @@
  *   to one SET (only when something changed) and one MGET per node and
  *   period, whatever the step rate, and no MGET before this node has a
  *   step time to judge.
+ * - Deciding happens only when a beat changed its rank's step time or the
+ *   other nodes' summaries arrived, and the core keeps the job's median
+ *   between (straggler.h): a worker flooding step lines, or many fast
+ *   ranks, cost the loop little.
  * - A reply that arrives after its attempt ended is dropped by the
  *   rendezvous (the round's generation) or here (shared is false). */
 #include "agent/straggler_watch.h"
@@ -138,8 +142,10 @@ void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64
 {
 	if (!w->core)
 		return;
-	crun__straggler_beat(w->core, local_rank, step, work_s < 0 ? -1 : work_s * 1000, now_ms);
-	decide(w);
+	/* Most beats leave the rank's step time as it was: nothing to say. */
+	if (crun__straggler_beat(w->core, local_rank, step, work_s < 0 ? -1 : work_s * 1000,
+				 now_ms))
+		decide(w);
 }
 
 void crun__straggler_watch_stop(struct straggler_watch *w)
