@@ -161,7 +161,8 @@
  * its addr and SETs "rdzv/<round>/master" = "ADDR:PORT" (ADDR in brackets
  * for IPv6); the others GET it with a wait. Each agent SETs its step
  * summary (agent/straggler.h) as the ephemeral "rdzv/<round>/steps/<group
- * rank>" and MGETs the others' without a wait, at most every 2 s. Workers'
+ * rank>" and reads the others' without a wait, at most every 2 s: one
+ * MGET, or, once a node of the round had none, one GET each. Workers'
  * keys written through libcrun's worker API are scoped under
  * "round/<round>/". */
 #ifndef CRUN_RENDEZVOUS_RDZV_H

@@ -675,7 +675,7 @@ struct fetch {
 	bool done;
 	int status;
 	uint32_t count;
-	char text[2][256];
+	char text[3][256];
 };
 
 static void node_ready(void *arg, const struct crun__placement *place)
@@ -715,7 +715,7 @@ static void got_fetch(void *arg, int status, const char *message,
 	f->done = true;
 	f->status = status;
 	f->count = count;
-	for (uint32_t i = 0; i < count && i < 2; i++)
+	for (uint32_t i = 0; i < count && i < 3; i++)
 		snprintf(f->text[i], sizeof(f->text[i]), "%.*s", (int)values[i].len,
 			 (const char *)values[i].data);
 }
@@ -735,7 +735,7 @@ static void server_gone(void *arg)
 	(void)arg;
 }
 
-static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank)
+static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank, int nnodes)
 {
 	struct crun__rdzv_hooks hooks = {node_ready, node_ended, node_done, node_failed, n};
 
@@ -746,7 +746,7 @@ static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, i
 	n->spec.rdzv.host = "127.0.0.1";
 	n->spec.rdzv.port = port;
 	n->spec.rdzv.is_host = is_host;
-	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = 2;
+	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = nnodes;
 	n->spec.rdzv.join_timeout_ms = 10000;
 	n->spec.rdzv.last_call_timeout_ms = 0;
 	n->spec.rdzv.keep_alive_interval_ms = 5000;
@@ -771,8 +771,8 @@ static void test_store_exchange(void **state)
 	crun__log_set_level(CRUN_LOG_WARN);
 	assert_true(port > 0);
 	assert_int_equal(uv_loop_init(&loop), 0);
-	node_setup(a, &loop, port, 1, 0);
-	node_setup(b, &loop, port, 0, 1);
+	node_setup(a, &loop, port, 1, 0, 2);
+	node_setup(b, &loop, port, 0, 1, 2);
 	/* Not before the round is assigned. */
 	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), -ENOTCONN);
 	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), -ENOTCONN);
@@ -781,11 +781,13 @@ static void test_store_exchange(void **state)
 	assert_false(a->failed || b->failed);
 	assert_int_equal(a->place.nnodes, 2);
 
-	/* b has not published: ENOENT, not a wait. */
+	/* b has not published: no summary from it, not a wait. */
 	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), 0);
 	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
 	run_until(&loop, &f.done);
-	assert_int_equal(f.status, -ENOENT);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], "");
 
 	/* Each reads the other's, and only the other's. */
 	assert_int_equal(crun__rdzv_publish_steps(&b->r, sb, strlen(sb)), 0);
@@ -826,6 +828,73 @@ static void test_store_exchange(void **state)
 	free(b);
 }
 
+/* Three nodes, one of which never publishes (its workers beat without
+ * steps): the others still read each other's summaries, every time. */
+static void test_store_node_silent(void **state)
+{
+	static const char sa[] = "steps 1\n0 100000 30\n1 101000 30\n";
+	static const char sc[] = "steps 1\n4 300000 12\n";
+	struct node *n[3];
+	struct fetch f = {0};
+	uv_loop_t loop;
+	int port = crun__free_port();
+
+	(void)state;
+	signal(SIGPIPE, SIG_IGN);
+	crun__log_set_level(CRUN_LOG_WARN);
+	assert_true(port > 0);
+	assert_int_equal(uv_loop_init(&loop), 0);
+	for (int i = 0; i < 3; i++) {
+		n[i] = calloc(1, sizeof(*n[i]));
+		node_setup(n[i], &loop, port, i == 0, i, 3);
+	}
+	for (int i = 0; i < 3; i++)
+		run_until(&loop, &n[i]->ready);
+	assert_int_equal(crun__rdzv_publish_steps(&n[0]->r, sa, strlen(sa)), 0);
+	assert_int_equal(crun__rdzv_publish_steps(&n[2]->r, sc, strlen(sc)), 0);
+	for (int k = 0; k < 3; k++) {
+		memset(&f, 0, sizeof(f));
+		assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+		run_until(&loop, &f.done);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.count, 2);
+		assert_string_equal(f.text[0], "");
+		assert_string_equal(f.text[1], sc);
+		memset(&f, 0, sizeof(f));
+		assert_int_equal(crun__rdzv_fetch_steps(&n[2]->r, got_fetch, &f), 0);
+		run_until(&loop, &f.done);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.count, 2);
+		assert_string_equal(f.text[0], sa);
+		assert_string_equal(f.text[1], "");
+	}
+	/* Once the silent node publishes, it is read too. */
+	assert_int_equal(crun__rdzv_publish_steps(&n[1]->r, sc, strlen(sc)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_string_equal(f.text[0], sc);
+	/* A reply of a round left behind says so. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+	n[0]->r.gen++;
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ECANCELED);
+	/* Finished with a read outstanding: no callback, nothing leaks. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[2]->r, got_fetch, &f), 0);
+	for (int i = 2; i >= 0; i--)
+		crun__rdzv_finish(&n[i]->r);
+	if (n[0]->server)
+		crun__server_destroy(n[0]->server, server_gone, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_false(f.done);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	for (int i = 0; i < 3; i++)
+		free(n[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -836,6 +905,7 @@ int main(void)
 		cmocka_unit_test(test_remote_malformed),
 		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_store_exchange),
+		cmocka_unit_test(test_store_node_silent),
 		cmocka_unit_test(test_beat_changes),
 		cmocka_unit_test(test_job_median),
 		cmocka_unit_test(test_median_follows_remote),
