@@ -44,6 +44,18 @@ enum req_kind {
 	REQ_SET_STEPS,
 	REQ_DEL_STEPS,
 	REQ_GET_STEPS,
+	REQ_GET_ONE_STEPS,
+};
+
+/* The GETs of one crun__rdzv_fetch_steps, one per other node: cb runs
+ * when the last reply is in. Freed then, or with the last of them. */
+struct steps_fetch {
+	crun__rdzv_steps_cb cb;
+	void *arg;
+	uint32_t n, pending;
+	int status; /* the first error */
+	char message[160];
+	struct crun__wire_item *vals; /* n, data malloc'd; empty: none */
 };
 
 struct rdzv_req {
@@ -54,6 +66,8 @@ struct rdzv_req {
 	int64_t round;
 	crun__rdzv_steps_cb steps_cb; /* REQ_GET_STEPS */
 	void *steps_arg;
+	struct steps_fetch *fetch; /* REQ_GET_ONE_STEPS, for value index */
+	uint32_t index;
 };
 
 static void set_error(struct agent_rdzv *r, const char *fmt, ...)
@@ -223,6 +237,9 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 		     const struct crun__wire_msg *reply, void *arg);
 static void got_steps(struct agent_rdzv *r, const struct rdzv_req *q, bool stale, int status,
 		      const char *message, const struct crun__wire_msg *reply);
+static void got_one_steps(const struct rdzv_req *q, bool stale, int status, const char *message,
+			  const struct crun__wire_msg *reply);
+static void fetch_free(struct steps_fetch *f);
 
 static void req_unlink(struct agent_rdzv *r, struct rdzv_req *q)
 {
@@ -288,6 +305,8 @@ static int send_join(struct agent_rdzv *r)
 		.blacklist_window_ms = spec->rdzv.blacklist_window_ms,
 		.cooldown_min_ms = spec->rdzv.cooldown_min_ms,
 		.cooldown_max_ms = spec->rdzv.cooldown_max_ms,
+		/* An older store refuses the exclusion items: it has none. */
+		.has_exclusion = crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL),
 	};
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
@@ -358,11 +377,14 @@ int crun__rdzv_join(struct agent_rdzv *r)
 void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
 {
 	struct crun__wire_item it[2] = {str_item(message), str_item(CRUN_RDZV_FAIL_STOP)};
-	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = stop ? 2 : 1, .items = it};
+	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = it};
 	int rc;
 
 	if (!r->assigned)
 		return;
+	/* An older store refuses "stop": it gets a plain failure. */
+	if (stop && r->client && crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL))
+		m.count = 2;
 	m.num = r->asg.round;
 	rc = send_req(r, REQ_FAIL, &m, NULL);
 	if (rc < 0)
@@ -527,6 +549,11 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 		free(q);
 		return;
 	}
+	if (kind == REQ_GET_ONE_STEPS) {
+		got_one_steps(q, stale, status, message, reply);
+		free(q);
+		return;
+	}
 	free(q);
 	if (status < 0 && !reply)
 		return; /* the connection is lost: LOST follows */
@@ -607,6 +634,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 				    round, message ? message : strerror(-status));
 		return;
 	case REQ_GET_STEPS:
+	case REQ_GET_ONE_STEPS:
 		return;
 	}
 }
@@ -649,6 +677,57 @@ int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t l
 	return rc;
 }
 
+static void fetch_free(struct steps_fetch *f)
+{
+	for (uint32_t i = 0; i < f->n; i++)
+		free((void *)f->vals[i].data);
+	free(f->vals);
+	free(f);
+}
+
+/* One GET per other node, without a wait, gathered into one callback. */
+static int fetch_each(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg)
+{
+	struct crun__wire_item item;
+	struct crun__wire_msg m = {.type = CRUN_WIRE_GET, .count = 1, .items = &item};
+	struct steps_fetch *f = calloc(1, sizeof(*f));
+	char key[64];
+	int rc = 0;
+
+	if (!f)
+		return -ENOMEM;
+	f->cb = cb;
+	f->arg = arg;
+	f->n = (uint32_t)r->asg.nnodes - 1;
+	f->vals = calloc(f->n, sizeof(*f->vals));
+	if (!f->vals) {
+		free(f);
+		return -ENOMEM;
+	}
+	for (int i = 0, j = 0; i < r->asg.nnodes && rc == 0; i++) {
+		if (i == r->asg.group_rank)
+			continue;
+		steps_key(key, sizeof(key), r->asg.round, i);
+		item = str_item(key);
+		rc = send_req_cb(r, REQ_GET_ONE_STEPS, &m, NULL, NULL, NULL);
+		if (rc == 0) {
+			/* send_req_cb put it first in r->reqs */
+			r->reqs->fetch = f;
+			r->reqs->index = (uint32_t)j++;
+			f->pending++;
+		}
+	}
+	if (rc < 0) {
+		if (!f->pending) {
+			fetch_free(f);
+			return rc;
+		}
+		f->status = rc; /* the ones sent still answer: cb then */
+		snprintf(f->message, sizeof(f->message), "%s", strerror(-rc));
+	}
+	return 0;
+}
+
 int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg)
 {
 	struct crun__wire_item *items;
@@ -660,6 +739,8 @@ int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *a
 		return -ENOTCONN;
 	if (r->asg.nnodes < 2)
 		return -EINVAL;
+	if (r->steps_each_round == r->asg.round)
+		return fetch_each(r, cb, arg);
 	items = calloc((size_t)r->asg.nnodes, sizeof(*items));
 	keys = calloc((size_t)r->asg.nnodes, 64);
 	if (!items || !keys) {
@@ -686,9 +767,19 @@ int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *a
 static void got_steps(struct agent_rdzv *r, const struct rdzv_req *q, bool stale, int status,
 		      const char *message, const struct crun__wire_msg *reply)
 {
-	(void)r;
+	int rc;
+
 	if (stale) {
 		q->steps_cb(q->steps_arg, -ECANCELED, "the round ended", NULL, 0);
+		return;
+	}
+	if (status == -ENOENT && reply) {
+		/* Some node has no summary: read each, now and for the rest
+		 * of the round. */
+		r->steps_each_round = q->round;
+		rc = fetch_each(r, q->steps_cb, q->steps_arg);
+		if (rc < 0)
+			q->steps_cb(q->steps_arg, rc, strerror(-rc), NULL, 0);
 		return;
 	}
 	if (status == 0 && reply->type != CRUN_WIRE_VALUES) {
@@ -700,6 +791,46 @@ static void got_steps(struct agent_rdzv *r, const struct rdzv_req *q, bool stale
 		return;
 	}
 	q->steps_cb(q->steps_arg, 0, NULL, reply->items, reply->count);
+}
+
+/* A reply to one of fetch_each's GETs: a node without a summary (ENOENT)
+ * stays empty. */
+static void got_one_steps(const struct rdzv_req *q, bool stale, int status, const char *message,
+			  const struct crun__wire_msg *reply)
+{
+	struct steps_fetch *f = q->fetch;
+	struct crun__wire_item *v = &f->vals[q->index];
+
+	if (f->status < 0) {
+		/* an error is kept already */
+	} else if (stale) {
+		f->status = -ECANCELED;
+		snprintf(f->message, sizeof(f->message), "the round ended");
+	} else if (status == 0 && (reply->type != CRUN_WIRE_VALUE || reply->count != 1)) {
+		f->status = -EPROTO;
+		snprintf(f->message, sizeof(f->message), "not a VALUE frame");
+	} else if (status == 0 && reply->items[0].len) {
+		uint8_t *data = malloc(reply->items[0].len);
+
+		if (!data) {
+			f->status = -ENOMEM;
+			snprintf(f->message, sizeof(f->message), "out of memory");
+		} else {
+			memcpy(data, reply->items[0].data, reply->items[0].len);
+			*v = (struct crun__wire_item){data, reply->items[0].len};
+		}
+	} else if (status < 0 && status != -ENOENT) {
+		f->status = status;
+		snprintf(f->message, sizeof(f->message), "%s",
+			 message ? message : strerror(-status));
+	}
+	if (--f->pending)
+		return;
+	if (f->status < 0)
+		f->cb(f->arg, f->status, f->message, NULL, 0);
+	else
+		f->cb(f->arg, 0, NULL, f->vals, f->n);
+	fetch_free(f);
 }
 
 /* ---- connection and pushed events ----------------------------------------- */
@@ -976,6 +1107,8 @@ void crun__rdzv_finish(struct agent_rdzv *r)
 		struct rdzv_req *q = r->reqs;
 
 		r->reqs = q->next;
+		if (q->fetch && --q->fetch->pending == 0)
+			fetch_free(q->fetch);
 		free(q);
 	}
 	if (r->assigned) {

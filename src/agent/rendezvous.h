@@ -46,8 +46,8 @@ struct crun__rdzv_hooks {
 
 /* The other nodes' step summaries (straggler.h) of the assigned round, for
  * crun__rdzv_fetch_steps: status 0 with count values (one per other node,
- * in group rank order; valid during the call), or a negative errno with a
- * message: -ENOENT while some node has not published one yet, -ECANCELED
+ * in group rank order; valid during the call; empty for a node that has
+ * not published one), or a negative errno with a message: -ECANCELED
  * when the round ended meanwhile, the connection's error when it was lost
  * (LOST follows). */
 typedef void (*crun__rdzv_steps_cb)(void *arg, int status, const char *message,
@@ -83,6 +83,9 @@ struct agent_rdzv {
 	struct rdzv_req *reqs; /* outstanding requests */
 	int64_t steps_round;   /* where this node's step summary is, if any */
 	int steps_node;
+	/* A node of steps_each_round had no summary for an MGET: the other
+	 * nodes' summaries of that round are read one GET each. */
+	int64_t steps_each_round;
 	/* The store was lost: the next join reconnects with a new client
 	 * (same node id: the store lets the new connection replace the old),
 	 * and the rejoin timer ends the job when no round is assigned by
@@ -126,9 +129,12 @@ int crun__rdzv_done(struct agent_rdzv *r);
  * the round is assigned or without the store, or what the client says.
  * The reply is only logged (debug). */
 int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t len);
-/* Reads every other node's summary with one MGET that does not wait;
- * cb runs once (unless r is finished first). 0, or a negative errno
- * (cb will not run): -ENOTCONN as above, -EINVAL for a single node. */
+/* Reads every other node's summary without waiting, in one round trip:
+ * one MGET; once a node of the round had none (the MGET fails as a whole
+ * then), one GET per other node, sent together, for the rest of the
+ * round, so that a node that never publishes hides no other. cb runs once
+ * (unless r is finished first). 0, or a negative errno (cb will not run):
+ * -ENOTCONN as above, -EINVAL for a single node. */
 int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *arg);
 /* Ends the connection to the store as lost, from this side: its requests
  * fail, the failed hook runs with lost (at once, from inside this call)

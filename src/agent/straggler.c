@@ -7,8 +7,10 @@
  *   persistently, which is what a warning should mean.
  * - The job's median is the lower one: with two ranks, one of them slow,
  *   the middle of the two would halve the ratio.
- * - A rank's median is computed when its window moves, so deciding costs
- *   one sort of the job's step times. */
+ * - A rank's median is computed when its window moves, and the job's
+ *   when a step time changes: the other nodes' times are sorted once per
+ *   summary read, this node's few are sorted and the two merged by a
+ *   binary search, so a flood of beats costs no sort of the whole job. */
 #include "agent/straggler.h"
 
 #include <errno.h>
@@ -44,6 +46,9 @@ struct crun__straggler {
 	size_t scratch_cap;
 	struct remote *remote;
 	size_t nremote, remote_cap;
+	bool remote_sorted; /* remote[] in step_ms order */
+	bool median_ok;	    /* median is the job's for the times held */
+	double median;	    /* < 0: fewer than two ranks have a time */
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -53,11 +58,51 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The lower median of v[0..n-1] (n >= 1); sorts v. */
-static double lower_median(double *v, size_t n)
+static int cmp_remote(const void *a, const void *b)
 {
-	qsort(v, n, sizeof(*v), cmp_double);
-	return v[(n - 1) / 2];
+	return cmp_double(&((const struct remote *)a)->step_ms,
+			  &((const struct remote *)b)->step_ms);
+}
+
+/* The k-th smallest (from 0) of the union of sorted a[0..na-1] and the
+ * sorted step times of b[0..nb-1], k < na + nb: a binary search on how
+ * many come from a. */
+static double kth_of_two(const double *a, size_t na, const struct remote *b, size_t nb, size_t k)
+{
+	size_t lo = k + 1 > nb ? k + 1 - nb : 0, hi = k + 1 < na ? k + 1 : na;
+
+	for (;;) {
+		size_t i = lo + (hi - lo) / 2, j = k + 1 - i;
+
+		if (i > 0 && j < nb && a[i - 1] > b[j].step_ms) {
+			hi = i - 1;
+		} else if (j > 0 && i < na && b[j - 1].step_ms > a[i]) {
+			lo = i + 1;
+		} else {
+			double x = i > 0 ? a[i - 1] : b[j - 1].step_ms;
+
+			return j > 0 && b[j - 1].step_ms > x ? b[j - 1].step_ms : x;
+		}
+	}
+}
+
+/* The job's lower median: of this node's step times (sorted in scratch)
+ * and the other nodes' (sorted once per change); < 0 with fewer than two. */
+static double job_median(struct crun__straggler *s)
+{
+	size_t n = 0;
+
+	if (!s->remote_sorted) {
+		qsort(s->remote, s->nremote, sizeof(*s->remote), cmp_remote);
+		s->remote_sorted = true;
+	}
+	for (int i = 0; i < s->nlocal; i++)
+		if (s->ranks[i].step_ms >= 0)
+			s->scratch[n++] = s->ranks[i].step_ms;
+	if (n + s->nremote < 2)
+		return -1;
+	qsort(s->scratch, n, sizeof(*s->scratch), cmp_double);
+	return kth_of_two(s->scratch, n, s->remote, s->nremote, (n + s->nremote - 1) / 2);
 }
 
 static int grow_scratch(struct crun__straggler *s, size_t n)
@@ -100,7 +145,8 @@ struct crun__straggler *crun__straggler_create(const struct crun__straggler_conf
 	s->nlocal = nlocal;
 	s->ranks = calloc((size_t)nlocal, sizeof(*s->ranks));
 	s->rings = calloc((size_t)nlocal * (size_t)conf->window, sizeof(*s->rings));
-	if (!s->ranks || !s->rings || grow_scratch(s, (size_t)conf->window) < 0) {
+	if (!s->ranks || !s->rings ||
+	    grow_scratch(s, (size_t)(conf->window > nlocal ? conf->window : nlocal)) < 0) {
 		crun__straggler_destroy(s);
 		return NULL;
 	}
@@ -128,6 +174,8 @@ void crun__straggler_reset(struct crun__straggler *s, int rank_offset)
 	for (int i = 0; i < s->nlocal; i++)
 		lrank_clear(&s->ranks[i]);
 	s->nremote = 0;
+	s->remote_sorted = true;
+	s->median_ok = false;
 }
 
 /* Adds count samples of v ms to r's window; its step time once full. */
@@ -149,16 +197,12 @@ static void take(struct crun__straggler *s, struct lrank *r, double v, int64_t c
 	}
 }
 
-void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
-			  uint64_t now_ms)
+static void add_beat(struct crun__straggler *s, struct lrank *r, int64_t step, double work_ms,
+		     uint64_t now_ms)
 {
 	bool work = work_ms >= 0;
-	struct lrank *r;
 	int64_t d;
 
-	if (local_rank < 0 || local_rank >= s->nlocal || step < 0)
-		return;
-	r = &s->ranks[local_rank];
 	s->fresh = true;
 	if (!r->seen || step <= r->last_step || work != r->work) {
 		bool slow = r->slow;
@@ -180,6 +224,21 @@ void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t ste
 		take(s, r, now_ms > r->last_ms ? (double)(now_ms - r->last_ms) / (double)d : 0, d);
 	r->last_step = step;
 	r->last_ms = now_ms;
+}
+
+bool crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
+			  uint64_t now_ms)
+{
+	double before;
+
+	if (local_rank < 0 || local_rank >= s->nlocal || step < 0)
+		return false;
+	before = s->ranks[local_rank].step_ms;
+	add_beat(s, &s->ranks[local_rank], step, work_ms, now_ms);
+	if (s->ranks[local_rank].step_ms == before)
+		return false;
+	s->median_ok = false;
+	return true;
 }
 
 bool crun__straggler_fresh(const struct crun__straggler *s)
@@ -223,6 +282,8 @@ int crun__straggler_summary(struct crun__straggler *s, char *buf, size_t len)
 void crun__straggler_remote_clear(struct crun__straggler *s)
 {
 	s->nremote = 0;
+	s->remote_sorted = true;
+	s->median_ok = false;
 }
 
 /* Parses a decimal int64 at *p (no sign), moving *p past it. */
@@ -282,6 +343,8 @@ int crun__straggler_remote_add(struct crun__straggler *s, const char *text, size
 			s->remote_cap = cap;
 		}
 		s->remote[s->nremote++] = (struct remote){(int)rank, (double)us / 1000};
+		s->remote_sorted = false;
+		s->median_ok = false;
 	}
 	return 0;
 }
@@ -289,19 +352,15 @@ int crun__straggler_remote_add(struct crun__straggler *s, const char *text, size
 int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_event *ev, int max)
 {
 	double median, recover;
-	size_t n = 0;
 	int out = 0;
 
-	if (s->conf.factor == 0 || grow_scratch(s, s->nremote + (size_t)s->nlocal) < 0)
+	if (s->conf.factor == 0)
 		return 0;
-	for (int i = 0; i < s->nlocal; i++)
-		if (s->ranks[i].step_ms >= 0)
-			s->scratch[n++] = s->ranks[i].step_ms;
-	for (size_t i = 0; i < s->nremote; i++)
-		s->scratch[n++] = s->remote[i].step_ms;
-	if (n < 2)
-		return 0;
-	median = lower_median(s->scratch, n);
+	if (!s->median_ok) {
+		s->median = job_median(s);
+		s->median_ok = true;
+	}
+	median = s->median;
 	if (median <= 0)
 		return 0; /* steps below the clock's resolution */
 	recover = 1 + (s->conf.factor - 1) / 2;

@@ -77,8 +77,10 @@ void crun__straggler_reset(struct crun__straggler *s, int rank_offset);
 
 /* Local rank local_rank said it reached step at now_ms (any monotonic
  * clock in ms), having worked work_ms on it (< 0: not said). A local rank
- * outside 0..nlocal-1 or a negative step is ignored. */
-void crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
+ * outside 0..nlocal-1 or a negative step is ignored. True when the beat
+ * changed that rank's step time (it got one, lost it or it moved): only
+ * then can crun__straggler_check say something new. */
+bool crun__straggler_beat(struct crun__straggler *s, int local_rank, int64_t step, double work_ms,
 			  uint64_t now_ms);
 
 /* True when beats arrived since the last crun__straggler_summary(): the
@@ -107,7 +109,11 @@ int crun__straggler_remote_add(struct crun__straggler *s, const char *text, size
 			       size_t errlen);
 
 /* Decides: writes at most max events (at most one per local rank, in local
- * rank order) to ev and returns how many; each SLOW once per episode. */
+ * rank order) to ev and returns how many; each SLOW once per episode. The
+ * job's median is kept between calls and found again only after a local
+ * rank's step time changed or the other nodes' summaries did, without
+ * sorting the whole job's step times: the other nodes' are sorted once
+ * when they arrive, this node's on each change. */
 int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_event *ev, int max);
 
 /* The event's line, host naming this node:

@@ -7,7 +7,13 @@
  *   so reading them every period is enough; that keeps the store's load
  *   to one SET (only when something changed) and one MGET per node and
  *   period, whatever the step rate, and no MGET before this node has a
- *   step time to judge.
+ *   step time to judge. A node that never publishes (its workers beat
+ *   without steps) only has no times in the job's median
+ *   (crun__rdzv_fetch_steps reads the others all the same).
+ * - Deciding happens only when a beat changed its rank's step time or the
+ *   other nodes' summaries arrived, and the core keeps the job's median
+ *   between (straggler.h): a worker flooding step lines, or many fast
+ *   ranks, cost the loop little.
  * - A reply that arrives after its attempt ended is dropped by the
  *   rendezvous (the round's generation) or here (shared is false). */
 #include "agent/straggler_watch.h"
@@ -46,15 +52,13 @@ static void got_steps(void *arg, int status, const char *message,
 	if (!w->shared)
 		return;
 	if (status < 0) {
-		/* -ENOENT: some node has not published yet; the next period
-		 * tries again. */
-		if (status != -ENOENT)
-			crun__debug("cannot read the other nodes' step summaries: %s", message);
+		crun__debug("cannot read the other nodes' step summaries: %s", message);
 		return;
 	}
 	crun__straggler_remote_clear(w->core);
 	for (uint32_t i = 0; i < count; i++)
-		if (crun__straggler_remote_add(w->core, (const char *)values[i].data, values[i].len,
+		if (values[i].len && /* empty: that node has published none */
+		    crun__straggler_remote_add(w->core, (const char *)values[i].data, values[i].len,
 					       err, sizeof(err)) < 0)
 			crun__debug("a node's step summary is not usable: %s", err);
 	decide(w);
@@ -138,8 +142,10 @@ void crun__straggler_watch_step(struct straggler_watch *w, int local_rank, int64
 {
 	if (!w->core)
 		return;
-	crun__straggler_beat(w->core, local_rank, step, work_s < 0 ? -1 : work_s * 1000, now_ms);
-	decide(w);
+	/* Most beats leave the rank's step time as it was: nothing to say. */
+	if (crun__straggler_beat(w->core, local_rank, step, work_s < 0 ? -1 : work_s * 1000,
+				 now_ms))
+		decide(w);
 }
 
 void crun__straggler_watch_stop(struct straggler_watch *w)

@@ -1083,6 +1083,11 @@ int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *
 	return 0;
 }
 
+bool crun__aclient_store_has(const struct crun__aclient *c, uint16_t flag)
+{
+	return (c->hello.flags & flag) == flag;
+}
+
 const char *crun__aclient_peer(const struct crun__aclient *c)
 {
 	return c ? c->peer : "";

@@ -33,6 +33,7 @@
 #ifndef CRUN_RENDEZVOUS_ACLIENT_H
 #define CRUN_RENDEZVOUS_ACLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -118,6 +119,11 @@ int crun__aclient_connect(struct crun__aclient *c, crun__aclient_connect_cb cb, 
  * wire.h's rules, -E2BIG above the protocol's size cap, -ENOMEM. */
 int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *msg,
 			  int64_t timeout_ms, crun__aclient_reply_cb cb, void *arg, uint32_t *id);
+
+/* Whether the store of the current connection advertised flag (a
+ * CRUN_WIRE_F_* capability bit of its preamble). Meaningful from
+ * connect_cb(0) until LOST; false before. */
+bool crun__aclient_store_has(const struct crun__aclient *c, uint16_t flag);
 
 /* The store's address as "HOST:PORT" ("[::1]:29400" for IPv6): the
  * numeric peer address once TCP connected, before that host and port as

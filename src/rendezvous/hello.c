@@ -62,6 +62,7 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer)
 {
 	h->peer = peer;
 	h->auth = false;
+	h->flags = 0;
 	h->id = 0;
 	OPENSSL_cleanse(h->mac, sizeof(h->mac));
 }
@@ -86,6 +87,7 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 		crun__seterr(err, errlen, "'%s' is not a crun store", h->peer);
 		return -EPROTO;
 	}
+	h->flags = flags;
 	h->auth = flags & CRUN_WIRE_F_AUTH;
 	if (h->auth && !h->token) {
 		crun__seterr(

@@ -43,6 +43,7 @@ struct crun__hello_client {
 	size_t token_len;
 	const char *peer; /* the store's name in messages; not owned */
 	bool auth;	  /* the store asked for the token */
+	uint16_t flags;	  /* the store's preamble flags (CRUN_WIRE_F_*) */
 	uint32_t id;	  /* of the HELLO sent */
 	uint8_t cnonce[CRUN_WIRE_NONCE_LEN];
 	uint8_t snonce[CRUN_WIRE_NONCE_LEN];
@@ -66,7 +67,9 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer);
  * bytes are in (read more); CRUN_WIRE_SERVER_PREAMBLE (the bytes consumed)
  * when *hello is the HELLO to send, with id as its id, cnonce (fresh random
  * bytes, CRUN_WIRE_NONCE_LEN of them) as its nonce; its items point into h
- * until crun__hello_client_sent. Or a negative errno with err set:
+ * until crun__hello_client_sent; h->flags holds the store's preamble flags
+ * (a capability such as CRUN_WIRE_F_RDZV_EXCL) from then until the next
+ * crun__hello_client_begin, which clears them. Or a negative errno with err set:
  *   -EPROTO           "'PEER' is not a crun store"
  *   -EPROTONOSUPPORT  "the store at 'PEER' speaks protocol version 2, this
  *                     client 1"

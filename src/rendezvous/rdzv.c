@@ -43,14 +43,16 @@ void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__
 	items[7] = num_item(&scratch, conf->last_call_ms);
 	items[8] = num_item(&scratch, conf->keepalive_ms);
 	items[9] = num_item(&scratch, conf->max_restarts);
-	items[10] = num_item(&scratch, conf->blacklist_failures);
-	items[11] = num_item(&scratch, conf->blacklist_window_ms);
-	items[12] = num_item(&scratch, conf->cooldown_min_ms);
-	items[13] = num_item(&scratch, conf->cooldown_max_ms);
+	if (conf->has_exclusion) {
+		items[10] = num_item(&scratch, conf->blacklist_failures);
+		items[11] = num_item(&scratch, conf->blacklist_window_ms);
+		items[12] = num_item(&scratch, conf->cooldown_min_ms);
+		items[13] = num_item(&scratch, conf->cooldown_max_ms);
+	}
 	memset(msg, 0, sizeof(*msg));
 	msg->type = CRUN_WIRE_RDZV_JOIN;
 	msg->num = conf->join_timeout_ms;
-	msg->count = CRUN_RDZV_JOIN_ITEMS;
+	msg->count = conf->has_exclusion ? CRUN_RDZV_JOIN_ITEMS : CRUN_RDZV_JOIN_ITEMS_BASE;
 	msg->items = items;
 }
 
@@ -204,6 +206,7 @@ int crun__rdzv_parse_join(const struct crun__wire_msg *msg, struct crun__rdzv_no
 	conf->blacklist_window_ms = bl[1];
 	conf->cooldown_min_ms = bl[2];
 	conf->cooldown_max_ms = bl[3];
+	conf->has_exclusion = msg->count == CRUN_RDZV_JOIN_ITEMS;
 	return 0;
 }
 

@@ -29,7 +29,9 @@
  *                connection's latest JOIN sets it (0 turns it off); every
  *                frame restarts it.
  *     max_restarts   the job's --max-restarts
- *   and optionally (a JOIN of 10 items has them 0):
+ *   and optionally (a JOIN of 10 items has them 0; an agent sends them
+ *   only to a store whose preamble sets CRUN_WIRE_F_RDZV_EXCL, wire.h,
+ *   since an older store refuses a JOIN of 14 items):
  *     blacklist_failures, blacklist_window_ms, cooldown_min_ms,
  *     cooldown_max_ms   a node (a node id) whose failures (a worker
  *                failure it reported, or its connection lost while a
@@ -43,7 +45,9 @@
  *   same agent, reconnected) replaces it: the old connection's node is
  *   lost first, as if its connection had closed.
  *   The first JOIN of a run fixes min/max/last_call/max_restarts, the
- *   exclusion settings and
+ *   exclusion settings (the first JOIN of 14 items does: a JOIN of 10
+ *   items, from an agent older than them, is not compared on them, so
+ *   old and new agents mix in one run) and
  *   whether ranks are static (node_rank given) or dynamic; a later JOIN
  *   whose values differ gets ERROR EINVAL naming the mismatch ("--nnodes
  *   2:4 differs from the run's 2", "--max-restarts 0 differs from the
@@ -101,8 +105,10 @@
  *              only repeat: a configuration error, or the same failure
  *              twice without progress) the run closes as failed, with
  *              reason "exhausted", which agents of every version stop on.
- *              (A store older than "stop" refuses a FAIL of two items as
- *              a protocol error.)
+ *              An agent sends "stop" only to a store whose preamble sets
+ *              CRUN_WIRE_F_RDZV_EXCL (an older store refuses a FAIL of
+ *              two items as a protocol error); to another it sends the
+ *              plain failure, and the run restarts until --max-restarts.
  *              message says what failed ("rank 5 (local 1) on host-b
  *              exited with status 1"; non-printable bytes become '?', at
  *              most 1023 bytes). Reply OK; ERROR EINVAL when the sender is
@@ -155,12 +161,14 @@
  * its addr and SETs "rdzv/<round>/master" = "ADDR:PORT" (ADDR in brackets
  * for IPv6); the others GET it with a wait. Each agent SETs its step
  * summary (agent/straggler.h) as the ephemeral "rdzv/<round>/steps/<group
- * rank>" and MGETs the others' without a wait, at most every 2 s. Workers'
+ * rank>" and reads the others' without a wait, at most every 2 s: one
+ * MGET, or, once a node of the round had none, one GET each. Workers'
  * keys written through libcrun's worker API are scoped under
  * "round/<round>/". */
 #ifndef CRUN_RENDEZVOUS_RDZV_H
 #define CRUN_RENDEZVOUS_RDZV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -199,6 +207,10 @@ struct crun__rdzv_conf {
 	int blacklist_failures;
 	int64_t blacklist_window_ms;
 	int64_t cooldown_min_ms, cooldown_max_ms;
+	/* The JOIN carries the four settings above (14 items); false: a JOIN
+	 * of 10 items, from an agent that predates them or sent to a store
+	 * without CRUN_WIRE_F_RDZV_EXCL, and the four are 0. */
+	bool has_exclusion;
 };
 
 /* The outcome of a round for one node. */
@@ -213,8 +225,10 @@ struct crun__rdzv_assignment {
 };
 
 /* Builds a JOIN request in msg using items (CRUN_RDZV_JOIN_ITEMS of
- * them) and scratch (CRUN_RDZV_JOIN_SCRATCH bytes for the decimal numbers);
- * every pointer in msg refers to self, items or scratch. */
+ * them): of 14 items when conf->has_exclusion (only for a store that
+ * advertised CRUN_WIRE_F_RDZV_EXCL), else of 10 items, without them and scratch
+ * (CRUN_RDZV_JOIN_SCRATCH bytes for the decimal numbers); every pointer in msg refers to self,
+ * items or scratch. */
 void crun__rdzv_join_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
 			 struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch);
 

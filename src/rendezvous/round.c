@@ -671,11 +671,15 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 				    crun__rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
 			return NULL;
 		}
-		if (cf->blacklist_failures != rc->blacklist_failures ||
-		    (cf->blacklist_failures &&
-		     (cf->blacklist_window_ms != rc->blacklist_window_ms ||
-		      cf->cooldown_min_ms != rc->cooldown_min_ms ||
-		      cf->cooldown_max_ms != rc->cooldown_max_ms))) {
+		/* A JOIN of 10 items has no exclusion settings (an agent that
+		 * predates them): it takes the run's. The first JOIN that has
+		 * them sets the run's (below). */
+		if (cf->has_exclusion && rc->has_exclusion &&
+		    (cf->blacklist_failures != rc->blacklist_failures ||
+		     (cf->blacklist_failures &&
+		      (cf->blacklist_window_ms != rc->blacklist_window_ms ||
+		       cf->cooldown_min_ms != rc->cooldown_min_ms ||
+		       cf->cooldown_max_ms != rc->cooldown_max_ms)))) {
 			refuse_join(r, ev, EINVAL,
 				    "blacklist settings (%d failures within %" PRId64
 				    " ms, cool-down %" PRId64 "..%" PRId64
@@ -754,6 +758,12 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 		r->conf.join_timeout_ms = 0; /* per joiner */
 		r->conf.keepalive_ms = 0;    /* per connection */
 		r->static_ranks = nd->node_rank >= 0;
+	} else if (cf->has_exclusion && !r->conf.has_exclusion) {
+		r->conf.has_exclusion = true;
+		r->conf.blacklist_failures = cf->blacklist_failures;
+		r->conf.blacklist_window_ms = cf->blacklist_window_ms;
+		r->conf.cooldown_min_ms = cf->cooldown_min_ms;
+		r->conf.cooldown_max_ms = cf->cooldown_max_ms;
 	}
 	fmt_nnodes(c, sizeof(c), r->conf.min_nodes, r->conf.max_nodes);
 	crun__info("run '%s': node '%s' (%s, %d worker%s) joins round %" PRId64 " (nnodes %s)",

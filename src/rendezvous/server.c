@@ -101,6 +101,7 @@ struct crun__server {
 	uint8_t *token;
 	size_t token_len;
 	bool quiet;
+	uint16_t caps; /* CRUN_WIRE_F_* capabilities our preamble advertises */
 	const char *token_hint;
 	crun__server_disconnect_cb disconnect_cb;
 	void *disconnect_arg;
@@ -414,6 +415,15 @@ static void handle_frame(struct conn *c, const struct crun__wire_msg *m)
 	char err[160];
 
 	if (crun__wire_validate(m, err, sizeof(err)) < 0) {
+		fail_conn(c, m->id, EPROTO, "protocol error", err);
+		return;
+	}
+	if (!(c->srv->caps & CRUN_WIRE_F_RDZV_EXCL) &&
+	    ((m->type == CRUN_WIRE_RDZV_JOIN && m->count != CRUN_RDZV_JOIN_ITEMS_BASE) ||
+	     (m->type == CRUN_WIRE_RDZV_FAIL && m->count != 1))) {
+		snprintf(err, sizeof(err), "%s takes %u to %u items, got %u",
+			 crun__wire_type_name(m->type), m->type == CRUN_WIRE_RDZV_FAIL ? 1 : 10,
+			 m->type == CRUN_WIRE_RDZV_FAIL ? 1 : 10, m->count);
 		fail_conn(c, m->id, EPROTO, "protocol error", err);
 		return;
 	}
@@ -759,7 +769,7 @@ static void on_connection(uv_stream_t *server, int status)
 		begin_close(c, false);
 		return;
 	}
-	crun__wire_server_preamble(preamble, srv->token ? CRUN_WIRE_F_AUTH : 0,
+	crun__wire_server_preamble(preamble, (srv->token ? CRUN_WIRE_F_AUTH : 0) | srv->caps,
 				   srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
@@ -801,6 +811,12 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	srv->items_cap = ITEMS_MIN;
 	if (!srv->scratch || !srv->items)
 		goto out_free;
+	srv->caps = CRUN_WIRE_F_RDZV_EXCL;
+	/* Test hook, for the compatibility tests only: behave as a store
+	 * older than the exclusion items and "stop" (no capability; a JOIN
+	 * of 14 items or a FAIL of 2 is a protocol error). */
+	if (getenv("CRUN_TEST_RDZV_OLD_STORE"))
+		srv->caps = 0;
 	if (opts) {
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;

@@ -7,6 +7,11 @@
  *   server -> client  preamble, 40 bytes: "CRUN" u16 version u16 flags
  *                                         u8 nonce[32]
  *   flags bit 0 (CRUN_WIRE_F_AUTH): the server requires the job token.
+ *   flags bit 1 (CRUN_WIRE_F_RDZV_EXCL): the server takes a RDZV_JOIN of
+ *     14 items (with the node-exclusion settings) and a RDZV_FAIL of 2
+ *     items ("stop"); clients send those only to a server that sets it,
+ *     else the 10-item JOIN and 1-item FAIL every server takes (rdzv.h).
+ *   Clients ignore flag bits they do not know.
  *   The nonce is fresh random bytes per connection (zeros without auth).
  *   A server that does not speak the client's version answers with its own
  *   preamble and an ERROR frame (EPROTONOSUPPORT), then closes.
@@ -73,8 +78,8 @@
  *
  *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE requests and the pushed RDZV_EVENT
  *           reply: rendezvous rounds, specified in rdzv.h. Generic rules
- *           (crun__wire_validate): JOIN 10 items, the first (node id) not
- *           empty, num = join timeout > 0; FAIL 1 or 2 items, DONE none, num =
+ *           (crun__wire_validate): JOIN 10 or 14 items, the first (node id)
+ *           not empty, num = join timeout > 0; FAIL 1 or 2 items, DONE none, num =
  *           a round >= 0; RDZV_EVENT 3 items, the first (reason) not
  *           empty, num = a round >= 0.
  *
@@ -97,6 +102,7 @@
  * clients, servers and crun accept. */
 #define CRUN_WIRE_TOKEN_MAX 4096
 #define CRUN_WIRE_F_AUTH 0x0001
+#define CRUN_WIRE_F_RDZV_EXCL 0x0002
 
 #define CRUN_WIRE_HEADER_LEN 12
 #define CRUN_WIRE_PAYLOAD_MIN 12

@@ -5,7 +5,8 @@
 # - after a job succeeded its run is closed: a later join gets "closed";
 # - a store with a job token: the right token_file works (and workers get
 #   CRUN_TOKEN), a wrong one is a clear error, exit 1;
-# - a configuration that differs from the run's is refused, exit 1.
+# - a configuration that differs from the run's is refused, exit 1;
+# - a store older than the node-exclusion settings still serves new agents.
 # pid_NAME come from agent (printf -v); conditions and --rdzv-conf values are
 # literal text.
 # shellcheck disable=SC2016,SC2046,SC2054,SC2086,SC2154
@@ -91,5 +92,30 @@ expect_rc t0 0
 expect_rc t1 0
 grep -qx '\[[01]\]:CRUN_TOKEN=right-token' "$tmp/t0.out" || fail "CRUN_TOKEN: $(cat "$tmp/t0.out")"
 grep -qx "\[[01]\]:CRUN_STORE=$ep" "$tmp/t1.out" || fail "CRUN_STORE: $(cat "$tmp/t1.out")"
+
+# A store older than the exclusion settings and "stop" (crun-rdzvd's test
+# hook CRUN_TEST_RDZV_OLD_STORE: no capability, and the long JOIN or FAIL
+# is a protocol error there): agents still work with it, without exclusion.
+CRUN_TEST_RDZV_OLD_STORE=1 start_rdzvd oldstore
+ep="127.0.0.1:$rdzvd_port"
+for n in 0 1; do
+	agent "o$n" --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=old \
+		--rdzv-conf=blacklist_failures=2 sh -c "$worker" "$marker"
+done
+expect_rc o0 0
+expect_rc o1 0
+# A configuration error ("stop") reaches an old store as a plain failure:
+# the run restarts until --max-restarts, and the store never sees a
+# protocol error.
+for n in 0 1; do
+	agent "s$n" --nnodes=2 --nproc-per-node=1 --max-restarts=1 --rdzv-endpoint="$ep" \
+		--rdzv-id=oldstop sh -c 'echo "w restart=$TORCHELASTIC_RESTART_COUNT"; exit 78'
+done
+expect_rc s0 1
+expect_rc s1 1
+grep -q "round 2 of run 'oldstop' ended (exhausted)" "$tmp/oldstore.log" ||
+	fail "old store, stop: $(cat "$tmp/oldstore.log")"
+lacks "$tmp/oldstore.log" "protocol error"
+lacks "$tmp/s0.err" "protocol error"
 wait_none "$marker"
 echo "ok"

@@ -428,7 +428,9 @@ static void test_replies(void **state)
 	assert_string_equal(crun__aclient_peer(c), peer);
 	/* Not connected yet. */
 	assert_int_equal(send_req(c, CRUN_WIRE_PING, 0, 0, &bad, NULL, 0), -ENOTCONN);
+	assert_false(crun__aclient_store_has(c, CRUN_WIRE_F_RDZV_EXCL));
 	assert_int_equal(connect_now(&f, c, &cr), 0);
+	assert_true(crun__aclient_store_has(c, CRUN_WIRE_F_RDZV_EXCL));
 	assert_string_equal(crun__aclient_peer(c), peer);
 	assert_int_equal(crun__aclient_connect(c, on_connect, &cr), -EALREADY);
 
@@ -586,6 +588,7 @@ static void test_auth(void **state)
 
 	c = client_opts(&f, "127.0.0.1", h.port, TOKEN, 5000, 0, 0, &e);
 	assert_int_equal(connect_now(&f, c, &cr), 0);
+	assert_true(crun__aclient_store_has(c, CRUN_WIRE_F_AUTH | CRUN_WIRE_F_RDZV_EXCL));
 	assert_int_equal(send_req(c, CRUN_WIRE_SET, 0, 1000, &set, NULL, 2, "k", "v"), 0);
 	wait_rep(&f, &set);
 	assert_int_equal(set.status, 0);
@@ -609,6 +612,29 @@ static void test_auth(void **state)
 	crun__aclient_destroy(c);
 	assert_int_equal(e.lost, 0);
 
+	fx_finish(&f);
+	harness_stop(&h);
+}
+
+/* A store older than the exclusion items (the server's test hook) does
+ * not advertise them: the agent then sends the forms every store takes. */
+static void test_old_store_capability(void **state)
+{
+	struct harness h;
+	struct fx f;
+	struct evs e = {0};
+	struct conn_res cr;
+	struct crun__aclient *c;
+
+	(void)state;
+	assert_int_equal(setenv("CRUN_TEST_RDZV_OLD_STORE", "1", 1), 0);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	assert_int_equal(unsetenv("CRUN_TEST_RDZV_OLD_STORE"), 0);
+	fx_init(&f);
+	c = client_opts(&f, "127.0.0.1", h.port, NULL, 5000, 0, 0, &e);
+	assert_int_equal(connect_now(&f, c, &cr), 0);
+	assert_false(crun__aclient_store_has(c, CRUN_WIRE_F_RDZV_EXCL));
+	crun__aclient_destroy(c);
 	fx_finish(&f);
 	harness_stop(&h);
 }
@@ -1172,6 +1198,7 @@ int main(void)
 		cmocka_unit_test(test_get_wait_answered_by_set),
 		cmocka_unit_test(test_request_timeout),
 		cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_old_store_capability),
 		cmocka_unit_test(test_fake_servers),
 		cmocka_unit_test(test_connect_retry),
 		cmocka_unit_test(test_connect_timeout),

@@ -76,6 +76,11 @@ static void test_client_preamble(void **state)
 		{"open store, no token", "CRUN", 1, 0, 40, NULL, 40, NULL},
 		{"open store, client has a token", "CRUN", 1, 0, 40, TOKEN, 40, NULL},
 		{"auth store, token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, TOKEN, 40, NULL},
+		{"store with the exclusion capability", "CRUN", 1, CRUN_WIRE_F_RDZV_EXCL, 40, NULL,
+		 40, NULL},
+		{"auth store with the exclusion capability", "CRUN", 1,
+		 CRUN_WIRE_F_AUTH | CRUN_WIRE_F_RDZV_EXCL, 40, TOKEN, 40, NULL},
+		{"flag bits unknown to this client", "CRUN", 1, 0xfff0, 40, NULL, 40, NULL},
 		{"more bytes than the preamble", "CRUN", 1, 0, 60, NULL, 40, NULL},
 		{"auth store, no token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, NULL, -EACCES,
 		 "authentication failed: the store requires a token and none was given"},
@@ -104,6 +109,8 @@ static void test_client_preamble(void **state)
 		if (cases[i].err)
 			assert_string_equal(err, cases[i].err);
 		if (rc > 0) {
+			/* The store's capabilities are kept for the connection. */
+			assert_int_equal(h.flags, cases[i].flags);
 			assert_int_equal(hello.type, CRUN_WIRE_HELLO);
 			assert_int_equal(hello.id, HELLO_ID);
 			assert_int_equal(crun__wire_validate(&hello, why, sizeof(why)), 0);
@@ -121,6 +128,9 @@ static void test_client_preamble(void **state)
 				assert_int_equal(hello.items[2].len, 0);
 			}
 		}
+		/* A new connection starts without them. */
+		crun__hello_client_begin(&h, PEER);
+		assert_int_equal(h.flags, 0);
 		crun__hello_client_finish(&h);
 	}
 }

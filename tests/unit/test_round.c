@@ -69,6 +69,9 @@ static bool quiet(int fd, int ms)
 }
 
 /* A connection that has done the handshake in run. */
+/* The flags of the latest server preamble connect_run read. */
+static uint16_t last_flags;
+
 static int connect_run(int port, const char *run)
 {
 	uint8_t pre[CRUN_WIRE_SERVER_PREAMBLE], nonce[32] = {0}, snonce[32];
@@ -81,6 +84,7 @@ static int connect_run(int port, const char *run)
 	assert_int_equal(crun__write_all(fd, pre, CRUN_WIRE_CLIENT_PREAMBLE), 0);
 	assert_int_equal(recv_all(fd, pre, sizeof(pre)), 0);
 	assert_int_equal(crun__wire_parse_server_preamble(pre, &version, &flags, snonce), 0);
+	last_flags = flags;
 	send_frame(fd, CRUN_WIRE_HELLO, 1, 0, hello, 3);
 	assert_int_equal(trecv(fd, &r), 0);
 	assert_int_equal(r.m.type, CRUN_WIRE_OK);
@@ -951,6 +955,141 @@ static void test_same_node_replaces(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* A JOIN has the exclusion items only when its conf says so; parsing
+ * tells which form came. */
+static void test_join_items(void **state)
+{
+	struct crun__rdzv_node self = {(char *)"a", (char *)"host-a", (char *)"", 2, -1}, node;
+	struct crun__rdzv_conf c = conf_of(1, 2, 0, 5000), got;
+	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
+	struct crun__wire_msg m;
+	char scratch[CRUN_RDZV_JOIN_SCRATCH], err[160], why[160];
+
+	(void)state;
+	c.blacklist_failures = 3;
+	c.blacklist_window_ms = 60000;
+	c.cooldown_min_ms = 1000;
+	c.cooldown_max_ms = 8000;
+	crun__rdzv_join_msg(&self, &c, &m, items, scratch);
+	assert_int_equal(m.count, CRUN_RDZV_JOIN_ITEMS_BASE);
+	assert_int_equal(crun__wire_validate(&m, why, sizeof(why)), 0);
+	assert_int_equal(crun__rdzv_parse_join(&m, &node, &got, err, sizeof(err)), 0);
+	assert_false(got.has_exclusion);
+	assert_int_equal(got.blacklist_failures, 0);
+	assert_int_equal(got.max_restarts, 3);
+	crun__rdzv_node_finish(&node);
+	c.has_exclusion = true;
+	crun__rdzv_join_msg(&self, &c, &m, items, scratch);
+	assert_int_equal(m.count, CRUN_RDZV_JOIN_ITEMS);
+	assert_int_equal(crun__wire_validate(&m, why, sizeof(why)), 0);
+	assert_int_equal(crun__rdzv_parse_join(&m, &node, &got, err, sizeof(err)), 0);
+	assert_true(got.has_exclusion);
+	assert_int_equal(got.blacklist_failures, 3);
+	assert_int_equal(got.blacklist_window_ms, 60000);
+	assert_int_equal(got.cooldown_min_ms, 1000);
+	assert_int_equal(got.cooldown_max_ms, 8000);
+	crun__rdzv_node_finish(&node);
+}
+
+/* Old (10-item JOIN) and new (14-item) agents share a run, whichever
+ * comes first; only two JOINs that both carry exclusion settings are
+ * compared on them. */
+static void test_mixed_exclusion(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 3, 10000, 5000), old = c;
+	struct crun__rdzv_assignment a;
+	struct tnode n[3];
+
+	(void)state;
+	c.has_exclusion = true;
+	c.blacklist_failures = 2;
+	c.blacklist_window_ms = 60000;
+	c.cooldown_min_ms = 300;
+	c.cooldown_max_ms = 300;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	/* new first, then old: admitted; a new one that differs is not */
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &old);
+	node_init(&n[2], h.port, "job", "c", "host-c", 1, &c);
+	join_sync(&n[0]);
+	join_sync(&n[1]);
+	n[2].conf.blacklist_failures = 5;
+	join(&n[2]);
+	want_error(&n[2], n[2].join_id, EINVAL, "blacklist settings");
+	n[2].conf = c;
+	join(&n[2]);
+	for (int i = 0; i < 3; i++) {
+		want_assignment(&n[i], &a);
+		assert_int_equal(a.nnodes, 3);
+		crun__rdzv_assignment_finish(&a);
+		node_close(&n[i]);
+	}
+	/* old first, then new: the new one's settings become the run's */
+	node_init(&n[0], h.port, "job2", "a", "host-a", 1, &old);
+	node_init(&n[1], h.port, "job2", "b", "host-b", 1, &c);
+	node_init(&n[2], h.port, "job2", "c", "host-c", 1, &c);
+	join_sync(&n[0]);
+	join_sync(&n[1]);
+	n[2].conf.cooldown_max_ms = 600;
+	join(&n[2]);
+	want_error(&n[2], n[2].join_id, EINVAL, "blacklist settings");
+	n[2].conf = c;
+	join(&n[2]);
+	for (int i = 0; i < 3; i++) {
+		want_assignment(&n[i], &a);
+		assert_int_equal(a.nnodes, 3);
+		crun__rdzv_assignment_finish(&a);
+		node_close(&n[i]);
+	}
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* A store advertises the exclusion capability in its preamble. Its test
+ * hook CRUN_TEST_RDZV_OLD_STORE makes it a store that predates it: no
+ * flag, and a 14-item JOIN or a 2-item FAIL is a protocol error, as an
+ * older crun-rdzvd answers them; the 10-item forms work. */
+static void test_old_store_hook(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment a;
+	struct crun__wire_item it[2] = {its("b failed"), its(CRUN_RDZV_FAIL_STOP)};
+	struct tnode n[2];
+	uint32_t id = next_id++;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	assert_true(last_flags & CRUN_WIRE_F_RDZV_EXCL);
+	node_close(&n[0]);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(setenv("CRUN_TEST_RDZV_OLD_STORE", "1", 1), 0);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	assert_int_equal(unsetenv("CRUN_TEST_RDZV_OLD_STORE"), 0);
+	c.has_exclusion = true;
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	assert_false(last_flags & CRUN_WIRE_F_RDZV_EXCL);
+	join(&n[0]);
+	want_error(&n[0], n[0].join_id, EPROTO, "RDZV_JOIN takes 10 to 10 items, got 14");
+	node_close(&n[0]);
+	c.has_exclusion = false;
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	join(&n[0]);
+	join(&n[1]);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &a);
+		crun__rdzv_assignment_finish(&a);
+	}
+	send_frame(n[1].fd, CRUN_WIRE_RDZV_FAIL, id, 1, it, 2);
+	want_error(&n[1], id, EPROTO, "RDZV_FAIL takes 1 to 1 items, got 2");
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* A node that fails twice (the limit) within the window is excluded: its
  * JOIN is held with an "excluded" event while the others run without it
  * (--nnodes 1:2), then, after the cool-down, it ends the running round as
@@ -971,6 +1110,7 @@ static void test_excluded_node(void **state)
 	c.blacklist_window_ms = 60000;
 	c.cooldown_min_ms = 300;
 	c.cooldown_max_ms = 300;
+	c.has_exclusion = true;
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
 	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
 	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
@@ -1100,6 +1240,9 @@ int main(void)
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_same_node_replaces),
 		cmocka_unit_test(test_excluded_node),
+		cmocka_unit_test(test_join_items),
+		cmocka_unit_test(test_mixed_exclusion),
+		cmocka_unit_test(test_old_store_hook),
 		cmocka_unit_test(test_two_runs),
 		cmocka_unit_test(test_destroy_busy),
 	};

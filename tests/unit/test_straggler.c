@@ -518,6 +518,151 @@ static void test_format(void **state)
 
 /* ---- the store exchange ---------------------------------------------------- */
 
+/* A beat says whether it changed its rank's step time: only then is
+ * there anything new to decide. */
+static void test_beat_changes(void **state)
+{
+	static const struct {
+		int local_rank;
+		int64_t step;
+		double work_ms;
+		uint64_t now_ms;
+		bool changed;
+	} rows[] = {
+		{0, 1, -1, 1000, false},  /* the first beat: no interval yet */
+		{0, 2, -1, 1100, false},  /* one interval of a window of 3 */
+		{0, 3, -1, 1200, false},  /* two */
+		{0, 4, -1, 1300, true},	  /* full: 100 ms/step */
+		{0, 5, -1, 1400, false},  /* 100 again: the same median */
+		{0, 6, -1, 1400, false},  /* a 0 ms interval: the median stays */
+		{0, 7, -1, 1800, false},  /* one 400 ms: the median of 0 100 400 is 100 */
+		{0, 8, -1, 2200, true},	  /* 0 400 400: 400 */
+		{0, 8, -1, 2300, true},	  /* not forward: the history starts again */
+		{0, 7, -1, 2400, false},  /* again, but it had no time left to lose */
+		{1, 1, 50, 1000, false},  /* work: one sample of 3 */
+		{1, 2, 50, 1100, false},  /* two */
+		{1, 3, 50, 1200, true},	  /* full: 50 ms of work */
+		{1, 9, 50, 1300, false},  /* skipped steps: one more 50 */
+		{1, 10, 80, 1400, false}, /* 50 50 80: 50 */
+		{1, 11, -1, 1500, true},  /* an interval: the other kind starts again */
+		{2, 1, -1, 1000, false},  /* no such local rank */
+		{0, -1, -1, 1000, false}, /* a negative step */
+	};
+	struct crun__straggler_conf conf = {1.5, 3};
+	struct crun__straggler *s = crun__straggler_create(&conf, 2, 0);
+
+	(void)state;
+	assert_non_null(s);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		bool got = crun__straggler_beat(s, rows[i].local_rank, rows[i].step,
+						rows[i].work_ms, rows[i].now_ms);
+
+		if (got != rows[i].changed)
+			fail_msg("row %zu: beat of local rank %d, step %lld: changed %d, "
+				 "expected %d",
+				 i, rows[i].local_rank, (long long)rows[i].step, got,
+				 rows[i].changed);
+	}
+	crun__straggler_destroy(s);
+}
+
+/* Beats every 1 ms of a window of 2: local rank r's step time is ms[r]. */
+static void set_times(struct crun__straggler *s, const int *ms, int n, uint64_t *t)
+{
+	for (int r = 0; r < n; r++)
+		for (int k = 0; k < 3; k++)
+			crun__straggler_beat(s, r, (int64_t)(*t + (uint64_t)k), -1,
+					     (uint64_t)(*t + (uint64_t)k * (uint64_t)ms[r]));
+	*t += 1000000;
+}
+
+/* The job's median, kept between checks, is the lower median of every
+ * time held, whatever the mix of local and remote ranks, and follows the
+ * other nodes' summaries when they change. */
+static void test_job_median(void **state)
+{
+	struct crun__straggler_conf conf = {1.5, 2};
+	uint32_t seed = 7;
+	char text[1024], err[128];
+
+	(void)state;
+	for (int trial = 0; trial < 300; trial++) {
+		struct crun__straggler *s = crun__straggler_create(&conf, 3, 0);
+		struct crun__straggler_event ev[3];
+		int ms[3], all[16], n = 0, nremote, off, got;
+		uint64_t t = 1;
+
+		assert_non_null(s);
+		seed = seed * 1103515245 + 12345;
+		nremote = (int)((seed >> 16) % 12);
+		ms[0] = 1000000; /* always the straggler: its event tells the median */
+		for (int r = 1; r < 3; r++) {
+			seed = seed * 1103515245 + 12345;
+			ms[r] = 1 + (int)((seed >> 16) % 1000);
+			all[n++] = ms[r];
+		}
+		all[n++] = ms[0];
+		off = snprintf(text, sizeof(text), "steps 1\n");
+		for (int i = 0; i < nremote; i++) {
+			seed = seed * 1103515245 + 12345;
+			all[n] = 1 + (int)((seed >> 16) % 1000);
+			off += snprintf(text + off, sizeof(text) - (size_t)off, "%d %d 5\n", 10 + i,
+					all[n] * 1000);
+			n++;
+		}
+		for (int i = 1; i < n; i++)
+			for (int j = i; j > 0 && all[j - 1] > all[j]; j--) {
+				int x = all[j];
+
+				all[j] = all[j - 1];
+				all[j - 1] = x;
+			}
+		assert_int_equal(crun__straggler_remote_add(s, text, (size_t)off, err, sizeof(err)),
+				 0);
+		set_times(s, ms, 3, &t);
+		got = crun__straggler_check(s, ev, 3);
+		assert_true(got >= 1);
+		assert_int_equal(ev[0].local_rank, 0);
+		if (ev[0].median_ms != all[(n - 1) / 2])
+			fail_msg("trial %d: median %g, expected %d", trial, ev[0].median_ms,
+				 all[(n - 1) / 2]);
+		crun__straggler_destroy(s);
+	}
+}
+
+/* A checked median is not kept past a change of the other nodes'. */
+static void test_median_follows_remote(void **state)
+{
+	static const char one[] = "steps 1\n5 100000 1\n";
+	static const char three[] = "steps 1\n5 40000 1\n6 40000 1\n7 40000 1\n";
+	struct crun__straggler_conf conf = {1.5, 2};
+	struct crun__straggler *s = crun__straggler_create(&conf, 2, 0);
+	struct crun__straggler_event ev[2];
+	int ms[2] = {100, 100};
+	uint64_t t = 1;
+	char err[128];
+
+	(void)state;
+	assert_non_null(s);
+	assert_int_equal(crun__straggler_remote_add(s, one, strlen(one), err, sizeof(err)), 0);
+	set_times(s, ms, 2, &t);
+	assert_int_equal(crun__straggler_check(s, ev, 2), 0);
+	crun__straggler_remote_clear(s);
+	assert_int_equal(crun__straggler_remote_add(s, three, strlen(three), err, sizeof(err)), 0);
+	assert_int_equal(crun__straggler_check(s, ev, 2), 2);
+	assert_true(ev[0].median_ms == 40 && ev[1].median_ms == 40);
+	crun__straggler_remote_clear(s);
+	ms[0] = 40;
+	set_times(s, ms, 2, &t);
+	/* 40 and 100 alone: the lower median is 40; rank 0 has recovered,
+	 * rank 1 stays slow. */
+	assert_int_equal(crun__straggler_check(s, ev, 2), 1);
+	assert_int_equal(ev[0].kind, CRUN_STRAGGLER_RECOVERED);
+	assert_int_equal(ev[0].local_rank, 0);
+	assert_true(ev[0].median_ms == 40);
+	crun__straggler_destroy(s);
+}
+
 struct node {
 	struct crun__agent_spec spec;
 	struct agent_rdzv r;
@@ -530,7 +675,7 @@ struct fetch {
 	bool done;
 	int status;
 	uint32_t count;
-	char text[2][256];
+	char text[3][256];
 };
 
 static void node_ready(void *arg, const struct crun__placement *place)
@@ -570,7 +715,7 @@ static void got_fetch(void *arg, int status, const char *message,
 	f->done = true;
 	f->status = status;
 	f->count = count;
-	for (uint32_t i = 0; i < count && i < 2; i++)
+	for (uint32_t i = 0; i < count && i < 3; i++)
 		snprintf(f->text[i], sizeof(f->text[i]), "%.*s", (int)values[i].len,
 			 (const char *)values[i].data);
 }
@@ -590,7 +735,7 @@ static void server_gone(void *arg)
 	(void)arg;
 }
 
-static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank)
+static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, int rank, int nnodes)
 {
 	struct crun__rdzv_hooks hooks = {node_ready, node_ended, node_done, node_failed, n};
 
@@ -601,7 +746,7 @@ static void node_setup(struct node *n, uv_loop_t *loop, int port, int is_host, i
 	n->spec.rdzv.host = "127.0.0.1";
 	n->spec.rdzv.port = port;
 	n->spec.rdzv.is_host = is_host;
-	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = 2;
+	n->spec.rdzv.min_nodes = n->spec.rdzv.max_nodes = nnodes;
 	n->spec.rdzv.join_timeout_ms = 10000;
 	n->spec.rdzv.last_call_timeout_ms = 0;
 	n->spec.rdzv.keep_alive_interval_ms = 5000;
@@ -626,8 +771,8 @@ static void test_store_exchange(void **state)
 	crun__log_set_level(CRUN_LOG_WARN);
 	assert_true(port > 0);
 	assert_int_equal(uv_loop_init(&loop), 0);
-	node_setup(a, &loop, port, 1, 0);
-	node_setup(b, &loop, port, 0, 1);
+	node_setup(a, &loop, port, 1, 0, 2);
+	node_setup(b, &loop, port, 0, 1, 2);
 	/* Not before the round is assigned. */
 	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), -ENOTCONN);
 	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), -ENOTCONN);
@@ -636,11 +781,13 @@ static void test_store_exchange(void **state)
 	assert_false(a->failed || b->failed);
 	assert_int_equal(a->place.nnodes, 2);
 
-	/* b has not published: ENOENT, not a wait. */
+	/* b has not published: no summary from it, not a wait. */
 	assert_int_equal(crun__rdzv_publish_steps(&a->r, sa, strlen(sa)), 0);
 	assert_int_equal(crun__rdzv_fetch_steps(&a->r, got_fetch, &f), 0);
 	run_until(&loop, &f.done);
-	assert_int_equal(f.status, -ENOENT);
+	assert_int_equal(f.status, 0);
+	assert_int_equal(f.count, 1);
+	assert_string_equal(f.text[0], "");
 
 	/* Each reads the other's, and only the other's. */
 	assert_int_equal(crun__rdzv_publish_steps(&b->r, sb, strlen(sb)), 0);
@@ -681,13 +828,87 @@ static void test_store_exchange(void **state)
 	free(b);
 }
 
+/* Three nodes, one of which never publishes (its workers beat without
+ * steps): the others still read each other's summaries, every time. */
+static void test_store_node_silent(void **state)
+{
+	static const char sa[] = "steps 1\n0 100000 30\n1 101000 30\n";
+	static const char sc[] = "steps 1\n4 300000 12\n";
+	struct node *n[3];
+	struct fetch f = {0};
+	uv_loop_t loop;
+	int port = crun__free_port();
+
+	(void)state;
+	signal(SIGPIPE, SIG_IGN);
+	crun__log_set_level(CRUN_LOG_WARN);
+	assert_true(port > 0);
+	assert_int_equal(uv_loop_init(&loop), 0);
+	for (int i = 0; i < 3; i++) {
+		n[i] = calloc(1, sizeof(*n[i]));
+		node_setup(n[i], &loop, port, i == 0, i, 3);
+	}
+	for (int i = 0; i < 3; i++)
+		run_until(&loop, &n[i]->ready);
+	assert_int_equal(crun__rdzv_publish_steps(&n[0]->r, sa, strlen(sa)), 0);
+	assert_int_equal(crun__rdzv_publish_steps(&n[2]->r, sc, strlen(sc)), 0);
+	for (int k = 0; k < 3; k++) {
+		memset(&f, 0, sizeof(f));
+		assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+		run_until(&loop, &f.done);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.count, 2);
+		assert_string_equal(f.text[0], "");
+		assert_string_equal(f.text[1], sc);
+		memset(&f, 0, sizeof(f));
+		assert_int_equal(crun__rdzv_fetch_steps(&n[2]->r, got_fetch, &f), 0);
+		run_until(&loop, &f.done);
+		assert_int_equal(f.status, 0);
+		assert_int_equal(f.count, 2);
+		assert_string_equal(f.text[0], sa);
+		assert_string_equal(f.text[1], "");
+	}
+	/* Once the silent node publishes, it is read too. */
+	assert_int_equal(crun__rdzv_publish_steps(&n[1]->r, sc, strlen(sc)), 0);
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, 0);
+	assert_string_equal(f.text[0], sc);
+	/* A reply of a round left behind says so. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[0]->r, got_fetch, &f), 0);
+	n[0]->r.gen++;
+	run_until(&loop, &f.done);
+	assert_int_equal(f.status, -ECANCELED);
+	/* Finished with a read outstanding: no callback, nothing leaks. */
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(crun__rdzv_fetch_steps(&n[2]->r, got_fetch, &f), 0);
+	for (int i = 2; i >= 0; i--)
+		crun__rdzv_finish(&n[i]->r);
+	if (n[0]->server)
+		crun__server_destroy(n[0]->server, server_gone, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_false(f.done);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	for (int i = 0; i < 3; i++)
+		free(n[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_scenarios),	 cmocka_unit_test(test_work_kinds),
-		cmocka_unit_test(test_bad_conf),	 cmocka_unit_test(test_summary_round_trip),
-		cmocka_unit_test(test_remote_malformed), cmocka_unit_test(test_format),
+		cmocka_unit_test(test_scenarios),
+		cmocka_unit_test(test_work_kinds),
+		cmocka_unit_test(test_bad_conf),
+		cmocka_unit_test(test_summary_round_trip),
+		cmocka_unit_test(test_remote_malformed),
+		cmocka_unit_test(test_format),
 		cmocka_unit_test(test_store_exchange),
+		cmocka_unit_test(test_store_node_silent),
+		cmocka_unit_test(test_beat_changes),
+		cmocka_unit_test(test_job_median),
+		cmocka_unit_test(test_median_follows_remote),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
