@@ -34,6 +34,7 @@
  * last byte that moved, so a large transfer never times out while it is
  * progressing but a dead or stalled neighbour is noticed. */
 #include "trainer/comm.h"
+#include "common/le.h"
 #include "trainer/comm_backend.h"
 #include "trainer/comm_shm.h"
 
@@ -204,34 +205,6 @@ static int mod(int a, int n)
 	return ((a % n) + n) % n;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
 /* ------------------------------------------------------------------ */
 /* Setup: listener, store, connections, hello                          */
 
@@ -246,11 +219,11 @@ struct hello {
 static void hello_encode(uint8_t *p, const struct hello *h)
 {
 	memcpy(p, HELLO_MAGIC, 8);
-	put32(p + 8, h->version);
-	put32(p + 12, h->rank);
-	put32(p + 16, h->size);
-	put32(p + 20, h->instance);
-	put64(p + 24, h->round);
+	crun__put_le32(p + 8, h->version);
+	crun__put_le32(p + 12, h->rank);
+	crun__put_le32(p + 16, h->size);
+	crun__put_le32(p + 20, h->instance);
+	crun__put_le64(p + 24, h->round);
 }
 
 /* Compares a received hello with what this rank expects; a reason in
@@ -263,11 +236,11 @@ static bool hello_check(const uint8_t *p, const struct hello *want, char *why, s
 		snprintf(why, whylen, "not a crun comm peer (bad magic)");
 		return false;
 	}
-	h.version = get32(p + 8);
-	h.rank = get32(p + 12);
-	h.size = get32(p + 16);
-	h.instance = get32(p + 20);
-	h.round = get64(p + 24);
+	h.version = crun__get_le32(p + 8);
+	h.rank = crun__get_le32(p + 12);
+	h.size = crun__get_le32(p + 16);
+	h.instance = crun__get_le32(p + 20);
+	h.round = crun__get_le64(p + 24);
 	if (h.version != want->version)
 		snprintf(why, whylen, "protocol version %u, expected %u", h.version, want->version);
 	else if (h.round != want->round)
@@ -1008,11 +981,11 @@ static void plan_begin(struct cpu *c, enum op op, size_t total, int root, bool h
 	c->op = op;
 	c->total = total;
 	c->root = root;
-	put32(c->hdr_out, HDR_MAGIC);
-	put32(c->hdr_out + 4, (uint32_t)op);
-	put32(c->hdr_out + 8, c->seq);
-	put32(c->hdr_out + 12, (uint32_t)root);
-	put64(c->hdr_out + 16, total);
+	crun__put_le32(c->hdr_out, HDR_MAGIC);
+	crun__put_le32(c->hdr_out + 4, (uint32_t)op);
+	crun__put_le32(c->hdr_out + 8, c->seq);
+	crun__put_le32(c->hdr_out + 12, (uint32_t)root);
+	crun__put_le64(c->hdr_out + 16, total);
 	c->seq++;
 	if (has_send)
 		c->send[c->ns++] = (struct sseg){c->hdr_out, HDR_LEN, -1};
@@ -1066,12 +1039,12 @@ static int check_header(struct crun__comm *comm, struct cpu *c)
 {
 	char theirs[96], mine[96];
 	const uint8_t *h = c->hdr_in;
-	uint32_t op = get32(h + 4), seq = get32(h + 8);
-	int32_t root = (int32_t)get32(h + 12);
-	uint64_t total = get64(h + 16);
+	uint32_t op = crun__get_le32(h + 4), seq = crun__get_le32(h + 8);
+	int32_t root = (int32_t)crun__get_le32(h + 12);
+	uint64_t total = crun__get_le64(h + 16);
 	const char *name = op > 0 && op < OP_MAX ? op_names[op] : "an unknown collective";
 
-	if (get32(h) != HDR_MAGIC)
+	if (crun__get_le32(h) != HDR_MAGIC)
 		return fail(comm, c, -EPROTO,
 			    "rank %d (%s) sent garbage instead of a collective header during %s",
 			    c->left, c->left_addr, op_names[c->op]);

@@ -2,6 +2,7 @@
  * (comm_shm.h says why rings have no name). No I/O here: comm_cpu.c reads
  * the boot id and the PID namespace and opens the path. */
 #include "trainer/comm_shm.h"
+#include "common/le.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -25,52 +26,24 @@ enum {
 
 _Static_assert(OFF_END == CRUN__SHM_OFFER_LEN, "the offer's fields fill it");
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
 void crun__shm_offer_encode(uint8_t buf[CRUN__SHM_OFFER_LEN], const struct crun__shm_offer *o)
 {
 	memset(buf, 0, CRUN__SHM_OFFER_LEN);
 	memcpy(buf + OFF_MAGIC, OFFER_MAGIC, 4);
 	if (!o->present)
 		return;
-	put32(buf + OFF_PRESENT, 1);
+	crun__put_le32(buf + OFF_PRESENT, 1);
 	memcpy(buf + OFF_BOOT_ID, o->place.boot_id, 16);
-	put64(buf + OFF_PID_NS, o->place.pid_ns);
-	put32(buf + OFF_PID, (uint32_t)o->pid);
-	put32(buf + OFF_FD, (uint32_t)o->fd);
-	put64(buf + OFF_NONCE, o->nonce);
-	put64(buf + OFF_CAP, o->cap);
+	crun__put_le64(buf + OFF_PID_NS, o->place.pid_ns);
+	crun__put_le32(buf + OFF_PID, (uint32_t)o->pid);
+	crun__put_le32(buf + OFF_FD, (uint32_t)o->fd);
+	crun__put_le64(buf + OFF_NONCE, o->nonce);
+	crun__put_le64(buf + OFF_CAP, o->cap);
 }
 
 int crun__shm_offer_decode(const uint8_t buf[CRUN__SHM_OFFER_LEN], struct crun__shm_offer *o)
 {
-	uint32_t present = get32(buf + OFF_PRESENT);
+	uint32_t present = crun__get_le32(buf + OFF_PRESENT);
 
 	memset(o, 0, sizeof(*o));
 	if (memcmp(buf + OFF_MAGIC, OFFER_MAGIC, 4) || present > 1)
@@ -79,11 +52,11 @@ int crun__shm_offer_decode(const uint8_t buf[CRUN__SHM_OFFER_LEN], struct crun__
 		return 0;
 	o->present = true;
 	memcpy(o->place.boot_id, buf + OFF_BOOT_ID, 16);
-	o->place.pid_ns = get64(buf + OFF_PID_NS);
-	o->pid = (int32_t)get32(buf + OFF_PID);
-	o->fd = (int32_t)get32(buf + OFF_FD);
-	o->nonce = get64(buf + OFF_NONCE);
-	o->cap = get64(buf + OFF_CAP);
+	o->place.pid_ns = crun__get_le64(buf + OFF_PID_NS);
+	o->pid = (int32_t)crun__get_le32(buf + OFF_PID);
+	o->fd = (int32_t)crun__get_le32(buf + OFF_FD);
+	o->nonce = crun__get_le64(buf + OFF_NONCE);
+	o->cap = crun__get_le64(buf + OFF_CAP);
 	if (o->pid <= 0 || o->fd < 0 || o->cap < CRUN__SHM_MIN_CAP || o->cap > CRUN__SHM_MAX_CAP ||
 	    o->cap % 64) {
 		memset(o, 0, sizeof(*o));
