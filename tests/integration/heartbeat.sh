@@ -182,8 +182,16 @@ for logs in "" "--log-dir=$tmp/klogs"; do
 done
 echo "ok SIGKILL of crun leaves no FileTimer pipe"
 
-# With torch, a real FileTimerClient
-if python3 -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
+# With torch (pip's in python3, or Debian's python3-torch), a real
+# FileTimerClient
+torch_py=""
+for py in python3 /usr/bin/python3; do
+	if "$py" -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
+		torch_py=$(command -v "$py")
+		break
+	fi
+done
+if [ -n "$torch_py" ]; then
 	cat >"$tmp/torch_timer.py" <<'PY'
 import os, time
 from torch.distributed.elastic import timer
@@ -193,7 +201,8 @@ if os.environ["RANK"] == "0" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
         time.sleep(60)
 print("done", flush=True)
 PY
-	TORCHELASTIC_ENABLE_FILE_TIMER=1 run torch --nproc-per-node=1 "$tmp/torch_timer.py" ||
+	PYTHON_EXEC=$torch_py TORCHELASTIC_ENABLE_FILE_TIMER=1 \
+		run torch --nproc-per-node=1 "$tmp/torch_timer.py" ||
 		fail "torch FileTimerClient: exit $?: $(cat "$tmp/torch.err")"
 	grep -q " crun: rank 0 (local rank 0, pid [0-9]*) hung: FileTimer " "$tmp/torch.err" ||
 		fail "torch FileTimerClient: no hang: $(cat "$tmp/torch.err")"
