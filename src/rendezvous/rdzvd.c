@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "rendezvous/notify.h"
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
 
@@ -152,6 +153,16 @@ static void stop(struct daemon *d)
 	d->srv = NULL;
 }
 
+/* Tells a service manager (systemd's Type=notify) how the daemon stands;
+ * a failure costs a warning, never the service. */
+static void notify(const char *state)
+{
+	int rc = crun__notify(state);
+
+	if (rc < 0)
+		crun__warn("cannot notify $NOTIFY_SOCKET of %s: %s", state, strerror(-rc));
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct daemon *d = h->data;
@@ -159,6 +170,7 @@ static void on_signal(uv_signal_t *h, int signum)
 	if (!d->srv)
 		return;
 	crun__info("stopping on %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	notify("STOPPING=1");
 	stop(d);
 }
 
@@ -360,6 +372,8 @@ int main(int argc, char **argv)
 			stop(&d);
 		}
 	}
+	if (d.srv)
+		notify("READY=1");
 out_run:
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 out_close_loop:
