@@ -7,7 +7,7 @@
 # an address that is not loopback without a token (exit 2, one line) and
 # keeps the warning otherwise.
 # pid_NAME come from agent (printf -v).
-# shellcheck disable=SC2154
+# shellcheck disable=SC2016,SC2154
 set -u
 . "$(dirname "$0")/multinode-lib.sh"
 : "${CRUN_CTL:?CRUN_CTL must name the crunctl binary}"
