@@ -39,12 +39,13 @@
  * them when it closes).
  *
  * Authentication is mutual: with a token, the client proves it knows the
- * token (HMAC of the server's nonce) and checks that the server does too,
- * failing with -EACCES otherwise. A server that asks for no token cannot
- * prove anything; a client that has a token still connects to it (so one
- * job environment works with either kind of store). A server that asks for
- * a token when the client has none fails at once with -EACCES. -EACCES is
- * never retried. */
+ * token (HMAC of the server's nonce and the run id) and checks that the
+ * server does too (HMAC of the client's nonce and the run id), failing
+ * with -EACCES otherwise. A client that has a token refuses a server that
+ * asks for none, since it cannot prove anything: "store at 'E' did not
+ * prove it knows the token: refusing it (a store without a token, or an
+ * impostor)". A server that asks for a token when the client has none
+ * fails at once with -EACCES. -EACCES is never retried. */
 #ifndef CRUN_STORE_H
 #define CRUN_STORE_H
 

@@ -67,6 +67,15 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer)
 	OPENSSL_cleanse(h->mac, sizeof(h->mac));
 }
 
+/* The one line for a store that did not prove it knows our token. */
+static void refuse_unproven(const struct crun__hello_client *h, char *err, size_t errlen)
+{
+	crun__seterr(err, errlen,
+		     "store at '%s' did not prove it knows the token: refusing it (a store "
+		     "without a token, or an impostor)",
+		     h->peer);
+}
+
 long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *buf, size_t len,
 				 const uint8_t *cnonce, uint32_t id, struct crun__wire_msg *hello,
 				 char *err, size_t errlen)
@@ -95,9 +104,21 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 			"authentication failed: the store requires a token and none was given");
 		return -EACCES;
 	}
+	if (h->token && !h->auth) {
+		refuse_unproven(h, err, errlen);
+		return -EACCES;
+	}
+	if (h->auth && !(flags & CRUN_WIRE_F_AUTH_RUN)) {
+		crun__seterr(err, errlen,
+			     "the store at '%s' speaks an older handshake whose proof does not "
+			     "cover the run id: refusing it (upgrade it)",
+			     h->peer);
+		return -EACCES;
+	}
 	memcpy(h->cnonce, cnonce, CRUN_WIRE_NONCE_LEN);
 	if (h->auth) {
-		rc = crun__wire_mac(h->token, h->token_len, "client", h->snonce, h->cnonce, h->mac);
+		rc = crun__wire_mac_run(h->token, h->token_len, "client", h->snonce, h->cnonce,
+					h->run_id, (uint32_t)strlen(h->run_id), h->mac);
 		if (rc < 0) {
 			crun__seterr(err, errlen, "cannot compute the handshake: %s",
 				     strerror(-rc));
@@ -136,16 +157,16 @@ int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wi
 			     h->peer, crun__wire_type_name(m->type), m->id);
 		return -EPROTO;
 	}
-	if (!h->auth)
+	if (!h->token)
 		return 0; /* nothing to verify: see store.h on tokens */
-	proved =
-		crun__wire_mac(h->token, h->token_len, "server", h->cnonce, h->snonce, want) == 0 &&
-		m->count >= 1 && m->items[0].len == CRUN_WIRE_MAC_LEN &&
-		crun__wire_mac_equal(m->items[0].data, want);
+	proved = h->auth &&
+		 crun__wire_mac_run(h->token, h->token_len, "server", h->cnonce, h->snonce,
+				    h->run_id, (uint32_t)strlen(h->run_id), want) == 0 &&
+		 m->count >= 1 && m->items[0].len == CRUN_WIRE_MAC_LEN &&
+		 crun__wire_mac_equal(m->items[0].data, want);
 	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
-		crun__seterr(err, errlen,
-			     "authentication failed: the store did not prove it knows the token");
+		refuse_unproven(h, err, errlen);
 		return -EACCES;
 	}
 	return 0;
@@ -202,16 +223,27 @@ int crun__hello_server_hello(const struct crun__hello_server *hs, const struct c
 	if (!hs->token)
 		return 0;
 	proved = mac->len == CRUN_WIRE_MAC_LEN && cnonce->len == CRUN_WIRE_NONCE_LEN &&
-		 crun__wire_mac(hs->token, hs->token_len, "client", hs->nonce, cnonce->data,
-				want) == 0 &&
+		 crun__wire_mac_run(hs->token, hs->token_len, "client", hs->nonce, cnonce->data,
+				    run_id->data, run_id->len, want) == 0 &&
 		 crun__wire_mac_equal(want, mac->data);
-	OPENSSL_cleanse(want, sizeof(want));
 	if (!proved) {
-		crun__seterr(why, whylen, "authentication failed");
+		/* A client of an older crun proves the token without the run id:
+		 * still refused, but told why. */
+		bool old = mac->len == CRUN_WIRE_MAC_LEN && cnonce->len == CRUN_WIRE_NONCE_LEN &&
+			   crun__wire_mac(hs->token, hs->token_len, "client", hs->nonce,
+					  cnonce->data, want) == 0 &&
+			   crun__wire_mac_equal(want, mac->data);
+
+		OPENSSL_cleanse(want, sizeof(want));
+		crun__seterr(why, whylen, "%s",
+			     old ? "authentication failed: the client speaks an older handshake "
+				   "whose proof does not cover the run id (upgrade it)"
+				 : "authentication failed");
 		return -EACCES;
 	}
-	if (crun__wire_mac(hs->token, hs->token_len, "server", cnonce->data, hs->nonce, mac_out) <
-	    0) {
+	OPENSSL_cleanse(want, sizeof(want));
+	if (crun__wire_mac_run(hs->token, hs->token_len, "server", cnonce->data, hs->nonce,
+			       run_id->data, run_id->len, mac_out) < 0) {
 		crun__seterr(why, whylen, "cannot compute the server mac");
 		return -EIO;
 	}

@@ -74,7 +74,12 @@ void crun__hello_client_begin(struct crun__hello_client *h, const char *peer);
  *   -EPROTONOSUPPORT  "the store at 'PEER' speaks protocol version 2, this
  *                     client 1"
  *   -EACCES           "authentication failed: the store requires a token
- *                     and none was given"
+ *                     and none was given"; or, with a token, "store at
+ *                     'PEER' did not prove it knows the token: refusing it
+ *                     (a store without a token, or an impostor)" when the
+ *                     store asks for no token (a downgrade), or "the store
+ *                     at 'PEER' speaks an older handshake ..." when its
+ *                     proof would not cover the run id
  *   -EIO              "cannot compute the handshake: ..." */
 long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *buf, size_t len,
 				 const uint8_t *cnonce, uint32_t id, struct crun__wire_msg *hello,
@@ -84,12 +89,12 @@ long crun__hello_client_preamble(struct crun__hello_client *h, const uint8_t *bu
 void crun__hello_client_sent(struct crun__hello_client *h);
 
 /* The first frame after HELLO, a reply that crun__wire_check_reply passed.
- * 0: the handshake is done (the store proved it knows the token when it
- * asked for one). Otherwise a negative errno with err set:
+ * 0: the handshake is done (with a token: the store proved it knows the
+ * token and the run id). Otherwise a negative errno with err set:
  *   the ERROR's errno  (to HELLO or with id 0) err = its printable text,
  *                      possibly empty
- *   -EACCES  "authentication failed: the store did not prove it knows the
- *            token"
+ *   -EACCES  "store at 'PEER' did not prove it knows the token: refusing
+ *            it (a store without a token, or an impostor)"
  *   -EPROTO  "bad frame from the store at 'PEER': VALUE with id 7 during
  *            the handshake" (any other frame) */
 int crun__hello_client_reply(struct crun__hello_client *h, const struct crun__wire_msg *m,
@@ -115,12 +120,15 @@ struct crun__hello_server {
 /* The first frame of a connection, a request crun__wire_validate passed.
  * 0 when it is a HELLO to accept: the client is in run m->items[0], and
  * *reply is the OK's one item (the server's mac in mac_out, which must
- * hold CRUN_WIRE_MAC_LEN bytes, or empty without a token). Otherwise a
+ * hold CRUN_WIRE_MAC_LEN bytes, or empty without a token; with one, both
+ * macs cover the run id, wire.h). Otherwise a
  * negative errno and why (the text of the ERROR to send, then close):
  *   -EPROTO  "expected HELLO, got SET"
  *   -E2BIG   "run id of 9000 bytes exceeds the limit of 8192 bytes"
  *   -EINVAL  "run id contains a NUL byte"
- *   -EACCES  "authentication failed" (a missing or wrong mac)
+ *   -EACCES  "authentication failed" (a missing or wrong mac, or one for
+ *            another run id); "authentication failed: the client speaks an
+ *            older handshake ..." (a right mac without the run id)
  *   -EIO     "cannot compute the server mac" */
 int crun__hello_server_hello(const struct crun__hello_server *hs, const struct crun__wire_msg *m,
 			     uint8_t *mac_out, struct crun__wire_item *reply, char *why,

@@ -34,6 +34,7 @@ enum {
 	OPT_MAX_CONNS,
 	OPT_MAX_BUFFER,
 	OPT_HANDSHAKE,
+	OPT_REQUIRE_TOKEN,
 };
 
 static const struct option long_opts[] = {
@@ -47,6 +48,7 @@ static const struct option long_opts[] = {
 	{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
 	{"max-buffer", required_argument, NULL, OPT_MAX_BUFFER},
 	{"handshake-timeout", required_argument, NULL, OPT_HANDSHAKE},
+	{"require-token", no_argument, NULL, OPT_REQUIRE_TOKEN},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -73,6 +75,8 @@ static void usage(FILE *out)
 		"                            (default 64MiB)\n"
 		"  --handshake-timeout DURATION\n"
 		"                            time to complete the handshake (default 10s)\n"
+		"  --require-token           refuse to listen on an address that is not loopback\n"
+		"                            without a token (default: off, a warning)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -299,6 +303,9 @@ int main(int argc, char **argv)
 			opts.limits.handshake_timeout_ms = (uint32_t)ms;
 			break;
 		}
+		case OPT_REQUIRE_TOKEN:
+			opts.require_token = true;
+			break;
 		case 'v':
 			level = CRUN_LOG_DEBUG;
 			break;
@@ -358,7 +365,7 @@ int main(int argc, char **argv)
 	rc = crun__server_listen(d.srv, host, port, err, sizeof(err));
 	if (rc < 0) {
 		crun__error("%s", err);
-		status = 1;
+		status = rc == -ENOKEY ? EXIT_USAGE : 1;
 		stop(&d);
 		goto out_run;
 	}

@@ -103,6 +103,7 @@ struct crun__server {
 	bool quiet;
 	uint16_t caps; /* CRUN_WIRE_F_* capabilities our preamble advertises */
 	const char *token_hint;
+	bool require_token;
 	crun__server_disconnect_cb disconnect_cb;
 	void *disconnect_arg;
 	struct crun__list conns;
@@ -769,8 +770,9 @@ static void on_connection(uv_stream_t *server, int status)
 		begin_close(c, false);
 		return;
 	}
-	crun__wire_server_preamble(preamble, (srv->token ? CRUN_WIRE_F_AUTH : 0) | srv->caps,
-				   srv->token ? c->nonce : NULL);
+	crun__wire_server_preamble(
+		preamble, (srv->token ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0) | srv->caps,
+		srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
 		  c->peer);
@@ -820,6 +822,7 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	if (opts) {
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;
+		srv->require_token = opts->require_token;
 	}
 	if (opts && opts->token && opts->token_len) {
 		srv->token = malloc(opts->token_len);
@@ -884,6 +887,13 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 		return rc;
 	}
 	srv->listening = true;
+	if (!srv->token && !loopback && srv->require_token) {
+		crun__format_endpoint(shown, sizeof(shown), host, srv->port);
+		snprintf(err, errlen,
+			 "refusing to listen on %s without a token (--require-token): set %s",
+			 shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
+		return -ENOKEY;
+	}
 	if (!srv->token && !loopback) {
 		crun__format_endpoint(shown, sizeof(shown), host, srv->port);
 		crun__warn("listening on %s without a token: anyone who can reach this port can "

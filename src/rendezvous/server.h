@@ -57,6 +57,9 @@ struct crun__server_opts {
 	 * NULL: crun-rdzvd's "--token-file or CRUN_TOKEN". Not copied: a
 	 * string that lives as long as the server. */
 	const char *token_hint;
+	/* Refuse to listen on an address that is not loopback without a
+	 * token (crun-rdzvd --require-token) instead of warning. */
+	bool require_token;
 };
 
 /* Hook for embedders (the agent's rendezvous): called on the loop's
@@ -74,8 +77,9 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 /* Binds and listens on host:port (port 0 picks a free port; see
  * crun__server_port). host may be an IPv4 or IPv6 literal or a name.
  * Logs the loud warning when the address is not loopback and there is no
- * token. Returns 0 or a negative errno (-EADDRINUSE ...), with a message
- * in err. */
+ * token; with opts.require_token that is -ENOKEY instead (the socket is
+ * closed with the server). Returns 0 or a negative errno (-EADDRINUSE,
+ * -ENOKEY ...), with a message in err. */
 int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
 			size_t errlen);
 

@@ -417,6 +417,35 @@ int crun__wire_mac(const void *token, size_t token_len, const char *role, const 
 	return 0;
 }
 
+int crun__wire_mac_run(const void *token, size_t token_len, const char *role, const uint8_t *a,
+		       const uint8_t *b, const void *run_id, uint32_t run_len, uint8_t *out)
+{
+	size_t len = 32 + 2 * CRUN_WIRE_NONCE_LEN + 4 + (size_t)run_len;
+	unsigned int outlen = 0;
+	uint8_t *msg = malloc(len);
+	int n, rc = 0;
+
+	if (!msg)
+		return -ENOMEM;
+	n = snprintf((char *)msg, 32, "crun-auth-v2 %s", role);
+	if (n < 0 || n >= 32) {
+		free(msg);
+		return -EINVAL;
+	}
+	memcpy(msg + n, a, CRUN_WIRE_NONCE_LEN);
+	memcpy(msg + n + CRUN_WIRE_NONCE_LEN, b, CRUN_WIRE_NONCE_LEN);
+	put_u32(msg + n + 2 * CRUN_WIRE_NONCE_LEN, run_len);
+	if (run_len)
+		memcpy(msg + n + 2 * CRUN_WIRE_NONCE_LEN + 4, run_id, run_len);
+	len = (size_t)n + 2 * CRUN_WIRE_NONCE_LEN + 4 + run_len;
+	if (!HMAC(EVP_sha256(), token, (int)token_len, msg, len, out, &outlen) ||
+	    outlen != CRUN_WIRE_MAC_LEN)
+		rc = -EIO;
+	OPENSSL_cleanse(msg, len);
+	free(msg);
+	return rc;
+}
+
 bool crun__wire_mac_equal(const uint8_t *a, const uint8_t *b)
 {
 	return CRYPTO_memcmp(a, b, CRUN_WIRE_MAC_LEN) == 0;

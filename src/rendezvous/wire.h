@@ -11,6 +11,10 @@
  *     14 items (with the node-exclusion settings) and a RDZV_FAIL of 2
  *     items ("stop"); clients send those only to a server that sets it,
  *     else the 10-item JOIN and 1-item FAIL every server takes (rdzv.h).
+ *   flags bit 2 (CRUN_WIRE_F_AUTH_RUN): with bit 0, both macs of HELLO
+ *     cover the run id (the "crun-auth-v2" macs below). A client with a
+ *     token refuses a server that does not set bits 0 and 2: a server
+ *     without a token, one that predates bit 2, or an impostor.
  *   Clients ignore flag bits they do not know.
  *   The nonce is fresh random bytes per connection (zeros without auth).
  *   A server that does not speak the client's version answers with its own
@@ -37,11 +41,14 @@
  *
  * Requests (items; num; reply)
  *   HELLO   [run_id, client_nonce(32), mac(32 or empty)]; 0; OK [server_mac]
- *           mac = HMAC-SHA256(token, "crun-auth-v1 client" | server_nonce |
- *           client_nonce); server_mac = HMAC-SHA256(token,
- *           "crun-auth-v1 server" | client_nonce | server_nonce), empty
- *           without auth. A wrong mac: ERROR EACCES "authentication failed"
- *           and the server closes the connection.
+ *           mac = HMAC-SHA256(token, "crun-auth-v2 client" | server_nonce |
+ *           client_nonce | u32 len | run_id); server_mac =
+ *           HMAC-SHA256(token, "crun-auth-v2 server" | client_nonce |
+ *           server_nonce | u32 len | run_id), empty without auth. A wrong
+ *           mac: ERROR EACCES "authentication failed" and the server
+ *           closes the connection. A client of an older crun sends the
+ *           "crun-auth-v1" mac (the same without the run id); the server
+ *           refuses it with ERROR EACCES saying so.
  *   SET     [key, value]; 0; OK.  flag EPHEMERAL: the key is deleted when
  *           this connection closes (agents use it for liveness).
  *   GET     [key]; timeout_ms (0: do not wait, ENOENT when missing;
@@ -103,6 +110,7 @@
 #define CRUN_WIRE_TOKEN_MAX 4096
 #define CRUN_WIRE_F_AUTH 0x0001
 #define CRUN_WIRE_F_RDZV_EXCL 0x0002
+#define CRUN_WIRE_F_AUTH_RUN 0x0004
 
 #define CRUN_WIRE_HEADER_LEN 12
 #define CRUN_WIRE_PAYLOAD_MIN 12
@@ -275,6 +283,10 @@ int crun__wire_parse_server_preamble(const uint8_t *in, uint16_t *version, uint1
  * Returns 0 or -EIO. */
 int crun__wire_mac(const void *token, size_t token_len, const char *role, const uint8_t *a,
 		   const uint8_t *b, uint8_t *out);
+/* The same with the run id (run_len bytes) after the nonces, "crun-auth-v2"
+ * (see HELLO above). Returns 0, -EIO or -ENOMEM. */
+int crun__wire_mac_run(const void *token, size_t token_len, const char *role, const uint8_t *a,
+		       const uint8_t *b, const void *run_id, uint32_t run_len, uint8_t *out);
 /* Constant-time comparison of two macs. */
 bool crun__wire_mac_equal(const uint8_t *a, const uint8_t *b);
 /* Fills buf with cryptographically random bytes. 0 or -EIO. */

@@ -109,7 +109,7 @@ static void handshake(const struct crun__wire_msg *msg)
 	if (crun__hello_client_init(&h, "run", "token", 5) < 0)
 		return;
 	crun__hello_client_begin(&h, "peer");
-	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH, snonce);
+	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN, snonce);
 	CHECK(crun__hello_client_preamble(&h, pre, sizeof(pre), cnonce, msg->id, &hello, why,
 					  sizeof(why)) == CRUN_WIRE_SERVER_PREAMBLE);
 	why[0] = '\0';
@@ -117,7 +117,7 @@ static void handshake(const struct crun__wire_msg *msg)
 	/* Only an OK with this token's mac gets through; an ERROR may say
 	 * nothing. */
 	if (rc == 0) {
-		CHECK(crun__wire_mac("token", 5, "server", cnonce, snonce, mac) == 0);
+		CHECK(crun__wire_mac_run("token", 5, "server", cnonce, snonce, "run", 3, mac) == 0);
 		CHECK(msg->type == CRUN_WIRE_OK && msg->count >= 1);
 		CHECK(msg->items[0].len == CRUN_WIRE_MAC_LEN &&
 		      !memcmp(msg->items[0].data, mac, CRUN_WIRE_MAC_LEN));

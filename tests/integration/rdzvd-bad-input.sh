@@ -151,11 +151,13 @@ def hello(s, run=b"it", token=None):
     snonce, cnonce = pre[8:40], os.urandom(32)
     mac = b""
     if token is not None:
-        mac = hmac.new(token, b"crun-auth-v1 client" + snonce + cnonce, hashlib.sha256).digest()
+        mac = hmac.new(token, b"crun-auth-v2 client" + snonce + cnonce + struct.pack(">I", len(run)) + run,
+                       hashlib.sha256).digest()
     s.sendall(frame(HELLO, 1, items=(run, cnonce, mac)))
     r = read_frame(s)
     if r[0] == OK and token is not None:
-        want = hmac.new(token, b"crun-auth-v1 server" + cnonce + snonce, hashlib.sha256).digest()
+        want = hmac.new(token, b"crun-auth-v2 server" + cnonce + snonce + struct.pack(">I", len(run)) + run,
+                        hashlib.sha256).digest()
         assert r[3] == [want], "bad server mac"
     return r
 

@@ -358,7 +358,8 @@ static void fake_main(void *arg)
 		crun__write_all(fd, pre, sizeof(pre));
 		goto out_wait;
 	}
-	crun__wire_server_preamble(pre, fk->mode == FAKE_BAD_MAC ? CRUN_WIRE_F_AUTH : 0, nonce);
+	crun__wire_server_preamble(
+		pre, fk->mode == FAKE_BAD_MAC ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0, nonce);
 	if (crun__write_all(fd, pre, sizeof(pre)) < 0 ||
 	    read_full(fd, buf, CRUN_WIRE_CLIENT_PREAMBLE) < 0 ||
 	    read_full(fd, buf, CRUN_WIRE_HEADER_LEN) < 0 ||

@@ -107,18 +107,24 @@ static void test_no_token_against_token_server(void **state)
 	harness_stop(&h);
 }
 
-/* store.h: a client with a token connects to a server that asks for
- * none (the server cannot prove anything then). */
+/* A client with a token refuses a server that asks for none: it cannot
+ * prove it knows the token (a downgrade, or an impostor), at once and
+ * without retries. */
 static void test_token_against_open_server(void **state)
 {
 	struct harness h;
 	struct crun_store *s;
+	uint64_t t0;
 
 	(void)state;
 	assert_int_equal(start_with_token(&h, NULL), 0);
 	s = client(h.port, TOKEN, 5000);
-	assert_int_equal(crun_store_connect(s), 0);
-	assert_int_equal(crun_store_set(s, "k", "v", 1, -1), 0);
+	t0 = crun__now_ms();
+	assert_int_equal(crun_store_connect(s), -EACCES);
+	assert_true(elapsed_ms(t0) < 1000);
+	assert_non_null(strstr(crun_store_errmsg(s), "did not prove it knows the token: "
+						     "refusing it (a store without a token, or "
+						     "an impostor)"));
 	crun_store_destroy(s);
 	harness_stop(&h);
 }
@@ -160,7 +166,7 @@ static void impostor_main(void *arg)
 		return;
 	memset(nonce, 7, sizeof(nonce));
 	memset(fake_mac, 9, sizeof(fake_mac));
-	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH, nonce);
+	crun__wire_server_preamble(pre, CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN, nonce);
 	if (read_full(fd, out, CRUN_WIRE_CLIENT_PREAMBLE) < 0 ||
 	    crun__write_all(fd, pre, sizeof(pre)) < 0 || read_full(fd, hdr, sizeof(hdr)) < 0)
 		goto out_close;

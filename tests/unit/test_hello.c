@@ -21,6 +21,11 @@
 #define PEER "10.0.0.1:29400"
 #define RUN "run-1"
 #define HELLO_ID 7
+/* What a store with a token advertises. */
+#define AUTH (CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN)
+#define DOWNGRADE                                                                     \
+	"store at '" PEER "' did not prove it knows the token: refusing it (a store " \
+	"without a token, or an impostor)"
 
 static const uint8_t snonce[CRUN_WIRE_NONCE_LEN] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 static const uint8_t cnonce[CRUN_WIRE_NONCE_LEN] = {9, 8, 7, 6, 5, 4, 3, 2, 1};
@@ -54,10 +59,13 @@ static void client_init(struct crun__hello_client *h, const char *token)
 	crun__hello_client_begin(h, PEER);
 }
 
+/* The mac over the nonces and run (a string). */
 static void mac(const char *token, const char *role, const uint8_t *a, const uint8_t *b,
-		uint8_t *out)
+		const char *run, uint8_t *out)
 {
-	assert_int_equal(crun__wire_mac(token, strlen(token), role, a, b, out), 0);
+	assert_int_equal(crun__wire_mac_run(token, strlen(token), role, a, b, run,
+					    (uint32_t)strlen(run), out),
+			 0);
 }
 
 /* ---- client: the server's preamble ---------------------------------------- */
@@ -74,12 +82,19 @@ static void test_client_preamble(void **state)
 		const char *err;
 	} cases[] = {
 		{"open store, no token", "CRUN", 1, 0, 40, NULL, 40, NULL},
-		{"open store, client has a token", "CRUN", 1, 0, 40, TOKEN, 40, NULL},
-		{"auth store, token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, TOKEN, 40, NULL},
+		{"downgrade: open store, client has a token", "CRUN", 1, 0, 40, TOKEN, -EACCES,
+		 DOWNGRADE},
+		{"downgrade: open store with other flags, client has a token", "CRUN", 1,
+		 CRUN_WIRE_F_RDZV_EXCL | CRUN_WIRE_F_AUTH_RUN, 40, TOKEN, -EACCES, DOWNGRADE},
+		{"auth store whose proof leaves out the run id", "CRUN", 1, CRUN_WIRE_F_AUTH, 40,
+		 TOKEN, -EACCES,
+		 "the store at '" PEER "' speaks an older handshake whose proof does not cover "
+		 "the run id: refusing it (upgrade it)"},
+		{"auth store, token", "CRUN", 1, AUTH, 40, TOKEN, 40, NULL},
 		{"store with the exclusion capability", "CRUN", 1, CRUN_WIRE_F_RDZV_EXCL, 40, NULL,
 		 40, NULL},
 		{"auth store with the exclusion capability", "CRUN", 1,
-		 CRUN_WIRE_F_AUTH | CRUN_WIRE_F_RDZV_EXCL, 40, TOKEN, 40, NULL},
+		 AUTH | CRUN_WIRE_F_RDZV_EXCL, 40, TOKEN, 40, NULL},
 		{"flag bits unknown to this client", "CRUN", 1, 0xfff0, 40, NULL, 40, NULL},
 		{"more bytes than the preamble", "CRUN", 1, 0, 60, NULL, 40, NULL},
 		{"auth store, no token", "CRUN", 1, CRUN_WIRE_F_AUTH, 40, NULL, -EACCES,
@@ -118,7 +133,7 @@ static void test_client_preamble(void **state)
 			assert_memory_equal(hello.items[0].data, RUN, strlen(RUN));
 			assert_memory_equal(hello.items[1].data, cnonce, CRUN_WIRE_NONCE_LEN);
 			if (cases[i].flags & CRUN_WIRE_F_AUTH) {
-				mac(TOKEN, "client", snonce, cnonce, want);
+				mac(TOKEN, "client", snonce, cnonce, RUN, want);
 				assert_int_equal(hello.items[2].len, CRUN_WIRE_MAC_LEN);
 				assert_memory_equal(hello.items[2].data, want, CRUN_WIRE_MAC_LEN);
 				/* Once sent, the mac is gone. */
@@ -137,7 +152,19 @@ static void test_client_preamble(void **state)
 
 /* ---- client: the reply to HELLO ------------------------------------------- */
 
-enum reply_mac { MAC_NONE, MAC_RIGHT, MAC_WRONG, MAC_SHORT };
+/* MAC_OTHER_RUN: right token, another run id; MAC_V1: right token, the
+ * older mac without the run id. */
+enum reply_mac { MAC_NONE, MAC_RIGHT, MAC_WRONG, MAC_SHORT, MAC_OTHER_RUN, MAC_V1 };
+
+/* The mac a peer sends for kind: over run, another run, or none. */
+static void kind_mac(enum reply_mac kind, const char *token, const char *role, const uint8_t *a,
+		     const uint8_t *b, const char *run, uint8_t *out)
+{
+	if (kind == MAC_V1)
+		assert_int_equal(crun__wire_mac(token, strlen(token), role, a, b, out), 0);
+	else
+		mac(token, role, a, b, kind == MAC_OTHER_RUN ? "run-2" : run, out);
+}
 
 static void test_client_reply(void **state)
 {
@@ -158,11 +185,15 @@ static void test_client_reply(void **state)
 		{"auth store proves the token", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_RIGHT, NULL, 0,
 		 NULL},
 		{"auth store, wrong mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_WRONG, NULL, -EACCES,
-		 "authentication failed: the store did not prove it knows the token"},
-		{"auth store, no mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL, -EACCES,
-		 "authentication failed: the store did not prove it knows the token"},
+		 DOWNGRADE},
+		{"downgrade: auth store, no mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_NONE, NULL,
+		 -EACCES, DOWNGRADE},
 		{"auth store, short mac", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_SHORT, NULL, -EACCES,
-		 "authentication failed: the store did not prove it knows the token"},
+		 DOWNGRADE},
+		{"auth store, mac for another run id", true, CRUN_WIRE_OK, HELLO_ID, 0,
+		 MAC_OTHER_RUN, NULL, -EACCES, DOWNGRADE},
+		{"auth store, mac without the run id", true, CRUN_WIRE_OK, HELLO_ID, 0, MAC_V1,
+		 NULL, -EACCES, DOWNGRADE},
 		{"ERROR to HELLO", true, CRUN_WIRE_ERROR, HELLO_ID, EACCES, MAC_NONE,
 		 "authentication failed", -EACCES, "authentication failed"},
 		{"ERROR with id 0", false, CRUN_WIRE_ERROR, 0, EMFILE, MAC_NONE,
@@ -193,12 +224,12 @@ static void test_client_reply(void **state)
 		char err[256] = "stale";
 
 		print_message("case: %s\n", cases[i].name);
-		client_init(&h, TOKEN);
-		server_preamble(buf, "CRUN", 1, cases[i].auth ? CRUN_WIRE_F_AUTH : 0);
+		client_init(&h, cases[i].auth ? TOKEN : NULL);
+		server_preamble(buf, "CRUN", 1, cases[i].auth ? AUTH : 0);
 		assert_int_equal(crun__hello_client_preamble(&h, buf, sizeof(buf), cnonce, HELLO_ID,
 							     &hello, err, sizeof(err)),
 				 40);
-		mac(TOKEN, "server", cnonce, snonce, smac);
+		kind_mac(cases[i].mac, TOKEN, "server", cnonce, snonce, RUN, smac);
 		reply.type = cases[i].type;
 		reply.id = cases[i].id;
 		reply.num = cases[i].num;
@@ -309,6 +340,12 @@ static void test_server_hello(void **state)
 		 "authentication failed"},
 		{"another token's mac", "other-token", CRUN_WIRE_HELLO, RUN, 0, MAC_RIGHT, -EACCES,
 		 "authentication failed"},
+		{"mac for another run id", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_OTHER_RUN, -EACCES,
+		 "authentication failed"},
+		{"older client: mac without the run id", TOKEN, CRUN_WIRE_HELLO, RUN, 0, MAC_V1,
+		 -EACCES,
+		 "authentication failed: the client speaks an older handshake whose proof does "
+		 "not cover the run id (upgrade it)"},
 		{"run id at the limit", NULL, CRUN_WIRE_HELLO, "0123456789abcdef", 0, MAC_NONE, 0,
 		 NULL},
 		{"run id too long", TOKEN, CRUN_WIRE_HELLO, long_run, 0, MAC_RIGHT, -E2BIG,
@@ -332,7 +369,7 @@ static void test_server_hello(void **state)
 		int rc;
 
 		print_message("case: %s\n", cases[i].name);
-		mac(TOKEN, "client", snonce, cnonce, cmac);
+		kind_mac(cases[i].mac, TOKEN, "client", snonce, cnonce, cases[i].run, cmac);
 		if (cases[i].mac == MAC_WRONG)
 			cmac[5] ^= 0x40;
 		items[0] = (struct crun__wire_item){
@@ -350,7 +387,7 @@ static void test_server_hello(void **state)
 		if (cases[i].why)
 			assert_string_equal(why, cases[i].why);
 		if (rc == 0 && tok) {
-			mac(tok, "server", cnonce, snonce, want);
+			mac(tok, "server", cnonce, snonce, cases[i].run, want);
 			assert_int_equal(reply.len, CRUN_WIRE_MAC_LEN);
 			assert_ptr_equal(reply.data, smac);
 			assert_memory_equal(reply.data, want, CRUN_WIRE_MAC_LEN);
@@ -387,13 +424,21 @@ static void test_both_sides(void **state)
 	static const struct {
 		const char *name;
 		const char *server_token, *client_token;
+		const char *run_seen; /* the run id the server gets; NULL: the one sent */
 		int client_rc, server_rc, reply_rc;
+		const char *err;
 	} cases[] = {
-		{"no tokens", NULL, NULL, 40, 0, 0},
-		{"same token", TOKEN, TOKEN, 40, 0, 0},
-		{"token on the client only", NULL, TOKEN, 40, 0, 0},
-		{"token on the server only", TOKEN, NULL, -EACCES, 0, 0},
-		{"different tokens", TOKEN, "other", 40, -EACCES, -EACCES},
+		{"no tokens", NULL, NULL, NULL, 40, 0, 0, NULL},
+		{"same token", TOKEN, TOKEN, NULL, 40, 0, 0, NULL},
+		{"downgrade: token on the client only", NULL, TOKEN, NULL, -EACCES, 0, 0,
+		 DOWNGRADE},
+		{"token on the server only", TOKEN, NULL, NULL, -EACCES, 0, 0,
+		 "authentication failed: the store requires a token and none was given"},
+		{"different tokens", TOKEN, "other", NULL, 40, -EACCES, -EACCES,
+		 "authentication failed"},
+		{"run id changed on the way", TOKEN, TOKEN, "run-2", 40, -EACCES, -EACCES,
+		 "authentication failed"},
+		{"run id changed on the way, no tokens", NULL, NULL, "run-2", 40, 0, 0, NULL},
 	};
 
 	(void)state;
@@ -414,16 +459,21 @@ static void test_both_sides(void **state)
 		assert_int_equal(crun__hello_server_preamble(pre, CRUN_WIRE_CLIENT_PREAMBLE, why,
 							     sizeof(why)),
 				 CRUN_WIRE_CLIENT_PREAMBLE);
-		crun__wire_server_preamble(pre, st ? CRUN_WIRE_F_AUTH : 0, st ? snonce : NULL);
+		crun__wire_server_preamble(pre, st ? AUTH : 0, st ? snonce : NULL);
 		rc = crun__hello_client_preamble(&h, pre, CRUN_WIRE_SERVER_PREAMBLE, cnonce,
 						 HELLO_ID, &hello, err, sizeof(err));
 		assert_int_equal(rc, cases[i].client_rc);
 		if (rc < 0) {
+			assert_string_equal(err, cases[i].err);
 			crun__hello_client_finish(&h);
 			continue;
 		}
 		through_codec(&hello, buf, sizeof(buf), &got, store);
 		crun__hello_client_sent(&h);
+		if (cases[i].run_seen)
+			got.items[0] =
+				(struct crun__wire_item){(const uint8_t *)cases[i].run_seen,
+							 (uint32_t)strlen(cases[i].run_seen)};
 		rc = crun__hello_server_hello(&hs, &got, smac, &reply_item, why, sizeof(why));
 		assert_int_equal(rc, cases[i].server_rc);
 		if (rc < 0) {
@@ -446,7 +496,7 @@ static void test_both_sides(void **state)
 		assert_int_equal(crun__hello_client_reply(&h, &got, err, sizeof(err)),
 				 cases[i].reply_rc);
 		if (cases[i].reply_rc)
-			assert_string_equal(err, "authentication failed");
+			assert_string_equal(err, cases[i].err);
 		crun__hello_client_finish(&h);
 	}
 }

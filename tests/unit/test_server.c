@@ -116,8 +116,9 @@ static void handshake(int fd, const char *run, const char *token, struct rmsg *r
 	items[1] = it(cnonce, 32);
 	items[2] = it(NULL, 0);
 	if (token) {
-		assert_int_equal(
-			crun__wire_mac(token, strlen(token), "client", snonce, cnonce, mac), 0);
+		assert_int_equal(crun__wire_mac_run(token, strlen(token), "client", snonce, cnonce,
+						    run, (uint32_t)strlen(run), mac),
+				 0);
 		items[2] = it(mac, 32);
 	}
 	send_frame(fd, CRUN_WIRE_HELLO, 0, 1, 0, items, 3);
@@ -128,8 +129,9 @@ static void handshake(int fd, const char *run, const char *token, struct rmsg *r
 
 		assert_int_equal(r->m.count, 1);
 		assert_int_equal(r->m.items[0].len, 32);
-		assert_int_equal(
-			crun__wire_mac(token, strlen(token), "server", cnonce, snonce, want), 0);
+		assert_int_equal(crun__wire_mac_run(token, strlen(token), "server", cnonce, snonce,
+						    run, (uint32_t)strlen(run), want),
+				 0);
 		assert_memory_equal(want, r->m.items[0].data, 32);
 	}
 }
@@ -752,6 +754,7 @@ static void test_auth(void **state)
 		tsend(bad, pre, sizeof(pre));
 		read_server_preamble(bad, &flags, snonce);
 		assert_true(flags & CRUN_WIRE_F_AUTH);
+		assert_true(flags & CRUN_WIRE_F_AUTH_RUN);
 		send_frame(bad, CRUN_WIRE_HELLO, 0, 1, 0, items, 3);
 		expect_error_and_close(bad, EACCES, "authentication failed");
 	}
