@@ -811,12 +811,15 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	srv->items_cap = ITEMS_MIN;
 	if (!srv->scratch || !srv->items)
 		goto out_free;
-	srv->caps = CRUN_WIRE_F_RDZV_EXCL;
+	srv->caps = CRUN_WIRE_F_RDZV_EXCL | CRUN_WIRE_F_LIST_PAGED;
 	/* Test hook, for the compatibility tests only: behave as a store
 	 * older than the exclusion items and "stop" (no capability; a JOIN
 	 * of 14 items or a FAIL of 2 is a protocol error). */
 	if (getenv("CRUN_TEST_RDZV_OLD_STORE"))
 		srv->caps = 0;
+	/* Test hook: behave as a store without paged LIST. */
+	if (getenv("CRUN_TEST_OLD_LIST"))
+		srv->caps &= ~CRUN_WIRE_F_LIST_PAGED;
 	if (opts) {
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;

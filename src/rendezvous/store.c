@@ -938,18 +938,24 @@ static int cmp_keys(const void *a, const void *b)
 	return (x->len > y->len) - (x->len < y->len);
 }
 
+/* LIST, plain (num 0: every key in one reply) or paged (wire.h). */
 static void op_list(struct crun__store *st, struct crun__store_client *c,
 		    const struct crun__wire_msg *m)
 {
 	const struct crun__htable *t = &c->run->keys;
+	const struct crun__wire_item *after = m->count && m->items[0].len ? &m->items[0] : NULL;
+	bool paged = m->num > 0;
 	struct crun__wire_item *keys;
 	struct crun__hnode *h;
-	size_t n = 0, b;
+	size_t n = 0, k, bytes = 0, b;
+	size_t limit = paged && (uint64_t)m->num < CRUN_WIRE_MAX_ITEMS ? (size_t)m->num
+								       : CRUN_WIRE_MAX_ITEMS;
 
-	if (t->count > CRUN_WIRE_MAX_ITEMS) {
-		crun__store_refuse(st, c, m->id, ENOBUFS,
-				   "run holds %zu keys, more than one reply can list (%d)",
-				   t->count, CRUN_WIRE_MAX_ITEMS);
+	if (!paged && t->count > CRUN_WIRE_MAX_ITEMS) {
+		crun__store_reply_error(st, c, m->id, ENOBUFS,
+					"run holds %zu keys, more than one reply can list (%d); "
+					"list them in pages",
+					t->count, CRUN_WIRE_MAX_ITEMS);
 		return;
 	}
 	keys = malloc((t->count ? t->count : 1) * sizeof(*keys));
@@ -957,10 +963,22 @@ static void op_list(struct crun__store *st, struct crun__store_client *c,
 		reply_oom(st, c, m->id);
 		return;
 	}
-	for (h = crun__htable_first(t, &b); h; h = crun__htable_next(t, h, &b))
-		keys[n++] = item(h->key, h->klen);
+	for (h = crun__htable_first(t, &b); h; h = crun__htable_next(t, h, &b)) {
+		struct crun__wire_item it = item(h->key, h->klen);
+
+		if (!after || cmp_keys(&it, after) > 0)
+			keys[n++] = it;
+	}
 	qsort(keys, n, sizeof(*keys), cmp_keys);
-	if (emit(st, c, CRUN_WIRE_VALUES, m->id, 0, keys, (uint32_t)n) == -ENOBUFS)
+	k = n;
+	if (paged) {
+		for (k = 0; k < n && k < limit; k++) {
+			bytes += 4 + (size_t)keys[k].len;
+			if (k > 0 && bytes > CRUN_WIRE_LIST_PAGE_BYTES)
+				break;
+		}
+	}
+	if (emit(st, c, CRUN_WIRE_VALUES, m->id, k < n, keys, (uint32_t)k) == -ENOBUFS)
 		reply_too_big(st, c, m->id);
 	free(keys);
 }
