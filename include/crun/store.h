@@ -189,8 +189,12 @@ CRUN_EXPORT int crun_store_mset(struct crun_store *s, const char *const *keys,
 				const void *const *vals, const size_t *lens, size_t n,
 				int timeout_ms);
 
-/* Lists the run's keys, sorted. *keys is a malloc'd array of n malloc'd
- * strings; free with crun_store_list_free. */
+/* Lists the run's keys, sorted, however many the run holds. *keys is a
+ * malloc'd array of n malloc'd strings; free with crun_store_list_free.
+ * A store that pages LIST is asked one page (up to 65,536 keys) at a time,
+ * each page after the last key of the one before, timeout_ms bounding each
+ * page: a key present through the whole call is listed exactly once, one
+ * set or deleted meanwhile may or may not be. */
 CRUN_EXPORT int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms);
 CRUN_EXPORT void crun_store_list_free(char **keys, size_t n);
 

@@ -1261,11 +1261,41 @@ int crun_store_mset(struct crun_store *s, const char *const *keys, const void *c
 	return rc;
 }
 
+/* Appends the keys of the reply in s->msg to *out (*n of *cap used). */
+static int list_take(struct crun_store *s, char ***out, size_t *n, size_t *cap)
+{
+	for (uint32_t i = 0; i < s->msg.count; i++) {
+		const struct crun__wire_item *it = &s->msg.items[i];
+
+		if (*n == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 1024;
+			char **grown = realloc(*out, ncap * sizeof(**out));
+
+			if (!grown)
+				return -ENOMEM;
+			*out = grown;
+			*cap = ncap;
+		}
+		(*out)[*n] = malloc((size_t)it->len + 1);
+		if (!(*out)[*n])
+			return -ENOMEM;
+		memcpy((*out)[*n], it->data, it->len);
+		(*out)[*n][it->len] = '\0';
+		(*n)++;
+	}
+	return 0;
+}
+
+/* Every key, one LIST (a store without CRUN_WIRE_F_LIST_PAGED) or a LIST
+ * per page, each after the last key of the one before (wire.h). */
 int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_ms)
 {
 	struct crun__wire_msg req = {.type = CRUN_WIRE_LIST};
-	char **out;
-	uint32_t i;
+	struct crun__wire_item after = {0};
+	uint8_t *last = NULL;
+	char **out = NULL;
+	size_t got = 0, cap = 0;
+	bool more;
 	int rc;
 
 	if (keys)
@@ -1274,25 +1304,49 @@ int crun_store_list(struct crun_store *s, char ***keys, size_t *n, int timeout_m
 		*n = 0;
 	if (!s || !keys || !n)
 		return -EINVAL;
-	rc = simple_call(s, &req, true, timeout_ms);
-	if (rc == 0)
-		rc = expect_type(s, CRUN_WIRE_VALUES, 0);
-	if (rc < 0)
-		return rc;
-	out = calloc(s->msg.count ? s->msg.count : 1, sizeof(*out));
-	if (!out)
-		return -ENOMEM;
-	for (i = 0; i < s->msg.count; i++) {
-		out[i] = malloc((size_t)s->msg.items[i].len + 1);
-		if (!out[i]) {
-			crun_store_list_free(out, i);
-			return -ENOMEM;
+	do {
+		bool paged = s->hello.flags & CRUN_WIRE_F_LIST_PAGED;
+
+		req.num = paged ? CRUN_WIRE_MAX_ITEMS : 0;
+		req.items = &after;
+		req.count = paged && after.len ? 1 : 0;
+		rc = simple_call(s, &req, true, timeout_ms);
+		if (rc == 0)
+			rc = expect_type(s, CRUN_WIRE_VALUES, 0);
+		if (rc == -ENOBUFS && !paged && (s->hello.flags & CRUN_WIRE_F_LIST_PAGED)) {
+			more = true; /* connected meanwhile to a store that pages */
+			rc = 0;
+			continue;
 		}
-		memcpy(out[i], s->msg.items[i].data, s->msg.items[i].len);
-		out[i][s->msg.items[i].len] = '\0';
+		if (rc == 0)
+			rc = list_take(s, &out, &got, &cap);
+		more = rc == 0 && s->msg.num == 1 && req.num > 0;
+		if (more && s->msg.count == 0)
+			rc = -EPROTO; /* "more" with an empty page would never end */
+		if (more && rc == 0) {
+			const struct crun__wire_item *it = &s->msg.items[s->msg.count - 1];
+			uint8_t *copy = malloc(it->len ? it->len : 1);
+
+			if (!copy) {
+				rc = -ENOMEM;
+			} else {
+				memcpy(copy, it->data, it->len);
+				free(last);
+				last = copy;
+				after.data = last;
+				after.len = it->len;
+			}
+		}
+	} while (more && rc == 0);
+	free(last);
+	if (rc < 0) {
+		crun_store_list_free(out, got);
+		return rc;
 	}
+	if (!out && !(out = calloc(1, sizeof(*out))))
+		return -ENOMEM;
 	*keys = out;
-	*n = s->msg.count;
+	*n = got;
 	return 0;
 }
 

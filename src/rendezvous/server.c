@@ -20,19 +20,24 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 #include "common/util.h"
 #include "rendezvous/hello.h"
 #include "rendezvous/netio.h"
@@ -115,6 +120,12 @@ struct crun__server {
 	int port;
 	bool listening, listen_failed, destroying;
 	size_t open_handles;
+	/* Out of descriptors: the soft RLIMIT_NOFILE (INT_MAX: none), a
+	 * descriptor held in reserve to accept and close with when accept
+	 * fails (-1: none), and the rate limit of the lines saying so. */
+	int fd_limit;
+	int reserve_fd;
+	struct crun__ratelimit fd_log;
 	void (*done)(void *arg);
 	void *done_arg;
 };
@@ -504,6 +515,8 @@ static void handle_closed(struct crun__server *srv)
 		memset(srv->token, 0, srv->token_len);
 		free(srv->token);
 	}
+	if (srv->reserve_fd >= 0)
+		close(srv->reserve_fd);
 	void (*done)(void *) = srv->done;
 	void *arg = srv->done_arg;
 	free(srv);
@@ -702,6 +715,82 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	flush_dirty(srv);
 }
 
+/* ---- out of file descriptors ---------------------------------------------- */
+
+/* A connection accepted onto one of the last FD_HEADROOM descriptors below
+ * the limit is refused, so that refusing (accept, send, close) always finds
+ * a descriptor and accept never fails for lack of one in the first place:
+ * descriptors are allocated lowest first, so descriptor n means n are open. */
+#define FD_HEADROOM 8
+#define FD_LOG_BURST 10
+#define FD_LOG_PERIOD_MS 10000
+
+static void fd_reserve_init(struct crun__server *srv)
+{
+	struct rlimit rl;
+
+	srv->fd_limit = INT_MAX;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < INT_MAX)
+		srv->fd_limit = (int)rl.rlim_cur;
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	srv->fd_log.burst = FD_LOG_BURST;
+	srv->fd_log.period_ms = FD_LOG_PERIOD_MS;
+}
+
+/* The line for a connection refused for lack of descriptors, rate limited:
+ * FD_LOG_BURST lines per FD_LOG_PERIOD_MS, the next one counting those
+ * held back. */
+static void fd_log_refused(struct crun__server *srv, const char *peer)
+{
+	uint64_t held;
+
+	if (!crun__ratelimit_allow(&srv->fd_log, uv_now(srv->loop), &held))
+		return;
+	if (held)
+		crun__warn("refused a connection from %s: out of file descriptors (limit %d); "
+			   "%" PRIu64 " more refused and not logged",
+			   peer, srv->fd_limit, held);
+	else
+		crun__warn("refused a connection from %s: out of file descriptors (limit %d)", peer,
+			   srv->fd_limit);
+}
+
+/* accept(2) failed for lack of descriptors (libuv's own reserve is spent):
+ * frees the reserve, accepts and closes one pending connection with it,
+ * takes the reserve again. The listener stays readable only while
+ * connections are pending, so this does not spin. */
+static void fd_refuse_with_reserve(struct crun__server *srv)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char peer[INET6_ADDRSTRLEN + 16] = "unknown peer", ip[INET6_ADDRSTRLEN];
+	uv_os_fd_t lfd;
+	int fd;
+
+	if (srv->reserve_fd < 0 || uv_fileno((uv_handle_t *)&srv->listener, &lfd) < 0) {
+		fd_log_refused(srv, peer);
+		return;
+	}
+	close(srv->reserve_fd);
+	fd = accept4(lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd >= 0) {
+		crun__format_addr((struct sockaddr *)&ss, peer, sizeof(peer), ip);
+		close(fd);
+	}
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		fd_log_refused(srv, peer);
+}
+
+/* True when c's descriptor is within FD_HEADROOM of the limit. */
+static bool fd_exhausted(const struct crun__server *srv, struct conn *c)
+{
+	uv_os_fd_t fd;
+
+	return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= srv->fd_limit - FD_HEADROOM;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
 	struct crun__server *srv = server->data;
@@ -710,6 +799,10 @@ static void on_connection(uv_stream_t *server, int status)
 	int len = sizeof(ss);
 	struct conn *c;
 
+	if (status == UV_EMFILE || status == UV_ENFILE) {
+		fd_refuse_with_reserve(srv);
+		return;
+	}
 	if (status < 0) {
 		crun__warn("cannot accept a connection: %s", uv_strerror(status));
 		return;
@@ -750,6 +843,18 @@ static void on_connection(uv_stream_t *server, int status)
 		crun__format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
 	uv_tcp_nodelay(&c->tcp, 1);
 
+	if (fd_exhausted(srv, c)) {
+		char why[64];
+
+		crun__wire_server_preamble(preamble, 0, NULL);
+		send_raw(c, preamble, sizeof(preamble));
+		snprintf(why, sizeof(why), "out of file descriptors (limit %d)", srv->fd_limit);
+		fd_log_refused(srv, c->peer);
+		reply_err(c, 0, EMFILE, "%s", why);
+		begin_close(c, true);
+		flush_dirty(srv);
+		return;
+	}
 	if (srv->nconns >= srv->limits.max_connections) {
 		char why[96];
 
@@ -813,12 +918,15 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	srv->items_cap = ITEMS_MIN;
 	if (!srv->scratch || !srv->items)
 		goto out_free;
-	srv->caps = CRUN_WIRE_F_RDZV_EXCL;
+	srv->caps = CRUN_WIRE_F_RDZV_EXCL | CRUN_WIRE_F_LIST_PAGED;
 	/* Test hook, for the compatibility tests only: behave as a store
 	 * older than the exclusion items and "stop" (no capability; a JOIN
 	 * of 14 items or a FAIL of 2 is a protocol error). */
 	if (getenv("CRUN_TEST_RDZV_OLD_STORE"))
 		srv->caps = 0;
+	/* Test hook: behave as a store without paged LIST. */
+	if (getenv("CRUN_TEST_OLD_LIST"))
+		srv->caps &= ~CRUN_WIRE_F_LIST_PAGED;
 	if (opts) {
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;
@@ -850,6 +958,7 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	srv->wait_timer.data = srv;
 	srv->wait_deadline = UINT64_MAX;
 	srv->open_handles = 2;
+	fd_reserve_init(srv);
 	return srv;
 
 out_free_store:

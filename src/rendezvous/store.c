@@ -938,29 +938,92 @@ static int cmp_keys(const void *a, const void *b)
 	return (x->len > y->len) - (x->len < y->len);
 }
 
+/* Max-heap of keys (cmp_keys order): h[0] is the largest of n. */
+static void heap_sift_down(struct crun__wire_item *h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		struct crun__wire_item t;
+
+		if (l < n && cmp_keys(&h[l], &h[m]) > 0)
+			m = l;
+		if (r < n && cmp_keys(&h[r], &h[m]) > 0)
+			m = r;
+		if (m == i)
+			return;
+		t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static void heap_push(struct crun__wire_item *h, size_t n, struct crun__wire_item it)
+{
+	size_t i = n;
+
+	h[i] = it;
+	while (i > 0 && cmp_keys(&h[(i - 1) / 2], &h[i]) < 0) {
+		struct crun__wire_item t = h[i];
+
+		h[i] = h[(i - 1) / 2];
+		h[(i - 1) / 2] = t;
+		i = (i - 1) / 2;
+	}
+}
+
+/* LIST, plain (num 0: every key in one reply) or paged (wire.h). A page
+ * keeps the smallest keys above after in a max-heap of the page's size, so
+ * a page costs one pass over the run, not a sort of it. */
 static void op_list(struct crun__store *st, struct crun__store_client *c,
 		    const struct crun__wire_msg *m)
 {
 	const struct crun__htable *t = &c->run->keys;
+	const struct crun__wire_item *after = m->count && m->items[0].len ? &m->items[0] : NULL;
+	bool paged = m->num > 0;
+	size_t limit = paged && (uint64_t)m->num < CRUN_WIRE_MAX_ITEMS ? (size_t)m->num
+								       : CRUN_WIRE_MAX_ITEMS;
 	struct crun__wire_item *keys;
 	struct crun__hnode *h;
-	size_t n = 0, b;
+	size_t n = 0, above = 0, k, bytes = 0, b;
 
-	if (t->count > CRUN_WIRE_MAX_ITEMS) {
-		crun__store_refuse(st, c, m->id, ENOBUFS,
-				   "run holds %zu keys, more than one reply can list (%d)",
-				   t->count, CRUN_WIRE_MAX_ITEMS);
+	if (!paged && t->count > CRUN_WIRE_MAX_ITEMS) {
+		crun__store_reply_error(st, c, m->id, ENOBUFS,
+					"run holds %zu keys, more than one reply can list (%d); "
+					"list them in pages",
+					t->count, CRUN_WIRE_MAX_ITEMS);
 		return;
 	}
-	keys = malloc((t->count ? t->count : 1) * sizeof(*keys));
+	if (!paged)
+		limit = t->count;
+	keys = malloc((limit ? limit : 1) * sizeof(*keys));
 	if (!keys) {
 		reply_oom(st, c, m->id);
 		return;
 	}
-	for (h = crun__htable_first(t, &b); h; h = crun__htable_next(t, h, &b))
-		keys[n++] = item(h->key, h->klen);
+	for (h = crun__htable_first(t, &b); h; h = crun__htable_next(t, h, &b)) {
+		struct crun__wire_item it = item(h->key, h->klen);
+
+		if (after && cmp_keys(&it, after) <= 0)
+			continue;
+		above++;
+		if (n < limit) {
+			heap_push(keys, n++, it);
+		} else if (n && cmp_keys(&it, &keys[0]) < 0) {
+			keys[0] = it;
+			heap_sift_down(keys, n, 0);
+		}
+	}
 	qsort(keys, n, sizeof(*keys), cmp_keys);
-	if (emit(st, c, CRUN_WIRE_VALUES, m->id, 0, keys, (uint32_t)n) == -ENOBUFS)
+	k = n;
+	if (paged) {
+		for (k = 0; k < n; k++) {
+			bytes += 4 + (size_t)keys[k].len;
+			if (k > 0 && bytes > CRUN_WIRE_LIST_PAGE_BYTES)
+				break;
+		}
+	}
+	if (emit(st, c, CRUN_WIRE_VALUES, m->id, k < above, keys, (uint32_t)k) == -ENOBUFS)
 		reply_too_big(st, c, m->id);
 	free(keys);
 }

@@ -59,6 +59,7 @@ enum num_rule {
 	NUM_WAIT,     /* timeout_ms >= 0 */
 	NUM_POSITIVE, /* timeout_ms > 0 */
 	NUM_ROUND,    /* a round number >= 0 */
+	NUM_PAGE,     /* LIST: 0 without items (plain), else a page size > 0 */
 };
 
 struct type_rule {
@@ -82,7 +83,7 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_COUNT] = {"COUNT", 0, 0, 0, NUM_ZERO, false},
 	[CRUN_WIRE_MGET] = {"MGET", 1, CRUN_WIRE_MAX_ITEMS, 0, NUM_WAIT, true},
 	[CRUN_WIRE_MSET] = {"MSET", 2, CRUN_WIRE_MAX_ITEMS, 0, NUM_ZERO, true},
-	[CRUN_WIRE_LIST] = {"LIST", 0, 0, 0, NUM_ZERO, false},
+	[CRUN_WIRE_LIST] = {"LIST", 0, 1, 0, NUM_PAGE, false},
 	[CRUN_WIRE_PING] = {"PING", 0, 1, 0, NUM_ZERO, false},
 	[CRUN_WIRE_WATCH] = {"WATCH", 1, 1, 0, NUM_ZERO, true},
 	[CRUN_WIRE_UNWATCH] = {"UNWATCH", 1, 1, 0, NUM_ZERO, true},
@@ -249,6 +250,13 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 	case NUM_ROUND:
 		if (msg->num < 0) {
 			crun__seterr(err, errlen, "%s round must not be negative, got %lld",
+				     r->name, (long long)msg->num);
+			return -EPROTO;
+		}
+		break;
+	case NUM_PAGE:
+		if (msg->num < 0 || (msg->num == 0 && msg->count)) {
+			crun__seterr(err, errlen, "%s page size must be positive, got %lld",
 				     r->name, (long long)msg->num);
 			return -EPROTO;
 		}

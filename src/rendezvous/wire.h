@@ -15,6 +15,9 @@
  *     cover the run id (the "crun-auth-v2" macs below). A client with a
  *     token refuses a server that does not set bits 0 and 2: a server
  *     without a token, one that predates bit 2, or an impostor.
+ *   flags bit 3 (CRUN_WIRE_F_LIST_PAGED): the server takes a paged LIST
+ *     (an item and a page size, below); clients page only with a server
+ *     that sets it, else they send the plain LIST every server takes.
  *   Clients ignore flag bits they do not know.
  *   The nonce is fresh random bytes per connection (zeros without auth).
  *   A server that does not speak the client's version answers with its own
@@ -69,7 +72,17 @@
  *   COUNT   []; 0; INT num = number of keys in the run
  *   MGET    [key...]; timeout_ms as for GET; VALUES [value...]
  *   MSET    [key, value, key, value...]; 0; OK (all or nothing)
- *   LIST    []; 0; VALUES [key...] (sorted)
+ *   LIST    []; 0; VALUES [key...] (every key, sorted; ENOBUFS when they
+ *           are more than CRUN_WIRE_MAX_ITEMS or do not fit one frame).
+ *           Paged (CRUN_WIRE_F_LIST_PAGED): [after (optional)]; page size
+ *           > 0; VALUES [key...], num = 1 when keys follow the last one
+ *           listed, else 0. Lists the sorted keys above after (all keys
+ *           when after is missing or empty), at most the page size
+ *           (clamped to CRUN_WIRE_MAX_ITEMS) and at most
+ *           CRUN_WIRE_LIST_PAGE_BYTES of items (at least one key). The
+ *           next page starts after the last key listed: a key present
+ *           through a whole listing is listed exactly once; one added or
+ *           deleted meanwhile may or may not be.
  *   PING    [payload (optional)]; 0; VALUE [the same payload]
  *   WATCH   [key]; 0; OK, then NOTIFY frames with this request's id
  *   UNWATCH [key]; 0; OK
@@ -111,6 +124,10 @@
 #define CRUN_WIRE_F_AUTH 0x0001
 #define CRUN_WIRE_F_RDZV_EXCL 0x0002
 #define CRUN_WIRE_F_AUTH_RUN 0x0004
+#define CRUN_WIRE_F_LIST_PAGED 0x0008
+/* The most item bytes (4 + key length each) one page of a paged LIST
+ * carries, below every frame cap a server accepts. */
+#define CRUN_WIRE_LIST_PAGE_BYTES (1u << 20)
 
 #define CRUN_WIRE_HEADER_LEN 12
 #define CRUN_WIRE_PAYLOAD_MIN 12

@@ -22,6 +22,7 @@
 #include "common/htable.h"
 #include "common/list.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 #include "common/util.h"
 #include "common/yaml.h"
 
@@ -1058,10 +1059,38 @@ static void test_htable(void **state)
 	crun__htable_clear(&t, NULL, NULL); /* an empty table clears too */
 }
 
+/* The log rate limit: burst lines per period, then held back and counted
+ * until a new period, whose first line gets the count. */
+static void test_ratelimit(void **state)
+{
+	static const struct {
+		uint64_t now;
+		bool allow;
+		uint64_t held; /* when allowed */
+	} steps[] = {
+		{0, true, 0},	  {1, true, 0},	   {2, true, 0},    /* the burst of 3 */
+		{3, false, 0},	  {999, false, 0},		    /* held back */
+		{1000, true, 2},  {1000, true, 0}, {1001, true, 0}, /* a new period */
+		{1500, false, 0},				    /* held back */
+		{5000, true, 1},				    /* long after */
+	};
+	struct crun__ratelimit rl = {.period_ms = 1000, .burst = 3};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		uint64_t held = 99;
+
+		assert_int_equal(crun__ratelimit_allow(&rl, steps[i].now, &held), steps[i].allow);
+		if (steps[i].allow)
+			assert_int_equal(held, steps[i].held);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_endpoint),
+		cmocka_unit_test(test_ratelimit),
 		cmocka_unit_test(test_parse_int64),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),

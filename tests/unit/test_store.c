@@ -583,6 +583,198 @@ static void test_mget_many(void **state)
 	fixture_stop(&fx);
 }
 
+/* ---- paged LIST ---------------------------------------------------------------- */
+
+/* The run of fx holds k00 .. k(n-1). */
+static void set_keys(struct fixture *fx, int n)
+{
+	char name[16];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "k%02d", i);
+		req(fx, &fx->b, CRUN_WIRE_SET, 0, 1, 0, 0, name, "v", NULL);
+	}
+	rec_clear(&fx->rec);
+}
+
+/* A LIST reply to a: count keys, first and last of them, more. */
+static void want_page(struct rec *r, struct crun__store_client *to, uint32_t id, uint32_t count,
+		      const char *first, const char *last, int64_t more)
+{
+	struct sent *s = next_frame(r);
+
+	assert_ptr_equal(s->to, to);
+	assert_int_equal(s->type, CRUN_WIRE_VALUES);
+	assert_int_equal(s->id, id);
+	assert_int_equal(s->count, count);
+	assert_int_equal(s->num, more);
+	if (count && count <= MAX_ITEMS) {
+		assert_string_equal(s->items[0], first);
+		assert_string_equal(s->items[count - 1], last);
+	}
+}
+
+static void test_list_pages(void **state)
+{
+	static const struct {
+		const char *after; /* NULL: no item */
+		int64_t page;	   /* 0: plain LIST */
+		uint32_t count;
+		const char *first, *last;
+		int64_t more;
+	} cases[] = {
+		{NULL, 0, 10, "k00", "k09", 0},	   /* plain: every key */
+		{NULL, 4, 4, "k00", "k03", 1},	   /* first page */
+		{"", 4, 4, "k00", "k03", 1},	   /* empty after: from the start */
+		{"k03", 4, 4, "k04", "k07", 1},	   /* a middle page */
+		{"k07", 4, 2, "k08", "k09", 0},	   /* the last, short */
+		{"k05", 4, 4, "k06", "k09", 0},	   /* exactly the rest: no more */
+		{"k09", 4, 0, NULL, NULL, 0},	   /* after the last key */
+		{"k035", 2, 2, "k04", "k05", 1},   /* after a key not in the run */
+		{"a", 1, 1, "k00", "k00", 1},	   /* before every key */
+		{"z", 1, 0, NULL, NULL, 0},	   /* after every key */
+		{NULL, 10, 10, "k00", "k09", 0},   /* page of exactly all */
+		{NULL, 1000, 10, "k00", "k09", 0}, /* larger than the run */
+	};
+	struct fixture fx;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	set_keys(&fx, 10);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (cases[i].after)
+			req(&fx, &fx.a, CRUN_WIRE_LIST, 0, (uint32_t)i, cases[i].page, 0,
+			    cases[i].after, NULL);
+		else
+			req(&fx, &fx.a, CRUN_WIRE_LIST, 0, (uint32_t)i, cases[i].page, 0, NULL);
+		want_page(&fx.rec, &fx.a, (uint32_t)i, cases[i].count, cases[i].first,
+			  cases[i].last, cases[i].more);
+		no_more_frames(&fx.rec);
+	}
+	fixture_stop(&fx);
+}
+
+/* Keys set and deleted between pages: the cursor is a key, so every key
+ * present throughout is listed once, deleted ones are skipped, new ones
+ * after the cursor are listed. */
+static void test_list_pages_changing(void **state)
+{
+	struct fixture fx;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	set_keys(&fx, 10);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 1, 4, 0, NULL);
+	want_page(&fx.rec, &fx.a, 1, 4, "k00", "k03", 1);
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 2, 0, 0, "k03", NULL); /* the cursor itself */
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 3, 0, 0, "k04", NULL);
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 4, 0, 0, "a", "v", NULL);    /* before the cursor */
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 5, 0, 0, "k035", "v", NULL); /* after it */
+	rec_clear(&fx.rec);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 6, 4, 0, "k03", NULL);
+	want_page(&fx.rec, &fx.a, 6, 4, "k035", "k07", 1);
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 7, 0, 0, "k08", NULL);
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 8, 0, 0, "k09", NULL);
+	rec_clear(&fx.rec);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 9, 4, 0, "k07", NULL);
+	want_page(&fx.rec, &fx.a, 9, 0, NULL, NULL, 0);
+	no_more_frames(&fx.rec);
+	fixture_stop(&fx);
+}
+
+/* More keys than one frame lists: a plain LIST is refused with ENOBUFS,
+ * pages hold at most CRUN_WIRE_MAX_ITEMS keys and COUNT counts them all. */
+static void test_list_many(void **state)
+{
+	enum { N = CRUN_WIRE_MAX_ITEMS + 4464, BATCH = CRUN_WIRE_MAX_ITEMS / 2 };
+	static char names[N][8];
+	static struct crun__wire_item items[2 * BATCH];
+	struct crun__wire_item after;
+	struct fixture fx;
+	char err[160];
+	struct sent *s;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	for (int i = 0; i < N; i += BATCH) {
+		struct crun__wire_msg m = {CRUN_WIRE_MSET, 0, 1, 0, 0, items};
+
+		for (int j = i; j < N && j < i + BATCH; j++) {
+			snprintf(names[j], sizeof(names[j]), "%07d", j);
+			items[m.count].data = (const uint8_t *)names[j];
+			items[m.count++].len = 7;
+			items[m.count].data = (const uint8_t *)"v";
+			items[m.count++].len = 1;
+		}
+		assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), 0);
+		assert_int_equal(crun__store_apply(fx.st, &fx.b, &m, 0), 0);
+	}
+	rec_clear(&fx.rec);
+	req(&fx, &fx.a, CRUN_WIRE_COUNT, 0, 2, 0, 0, NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_INT, 2, N);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 3, 0, 0, NULL);
+	want_error(&fx.rec, &fx.a, 3, ENOBUFS, "pages");
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 4, (int64_t)N * 2, 0, NULL);
+	s = next_frame(&fx.rec);
+	assert_int_equal(s->count, CRUN_WIRE_MAX_ITEMS);
+	assert_int_equal(s->num, 1);
+	assert_string_equal(s->items[0], "0000000");
+	after = (struct crun__wire_item){(const uint8_t *)names[CRUN_WIRE_MAX_ITEMS - 1], 7};
+	{
+		struct crun__wire_msg m = {CRUN_WIRE_LIST, 0, 5, CRUN_WIRE_MAX_ITEMS, 1, &after};
+
+		assert_int_equal(crun__store_apply(fx.st, &fx.a, &m, 0), 0);
+	}
+	want_page(&fx.rec, &fx.a, 5, N - CRUN_WIRE_MAX_ITEMS, NULL, NULL, 0);
+	no_more_frames(&fx.rec);
+	fixture_stop(&fx);
+}
+
+/* Long keys: a page stops at CRUN_WIRE_LIST_PAGE_BYTES of items. */
+static void test_list_page_bytes(void **state)
+{
+	enum { N = 300, LEN = 4000 };
+	static char key[LEN + 1];
+	uint32_t per_page = CRUN_WIRE_LIST_PAGE_BYTES / (4 + LEN);
+	struct fixture fx;
+	struct sent *s;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	for (int i = 0; i < N; i++) {
+		memset(key, 'x', LEN);
+		snprintf(key, 8, "%05d", i);
+		key[5] = 'x';
+		req(&fx, &fx.b, CRUN_WIRE_SET, 0, 1, 0, 0, key, "v", NULL);
+		rec_clear(&fx.rec);
+	}
+	rec_clear(&fx.rec);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 2, CRUN_WIRE_MAX_ITEMS, 0, NULL);
+	s = next_frame(&fx.rec);
+	assert_int_equal(s->type, CRUN_WIRE_VALUES);
+	assert_int_equal(s->count, per_page);
+	assert_int_equal(s->num, 1);
+	fixture_stop(&fx);
+}
+
+/* LIST's number: a page size >= 0, and > 0 with an item. */
+static void test_list_validate(void **state)
+{
+	struct crun__wire_item after = {(const uint8_t *)"k", 1};
+	struct crun__wire_msg m = {CRUN_WIRE_LIST, 0, 1, 0, 1, &after};
+	char err[160];
+
+	(void)state;
+	assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), -EPROTO);
+	m.num = -1;
+	m.count = 0;
+	assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), -EPROTO);
+	m.num = 5;
+	assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), 0);
+	m.count = 1;
+	assert_int_equal(crun__wire_validate(&m, err, sizeof(err)), 0);
+}
+
 /* ---- watches and ephemeral keys ---------------------------------------------- */
 
 static void test_watch(void **state)
@@ -973,6 +1165,11 @@ int main(void)
 		cmocka_unit_test(test_waiter_timeouts),
 		cmocka_unit_test(test_waiter_heap),
 		cmocka_unit_test(test_mget_many),
+		cmocka_unit_test(test_list_pages),
+		cmocka_unit_test(test_list_pages_changing),
+		cmocka_unit_test(test_list_many),
+		cmocka_unit_test(test_list_page_bytes),
+		cmocka_unit_test(test_list_validate),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_leave_cleans),
 		cmocka_unit_test(test_runs_isolated),

@@ -620,7 +620,8 @@ static void test_validate_counts(void **state)
 	refuse_msg(mk(CRUN_WIRE_COUNT, 0, 1, 0, k, 1), "items");
 	refuse_msg(mk(CRUN_WIRE_MGET, 0, 1, 0, k, 0), "items");
 	refuse_msg(mk(CRUN_WIRE_MSET, 0, 1, 0, k, 0), "items");
-	refuse_msg(mk(CRUN_WIRE_LIST, 0, 1, 0, k, 1), "items");
+	refuse_msg(mk(CRUN_WIRE_LIST, 0, 1, 0, k, 1), "page size");
+	refuse_msg(mk(CRUN_WIRE_LIST, 0, 1, 5, k, 2), "items");
 	refuse_msg(mk(CRUN_WIRE_PING, 0, 1, 0, k, 2), "items");
 	refuse_msg(mk(CRUN_WIRE_WATCH, 0, 1, 0, k, 0), "items");
 	refuse_msg(mk(CRUN_WIRE_UNWATCH, 0, 1, 0, k, 2), "items");
