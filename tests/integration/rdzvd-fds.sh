@@ -7,28 +7,10 @@
 # with the right token is served again. Bounded by timeout(1) and polls.
 set -u
 
-: "${CRUN_RDZVD:?CRUN_RDZVD must name the crun-rdzvd binary}"
-: "${CRUN_CTL:?CRUN_CTL must name the crunctl binary}"
-unset CRUN_STORE CRUN_RUN_ID CRUN_TOKEN CRUN_TOKEN_FILE CRUN_TIMEOUT CRUN_CONNECT_TIMEOUT
+. "$(dirname "$0")/rdzvd-lib.sh"
 command -v prlimit >/dev/null 2>&1 || { echo "SKIP: no prlimit"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-rdzvd-fds.XXXXXX") || exit 1
-pid=""
-cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$tmp"/*.log "$tmp"/err; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
-	done
-	exit 1
-}
+rdzvd_test_init rdzvd-fds
 
 # CPU time (user + system) of a process, in clock ticks.
 cpu_ticks() {
@@ -36,17 +18,7 @@ cpu_ticks() {
 }
 
 printf 'fd-secret\n' >"$tmp/token"
-prlimit --nofile=64:64 -- "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --port-file "$tmp/port" \
-	--token-file "$tmp/token" 2>"$tmp/daemon.log" &
-pid=$!
-i=0
-while [ ! -s "$tmp/port" ]; do
-	i=$((i + 1))
-	[ $i -le 100 ] || fail "no port file after 10 s"
-	kill -0 "$pid" 2>/dev/null || fail "crun-rdzvd exited at start"
-	sleep 0.1
-done
-port=$(cat "$tmp/port")
+rdzvd_wrap="prlimit --nofile=64:64 --" start_daemon daemon --token-file "$tmp/token"
 ep=127.0.0.1:$port
 timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/token" set k v 2>"$tmp/err" ||
 	fail "set before the flood"

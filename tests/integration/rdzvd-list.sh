@@ -7,48 +7,11 @@
 # exit.
 set -u
 
-: "${CRUN_RDZVD:?CRUN_RDZVD must name the crun-rdzvd binary}"
-: "${CRUN_CTL:?CRUN_CTL must name the crunctl binary}"
-: "${CRUN_TEST_HELPERS:?CRUN_TEST_HELPERS must name the helpers' directory}"
-unset CRUN_STORE CRUN_RUN_ID CRUN_TOKEN CRUN_TOKEN_FILE CRUN_TIMEOUT CRUN_CONNECT_TIMEOUT
+. "$(dirname "$0")/rdzvd-lib.sh"
+: "${CRUN_TEST_HELPERS:?CRUN_TEST_HELPERS must name the directory of the test helpers}"
+rdzvd_test_init rdzvd-list
 
 N=200000
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-rdzvd-list.XXXXXX") || exit 1
-pids=""
-cleanup() {
-	for p in $pids; do
-		kill "$p" 2>/dev/null
-	done
-	for p in $pids; do
-		wait "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$tmp"/*.log "$tmp"/err; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
-	done
-	exit 1
-}
-
-# start_daemon NAME: starts crun-rdzvd, sets $port.
-start_daemon() {
-	"$CRUN_RDZVD" --host 127.0.0.1 --port 0 --port-file "$tmp/$1.port" 2>"$tmp/$1.log" &
-	pid=$!
-	pids="$pids $pid"
-	i=0
-	while [ ! -s "$tmp/$1.port" ]; do
-		i=$((i + 1))
-		[ $i -le 100 ] || fail "$1: no port file after 10 s"
-		kill -0 "$pid" 2>/dev/null || fail "$1: crun-rdzvd exited at start"
-		sleep 0.1
-	done
-	port=$(cat "$tmp/$1.port")
-}
 
 start_daemon paged
 export CRUN_STORE=127.0.0.1:$port

@@ -6,54 +6,8 @@
 # on exit.
 set -u
 
-: "${CRUN_RDZVD:?CRUN_RDZVD must name the crun-rdzvd binary}"
-: "${CRUN_CTL:?CRUN_CTL must name the crunctl binary}"
-unset CRUN_STORE CRUN_RUN_ID CRUN_TOKEN CRUN_TOKEN_FILE CRUN_TIMEOUT CRUN_CONNECT_TIMEOUT
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-rdzvd-test.XXXXXX") || exit 1
-pids=""
-cleanup() {
-	for p in $pids; do
-		kill "$p" 2>/dev/null
-	done
-	for p in $pids; do
-		wait "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$tmp"/*.log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
-	done
-	exit 1
-}
-
-# start_daemon NAME [ARGS...]: starts crun-rdzvd, sets $port and $pid.
-start_daemon() {
-	name=$1
-	shift
-	"$CRUN_RDZVD" --host 127.0.0.1 --port 0 --port-file "$tmp/$name.port" "$@" \
-		2>"$tmp/$name.log" &
-	pid=$!
-	pids="$pids $pid"
-	i=0
-	while [ ! -s "$tmp/$name.port" ]; do
-		i=$((i + 1))
-		[ $i -le 100 ] || fail "$name: no port file after 10 s"
-		kill -0 "$pid" 2>/dev/null || fail "$name: crun-rdzvd exited at start"
-		sleep 0.1
-	done
-	port=$(cat "$tmp/$name.port")
-	case $port in
-	'' | *[!0-9]*) fail "$name: bad port file content '$port'" ;;
-	esac
-	grep -q "crun-rdzvd: listening on 127.0.0.1:$port" "$tmp/$name.log" ||
-		fail "$name: no 'listening on 127.0.0.1:$port' line"
-}
+. "$(dirname "$0")/rdzvd-lib.sh"
+rdzvd_test_init rdzvd-test
 
 # run CMD...: runs a command bounded in time; sets $rc, $out, $err.
 # "run ctl ARGS" runs crunctl against the open daemon ($ep).
