@@ -16,6 +16,7 @@
 #include "agent/summary.h"
 #include "common/log.h"
 #include "common/fs.h"
+#include "common/record.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -241,36 +242,17 @@ int agent_error_file_read(const char *path, char **message, char **traceback)
 	return *message || *traceback ? 0 : -EPROTO;
 }
 
-/* A JSON string of s; bytes that are not UTF-8 (a path in another
- * encoding) become '?', since JSON text is UTF-8. NULL: out of memory. */
-static json_t *text_value(const char *s)
-{
-	json_t *v = json_string(s);
-	char *copy;
-
-	if (v)
-		return v;
-	copy = strdup(s);
-	if (!copy)
-		return NULL;
-	for (char *p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80)
-			*p = '?';
-	v = json_string(copy);
-	free(copy);
-	return v;
-}
-
-/* {"message": {"message": ..., "extraInfo": {"py_callstack": ...,
- * "timestamp": ...}, "errorCode": code}}, as @record writes it. */
+/* crun's own document: @record's, with errorCode. */
 static json_t *fallback_doc(const char *message, const char *detail, int code)
 {
-	char stamp[32];
+	json_t *doc = crun__record_doc(message, detail);
 
-	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun__wall_ms() / 1000));
-	return json_pack("{s:{s:o, s:{s:o, s:s}, s:i}}", "message", "message", text_value(message),
-			 "extraInfo", "py_callstack", text_value(detail), "timestamp", stamp,
-			 "errorCode", code);
+	if (doc &&
+	    json_object_set_new(json_object_get(doc, "message"), "errorCode", json_integer(code))) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
 }
 
 /* The worker's own document, with errorCode set to code: NULL when
@@ -304,7 +286,6 @@ int agent_error_file_write(const char *path, const char *err_text, size_t err_le
 			   const char *message, const char *detail, int code)
 {
 	json_t *doc = NULL;
-	char *out;
 	int err;
 
 	if (err_text)
@@ -313,14 +294,8 @@ int agent_error_file_write(const char *path, const char *err_text, size_t err_le
 		doc = fallback_doc(message, detail, code);
 	if (!doc)
 		return -ENOMEM;
-	/* One line, with ", " and ": " between members, as Python's
-	 * json.dumps writes it. */
-	out = json_dumps(doc, 0);
+	err = crun__record_write(path, doc);
 	json_decref(doc);
-	if (!out)
-		return -ENOMEM;
-	err = crun__write_atomic(path, out, strlen(out), 0666);
-	free(out);
 	return err;
 }
 

@@ -4,6 +4,7 @@
 #include "trainer/fatal.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/record.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -45,22 +46,13 @@ static void site(char *buf, size_t len, const char *file, int line, const char *
 
 static int write_error_file(const char *path, const char *message, const char *where)
 {
-	char stamp[32];
-	json_t *doc;
-	char *text;
+	json_t *doc = crun__record_doc(message, where);
 	int rc;
 
-	snprintf(stamp, sizeof(stamp), "%llu", (unsigned long long)(crun__wall_ms() / 1000));
-	doc = json_pack("{s:{s:s, s:{s:s, s:s}}}", "message", "message", message, "extraInfo",
-			"py_callstack", where, "timestamp", stamp);
 	if (!doc)
-		return -EILSEQ; /* not UTF-8 */
-	text = json_dumps(doc, 0);
-	json_decref(doc);
-	if (!text)
 		return -ENOMEM;
-	rc = crun__write_atomic(path, text, strlen(text), 0666);
-	free(text);
+	rc = crun__record_write(path, doc);
+	json_decref(doc);
 	return rc;
 }
 
@@ -83,16 +75,6 @@ int crun__train_fatal_at(int code, const char *file, int line, const char *func,
 	snprintf(full, sizeof(full), "%s: %s", crun__log_prog(), msg);
 	site(where, sizeof(where), file, line, func);
 	rc = write_error_file(path, full, where);
-	if (rc == -EILSEQ) {
-		/* JSON text is UTF-8: a path in another encoding gets '?' */
-		for (char *p = full; *p; p++)
-			if ((unsigned char)*p >= 0x80)
-				*p = '?';
-		for (char *p = where; *p; p++)
-			if ((unsigned char)*p >= 0x80)
-				*p = '?';
-		rc = write_error_file(path, full, where);
-	}
 	if (rc < 0)
 		crun__warn("cannot write error file '%s': %s", path, strerror(-rc));
 	return code;
