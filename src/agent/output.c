@@ -268,28 +268,65 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = p->buf ? p->cap - p->len : 0;
 }
 
+/* Makes line (its first CRUN__LAST_LINE_MAX - 1 bytes, without trailing
+ * blanks) the last line, unless it is blank. True when it was not. */
+static bool set_last(struct outpipe *p, const char *line, size_t n)
+{
+	if (n > sizeof(p->last_line) - 1)
+		n = sizeof(p->last_line) - 1;
+	while (n && isspace((unsigned char)line[n - 1]))
+		n--;
+	if (!n)
+		return false;
+	memmove(p->last_line, line, n);
+	p->last_line[n] = '\0';
+	return true;
+}
+
+/* Appends to the line being read, up to its cap. */
+static void add_to_line(struct outpipe *p, const char *b, size_t n)
+{
+	size_t room = sizeof(p->cur_line) - 1 - p->cur_len;
+
+	if (n > room)
+		n = room;
+	memcpy(p->cur_line + p->cur_len, b, n);
+	p->cur_len += n;
+}
+
 /* Ends the line being read: it becomes the last line unless it is blank. */
 static void end_line(struct outpipe *p)
 {
-	size_t n = p->cur_len;
-
+	set_last(p, p->cur_line, p->cur_len);
 	p->cur_len = 0;
-	while (n && isspace((unsigned char)p->cur_line[n - 1]))
-		n--;
-	if (!n)
-		return;
-	memcpy(p->last_line, p->cur_line, n);
-	p->last_line[n] = '\0';
 }
 
+/* Keeps the last line that is not blank: of the lines b ends, only the
+ * last ones are looked at (from the end back to one that is not blank),
+ * so a large read costs two memrchr, not a pass per byte. */
 static void track_lines(struct outpipe *p, const char *b, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (b[i] == '\n')
-			end_line(p);
-		else if (p->cur_len < sizeof(p->cur_line) - 1)
-			p->cur_line[p->cur_len++] = b[i];
+	const char *last = memrchr(b, '\n', n);
+	const char *end = last;
+
+	if (!last) {
+		add_to_line(p, b, n);
+		return;
 	}
+	for (;;) {
+		const char *prev = memrchr(b, '\n', (size_t)(end - b));
+
+		if (!prev) {
+			add_to_line(p, b, (size_t)(end - b));
+			end_line(p);
+			break;
+		}
+		if (set_last(p, prev + 1, (size_t)(end - prev - 1)))
+			break;
+		end = prev;
+	}
+	p->cur_len = 0;
+	add_to_line(p, last + 1, n - (size_t)(last + 1 - b));
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
