@@ -291,6 +291,75 @@ out_finish:
 	return rc == -ENOMEM ? rc : -EPROTO;
 }
 
+void crun__rdzv_resume_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
+			   const struct crun__rdzv_assignment *a, int64_t wait_ms,
+			   struct crun__wire_msg *msg, struct crun__wire_item *items, char *scratch)
+{
+	struct crun__rdzv_conf full = *conf;
+	struct crun__wire_item *it = items + CRUN_RDZV_JOIN_ITEMS;
+
+	full.has_exclusion = true;
+	crun__rdzv_join_msg(self, &full, msg, items, scratch);
+	scratch += CRUN_RDZV_JOIN_SCRATCH;
+	it[0] = num_item(&scratch, a->round);
+	it[1] = num_item(&scratch, a->restart_count);
+	it[2] = num_item(&scratch, a->group_rank);
+	it[3] = num_item(&scratch, a->nnodes);
+	for (int i = 0; i < a->nnodes; i++) {
+		it[4 + 4 * i] = str_item(a->nodes[i].node_id);
+		it[5 + 4 * i] = str_item(a->nodes[i].host);
+		it[6 + 4 * i] = str_item(a->nodes[i].addr);
+		it[7 + 4 * i] = num_item(&scratch, a->nodes[i].nproc);
+	}
+	msg->type = CRUN_WIRE_RDZV_RESUME;
+	msg->num = wait_ms;
+	msg->count = (uint32_t)CRUN_RDZV_RESUME_ITEMS(a->nnodes);
+}
+
+int crun__rdzv_parse_resume(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
+			    struct crun__rdzv_conf *conf, struct crun__rdzv_assignment *a,
+			    char *err, size_t errlen)
+{
+	struct crun__wire_msg part;
+	const struct crun__rdzv_node *me;
+	int rc;
+
+	memset(node, 0, sizeof(*node));
+	memset(a, 0, sizeof(*a));
+	if (msg->type != CRUN_WIRE_RDZV_RESUME || msg->count < CRUN_RDZV_JOIN_ITEMS + 4) {
+		crun__seterr(err, errlen, "not a RESUME of at least %d items",
+			     CRUN_RDZV_JOIN_ITEMS + 4);
+		return -EPROTO;
+	}
+	part = (struct crun__wire_msg){.type = CRUN_WIRE_RDZV_JOIN,
+				       .num = msg->num,
+				       .count = CRUN_RDZV_JOIN_ITEMS,
+				       .items = msg->items};
+	rc = crun__rdzv_parse_join(&part, node, conf, err, errlen);
+	if (rc < 0)
+		return rc;
+	part = (struct crun__wire_msg){.type = CRUN_WIRE_VALUES,
+				       .count = msg->count - CRUN_RDZV_JOIN_ITEMS,
+				       .items = msg->items + CRUN_RDZV_JOIN_ITEMS};
+	rc = crun__rdzv_parse_assignment(&part, a, err, errlen);
+	if (rc < 0) {
+		crun__rdzv_node_finish(node);
+		return rc;
+	}
+	me = &a->nodes[a->group_rank];
+	if (strcmp(me->node_id, node->node_id) || me->nproc != node->nproc) {
+		crun__seterr(err, errlen,
+			     "the resumer '%s' (nproc %d) is not member %d of round %" PRId64
+			     " ('%s', nproc %d)",
+			     node->node_id, node->nproc, a->group_rank, a->round, me->node_id,
+			     me->nproc);
+		crun__rdzv_node_finish(node);
+		crun__rdzv_assignment_finish(a);
+		return -EPROTO;
+	}
+	return 0;
+}
+
 const char *crun__rdzv_format_ms(int64_t ms, char *buf, size_t len)
 {
 	if (ms >= 1000 && ms % 1000 == 0)

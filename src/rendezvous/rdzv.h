@@ -126,6 +126,52 @@
  *              member whose connection closes after its DONE does not end
  *              the round ("left" is only for nodes not done): the barrier
  *              completes without it.
+ *   RDZV_RESUME  items [the 14 items of a JOIN (node_id ... cooldown_max_ms),
+ *              then the assignment this node holds, as a JOIN's VALUES
+ *              reply gave it: round, restart_count, group_rank, nnodes,
+ *              per member node_id, host, addr, nproc]; num = wait_ms (> 0).
+ *     Sent only to a store whose preamble sets CRUN_WIRE_F_RDZV_RESUME, by
+ *     an agent that lost its connection while a member of a running round
+ *     (its workers still running) and reached the store again: the store
+ *     may have restarted and know nothing of the run. It asks to go on in
+ *     that round without stopping the workers. The resumer must be the
+ *     member at group_rank of the assignment (same node_id and nproc).
+ *     The store answers:
+ *     - the run is RUNNING that same round with the same members (the store
+ *       did not restart, or rebuilt it): the connection takes the member's
+ *       place (as a JOIN of a reconnected node id does) and the reply is
+ *       the round's assignment, as a JOIN's VALUES.
+ *     - the run is unknown (a store restarted without a journal), or
+ *       RECOVERING that round (below): the run is rebuilt from the resumes:
+ *       the first creates it RECOVERING, with the JOIN part's configuration,
+ *       the assignment's round, restart count and members, and a deadline
+ *       wait_ms ahead; each resume of a listed member is held; once every
+ *       member has resumed the round is RUNNING again and every held resume
+ *       gets the assignment (workers never noticed). A resume whose round,
+ *       members or configuration differ from the recovering round's gets
+ *       ERROR ECANCELED (it then joins as a new node), unless its round is
+ *       higher: then the recovering round is dropped (its held resumes get
+ *       ECANCELED) and rebuilt from this one.
+ *     - the deadline passes with members missing: the round ends as if
+ *       they had left (counted: restart_count + 1, or "exhausted" above
+ *       max_restarts): each held resume gets ERROR ECANCELED "round N
+ *       ended: node 2 (host-c) did not come back within 15s after the
+ *       store restarted", the run is OPEN for round N + 1, and the
+ *       resumers JOIN it as in any restart.
+ *     - a store with a journal (crun-rdzvd --state-dir) loads each run
+ *       that was RUNNING as RECOVERING, with its recorded members, round
+ *       and restart count, the deadline wait_ms from the first resume; a
+ *       resume must match the journal, else ECANCELED. A run the journal
+ *       records as CLOSED answers ERROR ESHUTDOWN, and a DONE for its last
+ *       round OK, as before the restart.
+ *     - the run is RUNNING a later round, or OPEN: ERROR ECANCELED "round
+ *       N ended: ..." (the agent stops its workers and joins again);
+ *       CLOSED: ESHUTDOWN.
+ *     Agents send wait_ms = their keep-alive window (keepalive_ms): a
+ *     member not back within it after the store is back is treated as a
+ *     member whose keep-alives stopped.
+ *     ERROR EINVAL: a malformed resume (crun__rdzv_parse_resume's
+ *     reasons), or a resumer that is not the member at group_rank.
  *
  * Round lifecycle per run (an explicit state machine in round.c):
  *   OPEN      collecting joins. Closes at once when max_nodes have
@@ -256,6 +302,34 @@ int crun__rdzv_parse_assignment(const struct crun__wire_msg *msg, struct crun__r
 				char *err, size_t errlen);
 void crun__rdzv_assignment_finish(struct crun__rdzv_assignment *a);
 void crun__rdzv_node_finish(struct crun__rdzv_node *node);
+
+/* Items of a RESUME for an assignment of nnodes nodes, and the bytes of
+ * scratch crun__rdzv_resume_msg needs. A resume must fit one frame:
+ * nnodes at most CRUN_RDZV_RESUME_MAX_NODES (larger runs join again). */
+#define CRUN_RDZV_RESUME_ITEMS(nnodes) (CRUN_RDZV_JOIN_ITEMS + 4 + 4 * (size_t)(nnodes))
+#define CRUN_RDZV_RESUME_SCRATCH(nnodes) (CRUN_RDZV_JOIN_SCRATCH + 24 * (4 + (size_t)(nnodes)))
+#define CRUN_RDZV_RESUME_MAX_NODES ((CRUN_WIRE_MAX_ITEMS - CRUN_RDZV_JOIN_ITEMS - 4) / 4)
+
+/* Builds a RESUME request in msg: self and conf as for a JOIN (always the
+ * 14-item form: conf->has_exclusion is ignored), a the assignment self
+ * holds (a->nnodes <= CRUN_RDZV_RESUME_MAX_NODES), num = wait_ms. items
+ * holds CRUN_RDZV_RESUME_ITEMS(a->nnodes), scratch
+ * CRUN_RDZV_RESUME_SCRATCH(a->nnodes) bytes; msg points into self, a,
+ * items and scratch. */
+void crun__rdzv_resume_msg(const struct crun__rdzv_node *self, const struct crun__rdzv_conf *conf,
+			   const struct crun__rdzv_assignment *a, int64_t wait_ms,
+			   struct crun__wire_msg *msg, struct crun__wire_item *items,
+			   char *scratch);
+
+/* Parses a RESUME (server side) as crun__rdzv_parse_join and
+ * crun__rdzv_parse_assignment parse its two parts (conf->join_timeout_ms
+ * is then the resume's wait_ms), and checks that node is the member at
+ * the assignment's group_rank (same node_id and nproc). node and a are
+ * allocated (free both); nothing to free on error. 0, -ENOMEM, or -EPROTO
+ * with a reason in err. */
+int crun__rdzv_parse_resume(const struct crun__wire_msg *msg, struct crun__rdzv_node *node,
+			    struct crun__rdzv_conf *conf, struct crun__rdzv_assignment *a,
+			    char *err, size_t errlen);
 
 /* A duration for messages: "15s" for whole seconds, else "200ms".
  * Returns buf. */

@@ -93,6 +93,8 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_RDZV_JOIN] = {"RDZV_JOIN", 10, 14, 0, NUM_POSITIVE, true},
 	[CRUN_WIRE_RDZV_FAIL] = {"RDZV_FAIL", 1, 2, 0, NUM_ROUND, false},
 	[CRUN_WIRE_RDZV_DONE] = {"RDZV_DONE", 0, 0, 0, NUM_ROUND, false},
+	/* RESUME: a JOIN's 14 items and an assignment of one node or more */
+	[CRUN_WIRE_RDZV_RESUME] = {"RDZV_RESUME", 22, CRUN_WIRE_MAX_ITEMS, 0, NUM_POSITIVE, true},
 	[CRUN_WIRE_OK] = {"OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false},
 	[CRUN_WIRE_ERROR] = {"ERROR", 1, 1, 0, NUM_ANY, false},
 	[CRUN_WIRE_VALUE] = {"VALUE", 1, 1, 0, NUM_ANY, false},
@@ -110,7 +112,7 @@ const char *crun__wire_type_name(uint8_t type)
 
 bool crun__wire_is_request(uint8_t type)
 {
-	return type >= CRUN_WIRE_HELLO && type <= CRUN_WIRE_RDZV_DONE;
+	return type >= CRUN_WIRE_HELLO && type <= CRUN_WIRE_RDZV_RESUME;
 }
 
 bool crun__wire_is_reply(uint8_t type)
@@ -265,8 +267,8 @@ int crun__wire_validate(const struct crun__wire_msg *msg, char *err, size_t errl
 		break;
 	}
 	if (r->key_first && msg->count && msg->items[0].len == 0 && msg->type != CRUN_WIRE_HELLO) {
-		if (msg->type == CRUN_WIRE_RDZV_JOIN)
-			crun__seterr(err, errlen, "RDZV_JOIN with an empty node id");
+		if (msg->type == CRUN_WIRE_RDZV_JOIN || msg->type == CRUN_WIRE_RDZV_RESUME)
+			crun__seterr(err, errlen, "%s with an empty node id", r->name);
 		else if (msg->type == CRUN_WIRE_RDZV_EVENT)
 			crun__seterr(err, errlen, "RDZV_EVENT with an empty reason");
 		else

@@ -18,6 +18,14 @@
  *   flags bit 3 (CRUN_WIRE_F_LIST_PAGED): the server takes a paged LIST
  *     (an item and a page size, below); clients page only with a server
  *     that sets it, else they send the plain LIST every server takes.
+ *   flags bit 4 (CRUN_WIRE_F_RDZV_RESUME): the server takes RDZV_RESUME
+ *     (rdzv.h): an agent that lost the store while a member of a running
+ *     round resumes that round with it; with another server it joins
+ *     again as a new node.
+ *   flags bit 5 (CRUN_WIRE_F_EMBEDDED): the server runs inside a crun
+ *     agent (node 0's, --rdzv-backend c10d): it goes when that agent goes
+ *     and never comes back, so an agent that loses it does not wait for
+ *     it (a standalone crun-rdzvd does not set it).
  *   Clients ignore flag bits they do not know.
  *   The nonce is fresh random bytes per connection (zeros without auth).
  *   A server that does not speak the client's version answers with its own
@@ -96,12 +104,13 @@
  *   NOTIFY  [key, value]; num = CRUN_WIRE_EV_SET or CRUN_WIRE_EV_DELETE
  *           (value empty on delete). Sent unsolicited after WATCH.
  *
- *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE requests and the pushed RDZV_EVENT
- *           reply: rendezvous rounds, specified in rdzv.h. Generic rules
- *           (crun__wire_validate): JOIN 10 or 14 items, the first (node id)
- *           not empty, num = join timeout > 0; FAIL 1 or 2 items, DONE none, num =
- *           a round >= 0; RDZV_EVENT 3 items, the first (reason) not
- *           empty, num = a round >= 0.
+ *   RDZV_JOIN, RDZV_FAIL, RDZV_DONE, RDZV_RESUME requests and the pushed
+ *           RDZV_EVENT reply: rendezvous rounds, specified in rdzv.h.
+ *           Generic rules (crun__wire_validate): JOIN 10 or 14 items, the
+ *           first (node id) not empty, num = join timeout > 0; FAIL 1 or 2
+ *           items, DONE none, num = a round >= 0; RESUME at least 22 items,
+ *           the first (node id) not empty, num = its wait > 0; RDZV_EVENT 3
+ *           items, the first (reason) not empty, num = a round >= 0.
  *
  * Requests on one connection are answered in any order (a waiting GET does
  * not hold up a later SET); clients match replies by id. */
@@ -125,6 +134,8 @@
 #define CRUN_WIRE_F_RDZV_EXCL 0x0002
 #define CRUN_WIRE_F_AUTH_RUN 0x0004
 #define CRUN_WIRE_F_LIST_PAGED 0x0008
+#define CRUN_WIRE_F_RDZV_RESUME 0x0010
+#define CRUN_WIRE_F_EMBEDDED 0x0020
 /* The most item bytes (4 + key length each) one page of a paged LIST
  * carries, below every frame cap a server accepts. */
 #define CRUN_WIRE_LIST_PAGE_BYTES (1u << 20)
@@ -161,6 +172,7 @@ enum crun__wire_type {
 	CRUN_WIRE_RDZV_JOIN = 17,
 	CRUN_WIRE_RDZV_FAIL = 18,
 	CRUN_WIRE_RDZV_DONE = 19,
+	CRUN_WIRE_RDZV_RESUME = 20,
 
 	CRUN_WIRE_OK = 0x80,
 	CRUN_WIRE_ERROR = 0x81,

@@ -991,6 +991,61 @@ static void test_join_items(void **state)
 	crun__rdzv_node_finish(&node);
 }
 
+/* A RESUME carries the 14-item JOIN and the assignment the resumer
+ * holds; the parser takes both back and refuses a resumer that is not the
+ * member at the assignment's group rank. */
+static void test_resume_items(void **state)
+{
+	struct crun__rdzv_node nodes[2] = {
+		{(char *)"a", (char *)"host-a", (char *)"10.0.0.1", 2, 0},
+		{(char *)"b", (char *)"host-b", (char *)"10.0.0.2", 3, 1}};
+	struct crun__rdzv_assignment a = {
+		.round = 4, .restart_count = 2, .group_rank = 1, .nnodes = 2, .nodes = nodes};
+	struct crun__rdzv_node self = nodes[1], node;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000), got;
+	struct crun__rdzv_assignment back;
+	struct crun__wire_item items[CRUN_RDZV_RESUME_ITEMS(2)];
+	struct crun__wire_msg m;
+	char scratch[CRUN_RDZV_RESUME_SCRATCH(2)], err[200], why[160];
+
+	(void)state;
+	self.node_rank = -1;
+	crun__rdzv_resume_msg(&self, &c, &a, 15000, &m, items, scratch);
+	assert_int_equal(m.type, CRUN_WIRE_RDZV_RESUME);
+	assert_int_equal(m.count, CRUN_RDZV_RESUME_ITEMS(2));
+	assert_int_equal(crun__wire_validate(&m, why, sizeof(why)), 0);
+	assert_int_equal(crun__rdzv_parse_resume(&m, &node, &got, &back, err, sizeof(err)), 0);
+	assert_string_equal(node.node_id, "b");
+	assert_int_equal(node.nproc, 3);
+	assert_true(got.has_exclusion);
+	assert_int_equal(got.join_timeout_ms, 15000);
+	assert_int_equal(got.min_nodes, 2);
+	assert_int_equal(back.round, 4);
+	assert_int_equal(back.restart_count, 2);
+	assert_int_equal(back.group_rank, 1);
+	assert_int_equal(back.world_size, 5);
+	assert_int_equal(back.rank_offset, 2);
+	assert_string_equal(back.nodes[0].addr, "10.0.0.1");
+	crun__rdzv_node_finish(&node);
+	crun__rdzv_assignment_finish(&back);
+
+	/* Not the member it names. */
+	a.group_rank = 0;
+	crun__rdzv_resume_msg(&self, &c, &a, 15000, &m, items, scratch);
+	assert_int_equal(crun__rdzv_parse_resume(&m, &node, &got, &back, err, sizeof(err)),
+			 -EPROTO);
+	assert_non_null(strstr(err, "is not member 0 of round 4"));
+	/* No wait. */
+	a.group_rank = 1;
+	crun__rdzv_resume_msg(&self, &c, &a, 0, &m, items, scratch);
+	assert_int_equal(crun__wire_validate(&m, why, sizeof(why)), -EPROTO);
+	/* An assignment cut short. */
+	crun__rdzv_resume_msg(&self, &c, &a, 15000, &m, items, scratch);
+	m.count -= 1;
+	assert_int_equal(crun__rdzv_parse_resume(&m, &node, &got, &back, err, sizeof(err)),
+			 -EPROTO);
+}
+
 /* Old (10-item JOIN) and new (14-item) agents share a run, whichever
  * comes first; only two JOINs that both carry exclusion settings are
  * compared on them. */
@@ -1241,6 +1296,7 @@ int main(void)
 		cmocka_unit_test(test_same_node_replaces),
 		cmocka_unit_test(test_excluded_node),
 		cmocka_unit_test(test_join_items),
+		cmocka_unit_test(test_resume_items),
 		cmocka_unit_test(test_mixed_exclusion),
 		cmocka_unit_test(test_old_store_hook),
 		cmocka_unit_test(test_two_runs),

@@ -272,12 +272,14 @@ static void test_type_names(void **state)
 	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_DONE), "RDZV_DONE");
 	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_EVENT), "RDZV_EVENT");
 	assert_string_equal(crun__wire_type_name(0), "unknown");
-	assert_string_equal(crun__wire_type_name(20), "unknown");
+	assert_string_equal(crun__wire_type_name(CRUN_WIRE_RDZV_RESUME), "RDZV_RESUME");
+	assert_string_equal(crun__wire_type_name(21), "unknown");
 	assert_string_equal(crun__wire_type_name(0x7f), "unknown");
 	assert_string_equal(crun__wire_type_name(0x87), "unknown");
 	assert_string_equal(crun__wire_type_name(0xff), "unknown");
 	assert_false(crun__wire_is_request(0));
-	assert_false(crun__wire_is_request(20));
+	assert_true(crun__wire_is_request(CRUN_WIRE_RDZV_RESUME));
+	assert_false(crun__wire_is_request(21));
 	assert_false(crun__wire_is_request(CRUN_WIRE_RDZV_EVENT));
 	assert_true(crun__wire_is_request(CRUN_WIRE_RDZV_JOIN));
 	assert_true(crun__wire_is_request(CRUN_WIRE_RDZV_DONE));
@@ -418,7 +420,7 @@ static void test_header_rejects(void **state)
 	assert_int_equal(decode_header_only(12, 0, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "type"));
 	assert_int_equal(decode_header_only(12, 0x7f, 0, MAXP, err, sizeof(err)), -EPROTO);
-	assert_int_equal(decode_header_only(12, 20, 0, MAXP, err, sizeof(err)), -EPROTO);
+	assert_int_equal(decode_header_only(12, 21, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, 0x87, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, 0xff, 0, MAXP, err, sizeof(err)), -EPROTO);
 	assert_int_equal(decode_header_only(12, CRUN_WIRE_SET, 1, MAXP, err, sizeof(err)), -EPROTO);
