@@ -75,6 +75,7 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.blacklist_window_ms = 600000;
 	spec->rdzv.cooldown_min_ms = 30000;
 	spec->rdzv.cooldown_max_ms = 300000;
+	spec->rdzv.reconnect_timeout_ms = 60000;
 }
 
 struct agent {
@@ -132,7 +133,8 @@ static int check_rdzv(const struct crun__agent_spec *spec)
 	    r->read_timeout_ms <= 0 || r->is_host < -1 || r->is_host > 1 ||
 	    r->rejoin_timeout_ms <= 0 || r->blacklist_failures < 0 ||
 	    r->blacklist_failures > CRUN_RDZV_MAX_BLACKLIST || r->blacklist_window_ms < 0 ||
-	    r->cooldown_min_ms < 0 || r->cooldown_min_ms > r->cooldown_max_ms) {
+	    r->cooldown_min_ms < 0 || r->cooldown_min_ms > r->cooldown_max_ms ||
+	    r->reconnect_timeout_ms <= 0) {
 		crun__error("invalid rendezvous settings (timeouts, keep-alive or is_host)");
 		return -EINVAL;
 	}

@@ -200,6 +200,11 @@ struct crun__agent_spec {
 		int blacklist_failures;
 		int64_t blacklist_window_ms;
 		int64_t cooldown_min_ms, cooldown_max_ms;
+		/* A member of a running round that loses a standalone store
+		 * (crun-rdzvd) by a closed or reset connection keeps its workers
+		 * running and reconnects this long to resume the round
+		 * (rdzv.h's RDZV_RESUME); then it loses the store as above. */
+		int64_t reconnect_timeout_ms;
 	} rdzv;
 
 	/* Liveness of the workers (liveness.h): every worker gets a heartbeat

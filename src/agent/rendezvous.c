@@ -13,9 +13,17 @@
  * - A request that fails because the connection was lost is ignored here:
  *   the client reports LOST right after failing its requests, and that one
  *   event says what happened.
+ * - A member of a running round that loses a standalone store by a
+ *   closed connection resumes the round on a new connection (RDZV_RESUME)
+ *   while its workers run on; store_loss.h decides which loss is which.
+ *   Its FAIL and DONE of the round are kept until the next join and sent
+ *   again after a resume: a store that restarted without a journal knows
+ *   neither, and one that had them ended the round (the resume is then
+ *   refused) or answers the DONE again.
  * - This file only talks to the store and hands what it hears to its
  *   owner's hooks; group.c decides what it means for the workers. */
 #include "agent/rendezvous.h"
+#include "agent/store_loss.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/aclient.h"
@@ -45,6 +53,7 @@ enum req_kind {
 	REQ_DEL_STEPS,
 	REQ_GET_STEPS,
 	REQ_GET_ONE_STEPS,
+	REQ_RESUME,
 };
 
 /* The GETs of one crun__rdzv_fetch_steps, one per other node: cb runs
@@ -283,17 +292,20 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 	return send_req_cb(r, kind, m, id, NULL, NULL);
 }
 
-static int send_join(struct agent_rdzv *r)
+/* This node and its settings, as a JOIN and a RESUME carry them. */
+static void join_parts(const struct agent_rdzv *r, struct crun__rdzv_node *self,
+		       struct crun__rdzv_conf *conf)
 {
 	const struct crun__agent_spec *spec = r->spec;
-	struct crun__rdzv_node self = {
-		.node_id = r->node_id,
-		.host = r->hostname,
-		.addr = r->self_addr,
+
+	*self = (struct crun__rdzv_node){
+		.node_id = (char *)r->node_id,
+		.host = (char *)r->hostname,
+		.addr = (char *)r->self_addr,
 		.nproc = spec->nproc_per_node,
 		.node_rank = spec->node_rank,
 	};
-	struct crun__rdzv_conf conf = {
+	*conf = (struct crun__rdzv_conf){
 		.min_nodes = spec->rdzv.min_nodes,
 		.max_nodes = spec->rdzv.max_nodes,
 		.join_timeout_ms = spec->rdzv.join_timeout_ms,
@@ -306,14 +318,22 @@ static int send_join(struct agent_rdzv *r)
 		.cooldown_min_ms = spec->rdzv.cooldown_min_ms,
 		.cooldown_max_ms = spec->rdzv.cooldown_max_ms,
 		/* An older store refuses the exclusion items: it has none. */
-		.has_exclusion = crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL),
+		.has_exclusion = (r->store_flags & CRUN_WIRE_F_RDZV_EXCL) != 0,
 	};
+}
+
+static int send_join(struct agent_rdzv *r)
+{
+	const struct crun__agent_spec *spec = r->spec;
+	struct crun__rdzv_node self;
+	struct crun__rdzv_conf conf;
 	struct crun__wire_item items[CRUN_RDZV_JOIN_ITEMS];
 	struct crun__wire_msg m;
 	char scratch[CRUN_RDZV_JOIN_SCRATCH];
 	int rc;
 
 	r->join_wanted = false;
+	join_parts(r, &self, &conf);
 	crun__rdzv_join_msg(&self, &conf, &m, items, scratch);
 	rc = send_req(r, REQ_JOIN, &m, &r->join_id);
 	if (rc == -ENOTCONN)
@@ -362,6 +382,11 @@ int crun__rdzv_join(struct agent_rdzv *r)
 		r->assigned = false;
 	}
 	r->ended = false;
+	r->placed = false;
+	free(r->fail_msg);
+	r->fail_msg = NULL;
+	r->done_sent = false;
+	r->done_closed = false;
 	if (r->lost) {
 		rc = reconnect(r);
 		if (rc < 0)
@@ -374,16 +399,14 @@ int crun__rdzv_join(struct agent_rdzv *r)
 	return send_join(r);
 }
 
-void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
+static void send_fail(struct agent_rdzv *r)
 {
-	struct crun__wire_item it[2] = {str_item(message), str_item(CRUN_RDZV_FAIL_STOP)};
+	struct crun__wire_item it[2] = {str_item(r->fail_msg), str_item(CRUN_RDZV_FAIL_STOP)};
 	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_FAIL, .count = 1, .items = it};
 	int rc;
 
-	if (!r->assigned)
-		return;
 	/* An older store refuses "stop": it gets a plain failure. */
-	if (stop && r->client && crun__aclient_store_has(r->client, CRUN_WIRE_F_RDZV_EXCL))
+	if (r->fail_stop && (r->store_flags & CRUN_WIRE_F_RDZV_EXCL))
 		m.count = 2;
 	m.num = r->asg.round;
 	rc = send_req(r, REQ_FAIL, &m, NULL);
@@ -391,13 +414,31 @@ void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
 		crun__debug("cannot report the failure to the store: %s", strerror(-rc));
 }
 
-int crun__rdzv_done(struct agent_rdzv *r)
+void crun__rdzv_fail(struct agent_rdzv *r, const char *message, bool stop)
+{
+	char *copy;
+
+	if (!r->assigned)
+		return;
+	copy = strdup(message);
+	if (copy) {
+		free(r->fail_msg);
+		r->fail_msg = copy;
+		r->fail_stop = stop;
+	} else if (!r->fail_msg) {
+		crun__debug("cannot report the failure to the store: %s", strerror(ENOMEM));
+		return;
+	}
+	if (r->resuming)
+		return; /* sent once the round is resumed */
+	send_fail(r);
+}
+
+static int send_done(struct agent_rdzv *r)
 {
 	struct crun__wire_msg m = {.type = CRUN_WIRE_RDZV_DONE};
 	int rc;
 
-	if (!r->assigned)
-		return -EINVAL;
 	m.num = r->asg.round;
 	rc = send_req(r, REQ_DONE, &m, NULL);
 	if (rc == -ENOTCONN)
@@ -406,6 +447,16 @@ int crun__rdzv_done(struct agent_rdzv *r)
 		set_error(r, "cannot enter the exit barrier of round %" PRId64 ": %s", r->asg.round,
 			  strerror(-rc));
 	return rc;
+}
+
+int crun__rdzv_done(struct agent_rdzv *r)
+{
+	if (!r->assigned)
+		return -EINVAL;
+	r->done_sent = true;
+	if (r->resuming)
+		return 0; /* sent once the round is resumed */
+	return send_done(r);
 }
 
 /* Group rank 0 publishes MASTER_ADDR:MASTER_PORT for the round. */
@@ -468,6 +519,7 @@ static void ready(struct agent_rdzv *r)
 		    asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
 		    asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
 		    place.restart_count, place.master_addr, place.master_port);
+	r->placed = true;
 	if (r->rejoining) {
 		r->rejoining = false;
 		uv_timer_stop(&r->rejoin_timer);
@@ -532,6 +584,9 @@ static void got_master(struct agent_rdzv *r, const struct crun__wire_msg *reply)
 	r->master_port = port;
 	ready(r);
 }
+
+static void got_resume(struct agent_rdzv *r, int status, const char *message,
+		       const struct crun__wire_msg *reply);
 
 static void on_reply(struct crun__aclient *c, int status, const char *message,
 		     const struct crun__wire_msg *reply, void *arg)
@@ -616,7 +671,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 			r->hooks.done(r->hooks.arg);
 			return;
 		}
-		if (status == -ECANCELED) {
+		if (status == -ECANCELED && !r->done_closed) {
 			/* The round ended first; its RDZV_EVENT came before this
 			 * reply and moved the group already. */
 			crun__debug("exit barrier of round %" PRId64 ": %s", round,
@@ -635,6 +690,10 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 		return;
 	case REQ_GET_STEPS:
 	case REQ_GET_ONE_STEPS:
+		return;
+	case REQ_RESUME:
+		if (!stale && r->resuming)
+			got_resume(r, status, message, reply);
 		return;
 	}
 }
@@ -835,11 +894,31 @@ static void got_one_steps(const struct rdzv_req *q, bool stale, int status, cons
 
 /* ---- connection and pushed events ----------------------------------------- */
 
+static void resume_connected(struct agent_rdzv *r, int status, const char *message);
+
+/* The flags of the store c reached that say how to take its loss. */
+static uint16_t store_flags(const struct crun__aclient *c)
+{
+	static const uint16_t known[] = {CRUN_WIRE_F_RDZV_EXCL, CRUN_WIRE_F_RDZV_RESUME,
+					 CRUN_WIRE_F_EMBEDDED};
+	uint16_t flags = 0;
+
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (crun__aclient_store_has(c, known[i]))
+			flags |= known[i];
+	return flags;
+}
+
 static void on_connect(struct crun__aclient *c, int status, const char *message, void *arg)
 {
 	struct agent_rdzv *r = arg;
 
-	(void)c;
+	if (status == 0)
+		r->store_flags = store_flags(c);
+	if (r->resuming) {
+		resume_connected(r, status, message);
+		return;
+	}
 	if (status < 0) {
 		if (status == -EACCES)
 			set_error(r,
@@ -934,6 +1013,7 @@ static void report_lost(struct agent_rdzv *r, const char *why)
 
 	r->connected = false;
 	r->lost = true;
+	r->resuming = false;
 	if (!r->rejoining) {
 		uint64_t ms = (uint64_t)r->spec->rdzv.rejoin_timeout_ms;
 
@@ -946,14 +1026,13 @@ static void report_lost(struct agent_rdzv *r, const char *why)
 	r->hooks.failed(r->hooks.arg, true, r->error_msg);
 }
 
-void crun__rdzv_lose(struct agent_rdzv *r, const char *why)
+/* Closes the client from this side and fails its requests, as the client
+ * does when it loses the connection (before LOST says what happened). */
+static void drop_client(struct agent_rdzv *r)
 {
-	if (!r->client || r->lost)
-		return;
 	crun__aclient_destroy(r->client);
 	r->client = NULL;
-	/* As the client does when it loses the connection: every request
-	 * fails before LOST says what happened. */
+	r->connected = false;
 	while (r->reqs) {
 		struct rdzv_req *q = r->reqs;
 
@@ -961,7 +1040,239 @@ void crun__rdzv_lose(struct agent_rdzv *r, const char *why)
 		if (q->steps_cb)
 			q->steps_cb(q->steps_arg, -ENOTCONN, "the connection to the store is lost",
 				    NULL, 0);
+		if (q->fetch && --q->fetch->pending == 0) {
+			q->fetch->cb(q->fetch->arg, -ENOTCONN,
+				     "the connection to the store is lost", NULL, 0);
+			fetch_free(q->fetch);
+		}
 		free(q);
+	}
+}
+
+void crun__rdzv_lose(struct agent_rdzv *r, const char *why)
+{
+	if (!r->client || r->lost)
+		return;
+	drop_client(r);
+	report_lost(r, why);
+}
+
+/* ---- resuming the round after losing the store ---------------------------- */
+
+/* The store is not back in time, or would not resume the round: the loss
+ * is taken as any other (the workers are killed, the agent joins again
+ * as a new node). detail: why the resume did not happen. */
+static void resume_failed(struct agent_rdzv *r, const char *detail)
+{
+	char why[1500];
+
+	snprintf(why, sizeof(why), "%s; no resume: %s", r->resume_why, detail);
+	drop_client(r);
+	report_lost(r, why);
+}
+
+/* A new client, connecting for what is left of the reconnect window
+ * (with the client's backoff: the store may be restarting). */
+static void resume_connect(struct agent_rdzv *r)
+{
+	uint64_t now = uv_now(r->loop);
+	char t[24], detail[96];
+	int rc;
+
+	drop_client(r);
+	if (now >= r->resume_by) {
+		snprintf(detail, sizeof(detail), "the store was not back within %s",
+			 crun__rdzv_format_ms(r->spec->rdzv.reconnect_timeout_ms, t, sizeof(t)));
+		resume_failed(r, detail);
+		return;
+	}
+	rc = start_client(r, (int64_t)(r->resume_by - now));
+	if (rc < 0)
+		resume_failed(r, strerror(-rc));
+}
+
+/* The store of this member's running round is lost by a closed
+ * connection: the workers keep running (store_loss.h). */
+static void begin_resume(struct agent_rdzv *r, const char *why)
+{
+	char t[24];
+
+	if (!r->resuming) {
+		r->resuming = true;
+		r->resume_since = uv_now(r->loop);
+		r->resume_by = r->resume_since + (uint64_t)r->spec->rdzv.reconnect_timeout_ms;
+		snprintf(r->resume_why, sizeof(r->resume_why), "%s", why);
+		crun__warn("lost the rendezvous store at '%s' (%s); the workers keep running; "
+			   "reconnecting for up to %s",
+			   r->endpoint, why,
+			   crun__rdzv_format_ms(r->spec->rdzv.reconnect_timeout_ms, t, sizeof(t)));
+	} else {
+		crun__debug("lost the rendezvous store at '%s' again (%s) while resuming",
+			    r->endpoint, why);
+	}
+	resume_connect(r);
+}
+
+static void resume_connected(struct agent_rdzv *r, int status, const char *message)
+{
+	const struct crun__rdzv_assignment *a = &r->asg;
+	struct crun__rdzv_node self;
+	struct crun__rdzv_conf conf;
+	struct crun__wire_item *items;
+	struct crun__wire_msg m;
+	int64_t wait_ms =
+		r->spec->rdzv.keep_alive_interval_ms * r->spec->rdzv.keep_alive_max_attempt;
+	char *scratch;
+	int rc;
+
+	if (status < 0) {
+		resume_failed(r, message ? message : strerror(-status));
+		return;
+	}
+	if (!(r->store_flags & CRUN_WIRE_F_RDZV_RESUME) ||
+	    (r->store_flags & CRUN_WIRE_F_EMBEDDED)) {
+		resume_failed(r, "the store there now does not resume rounds");
+		return;
+	}
+	items = calloc(CRUN_RDZV_RESUME_ITEMS(a->nnodes), sizeof(*items));
+	scratch = malloc(CRUN_RDZV_RESUME_SCRATCH(a->nnodes));
+	if (!items || !scratch) {
+		free(items);
+		free(scratch);
+		resume_failed(r, strerror(ENOMEM));
+		return;
+	}
+	join_parts(r, &self, &conf);
+	crun__rdzv_resume_msg(&self, &conf, a, wait_ms, &m, items, scratch);
+	/* The store pushes the round's RDZV_EVENTs with this request's id. */
+	rc = send_req(r, REQ_RESUME, &m, &r->join_id);
+	free(items);
+	free(scratch);
+	if (rc < 0 && rc != -ENOTCONN)
+		resume_failed(r, strerror(-rc));
+}
+
+/* The store ended the resumed round (message: the ERROR's, "round N ended:
+ * REASON"): as an RDZV_EVENT would, without its restart count. */
+static void resumed_round_over(struct agent_rdzv *r, const char *message)
+{
+	struct crun__round_end end;
+	char prefix[48];
+	const char *text = message ? message : "the store ended it";
+	size_t n;
+
+	snprintf(prefix, sizeof(prefix), "round %" PRId64 " ended: ", r->asg.round);
+	n = strlen(prefix);
+	if (!strncmp(text, prefix, n))
+		text += n;
+	r->ended = true;
+	end = (struct crun__round_end){
+		.round = r->asg.round,
+		.restart_count = r->asg.restart_count + 1,
+		.message = text,
+	};
+	r->hooks.ended(r->hooks.arg, &end);
+}
+
+static void got_resume(struct agent_rdzv *r, int status, const char *message,
+		       const struct crun__wire_msg *reply)
+{
+	struct crun__rdzv_assignment a;
+	int64_t round = -1;
+	char err[256], detail[1200];
+	double away = (double)(uv_now(r->loop) - r->resume_since) / 1000.0;
+
+	if (status == 0 && reply->type == CRUN_WIRE_VALUES &&
+	    crun__rdzv_parse_assignment(reply, &a, err, sizeof(err)) == 0) {
+		if (a.group_rank == r->asg.group_rank && a.nnodes == r->asg.nnodes &&
+		    !strcmp(a.nodes[a.group_rank].node_id, r->node_id))
+			round = a.round;
+		crun__rdzv_assignment_finish(&a);
+	}
+	switch (crun__resume_outcome(status, reply->type, round, r->asg.round)) {
+	case CRUN__RESUME_SAME_ROUND:
+		r->resuming = false;
+		r->connected = true;
+		crun__info("resumed round %" PRId64 " with the store at '%s' after %.1fs",
+			   r->asg.round, r->endpoint, away);
+		if (r->fail_msg)
+			send_fail(r);
+		if (r->done_sent && send_done(r) < 0)
+			fail_event(r);
+		return;
+	case CRUN__RESUME_ROUND_OVER:
+		r->resuming = false;
+		r->connected = true;
+		crun__info("reached the rendezvous store at '%s' again after %.1fs: %s",
+			   r->endpoint, away, message ? message : "the round is over");
+		resumed_round_over(r, message);
+		return;
+	case CRUN__RESUME_CLOSED:
+		r->resuming = false;
+		r->connected = true;
+		if (r->done_sent) {
+			/* A run that finished answers the DONE of its last
+			 * round; one that failed refuses it. */
+			r->done_closed = true;
+			if (send_done(r) < 0)
+				fail_event(r);
+			return;
+		}
+		set_error(r, "cannot resume round %" PRId64 " of run '%s' at '%s': %s",
+			  r->asg.round, r->spec->run_id, r->endpoint,
+			  message ? message : strerror(ESHUTDOWN));
+		fail_event(r);
+		return;
+	case CRUN__RESUME_REFUSED:
+		break;
+	}
+	if (status < 0)
+		snprintf(detail, sizeof(detail), "the store refused round %" PRId64 ": %s",
+			 r->asg.round, message ? message : strerror(-status));
+	else
+		snprintf(detail, sizeof(detail),
+			 "the store answered with another assignment than round %" PRId64,
+			 r->asg.round);
+	resume_failed(r, detail);
+}
+
+/* Node 0's agent, which hosted the store, is gone: so is the job. */
+static void store_gone(struct agent_rdzv *r, const char *why)
+{
+	r->connected = false;
+	set_error(r,
+		  "the rendezvous store hosted by node 0's agent at '%s' is gone (%s): the job "
+		  "cannot go on without it; a job that must survive the loss of node 0 uses a "
+		  "standalone crun-rdzvd (crun-rdzvd(8))",
+		  r->endpoint, why);
+	fail_event(r);
+}
+
+/* The connection ended (err, why: how): resume, end, or lose. */
+static void store_lost(struct agent_rdzv *r, int err, const char *why)
+{
+	struct crun__store_loss_facts f = {
+		.err = err,
+		.store_flags = r->store_flags,
+		.hosting = r->hosting,
+		.member = r->assigned && r->placed && !r->ended,
+		.nnodes = r->assigned ? r->asg.nnodes : 0,
+	};
+
+	r->connected = false;
+	switch (crun__store_loss_classify(&f)) {
+	case CRUN__LOSS_GONE:
+		store_gone(r, why);
+		return;
+	case CRUN__LOSS_RESUME:
+		begin_resume(r, why);
+		return;
+	case CRUN__LOSS_REJOIN:
+		break;
+	}
+	if (r->resuming) {
+		resume_failed(r, why);
+		return;
 	}
 	report_lost(r, why);
 }
@@ -992,7 +1303,7 @@ static void on_event(struct crun__aclient *c, enum crun__aclient_event_type type
 			snprintf(why, sizeof(why), "%s", message ? message : strerror(-err));
 			break;
 		}
-		report_lost(r, why);
+		store_lost(r, err, why);
 		return;
 	case CRUN_ACLIENT_EV_RDZV:
 		round_event(r, msg);
@@ -1117,4 +1428,7 @@ void crun__rdzv_finish(struct agent_rdzv *r)
 	}
 	free(r->error_msg);
 	r->error_msg = NULL;
+	free(r->fail_msg);
+	r->fail_msg = NULL;
+	r->resuming = false;
 }

@@ -95,6 +95,25 @@ struct agent_rdzv {
 	uint64_t rejoin_by;
 	uv_timer_t rejoin_timer;
 	bool timer_open;
+	/* The last connected store's preamble flags (CRUN_WIRE_F_*), kept
+	 * past the loss of its connection: they say how to take it
+	 * (store_loss.h). */
+	uint16_t store_flags;
+	bool placed; /* the ready hook ran for the assigned round */
+	/* Resuming the assigned round after losing a standalone store by a
+	 * closed connection (store_loss.h): no hook runs and the workers run
+	 * on while a new client connects, until resume_by (loop time), and
+	 * sends RDZV_RESUME. resume_since: the loss; resume_why: its cause. */
+	bool resuming;
+	uint64_t resume_since, resume_by;
+	char resume_why[160];
+	/* This node's FAIL and DONE of the assigned round, until the next
+	 * join: held while resuming and sent again after a resume, since a
+	 * store that restarted has neither. fail_msg NULL: no FAIL. */
+	char *fail_msg;
+	bool fail_stop;
+	bool done_sent;
+	bool done_closed; /* a DONE sent after the resume found the run closed */
 };
 
 /* Decides whether this agent hosts the store (and binds it: then *server
@@ -104,6 +123,14 @@ struct agent_rdzv {
 int crun__rdzv_setup(struct agent_rdzv *r, uv_loop_t *loop, const struct crun__agent_spec *spec,
 		     const char *hostname, const struct crun__rdzv_hooks *hooks,
 		     struct crun__server **server);
+/* A member of a running round that loses a standalone store by a close
+ * or a reset (not by keep-alive silence) keeps its workers: it reconnects
+ * for the spec's reconnect timeout and resumes the round (rdzv.h's
+ * RDZV_RESUME) without any hook, holding a FAIL or DONE meanwhile. The
+ * round is then the same (nothing happens), or over (ended), or the run is
+ * closed (failed, or done after a DONE), or the store did not come back
+ * in time (failed, lost, as any loss). A store hosted by node 0's agent
+ * that goes away by a close or a reset ends the job: failed, not lost. */
 /* Joins the next round (once connected): a new generation; ready, failed,
  * or ended (when the round ends before MASTER_ADDR is known) follows.
  * After failed(lost) it first connects again, as a new node; failed

@@ -98,7 +98,8 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "close_timeout (30s), keep_alive_interval (5s), keep_alive_max_attempt "
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
 	  "(60s), rejoin_timeout (join_timeout), blacklist_failures (3), "
-	  "blacklist_window (10m), blacklist_cooldown_range (30s:5m); see "
+	  "blacklist_window (10m), blacklist_cooldown_range (30s:5m), "
+	  "reconnect_timeout (60s); see "
 	  "crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
@@ -247,6 +248,7 @@ void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
 	conf->blacklist_window_ms = 600000;
 	conf->cooldown_min_ms = 30000;
 	conf->cooldown_max_ms = 300000;
+	conf->reconnect_timeout_ms = 60000;
 }
 
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
@@ -292,7 +294,7 @@ static char *trim(char *s)
 	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
 	"keep_alive_max_attempt, is_host, token_file, read_timeout, "           \
 	"rejoin_timeout, blacklist_failures, blacklist_window, "                \
-	"blacklist_cooldown_range"
+	"blacklist_cooldown_range, reconnect_timeout"
 
 /* "MIN:MAX" (Horovod's --blacklist-cooldown-range MIN MAX), or one
  * duration for both. */
@@ -338,6 +340,7 @@ static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const ch
 		{"read_timeout", &conf->read_timeout_ms},
 		{"rejoin_timeout", &conf->rejoin_timeout_ms},
 		{"blacklist_window", &conf->blacklist_window_ms},
+		{"reconnect_timeout", &conf->reconnect_timeout_ms},
 	};
 	char reason[160];
 	int64_t v;

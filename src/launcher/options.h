@@ -135,6 +135,7 @@ struct crun__rdzv_conf {
 	int64_t blacklist_window_ms;	/* 10 min */
 	int64_t cooldown_min_ms;	/* 30 s */
 	int64_t cooldown_max_ms;	/* 5 min */
+	int64_t reconnect_timeout_ms;	/* 60 s */
 };
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:

@@ -451,6 +451,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 		spec->rdzv.blacklist_window_ms = rc->blacklist_window_ms;
 		spec->rdzv.cooldown_min_ms = rc->cooldown_min_ms;
 		spec->rdzv.cooldown_max_ms = rc->cooldown_max_ms;
+		spec->rdzv.reconnect_timeout_ms = rc->reconnect_timeout_ms;
 		return;
 	}
 	/* One node: the agent hosts the store for native workers on loopback,
@@ -529,6 +530,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "rdzv_conf.blacklist_window_ms=%lld\n", (long long)rc->blacklist_window_ms);
 	fprintf(f, "rdzv_conf.blacklist_cooldown_range_ms=%lld:%lld\n",
 		(long long)rc->cooldown_min_ms, (long long)rc->cooldown_max_ms);
+	fprintf(f, "rdzv_conf.reconnect_timeout_ms=%lld\n", (long long)rc->reconnect_timeout_ms);
 	fprintf(f, "master_addr=%s\n", plan->master_addr);
 	if (plan->master_port)
 		fprintf(f, "master_port=%d\n", plan->master_port);

@@ -9,7 +9,7 @@
  *
  * Lifecycle: create -> connect (once) -> connect_cb(0) -> requests ... ->
  * LOST (optional) -> destroy. The client connects at most once and never
- * reconnects (for the agent, a lost store ends the job).
+ * reconnects: to reach the store again, the agent creates a new one.
  *
  * Liveness: with keepalive_interval_ms > 0 the client sends PING every
  * interval; when no byte at all has arrived for interval x max_attempt it

@@ -96,6 +96,7 @@ bad "unknown key 'bogus'; known keys: join_timeout" "" --rdzv-conf bogus=1
 bad "invalid value 'join_timeout=soon' for --rdzv-conf" "" --rdzv-conf=join_timeout=soon
 bad "invalid value 'is_host=2' for --rdzv-conf" "" --rdzv_conf is_host=2
 bad "rejoin_timeout '0': expected a positive duration" "" --rdzv-conf rejoin_timeout=0
+bad "reconnect_timeout 'soon': expected a positive duration" "" --rdzv-conf reconnect_timeout=soon
 bad "blacklist_failures '-1': expected a whole number from 0 (never) to 1000" "" \
 	--rdzv-conf blacklist_failures=-1
 bad "blacklist_cooldown_range '5m:1m': expected MIN:MAX" "" \

@@ -37,7 +37,7 @@ rdzv_id: cfgjob
 shutdown_timeout: 12s
 min_attempt_time: 2m
 rdzv_conf: {join_timeout: 60, is_host: false, blacklist_failures: 2, blacklist_window: 5m,
-  blacklist_cooldown_range: "10s:100s"}
+  blacklist_cooldown_range: "10s:100s", reconnect_timeout: 90s}
 signals_to_handle: [SIGTERM, SIGUSR1]
 tee: {0: 3, 1: 1}
 local_ranks_filter: [0, 1]
@@ -61,6 +61,7 @@ expect rdzv_conf.rejoin_timeout_ms=600000 "$tmp/d"
 expect rdzv_conf.blacklist_failures=3 "$tmp/d"
 expect rdzv_conf.blacklist_window_ms=600000 "$tmp/d"
 expect rdzv_conf.blacklist_cooldown_range_ms=30000:300000 "$tmp/d"
+expect rdzv_conf.reconnect_timeout_ms=60000 "$tmp/d"
 
 # The config file alone.
 crun_clean -c "$tmp/c.yaml" --dry-run /bin/true >"$tmp/d" || fail "config dry run"
@@ -76,6 +77,7 @@ expect rdzv_conf.rejoin_timeout_ms=60000 "$tmp/d"
 expect rdzv_conf.blacklist_failures=2 "$tmp/d"
 expect rdzv_conf.blacklist_window_ms=300000 "$tmp/d"
 expect rdzv_conf.blacklist_cooldown_range_ms=10000:100000 "$tmp/d"
+expect rdzv_conf.reconnect_timeout_ms=90000 "$tmp/d"
 expect signals_to_handle=SIGTERM,SIGUSR1 "$tmp/d"
 expect tee=0:3,1:1 "$tmp/d"
 expect local_ranks_filter=0,1 "$tmp/d"
