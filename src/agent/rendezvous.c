@@ -1203,8 +1203,9 @@ static void got_resume(struct agent_rdzv *r, int status, const char *message,
 	case CRUN__RESUME_ROUND_OVER:
 		r->resuming = false;
 		r->connected = true;
-		crun__info("reached the rendezvous store at '%s' again after %.1fs: %s",
-			   r->endpoint, away, message ? message : "the round is over");
+		crun__info("reached the rendezvous store at '%s' again after %.1fs; round %" PRId64
+			   " is over",
+			   r->endpoint, away, r->asg.round);
 		resumed_round_over(r, message);
 		return;
 	case CRUN__RESUME_CLOSED:
