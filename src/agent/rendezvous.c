@@ -214,6 +214,7 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 	opts.token = spec->token;
 	opts.token_len = spec->token_len;
 	opts.quiet = true;
+	opts.embedded = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
 	for (int i = 0; i < n; i++) {
 		*server = crun__server_create(r->loop, &opts);

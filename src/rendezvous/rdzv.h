@@ -157,7 +157,38 @@
  *       max_restarts): each held resume gets ERROR ECANCELED "round N
  *       ended: node 2 (host-c) did not come back within 15s after the
  *       store restarted", the run is OPEN for round N + 1, and the
- *       resumers JOIN it as in any restart.
+ *       resumers JOIN it as in any restart. When that end exhausts the
+ *       restarts the run closes as failed and each held resume gets
+ *       ERROR ESHUTDOWN "run 'ID' is closed: the job failed: <the same
+ *       message>; no restarts left (--max-restarts N)".
+ *     While a round is RECOVERING:
+ *     - a JOIN of one of its members (an agent that gave up resuming, or
+ *       whose workers stopped) ends the round at once, counted, as "left"
+ *       ("node 1 (host-b) joined again instead of resuming the round"):
+ *       held resumes get ECANCELED with that message and the JOIN is one
+ *       for round N + 1 (OPEN), as any JOIN after a restart;
+ *     - a JOIN of another node is checked as any JOIN and waits as a
+ *       standby joiner would (its join timeout runs): once the round runs
+ *       again it ends it with "join" when the round is below max_nodes
+ *       and nobody sent DONE, else it goes on waiting; when the round ends
+ *       it is in the next one;
+ *     - a member's connection that closes after its resume was held is
+ *       no longer back (it may resume again before the deadline);
+ *     - RDZV_FAIL from a held member ends the round (reason "failure",
+ *       its held resumes get ECANCELED); RDZV_DONE from a held member is
+ *       counted once the round runs again (the barrier may then complete
+ *       at once); either from a connection that has not resumed gets
+ *       ERROR EINVAL ("... send RDZV_RESUME first").
+ *     A resume answered with the assignment makes its connection the
+ *     member: the round's RDZV_EVENT then carries the RESUME's id (as it
+ *     carries a JOIN's), and the keep-alive window of its JOIN part
+ *     applies as for a JOIN, from the moment the resume is held. A DONE
+ *     the member sent on an earlier connection no longer counts: it sends
+ *     DONE again. A second resume of the same member on another
+ *     connection replaces the first (which gets ERROR EEXIST). The run is
+ *     "unknown" to the store when no round was ever assigned in it and
+ *     nobody waits in its first round; a run OPEN in any other way
+ *     cancels the resume.
  *     - a store with a journal (crun-rdzvd --state-dir) loads each run
  *       that was RUNNING as RECOVERING, with its recorded members, round
  *       and restart count, the deadline wait_ms from the first resume; a
@@ -192,6 +223,10 @@
  *             join_timeout passes, or gets ESHUTDOWN when the run closes.
  *   (ended)   -> the next round is OPEN at once, with any standby joiners
  *             already in it; members re-join.
+ *   RECOVERING  (RDZV_RESUME) the round the members' resumes name, rebuilt
+ *             by a store that lost it; -> RUNNING when every member is
+ *             back, -> (ended) when its deadline passes first, a member
+ *             joins instead, or a member fails.
  *   CLOSED    run finished (all DONE) or failed (exhausted): every JOIN
  *             gets ESHUTDOWN.
  * The state lives as long as the run does in the server: until no

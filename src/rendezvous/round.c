@@ -21,7 +21,12 @@
  * - The members of the round that ended are remembered (prev), so that a
  *   join timeout can name who did not come back, and so that the next
  *   round closes as soon as every one of them that is still connected has
- *   rejoined, instead of waiting for the last call. */
+ *   rejoined, instead of waiting for the last call.
+ * - A run the store lost (it restarted) is rebuilt from the RESUMEs of its
+ *   members (RECOVERING): the first one brings the round, the restart
+ *   count and the member list, and the members array holds every member
+ *   of the assignment from the start, with no peer until it resumes; the
+ *   round runs again, without a new assignment, once all have. */
 #include "rendezvous/round.h"
 
 #include <errno.h>
@@ -35,12 +40,13 @@
 #include "common/log.h"
 
 enum round_state {
-	ROUND_OPEN,    /* collecting joins for round r->round */
-	ROUND_RUNNING, /* round r->round assigned to r->members */
-	ROUND_CLOSED,  /* the run finished (all DONE) or failed (exhausted) */
+	ROUND_OPEN,	  /* collecting joins for round r->round */
+	ROUND_RUNNING,	  /* round r->round assigned to r->members */
+	ROUND_CLOSED,	  /* the run finished (all DONE) or failed (exhausted) */
+	ROUND_RECOVERING, /* round r->round rebuilt from resumes, not all back */
 };
 
-static const char *const state_names[] = {"open", "running", "closed"};
+static const char *const state_names[] = {"open", "running", "closed", "recovering"};
 
 /* A node that joined: waiting in the OPEN round, member of the RUNNING
  * one, or on standby. Strings live in the same allocation. */
@@ -50,7 +56,8 @@ struct rnode {
 	uint32_t done_id;
 	bool done;
 	bool lost; /* RUNNING: its connection closed (peer is NULL then):
-		    * the round is ending, or the node had sent DONE */
+		    * the round is ending, or the node had sent DONE.
+		    * RECOVERING: never set; peer is NULL until it resumes */
 	int nproc;
 	int node_rank;	   /* static rank or -1 */
 	int group_rank;	   /* RUNNING: position in members */
@@ -115,6 +122,13 @@ struct crun__round {
 	char *ended_why;     /* "reason: message" of that round */
 	bool last_call_armed;
 	uint64_t last_call_deadline;
+	/* RECOVERING: the members that resumed, when the round gives up on
+	 * the others (armed by the first resume, wait_ms ahead) and that
+	 * wait, for messages. */
+	size_t nresumed;
+	bool resume_heard, resume_armed;
+	uint64_t resume_deadline;
+	int64_t resume_wait_ms;
 	struct round_timer *timer;
 };
 
@@ -408,33 +422,20 @@ static bool prev_all_back(const struct crun__round *r)
 static void rearm(struct crun__round *r);
 static void close_run(struct crun__round *r, bool failed);
 
-/* OPEN -> RUNNING: every joiner gets its assignment. */
-static void close_open(struct crun__round *r)
+/* The assignment of the RUNNING round, as a VALUES reply to each
+ * connected member's JOIN (or RESUME), or to only that one when only is
+ * not NULL. */
+static void send_assignments(struct crun__round *r, const struct rnode *only)
 {
-	struct crun__wire_item *items;
-	char head[4][24], *nprocs;
-	size_t n = r->joiners.n;
+	size_t n = r->members.n;
+	struct crun__wire_item *items = malloc((4 + 4 * n) * sizeof(*items));
+	char head[4][24], *nprocs = malloc(n * 12);
 
-	qsort(r->joiners.v, n, sizeof(*r->joiners.v), r->static_ranks ? cmp_rank : cmp_seq);
-	items = malloc((4 + 4 * n) * sizeof(*items));
-	nprocs = malloc(n * 12);
-	r->members = r->joiners;
-	memset(&r->joiners, 0, sizeof(r->joiners));
-	r->state = ROUND_RUNNING;
-	r->last_call_armed = false;
-	r->ndone = 0;
-	r->world_size = 0;
-	for (size_t i = 0; i < n; i++) {
-		r->members.v[i]->group_rank = (int)i;
-		r->members.v[i]->done = false;
-		r->world_size += r->members.v[i]->nproc;
-	}
-	crun__info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
-		   r->run_id, n, n == 1 ? "" : "s", r->world_size);
 	if (!items || !nprocs) {
 		for (size_t i = 0; i < n; i++)
-			send_err(r, r->members.v[i]->peer, r->members.v[i]->join_id, ENOMEM,
-				 "out of memory");
+			if (r->members.v[i]->peer && (!only || r->members.v[i] == only))
+				send_err(r, r->members.v[i]->peer, r->members.v[i]->join_id, ENOMEM,
+					 "out of memory");
 		goto out_free;
 	}
 	snprintf(head[0], sizeof(head[0]), "%" PRId64, r->round);
@@ -455,6 +456,8 @@ static void close_open(struct crun__round *r)
 	for (size_t i = 0; i < n; i++) {
 		struct rnode *m = r->members.v[i];
 
+		if (!m->peer || (only && m != only))
+			continue;
 		snprintf(head[2], sizeof(head[2]), "%zu", i);
 		items[2] = item(head[2]);
 		if (r->ops->send(m->peer, CRUN_WIRE_VALUES, m->join_id, 0, items,
@@ -467,6 +470,28 @@ static void close_open(struct crun__round *r)
 out_free:
 	free(nprocs);
 	free(items);
+}
+
+/* OPEN -> RUNNING: every joiner gets its assignment. */
+static void close_open(struct crun__round *r)
+{
+	size_t n = r->joiners.n;
+
+	qsort(r->joiners.v, n, sizeof(*r->joiners.v), r->static_ranks ? cmp_rank : cmp_seq);
+	r->members = r->joiners;
+	memset(&r->joiners, 0, sizeof(r->joiners));
+	r->state = ROUND_RUNNING;
+	r->last_call_armed = false;
+	r->ndone = 0;
+	r->world_size = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->members.v[i]->group_rank = (int)i;
+		r->members.v[i]->done = false;
+		r->world_size += r->members.v[i]->nproc;
+	}
+	crun__info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
+		   r->run_id, n, n == 1 ? "" : "s", r->world_size);
+	send_assignments(r, NULL);
 }
 
 /* After the OPEN round gained or lost a joiner: close it when it is full,
@@ -507,14 +532,16 @@ static bool open_add(struct crun__round *r, struct rnode *n)
 	return true;
 }
 
-/* RUNNING -> OPEN (or CLOSED when the restarts are exhausted). Every
- * member gets one RDZV_EVENT; carried (may be NULL) is the node whose
- * join ended the round: it opens the next round, with the standby
- * joiners. */
+/* RUNNING or RECOVERING -> OPEN (or CLOSED when the restarts are
+ * exhausted). Every member gets one RDZV_EVENT (a member held in a
+ * RECOVERING round, the error answer to its RESUME instead); carried (may
+ * be NULL) is the node whose join ended the round: it opens the next
+ * round, with the standby joiners. */
 static void end_round(struct crun__round *r, const char *reason, const char *message,
 		      struct rnode *carried)
 {
 	bool counted = strcmp(reason, "join") != 0;
+	bool recovering = r->state == ROUND_RECOVERING;
 	struct crun__wire_item items[3];
 	char count[24], why[1200];
 	struct prev *prev;
@@ -544,9 +571,16 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 	for (size_t i = 0; i < r->members.n; i++) {
 		struct rnode *m = r->members.v[i];
 
-		if (m->lost)
-			continue; /* it left: its connection is gone */
-		r->ops->send(m->peer, CRUN_WIRE_RDZV_EVENT, m->join_id, r->round, items, 3);
+		if (m->lost || !m->peer)
+			continue; /* it left, or never resumed: no connection */
+		if (!recovering)
+			r->ops->send(m->peer, CRUN_WIRE_RDZV_EVENT, m->join_id, r->round, items, 3);
+		else if (!strcmp(reason, "exhausted"))
+			send_err(r, m->peer, m->join_id, ESHUTDOWN,
+				 "run '%s' is closed: the job failed: %s", r->run_id, message);
+		else
+			send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s",
+				 r->round, message);
 		if (m->done)
 			send_err(r, m->peer, m->done_id, ECANCELED,
 				 "round %" PRId64 " ended: %s: %s", r->round, reason, message);
@@ -566,7 +600,7 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 		prev[i].host = strdup(m->host);
 		prev[i].group_rank = m->group_rank;
 		prev[i].peer = m->lost ? NULL : m->peer;
-		prev[i].gone = m->lost;
+		prev[i].gone = m->lost || !m->peer;
 		if (!prev[i].node_id || !prev[i].host) {
 			/* Without it the next round waits for its last call. */
 			free(prev[i].node_id);
@@ -591,6 +625,7 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 	r->round++;
 	r->state = ROUND_OPEN;
 	r->last_call_armed = false;
+	r->resume_armed = false;
 	if (carried)
 		open_add(r, carried);
 	/* Standby joiners move in, in arrival order, until the round is
@@ -610,6 +645,7 @@ static void close_run(struct crun__round *r, bool failed)
 	r->state = ROUND_CLOSED;
 	r->failed = failed;
 	r->last_call_armed = false;
+	r->resume_armed = false;
 	if (!failed)
 		for (size_t i = 0; i < r->members.n; i++)
 			if (!r->members.v[i]->lost)
@@ -641,6 +677,78 @@ static void fmt_nnodes(char *buf, size_t len, int min, int max)
 		snprintf(buf, len, "%d:%d", min, max);
 }
 
+/* A node with copies of the strings in the same allocation; NULL when
+ * out of memory. */
+static struct rnode *rnode_new(const char *node_id, const char *host, const char *addr)
+{
+	size_t ls[3] = {strlen(node_id) + 1, strlen(host) + 1, strlen(addr) + 1};
+	struct rnode *n = calloc(1, sizeof(*n) + ls[0] + ls[1] + ls[2]);
+
+	if (!n)
+		return NULL;
+	n->node_id = memcpy((char *)(n + 1), node_id, ls[0]);
+	n->host = memcpy(n->node_id + ls[0], host, ls[1]);
+	n->addr = memcpy(n->host + ls[1], addr, ls[2]);
+	return n;
+}
+
+/* True when a JOIN's (or RESUME's) configuration cf and node rank differ
+ * from the configured run's, with what differs in why. */
+static bool conf_differs(const struct crun__round *r, const struct crun__rdzv_conf *cf,
+			 int node_rank, char *why, size_t len)
+{
+	const struct crun__rdzv_conf *rc = &r->conf;
+	char a[24], b[24];
+
+	if (!r->configured)
+		return false;
+	if (cf->min_nodes != rc->min_nodes || cf->max_nodes != rc->max_nodes) {
+		fmt_nnodes(a, sizeof(a), cf->min_nodes, cf->max_nodes);
+		fmt_nnodes(b, sizeof(b), rc->min_nodes, rc->max_nodes);
+		snprintf(why, len, "--nnodes %s differs from the run's %s", a, b);
+		return true;
+	}
+	if (cf->last_call_ms != rc->last_call_ms) {
+		snprintf(why, len, "last_call_timeout %s differs from the run's %s",
+			 crun__rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
+			 crun__rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
+		return true;
+	}
+	/* A JOIN of 10 items has no exclusion settings (an agent that
+	 * predates them): it takes the run's. The first JOIN that has them
+	 * sets the run's (admit). */
+	if (cf->has_exclusion && rc->has_exclusion &&
+	    (cf->blacklist_failures != rc->blacklist_failures ||
+	     (cf->blacklist_failures && (cf->blacklist_window_ms != rc->blacklist_window_ms ||
+					 cf->cooldown_min_ms != rc->cooldown_min_ms ||
+					 cf->cooldown_max_ms != rc->cooldown_max_ms)))) {
+		snprintf(why, len,
+			 "blacklist settings (%d failures within %" PRId64 " ms, cool-down %" PRId64
+			 "..%" PRId64 " ms) differ from the run's (%d, %" PRId64 " ms, %" PRId64
+			 "..%" PRId64 " ms)",
+			 cf->blacklist_failures, cf->blacklist_window_ms, cf->cooldown_min_ms,
+			 cf->cooldown_max_ms, rc->blacklist_failures, rc->blacklist_window_ms,
+			 rc->cooldown_min_ms, rc->cooldown_max_ms);
+		return true;
+	}
+	if (cf->max_restarts != rc->max_restarts) {
+		snprintf(why, len, "--max-restarts %d differs from the run's %d", cf->max_restarts,
+			 rc->max_restarts);
+		return true;
+	}
+	if ((node_rank >= 0) != r->static_ranks) {
+		if (r->static_ranks)
+			snprintf(why, len,
+				 "no --node-rank given, but the run's group ranks are static");
+		else
+			snprintf(why, len,
+				 "--node-rank %d given, but the run's group ranks are dynamic",
+				 node_rank);
+		return true;
+	}
+	return false;
+}
+
 /* Checks a JOIN against the run and makes its node; NULL after an error
  * reply. The first JOIN that passes fixes the run's configuration. */
 static struct rnode *admit(struct crun__round *r, const struct crun__round_event *ev)
@@ -652,62 +760,12 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 	static const char *const where[4] = {
 		"has already joined round", "is a member of the running round",
 		"already waits to join after round", "already waits, excluded, in round"};
-	char a[24], b[24], c[24];
-	size_t ls[3];
 	struct rnode *n;
+	char c[24], why[512];
 
-	if (r->configured) {
-		const struct crun__rdzv_conf *rc = &r->conf;
-
-		if (cf->min_nodes != rc->min_nodes || cf->max_nodes != rc->max_nodes) {
-			fmt_nnodes(a, sizeof(a), cf->min_nodes, cf->max_nodes);
-			fmt_nnodes(b, sizeof(b), rc->min_nodes, rc->max_nodes);
-			refuse_join(r, ev, EINVAL, "--nnodes %s differs from the run's %s", a, b);
-			return NULL;
-		}
-		if (cf->last_call_ms != rc->last_call_ms) {
-			refuse_join(r, ev, EINVAL, "last_call_timeout %s differs from the run's %s",
-				    crun__rdzv_format_ms(cf->last_call_ms, a, sizeof(a)),
-				    crun__rdzv_format_ms(rc->last_call_ms, b, sizeof(b)));
-			return NULL;
-		}
-		/* A JOIN of 10 items has no exclusion settings (an agent that
-		 * predates them): it takes the run's. The first JOIN that has
-		 * them sets the run's (below). */
-		if (cf->has_exclusion && rc->has_exclusion &&
-		    (cf->blacklist_failures != rc->blacklist_failures ||
-		     (cf->blacklist_failures &&
-		      (cf->blacklist_window_ms != rc->blacklist_window_ms ||
-		       cf->cooldown_min_ms != rc->cooldown_min_ms ||
-		       cf->cooldown_max_ms != rc->cooldown_max_ms)))) {
-			refuse_join(r, ev, EINVAL,
-				    "blacklist settings (%d failures within %" PRId64
-				    " ms, cool-down %" PRId64 "..%" PRId64
-				    " ms) differ from the run's (%d, %" PRId64 " ms, %" PRId64
-				    "..%" PRId64 " ms)",
-				    cf->blacklist_failures, cf->blacklist_window_ms,
-				    cf->cooldown_min_ms, cf->cooldown_max_ms,
-				    rc->blacklist_failures, rc->blacklist_window_ms,
-				    rc->cooldown_min_ms, rc->cooldown_max_ms);
-			return NULL;
-		}
-		if (cf->max_restarts != rc->max_restarts) {
-			refuse_join(r, ev, EINVAL, "--max-restarts %d differs from the run's %d",
-				    cf->max_restarts, rc->max_restarts);
-			return NULL;
-		}
-		if ((nd->node_rank >= 0) != r->static_ranks) {
-			if (r->static_ranks)
-				refuse_join(r, ev, EINVAL,
-					    "no --node-rank given, but the run's group ranks are "
-					    "static");
-			else
-				refuse_join(r, ev, EINVAL,
-					    "--node-rank %d given, but the run's group ranks are "
-					    "dynamic",
-					    nd->node_rank);
-			return NULL;
-		}
+	if (conf_differs(r, cf, nd->node_rank, why, sizeof(why))) {
+		refuse_join(r, ev, EINVAL, "%s", why);
+		return NULL;
 	}
 	for (int s = 0; s < 4; s++) {
 		struct rnode *o;
@@ -733,17 +791,11 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 			return NULL;
 		}
 	}
-	ls[0] = strlen(nd->node_id) + 1;
-	ls[1] = strlen(nd->host) + 1;
-	ls[2] = strlen(addr) + 1;
-	n = calloc(1, sizeof(*n) + ls[0] + ls[1] + ls[2]);
+	n = rnode_new(nd->node_id, nd->host, addr);
 	if (!n) {
 		send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
 		return NULL;
 	}
-	n->node_id = memcpy((char *)(n + 1), nd->node_id, ls[0]);
-	n->host = memcpy(n->node_id + ls[0], nd->host, ls[1]);
-	n->addr = memcpy(n->host + ls[1], addr, ls[2]);
 	n->peer = ev->peer;
 	n->join_id = ev->id;
 	n->nproc = nd->nproc;
@@ -897,6 +949,9 @@ static void open_event(struct crun__round *r, const struct crun__round_event *ev
 		join_timed_out(r, r->joiners.v[i]);
 		free(nodes_take(&r->joiners, (size_t)i));
 		break;
+	case CRUN_ROUND_EV_RESUME:
+	case CRUN_ROUND_EV_RESUME_DEADLINE:
+		break;
 	}
 }
 
@@ -1030,6 +1085,9 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 			 r->round, r->conf.max_nodes);
 		free(n);
 		break;
+	case CRUN_ROUND_EV_RESUME:
+	case CRUN_ROUND_EV_RESUME_DEADLINE:
+		break;
 	}
 }
 
@@ -1053,6 +1111,461 @@ static void closed_event(struct crun__round *r, const struct crun__round_event *
 	case CRUN_ROUND_EV_LAST_CALL:
 	case CRUN_ROUND_EV_JOIN_TIMEOUT:
 	case CRUN_ROUND_EV_COOLED:
+	case CRUN_ROUND_EV_RESUME:
+	case CRUN_ROUND_EV_RESUME_DEADLINE:
+		break;
+	}
+}
+
+/* ---- resuming a round (RDZV_RESUME) ---------------------------------------- */
+
+/* The member of the round with node_id, connected or not; NULL if none. */
+static struct rnode *member_by_id(const struct crun__round *r, const char *node_id)
+{
+	for (size_t i = 0; i < r->members.n; i++)
+		if (!strcmp(r->members.v[i]->node_id, node_id))
+			return r->members.v[i];
+	return NULL;
+}
+
+/* True when the round is not the one a resume names (its round, restart
+ * count and members in group-rank order), with what differs in why. */
+static bool round_differs(const struct crun__round *r, const struct crun__rdzv_assignment *a,
+			  char *why, size_t len)
+{
+	if (a->round != r->round) {
+		snprintf(why, len, "the run is in round %" PRId64, r->round);
+		return true;
+	}
+	if (a->restart_count != r->restart_count) {
+		snprintf(why, len, "restart count %" PRId64 " differs from the run's %" PRId64,
+			 a->restart_count, r->restart_count);
+		return true;
+	}
+	if ((size_t)a->nnodes != r->members.n) {
+		snprintf(why, len, "%d nodes differ from the round's %zu", a->nnodes, r->members.n);
+		return true;
+	}
+	for (size_t i = 0; i < r->members.n; i++) {
+		const struct crun__rdzv_node *x = &a->nodes[i];
+		const struct rnode *m = r->members.v[i];
+
+		if (strcmp(x->node_id, m->node_id) || strcmp(x->host, m->host) ||
+		    strcmp(x->addr, m->addr) || x->nproc != m->nproc) {
+			snprintf(why, len,
+				 "node %zu is '%s' (%s, %s, %d workers) there, but '%s' (%s, %s, "
+				 "%d workers) in the round",
+				 i, x->node_id, x->host, x->addr, x->nproc, m->node_id, m->host,
+				 m->addr, m->nproc);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ECANCELED to a resume of a round that is over or cannot be resumed: the
+ * agent stops its workers and joins again. */
+static void cancel_resume(struct crun__round *r, const struct crun__round_event *ev,
+			  const char *why)
+{
+	int64_t round = ev->assignment->round;
+	char msg[1200];
+
+	if (why)
+		snprintf(msg, sizeof(msg), "round %" PRId64 " of run '%s' cannot be resumed: %s",
+			 round, r->run_id, why);
+	else if (r->ended_round == round && r->ended_why)
+		snprintf(msg, sizeof(msg), "round %" PRId64 " ended: %s", round, r->ended_why);
+	else
+		snprintf(msg, sizeof(msg),
+			 "round %" PRId64 " ended: run '%s' is in round %" PRId64 " (%s)", round,
+			 r->run_id, r->round, state_names[r->state]);
+	crun__info("run '%s': node '%s' (%s) cannot resume: %s", r->run_id, ev->node->node_id,
+		   ev->node->host, msg);
+	send_err(r, ev->peer, ev->id, ECANCELED, "%s", msg);
+}
+
+/* True when the store knows nothing of the run but its name: no round was
+ * ever assigned and nobody waits in the first one. */
+static bool fresh(const struct crun__round *r)
+{
+	return r->state == ROUND_OPEN && r->round == 1 && !r->joiners.n && !r->cooling.n;
+}
+
+/* The members of a RECOVERING round back to no connection, their held
+ * resumes answered with ECANCELED why (the round was rebuilt). */
+static void recover_drop(struct crun__round *r, const char *why)
+{
+	for (size_t i = 0; i < r->members.n; i++) {
+		struct rnode *m = r->members.v[i];
+
+		if (m->peer)
+			send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s",
+				 r->round, why);
+	}
+	nodes_free(&r->members);
+	r->nresumed = 0;
+	r->ndone = 0;
+}
+
+/* The run becomes RECOVERING the round a resume names: its configuration,
+ * round, restart count and members (none connected yet). 0 or -ENOMEM
+ * (the run is then as it was, its members dropped). */
+static int recover_from(struct crun__round *r, const struct crun__round_event *ev)
+{
+	const struct crun__rdzv_assignment *a = ev->assignment;
+
+	nodes_free(&r->members);
+	for (int i = 0; i < a->nnodes; i++) {
+		const struct crun__rdzv_node *x = &a->nodes[i];
+		struct rnode *m = rnode_new(x->node_id, x->host, x->addr);
+
+		if (!m || nodes_push(&r->members, m) < 0) {
+			free(m);
+			nodes_free(&r->members);
+			return -ENOMEM;
+		}
+		m->nproc = x->nproc;
+		m->node_rank = -1; /* known once it resumes */
+		m->group_rank = i;
+		m->seq = node_seq(r, x->node_id);
+	}
+	r->configured = true;
+	r->conf = *ev->conf;
+	r->conf.join_timeout_ms = 0;
+	r->conf.keepalive_ms = 0;
+	r->static_ranks = ev->node->node_rank >= 0;
+	r->round = a->round;
+	r->restart_count = a->restart_count;
+	r->world_size = a->world_size;
+	r->ndone = 0;
+	r->nresumed = 0;
+	r->last_call_armed = false;
+	r->resume_armed = false;
+	r->resume_heard = false;
+	r->state = ROUND_RECOVERING;
+	crun__info("run '%s': rebuilding round %" PRId64 " (%d node%s, %" PRId64
+		   " restarts) from the resume of node '%s' (%s)",
+		   r->run_id, r->round, a->nnodes, a->nnodes == 1 ? "" : "s", r->restart_count,
+		   ev->node->node_id, ev->node->host);
+	return 0;
+}
+
+/* RECOVERING -> RUNNING: every member is back and gets the assignment it
+ * holds; DONEs sent meanwhile count; a node that waits to join ends the
+ * round as it would have in the RUNNING round. */
+static void recovered(struct crun__round *r)
+{
+	char msg[1200];
+
+	r->state = ROUND_RUNNING;
+	r->resume_armed = false;
+	crun__info("round %" PRId64 " of run '%s' resumed: all %zu node%s came back", r->round,
+		   r->run_id, r->members.n, r->members.n == 1 ? "" : "s");
+	send_assignments(r, NULL);
+	if (r->ndone && (size_t)r->ndone == r->members.n) {
+		close_run(r, false);
+		return;
+	}
+	if (r->standby.n && r->members.n < (size_t)r->conf.max_nodes && !r->ndone) {
+		snprintf(msg, sizeof(msg), "node '%s' (%s) is joining", r->standby.v[0]->node_id,
+			 r->standby.v[0]->host);
+		end_round(r, "join", msg, NULL);
+	}
+}
+
+/* The RECOVERING round's deadline passed: it ends as if the members that
+ * did not resume had left. */
+static void resume_timed_out(struct crun__round *r)
+{
+	char msg[1024], t[24];
+	size_t o = 0, shown = 0, missing = 0;
+	int len;
+
+	for (size_t i = 0; i < r->members.n; i++) {
+		const struct rnode *m = r->members.v[i];
+
+		if (m->peer)
+			continue;
+		missing++;
+		count_failure(r, m->node_id, m->host);
+		if (o + strlen(m->host) + 128 >= sizeof(msg))
+			continue;
+		len = snprintf(msg + o, sizeof(msg) - o, "%snode %d (%s)", shown ? ", " : "",
+			       m->group_rank, m->host);
+		if (len > 0)
+			o += (size_t)len;
+		shown++;
+	}
+	if (missing > shown)
+		o += (size_t)snprintf(msg + o, sizeof(msg) - o, " and %zu more", missing - shown);
+	snprintf(msg + o, sizeof(msg) - o, " did not come back within %s after the store restarted",
+		 crun__rdzv_format_ms(r->resume_wait_ms, t, sizeof(t)));
+	end_round(r, "left", msg, NULL);
+}
+
+/* A resume of a member of the RECOVERING round that matches it: held
+ * until every member is back. */
+static void resume_hold(struct crun__round *r, const struct crun__round_event *ev)
+{
+	struct rnode *m = r->members.v[ev->assignment->group_rank];
+	char t[24];
+	long i = nodes_find(&r->members, ev->peer);
+
+	if ((i >= 0 && r->members.v[i] != m) || nodes_find(&r->standby, ev->peer) >= 0 ||
+	    nodes_find(&r->cooling, ev->peer) >= 0) {
+		send_err(r, ev->peer, ev->id, EALREADY,
+			 "this connection is already another node of run '%s'", r->run_id);
+		return;
+	}
+	if (m->peer == ev->peer) {
+		send_err(r, ev->peer, ev->id, EALREADY,
+			 "this connection already resumed round %" PRId64, r->round);
+		return;
+	}
+	if (m->peer)
+		send_err(r, m->peer, m->join_id, EEXIST,
+			 "node '%s' resumed again on another connection", m->node_id);
+	else
+		r->nresumed++;
+	m->peer = ev->peer;
+	m->join_id = ev->id;
+	m->node_rank = ev->node->node_rank;
+	if (!r->resume_heard) {
+		r->resume_heard = true;
+		r->resume_armed = true;
+		r->resume_wait_ms = ev->conf->join_timeout_ms;
+		r->resume_deadline = deadline_after(r, r->resume_wait_ms);
+	}
+	crun__info("run '%s': node %d (%s) resumed round %" PRId64 " (%zu of %zu back, waiting "
+		   "up to %s)",
+		   r->run_id, m->group_rank, m->host, r->round, r->nresumed, r->members.n,
+		   crun__rdzv_format_ms(r->resume_wait_ms, t, sizeof(t)));
+	if (r->nresumed == r->members.n)
+		recovered(r);
+}
+
+/* A resume in the RUNNING round it names: the connection takes the
+ * member's place, as a JOIN of a reconnected node would, but the round
+ * goes on; a DONE the member sent before counts no more (it sends it
+ * again). */
+static void resume_running(struct crun__round *r, const struct crun__round_event *ev)
+{
+	struct rnode *m = r->members.v[ev->assignment->group_rank];
+	long i = nodes_find(&r->members, ev->peer);
+
+	if ((i >= 0 && r->members.v[i] != m) || nodes_find(&r->standby, ev->peer) >= 0 ||
+	    nodes_find(&r->cooling, ev->peer) >= 0) {
+		send_err(r, ev->peer, ev->id, EALREADY,
+			 "this connection is already another node of run '%s'", r->run_id);
+		return;
+	}
+	if (m->done) {
+		m->done = false;
+		r->ndone--;
+	}
+	m->lost = false;
+	m->peer = ev->peer;
+	m->join_id = ev->id;
+	crun__info("run '%s': node %d (%s) resumed round %" PRId64 " on a new connection",
+		   r->run_id, m->group_rank, m->host, r->round);
+	send_assignments(r, m);
+}
+
+static void resume_event(struct crun__round *r, const struct crun__round_event *ev)
+{
+	const struct crun__rdzv_assignment *a = ev->assignment;
+	char why[512];
+
+	switch (r->state) {
+	case ROUND_CLOSED:
+		crun__info("run '%s': node '%s' (%s) cannot resume: the run is closed", r->run_id,
+			   ev->node->node_id, ev->node->host);
+		send_err(r, ev->peer, ev->id, ESHUTDOWN, "run '%s' is closed: %s", r->run_id,
+			 r->failed ? "the job failed" : "the job has finished");
+		return;
+	case ROUND_OPEN:
+		if (!fresh(r)) {
+			cancel_resume(r, ev, NULL);
+			return;
+		}
+		if (r->configured &&
+		    conf_differs(r, ev->conf, ev->node->node_rank, why, sizeof(why))) {
+			cancel_resume(r, ev, why);
+			return;
+		}
+		if (recover_from(r, ev) < 0) {
+			send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
+			return;
+		}
+		resume_hold(r, ev);
+		return;
+	case ROUND_RUNNING:
+		if (a->round != r->round) {
+			cancel_resume(r, ev, NULL);
+			return;
+		}
+		if (round_differs(r, a, why, sizeof(why)) ||
+		    conf_differs(r, ev->conf, ev->node->node_rank, why, sizeof(why))) {
+			cancel_resume(r, ev, why);
+			return;
+		}
+		resume_running(r, ev);
+		return;
+	case ROUND_RECOVERING:
+		if (a->round > r->round) {
+			snprintf(why, sizeof(why), "node '%s' (%s) resumed round %" PRId64,
+				 ev->node->node_id, ev->node->host, a->round);
+			crun__info("run '%s': round %" PRId64 " is dropped: %s", r->run_id,
+				   r->round, why);
+			recover_drop(r, why);
+			if (recover_from(r, ev) < 0) {
+				/* The run has no round to go on with: open the
+				 * next one, as after a counted end. */
+				send_err(r, ev->peer, ev->id, ENOMEM, "out of memory");
+				end_round(r, "left", "out of memory rebuilding the round", NULL);
+				return;
+			}
+			resume_hold(r, ev);
+			return;
+		}
+		if (round_differs(r, a, why, sizeof(why)) ||
+		    conf_differs(r, ev->conf, ev->node->node_rank, why, sizeof(why))) {
+			cancel_resume(r, ev, why);
+			return;
+		}
+		resume_hold(r, ev);
+		return;
+	}
+}
+
+/* The RECOVERING round: resumes are resume_event's; the JOIN of a member
+ * is crun__round_apply's (it ends the round first). */
+static void recovering_event(struct crun__round *r, const struct crun__round_event *ev)
+{
+	char msg[1200];
+	struct rnode *n;
+	long i;
+
+	switch (ev->type) {
+	case CRUN_ROUND_EV_JOIN:
+	case CRUN_ROUND_EV_COOLED:
+		/* A node that is not a member waits, as on standby, until
+		 * the round runs again (then it ends it with "join" when
+		 * there is room) or ends. */
+		if (ev->type == CRUN_ROUND_EV_JOIN) {
+			n = admit(r, ev);
+			if (!n || maybe_hold(r, n))
+				break;
+		} else {
+			i = nodes_find(&r->cooling, ev->peer);
+			if (i < 0)
+				break;
+			n = nodes_take(&r->cooling, (size_t)i);
+			n->deadline = deadline_after(r, n->join_timeout_ms);
+		}
+		if (nodes_push(&r->standby, n) < 0) {
+			send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
+			free(n);
+			break;
+		}
+		crun__info("run '%s': node '%s' (%s) waits: round %" PRId64
+			   " is being resumed after a store restart",
+			   r->run_id, n->node_id, n->host, r->round);
+		break;
+	case CRUN_ROUND_EV_LOST:
+		i = nodes_find(&r->members, ev->peer);
+		if (i >= 0) {
+			n = r->members.v[i];
+			crun__info("run '%s': node %d (%s), resumed, left again: %s", r->run_id,
+				   n->group_rank, n->host,
+				   ev->message ? ev->message : "connection closed");
+			n->peer = NULL;
+			n->join_id = 0;
+			r->nresumed--;
+			if (n->done) {
+				n->done = false;
+				r->ndone--;
+			}
+			break;
+		}
+		i = nodes_find(&r->standby, ev->peer);
+		if (i >= 0) {
+			n = nodes_take(&r->standby, (size_t)i);
+			crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
+				   n->node_id, n->host,
+				   ev->message ? ev->message : "connection closed");
+			free(n);
+		}
+		drop_cooling(r, ev);
+		break;
+	case CRUN_ROUND_EV_FAIL:
+		if (ev->num != r->round) {
+			send_ok(r, ev->peer, ev->id);
+			break;
+		}
+		i = nodes_find(&r->members, ev->peer);
+		if (i < 0) {
+			send_err(r, ev->peer, ev->id, EINVAL,
+				 "this connection is not a member of round %" PRId64
+				 " (the round is being resumed: send RDZV_RESUME first)",
+				 r->round);
+			break;
+		}
+		send_ok(r, ev->peer, ev->id);
+		if (ev->message && ev->message[0])
+			snprintf(msg, sizeof(msg), "%s", ev->message);
+		else
+			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
+				 r->members.v[i]->group_rank, r->members.v[i]->host);
+		count_failure(r, r->members.v[i]->node_id, r->members.v[i]->host);
+		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+		break;
+	case CRUN_ROUND_EV_DONE:
+		if (ev->num != r->round) {
+			done_elsewhere(r, ev);
+			break;
+		}
+		i = nodes_find(&r->members, ev->peer);
+		if (i < 0) {
+			send_err(r, ev->peer, ev->id, EINVAL,
+				 "this connection is not a member of round %" PRId64
+				 " (the round is being resumed: send RDZV_RESUME first)",
+				 r->round);
+			break;
+		}
+		n = r->members.v[i];
+		if (n->done) {
+			send_err(r, ev->peer, ev->id, EALREADY,
+				 "this connection already sent DONE for round %" PRId64, r->round);
+			break;
+		}
+		/* Counted once the round runs again. */
+		n->done = true;
+		n->done_id = ev->id;
+		r->ndone++;
+		break;
+	case CRUN_ROUND_EV_JOIN_TIMEOUT:
+		i = nodes_find(&r->standby, ev->peer);
+		if (i < 0)
+			break;
+		n = nodes_take(&r->standby, (size_t)i);
+		crun__info("run '%s': waiting node '%s' (%s) gave up after %s", r->run_id,
+			   n->node_id, n->host,
+			   crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)));
+		send_err(r, n->peer, n->join_id, ETIMEDOUT,
+			 "no round of run '%s' opened within %s: round %" PRId64
+			 " is being resumed after a store restart",
+			 r->run_id, crun__rdzv_format_ms(n->join_timeout_ms, msg, sizeof(msg)),
+			 r->round);
+		free(n);
+		break;
+	case CRUN_ROUND_EV_RESUME_DEADLINE:
+		if (r->resume_armed && uv_now(r->loop) >= r->resume_deadline)
+			resume_timed_out(r);
+		break;
+	case CRUN_ROUND_EV_LAST_CALL:
+	case CRUN_ROUND_EV_RESUME:
 		break;
 	}
 }
@@ -1084,11 +1597,29 @@ static void replace_old(struct crun__round *r, const struct crun__round_event *e
 
 void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev)
 {
-	enum round_state from;
+	enum round_state from = r->state;
+	const struct rnode *m;
+	char msg[1200];
 
-	if (ev->type == CRUN_ROUND_EV_JOIN && ev->node && r->state != ROUND_CLOSED)
+	if (ev->type == CRUN_ROUND_EV_RESUME) {
+		resume_event(r, ev);
+		goto out;
+	}
+	if (ev->type == CRUN_ROUND_EV_JOIN && ev->node && r->state == ROUND_RECOVERING) {
+		/* A member that joins instead of resuming has stopped its
+		 * workers: the round cannot go on; the JOIN is one for the
+		 * next round. */
+		m = member_by_id(r, ev->node->node_id);
+		if (m) {
+			snprintf(msg, sizeof(msg),
+				 "node %d (%s) joined again instead of resuming the round",
+				 m->group_rank, m->host);
+			end_round(r, "left", msg, NULL);
+		}
+	}
+	if (ev->type == CRUN_ROUND_EV_JOIN && ev->node && r->state != ROUND_CLOSED &&
+	    r->state != ROUND_RECOVERING)
 		replace_old(r, ev);
-	from = r->state;
 
 	switch (r->state) {
 	case ROUND_OPEN:
@@ -1100,7 +1631,11 @@ void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev
 	case ROUND_CLOSED:
 		closed_event(r, ev);
 		break;
+	case ROUND_RECOVERING:
+		recovering_event(r, ev);
+		break;
 	}
+out:
 	if (r->state != from)
 		crun__debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
 			    state_names[from], state_names[r->state], r->round);
@@ -1124,7 +1659,7 @@ static const struct nodes *waiting(const struct crun__round *r)
 {
 	if (r->state == ROUND_OPEN && r->joiners.n < (size_t)r->conf.min_nodes)
 		return &r->joiners;
-	if (r->state == ROUND_RUNNING)
+	if (r->state == ROUND_RUNNING || r->state == ROUND_RECOVERING)
 		return &r->standby;
 	return NULL;
 }
@@ -1141,6 +1676,10 @@ static void on_timer(uv_timer_t *h)
 
 	if (r->state == ROUND_OPEN && r->last_call_armed && now >= r->last_call_deadline)
 		crun__round_apply(r, &ev);
+	if (r->state == ROUND_RECOVERING && r->resume_armed && now >= r->resume_deadline) {
+		ev.type = CRUN_ROUND_EV_RESUME_DEADLINE;
+		crun__round_apply(r, &ev);
+	}
 	/* Peers first, then events: each event may reshape the arrays. */
 	if (r->cooling.n) {
 		expired = malloc(r->cooling.n * sizeof(*expired));
@@ -1181,6 +1720,10 @@ static void rearm(struct crun__round *r)
 
 	if (r->state == ROUND_OPEN && r->last_call_armed) {
 		next = r->last_call_deadline;
+		any = true;
+	}
+	if (r->state == ROUND_RECOVERING && r->resume_armed) {
+		next = r->resume_deadline;
 		any = true;
 	}
 	for (size_t i = 0; w && i < w->n; i++) {

@@ -2,8 +2,8 @@
  * src/rendezvous: store_rdzv.c drives it, nothing else includes it).
  *
  * One struct crun__round per run that has seen a rendezvous request. It is
- * an explicit state machine (OPEN, RUNNING, CLOSED; see rdzv.h for the
- * protocol and the meaning of each state) moved only by
+ * an explicit state machine (OPEN, RUNNING, RECOVERING, CLOSED; see rdzv.h
+ * for the protocol and the meaning of each state) moved only by
  * crun__round_apply(). The server turns requests and disconnects into
  * events; the round's own timer (last call, join timeouts) makes the
  * others. The round never sees a socket: it queues frames to a peer (an
@@ -39,13 +39,17 @@ struct crun__round_ops {
 };
 
 enum crun__round_event_type {
-	CRUN_ROUND_EV_JOIN,	    /* peer, id, node, conf, peer_addr */
-	CRUN_ROUND_EV_LOST,	    /* peer, message: why ("connection closed") */
-	CRUN_ROUND_EV_FAIL,	    /* peer, id, num = round, message */
-	CRUN_ROUND_EV_DONE,	    /* peer, id, num = round */
-	CRUN_ROUND_EV_LAST_CALL,    /* (timer) last_call_ms after min nodes */
-	CRUN_ROUND_EV_JOIN_TIMEOUT, /* (timer) peer: its join timeout passed */
-	CRUN_ROUND_EV_COOLED,	    /* (timer) peer: its cool-down passed */
+	CRUN_ROUND_EV_JOIN,	       /* peer, id, node, conf, peer_addr */
+	CRUN_ROUND_EV_LOST,	       /* peer, message: why ("connection closed") */
+	CRUN_ROUND_EV_FAIL,	       /* peer, id, num = round, message */
+	CRUN_ROUND_EV_DONE,	       /* peer, id, num = round */
+	CRUN_ROUND_EV_LAST_CALL,       /* (timer) last_call_ms after min nodes */
+	CRUN_ROUND_EV_JOIN_TIMEOUT,    /* (timer) peer: its join timeout passed */
+	CRUN_ROUND_EV_COOLED,	       /* (timer) peer: its cool-down passed */
+	CRUN_ROUND_EV_RESUME,	       /* peer, id, node, conf (join_timeout_ms is
+					* the resume's wait_ms), assignment */
+	CRUN_ROUND_EV_RESUME_DEADLINE, /* (timer) the RECOVERING round's deadline
+					* passed */
 };
 
 struct crun__round_event {
@@ -59,6 +63,8 @@ struct crun__round_event {
 					     * used when node->addr is empty */
 	const char *message;		    /* FAIL, LOST; may be NULL */
 	bool stop;			    /* FAIL: the run must not restart */
+	/* RESUME: the assignment the resumer holds; copied */
+	const struct crun__rdzv_assignment *assignment;
 };
 
 /* A round state for the run named run_id (a printable form, for

@@ -343,6 +343,8 @@ static void keepalive_reset(struct conn *c)
 		uv_timer_stop(&c->timer);
 }
 
+static void fail_conn(struct conn *c, uint32_t id, int errnum, const char *what, const char *why);
+
 static void handle_request(struct conn *c, const struct crun__wire_msg *m)
 {
 	struct crun__server *srv = c->srv;
@@ -352,8 +354,14 @@ static void handle_request(struct conn *c, const struct crun__wire_msg *m)
 		crun__store_log_request(&c->sc, m);
 	if (crun__store_apply(srv->store, &c->sc, m, uv_now(srv->loop)) != -EINVAL)
 		return;
-	if (m->type < CRUN_WIRE_RDZV_JOIN || m->type > CRUN_WIRE_RDZV_DONE)
+	if (m->type < CRUN_WIRE_RDZV_JOIN || m->type > CRUN_WIRE_RDZV_RESUME)
 		return;
+	/* A store that does not advertise RESUME (the old-store test hook)
+	 * refuses it as an older one does. */
+	if (m->type == CRUN_WIRE_RDZV_RESUME && !(srv->caps & CRUN_WIRE_F_RDZV_RESUME)) {
+		fail_conn(c, m->id, EPROTO, "protocol error", "unexpected RDZV_RESUME");
+		return;
+	}
 	crun__store_rdzv_apply(&srv->rdzv, srv->store, &c->sc, m, c->peer_ip, &keepalive_ms);
 	if (keepalive_ms >= 0) {
 		c->keepalive_ms = keepalive_ms;
@@ -918,7 +926,7 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	srv->items_cap = ITEMS_MIN;
 	if (!srv->scratch || !srv->items)
 		goto out_free;
-	srv->caps = CRUN_WIRE_F_RDZV_EXCL | CRUN_WIRE_F_LIST_PAGED;
+	srv->caps = CRUN_WIRE_F_RDZV_EXCL | CRUN_WIRE_F_LIST_PAGED | CRUN_WIRE_F_RDZV_RESUME;
 	/* Test hook, for the compatibility tests only: behave as a store
 	 * older than the exclusion items and "stop" (no capability; a JOIN
 	 * of 14 items or a FAIL of 2 is a protocol error). */
@@ -927,6 +935,8 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	/* Test hook: behave as a store without paged LIST. */
 	if (getenv("CRUN_TEST_OLD_LIST"))
 		srv->caps &= ~CRUN_WIRE_F_LIST_PAGED;
+	if (opts && opts->embedded)
+		srv->caps |= CRUN_WIRE_F_EMBEDDED;
 	if (opts) {
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;

@@ -60,6 +60,10 @@ struct crun__server_opts {
 	/* Refuse to listen on an address that is not loopback without a
 	 * token (crun-rdzvd --require-token) instead of warning. */
 	bool require_token;
+	/* Runs inside a crun agent: the preamble says so
+	 * (CRUN_WIRE_F_EMBEDDED), and agents do not wait for it to come
+	 * back. */
+	bool embedded;
 };
 
 /* Hook for embedders (the agent's rendezvous): called on the loop's

@@ -64,6 +64,45 @@ out_finish:
 	crun__rdzv_node_finish(&node);
 }
 
+/* A RDZV_RESUME: as a JOIN, it sets the keep-alive window when the round
+ * takes c as the member it names (held or answered). */
+static void resume(const struct crun__store_rdzv_env *env, struct crun__store *st,
+		   struct crun__store_client *c, const struct crun__wire_msg *m,
+		   int64_t *keepalive_ms)
+{
+	struct crun__round_event ev = {.type = CRUN_ROUND_EV_RESUME, .peer = c, .id = m->id};
+	struct crun__rdzv_assignment a;
+	struct crun__rdzv_node node;
+	struct crun__rdzv_conf conf;
+	struct crun__round *round;
+	bool admitted_before;
+	char err[256];
+	int rc;
+
+	rc = crun__rdzv_parse_resume(m, &node, &conf, &a, err, sizeof(err));
+	if (rc < 0) {
+		if (rc == -ENOMEM)
+			crun__store_reply_error(st, c, m->id, ENOMEM, "out of memory");
+		else
+			crun__store_refuse(st, c, m->id, EINVAL, "bad RDZV_RESUME: %s", err);
+		return;
+	}
+	round = run_round(env, st, c, m->id);
+	if (!round)
+		goto out_finish;
+	admitted_before = crun__round_has_peer(round, c);
+	ev.node = &node;
+	ev.conf = &conf;
+	ev.assignment = &a;
+	crun__round_apply(round, &ev);
+	round = *crun__store_run_data(c);
+	if (!admitted_before && round && crun__round_has_peer(round, c))
+		*keepalive_ms = conf.keepalive_ms;
+out_finish:
+	crun__rdzv_node_finish(&node);
+	crun__rdzv_assignment_finish(&a);
+}
+
 /* RDZV_FAIL and RDZV_DONE. */
 static void end(const struct crun__store_rdzv_env *env, struct crun__store *st,
 		struct crun__store_client *c, const struct crun__wire_msg *m)
@@ -100,6 +139,8 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 {
 	if (m->type == CRUN_WIRE_RDZV_JOIN)
 		join(env, st, c, m, peer_ip, keepalive_ms);
+	else if (m->type == CRUN_WIRE_RDZV_RESUME)
+		resume(env, st, c, m, keepalive_ms);
 	else
 		end(env, st, c, m);
 }

@@ -27,10 +27,11 @@ struct crun__store_rdzv_env {
 	void *ctx;
 };
 
-/* Applies an RDZV_JOIN, RDZV_FAIL or RDZV_DONE request of c (in a run; m
- * validated); peer_ip is c's address as the edge sees it (no port), for a
- * JOIN without an address of its own. When this JOIN made the round admit
- * c, *keepalive_ms is set to the keep-alive window it asked for (0: none),
+/* Applies an RDZV_JOIN, RDZV_FAIL, RDZV_DONE or RDZV_RESUME request of c
+ * (in a run; m validated); peer_ip is c's address as the edge sees it (no
+ * port), for a JOIN without an address of its own. When this JOIN or
+ * RESUME made the round take c (a joiner, a member, held or on standby),
+ * *keepalive_ms is set to the keep-alive window it asked for (0: none),
  * which the edge must then enforce; otherwise it is left alone. */
 void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun__store *st,
 			    struct crun__store_client *c, const struct crun__wire_msg *m,

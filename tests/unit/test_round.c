@@ -1046,6 +1046,428 @@ static void test_resume_items(void **state)
 			 -EPROTO);
 }
 
+/* ---- RDZV_RESUME --------------------------------------------------------- */
+
+/* Sends a RESUME of the round n holds (a, n's own assignment) with
+ * wait_ms; its id becomes n's JOIN id (the id of the round's events). */
+static void resume(struct tnode *n, const struct crun__rdzv_assignment *a, int64_t wait_ms)
+{
+	struct crun__wire_item items[CRUN_RDZV_RESUME_ITEMS(4)];
+	char scratch[CRUN_RDZV_RESUME_SCRATCH(4)];
+	struct crun__wire_msg m;
+
+	assert_true(a->nnodes <= 4);
+	crun__rdzv_resume_msg(&n->self, &n->conf, a, wait_ms, &m, items, scratch);
+	m.id = n->join_id = next_id++;
+	send_msg(n->fd, &m);
+}
+
+/* n on a new connection to port (its old one closed). */
+static void reconnect(struct tnode *n, int port, const char *run)
+{
+	node_close(n);
+	n->fd = connect_run(port, run);
+}
+
+/* A round of the nodes in n (joined in that order) on a fresh store;
+ * as[i] is node i's assignment. */
+static void first_round(struct tnode *n, int count, struct crun__rdzv_assignment *as)
+{
+	for (int i = 0; i < count - 1; i++)
+		join_sync(&n[i]);
+	join(&n[count - 1]);
+	for (int i = 0; i < count; i++) {
+		want_assignment(&n[i], &as[i]);
+		assert_int_equal(as[i].group_rank, i);
+	}
+}
+
+static void finish_all(struct crun__rdzv_assignment *as, int count)
+{
+	for (int i = 0; i < count; i++)
+		crun__rdzv_assignment_finish(&as[i]);
+}
+
+/* A store that restarted knows nothing of the run: the members' resumes
+ * rebuild it; each is held until all are back, then every one gets the
+ * assignment it holds (same round, same restart count) as the answer to
+ * its RESUME, and the round goes on: its events carry the RESUME's id,
+ * and the DONE barrier closes the run. */
+static void test_resume_after_restart(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], back[2];
+	struct tnode n[2];
+	uint32_t ids[2];
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 2, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 3, &c);
+	assert_true(last_flags & CRUN_WIRE_F_RDZV_RESUME);
+	assert_false(last_flags & CRUN_WIRE_F_EMBEDDED);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[1], h.port, "job");
+	resume(&n[1], &as[1], 5000);
+	assert_true(quiet(n[1].fd, 100));
+	ids[1] = n[1].join_id;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[1], n[1].join_id, EALREADY, "this connection already resumed round 1");
+	n[1].join_id = ids[1];
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &back[i]);
+		assert_same_nodes(&back[i], &as[i]);
+		assert_int_equal(back[i].group_rank, i);
+		assert_int_equal(back[i].rank_offset, as[i].rank_offset);
+	}
+	finish_all(back, 2);
+	/* The keys are the store's own business: they start empty. */
+	key_roundtrip(&n[0], "rdzv/1/master", "10.0.0.1:29500");
+	ids[1] = send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[1].fd, 50));
+	ids[0] = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_ok(&n[0], ids[0]);
+	want_ok(&n[1], ids[1]);
+	/* Closed: a resume now gets ESHUTDOWN. */
+	resume(&n[0], &as[0], 5000);
+	want_error(&n[0], n[0].join_id, ESHUTDOWN, "run 'job' is closed: the job has finished");
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* A member that does not come back within the first resume's wait: the
+ * round ends as if it had left (counted), the held resume gets ECANCELED
+ * naming it, and the next JOINs make round 2 with one restart more. A
+ * failure in a resumed round is a failure as in a running one. */
+static void test_resume_missing(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], a, b;
+	struct tnode n[2];
+	uint64_t t0, dt;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	t0 = crun__now_ms();
+	resume(&n[0], &as[0], 200);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 1 ended: node 1 (host-b) did not come back within 200ms after the store "
+		   "restarted");
+	dt = crun__now_ms() - t0;
+	if (dt < 180 || dt > 3000)
+		fail_msg("the resume was cancelled after %llu ms, expected about 200",
+			 (unsigned long long)dt);
+	/* Too late: the round is over. */
+	reconnect(&n[1], h.port, "job");
+	resume(&n[1], &as[1], 200);
+	want_error(&n[1], n[1].join_id, ECANCELED, "round 1 ended: left: node 1 (host-b)");
+	join(&n[0]);
+	join(&n[1]);
+	want_assignment(&n[0], &a);
+	want_assignment(&n[1], &b);
+	assert_int_equal(a.round, 2);
+	assert_int_equal(a.restart_count, 1);
+	assert_same_nodes(&a, &b);
+	crun__rdzv_assignment_finish(&a);
+	crun__rdzv_assignment_finish(&b);
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* Resumes that do not match the recovering round get ECANCELED saying
+ * what differs; one of a higher round replaces it (the held resumes of
+ * the lower one get ECANCELED); one whose sender is not the member it
+ * names is malformed (EINVAL). */
+static void test_resume_mismatch(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], a;
+	struct tnode n[2], x;
+	char *id;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	reconnect(&n[1], h.port, "job");
+	/* Another restart count. */
+	as[1].restart_count = 4;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[1], n[1].join_id, ECANCELED,
+		   "round 1 of run 'job' cannot be resumed: restart count 4 differs from the "
+		   "run's 0");
+	as[1].restart_count = 0;
+	/* Another configuration. */
+	n[1].conf.max_restarts = 7;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[1], n[1].join_id, ECANCELED, "--max-restarts 7 differs from the run's 3");
+	n[1].conf.max_restarts = 3;
+	/* Other members. */
+	id = as[1].nodes[0].node_id;
+	as[1].nodes[0].node_id = (char *)"z";
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[1], n[1].join_id, ECANCELED, "node 0 is 'z'");
+	as[1].nodes[0].node_id = id;
+	/* Not the member it names. */
+	as[1].group_rank = 0;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[1], n[1].join_id, EINVAL, "bad RDZV_RESUME: the resumer 'b'");
+	as[1].group_rank = 1;
+	/* A higher round replaces the recovering one. */
+	as[1].round = 3;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 1 ended: node 'b' (host-b) resumed round 3");
+	/* A lower round than the recovering one is over. */
+	resume(&n[0], &as[0], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED, "the run is in round 3");
+	as[0].round = 3;
+	resume(&n[0], &as[0], 5000);
+	want_assignment(&n[0], &a);
+	assert_int_equal(a.round, 3);
+	crun__rdzv_assignment_finish(&a);
+	want_assignment(&n[1], &a);
+	assert_int_equal(a.round, 3);
+	crun__rdzv_assignment_finish(&a);
+	/* A resume into a run whose first round is open with a joiner: the
+	 * round it names is over. */
+	node_init(&x, h.port, "other", "x", "host-x", 1, &c);
+	join_sync(&x);
+	node_close(&n[0]);
+	n[0].fd = connect_run(h.port, "other");
+	resume(&n[0], &as[0], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 3 ended: run 'other' is in round 1 (open)");
+	finish_all(as, 2);
+	node_close(&x);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* The store did not restart: a member that lost its connection and
+ * resumes on a new one takes its place and gets its assignment; the old
+ * connection closing then ends nothing; events go to the RESUME's id. A
+ * resume of a round that has ended, or into an OPEN round, is cancelled;
+ * a DONE the member sent before it resumed counts no more. */
+static void test_resume_live(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], a;
+	struct tnode n[2];
+	int old;
+	uint32_t id, ida;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	old = n[1].fd;
+	n[1].fd = connect_run(h.port, "job");
+	resume(&n[1], &as[1], 5000);
+	want_assignment(&n[1], &a);
+	assert_same_nodes(&a, &as[1]);
+	assert_int_equal(a.group_rank, 1);
+	crun__rdzv_assignment_finish(&a);
+	close(old);
+	assert_true(quiet(n[0].fd, 100));
+	/* The old DONE was on the old connection: a fresh one is needed. */
+	ida = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	id = send_round_msg(&n[1], CRUN_WIRE_RDZV_FAIL, 1, "rank 1 failed");
+	want_ok(&n[1], id);
+	assert_int_equal(want_event(&n[0], 1, "failure", "rank 1 failed"), 1);
+	want_error(&n[0], ida, ECANCELED, "round 1 ended: failure: rank 1 failed");
+	assert_int_equal(want_event(&n[1], 1, "failure", "rank 1 failed"), 1);
+	/* Round 1 is over. */
+	resume(&n[0], &as[0], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED, "round 1 ended: failure: rank 1 failed");
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* Members missing after the restart with no restarts left: the run closes
+ * as failed; the held resume gets ESHUTDOWN saying why, later JOINs
+ * too. */
+static void test_resume_exhausted(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2];
+	struct tnode n[2];
+
+	(void)state;
+	c.max_restarts = 0;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 150);
+	want_error(&n[0], n[0].join_id, ESHUTDOWN,
+		   "run 'job' is closed: the job failed: node 1 (host-b) did not come back "
+		   "within 150ms after the store restarted; no restarts left (--max-restarts 0)");
+	join(&n[0]);
+	want_error(&n[0], n[0].join_id, ESHUTDOWN, "the job failed");
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* JOINs while a round is being resumed: a node that is not a member waits
+ * until the round runs again and then ends it with "join" (there is room
+ * below max); the JOIN of a member (it gave up resuming) ends the round
+ * at once, counted, and is in the next one. DONE and FAIL need a resume
+ * first; a DONE sent by a held member counts once the round runs. */
+static void test_resume_joins(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 3, 300, 5000);
+	struct crun__rdzv_assignment as[2], a;
+	struct tnode n[2], s;
+	uint32_t id;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	node_init(&s, h.port, "job", "s", "host-s", 1, &c);
+	join_sync(&s);
+	reconnect(&n[1], h.port, "job");
+	id = send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_error(&n[1], id, EINVAL, "send RDZV_RESUME first");
+	resume(&n[1], &as[1], 5000);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &a);
+		assert_int_equal(a.round, 1);
+		crun__rdzv_assignment_finish(&a);
+		assert_int_equal(want_event(&n[i], 1, "join", "node 's' (host-s) is joining"), 0);
+	}
+	join(&n[0]);
+	join(&n[1]);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &a);
+		assert_int_equal(a.round, 2);
+		assert_int_equal(a.nnodes, 3);
+		assert_int_equal(a.group_rank, i);
+		crun__rdzv_assignment_finish(&a);
+	}
+	want_assignment(&s, &a);
+	crun__rdzv_assignment_finish(&a);
+	node_close(&s);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* A member joins instead of resuming. */
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	reconnect(&n[1], h.port, "job");
+	join(&n[1]);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 1 ended: node 1 (host-b) joined again instead of resuming the round");
+	join(&n[0]);
+	want_assignment(&n[0], &a);
+	assert_int_equal(a.round, 2);
+	assert_int_equal(a.restart_count, 1);
+	crun__rdzv_assignment_finish(&a);
+	want_assignment(&n[1], &a);
+	crun__rdzv_assignment_finish(&a);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* A held member's DONE counts once every member is back. */
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	reconnect(&n[1], h.port, "job");
+	resume(&n[1], &as[1], 5000);
+	want_assignment(&n[0], &a);
+	crun__rdzv_assignment_finish(&a);
+	want_assignment(&n[1], &a);
+	crun__rdzv_assignment_finish(&a);
+	assert_true(quiet(n[0].fd, 50));
+	send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_ok(&n[0], id);
+	want_ok(&n[1], next_id - 1);
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
+/* The preamble: an embedded store says so; a store without the RESUME
+ * capability (the old-store hook) refuses a RESUME as a protocol error. */
+static void test_resume_flags(void **state)
+{
+	struct crun__rdzv_conf c = conf_of(1, 1, 0, 5000);
+	struct crun__rdzv_node nodes[1] = {{(char *)"a", (char *)"host-a", (char *)"h", 1, 0}};
+	struct crun__rdzv_assignment a = {.round = 1, .nnodes = 1, .nodes = nodes};
+	struct crun__server_opts opts;
+	struct harness h;
+	struct tnode n;
+
+	(void)state;
+	harness_opts(&opts, NULL);
+	opts.embedded = true;
+	assert_int_equal(harness_start(&h, 0, &opts), 0);
+	node_init(&n, h.port, "job", "a", "host-a", 1, &c);
+	assert_true(last_flags & CRUN_WIRE_F_EMBEDDED);
+	assert_true(last_flags & CRUN_WIRE_F_RDZV_RESUME);
+	node_close(&n);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(setenv("CRUN_TEST_RDZV_OLD_STORE", "1", 1), 0);
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	assert_int_equal(unsetenv("CRUN_TEST_RDZV_OLD_STORE"), 0);
+	node_init(&n, h.port, "job", "a", "host-a", 1, &c);
+	assert_false(last_flags & CRUN_WIRE_F_RDZV_RESUME);
+	resume(&n, &a, 5000);
+	want_error(&n, n.join_id, EPROTO, "unexpected RDZV_RESUME");
+	node_close(&n);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* Old (10-item JOIN) and new (14-item) agents share a run, whichever
  * comes first; only two JOINs that both carry exclusion settings are
  * compared on them. */
@@ -1299,6 +1721,13 @@ int main(void)
 		cmocka_unit_test(test_resume_items),
 		cmocka_unit_test(test_mixed_exclusion),
 		cmocka_unit_test(test_old_store_hook),
+		cmocka_unit_test(test_resume_after_restart),
+		cmocka_unit_test(test_resume_missing),
+		cmocka_unit_test(test_resume_mismatch),
+		cmocka_unit_test(test_resume_live),
+		cmocka_unit_test(test_resume_exhausted),
+		cmocka_unit_test(test_resume_joins),
+		cmocka_unit_test(test_resume_flags),
 		cmocka_unit_test(test_two_runs),
 		cmocka_unit_test(test_destroy_busy),
 	};
