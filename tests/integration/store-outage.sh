@@ -5,9 +5,19 @@
 #   STORE_OUTAGE_S (default 3) seconds later. Every agent says its workers
 #   keep running, resumes round 1 when the daemon is back, and the same
 #   worker processes finish the job: exit 0, round 1 only.
-# - left: the same, but one agent dies (SIGKILL) while the daemon is down
-#   (--nnodes=2:3): the other two resume, the round ends as if that node had
-#   left, and their round 2 finishes: exit 0.
+# - left: the same (a 1 s outage), but one agent dies (SIGKILL) while the
+#   daemon is down (--nnodes=2:3): the other two resume, the round ends as
+#   if that node had left, and their round 2 finishes: exit 0.
+# - held: while the daemon is down (1 s) every worker ends, one of them
+#   with exit status 1: its agent holds the failure and the others their
+#   exit barrier until the round is resumed; then the failure ends round 1
+#   and round 2 finishes: exit 0.
+# - away: the daemon does not come back within reconnect_timeout (1s): the
+#   agents take the store as lost as before (the workers are killed; they
+#   try to join again for rejoin_timeout, 1s) and exit 1, saying why.
+# - old: a crun-rdzvd that cannot resume rounds (its test hook
+#   CRUN_TEST_RDZV_OLD_STORE) is lost at once as before: the workers are
+#   killed, and the agents exit 1 after rejoin_timeout (1s).
 # - embedded: the store is hosted by the first agent (node 0); that agent is
 #   SIGKILLed: the others stop their workers and exit 1 at once, saying the
 #   job cannot go on without node 0's store.
@@ -18,18 +28,20 @@ set -u
 . "$(dirname "$0")/multinode-lib.sh"
 
 outage=${STORE_OUTAGE_S:-3}
-cases=${STORE_OUTAGE_CASES:-resume left embedded}
+cases=${STORE_OUTAGE_CASES:-resume left held away old embedded}
 # A short keep-alive window (3 s): a resume waits for the others that long.
 ka=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1
 # Each worker prints its pid and round, then waits for the file $0.go or,
-# with $0.go-2, for a round after the first ($0 carries $marker).
+# with $0.go-2, for a round after the first ($0 carries $marker); in round
+# 1 it exits 1 when $0.fail-RANK is there.
 work='echo "w rank=$RANK round=$CRUN_ROUND pid=$$"
 i=0
 until [ -e "$0.go" ] || { [ -e "$0.go-2" ] && [ "$CRUN_ROUND" -ge 2 ]; }; do
 	i=$((i + 1))
 	[ $i -le 600 ] || exit 3
 	sleep 0.1
-done'
+done
+[ "$CRUN_ROUND" != 1 ] || [ ! -e "$0.fail-$RANK" ]'
 
 daemon_pid=""
 # start_store N: crun-rdzvd on 127.0.0.1:$port for the Nth time (its log
@@ -56,13 +68,14 @@ pids() {
 }
 
 # start_agents CASE NNODES NAME...: one agent per NAME, waits for a worker
-# of each
+# of each; $conf adds to --rdzv-conf
+conf=""
 start_agents() {
 	local c=$1 nn=$2 n
 	shift 2
 	for n in "$@"; do
 		agent "$n" --nnodes="$nn" --nproc-per-node=1 --rdzv-endpoint="127.0.0.1:$port" \
-			--rdzv-id="$c-$marker" --rdzv-conf="$ka" sh -c "$work" "$tmp/$c-$marker"
+			--rdzv-id="$c-$marker" --rdzv-conf="$ka$conf" sh -c "$work" "$tmp/$c-$marker"
 	done
 	for n in "$@"; do
 		wait_for "$tmp/$n.out" " rank=" 1 20
@@ -112,7 +125,7 @@ case_left() {
 	# its worker goes with it (its guard kills it), and the others must
 	# not wait for it
 	touch "$tmp/l-$marker.go-2"
-	sleep "$outage"
+	sleep 1
 	start_store 2
 	for n in l0 l1; do
 		wait_for "$tmp/$n.err" "round 1 ended:" 1 20
@@ -121,6 +134,40 @@ case_left() {
 	[ "$(field "$tmp/l0.out" "$tmp/l1.out" round | sort -u | tr '\n' ' ')" = "1 2 " ] ||
 		fail "rounds: $(cat "$tmp"/l?.out)"
 	kill_store
+}
+
+case_away() {
+	port=$(free_port)
+	start_store 1
+	conf=,reconnect_timeout=1s,rejoin_timeout=1s
+	start_agents a 2 a0 a1
+	conf=""
+	local w
+	w=$(pids a0 a1)
+	kill_store
+	for n in a0 a1; do
+		expect_rc "$n" 1 10
+		has "$tmp/$n.err" "crun: warning: lost the rendezvous store at '127.0.0.1:$port' (connection closed); the workers keep running; reconnecting for up to 1s"
+		has "$tmp/$n.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (connection closed; no resume: cannot connect to the store at '127.0.0.1:$port' within 1s: connection refused); rejoining within 1s"
+		has "$tmp/$n.err" "crun: cannot rejoin run 'a-$marker' at '127.0.0.1:$port' within 1s; giving up"
+	done
+	for p in $w; do
+		! kill -0 "$p" 2>/dev/null || fail "worker $p outlived its agent"
+	done
+}
+
+case_old() {
+	port=$(free_port)
+	CRUN_TEST_RDZV_OLD_STORE=1 start_store 1
+	conf=,rejoin_timeout=1s
+	start_agents o 2 o0 o1
+	conf=""
+	kill_store
+	for n in o0 o1; do
+		expect_rc "$n" 1 10
+		has "$tmp/$n.err" "crun: lost the rendezvous store at '127.0.0.1:$port' (connection closed); rejoining within 1s"
+		lacks "$tmp/$n.err" "keep running"
+	done
 }
 
 case_embedded() {
@@ -148,6 +195,37 @@ case_embedded() {
 	t1=${EPOCHREALTIME/./}
 	# prompt: well below the keep-alive window plus the shutdown timeout
 	(((t1 - t0) / 1000 < 5000)) || fail "the others took $(((t1 - t0) / 1000)) ms to end"
+}
+
+case_held() {
+	port=$(free_port)
+	start_store 1
+	start_agents h 3 h0 h1 h2
+	kill_store
+	for n in h0 h1 h2; do
+		wait_for "$tmp/$n.err" "the workers keep running"
+	done
+	local w
+	w=$(pids h0 h1 h2)
+	touch "$tmp/h-$marker.fail-2" "$tmp/h-$marker.go" "$tmp/h-$marker.go-2"
+	for p in $w; do
+		for _ in $(seq 100); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.05
+		done
+		! kill -0 "$p" 2>/dev/null || fail "worker $p did not end"
+	done
+	sleep 1
+	start_store 2
+	for n in h0 h1 h2; do
+		wait_for "$tmp/$n.err" "resumed round 1 with the store" 1 15
+		expect_rc "$n" 0
+		grep -qF "round 1 ended: rank 2 (local rank 0) on" "$tmp/$n.err" ||
+			fail "$n: $(cat "$tmp/$n.err")"
+	done
+	[ "$(field "$tmp/h0.out" "$tmp/h1.out" "$tmp/h2.out" round | sort -u | tr '\n' ' ')" = "1 2 " ] ||
+		fail "rounds: $(cat "$tmp"/h?.out)"
+	kill_store
 }
 
 for c in $cases; do
