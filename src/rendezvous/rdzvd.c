@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "rendezvous/journal_file.h"
 #include "rendezvous/notify.h"
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
@@ -35,6 +36,7 @@ enum {
 	OPT_MAX_BUFFER,
 	OPT_HANDSHAKE,
 	OPT_REQUIRE_TOKEN,
+	OPT_STATE_DIR,
 };
 
 static const struct option long_opts[] = {
@@ -49,6 +51,7 @@ static const struct option long_opts[] = {
 	{"max-buffer", required_argument, NULL, OPT_MAX_BUFFER},
 	{"handshake-timeout", required_argument, NULL, OPT_HANDSHAKE},
 	{"require-token", no_argument, NULL, OPT_REQUIRE_TOKEN},
+	{"state-dir", required_argument, NULL, OPT_STATE_DIR},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -77,6 +80,9 @@ static void usage(FILE *out)
 		"                            time to complete the handshake (default 10s)\n"
 		"  --require-token           refuse to listen on an address that is not loopback\n"
 		"                            without a token (default: off, a warning)\n"
+		"  --state-dir DIR           keep a journal of the rendezvous rounds in DIR, so\n"
+		"                            that a restarted daemon goes on with every run\n"
+		"                            (default: none, the rounds live in memory only)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -140,6 +146,7 @@ struct daemon {
 	uv_loop_t loop;
 	uv_signal_t sigterm, sigint;
 	struct crun__server *srv;
+	struct crun__journal_file *journal; /* --state-dir; NULL: none */
 };
 
 static void on_server_done(void *arg)
@@ -153,6 +160,8 @@ static void stop(struct daemon *d)
 		uv_close((uv_handle_t *)&d->sigterm, NULL);
 	if (!uv_is_closing((uv_handle_t *)&d->sigint))
 		uv_close((uv_handle_t *)&d->sigint, NULL);
+	/* The runs the server frees now are not over: the journal keeps them. */
+	crun__journal_file_stop(d->journal);
 	crun__server_destroy(d->srv, on_server_done, NULL);
 	d->srv = NULL;
 }
@@ -222,7 +231,7 @@ static int load_token(const char *file, char **token, size_t *len)
 int main(int argc, char **argv)
 {
 	struct crun__server_opts opts = {0};
-	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL;
+	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL, *state_dir = NULL;
 	enum crun__log_level level;
 	struct daemon d;
 	int port = 29400, opt, rc, status = 0;
@@ -306,6 +315,13 @@ int main(int argc, char **argv)
 		case OPT_REQUIRE_TOKEN:
 			opts.require_token = true;
 			break;
+		case OPT_STATE_DIR:
+			if (!*optarg) {
+				bad_value(name, optarg, "expected a directory");
+				return EXIT_USAGE;
+			}
+			state_dir = optarg;
+			break;
 		case 'v':
 			level = CRUN_LOG_DEBUG;
 			break;
@@ -342,6 +358,23 @@ int main(int argc, char **argv)
 	if (load_token(token_file, &token, &opts.token_len) < 0)
 		return EXIT_USAGE;
 	opts.token = token;
+	d.journal = NULL;
+	if (state_dir) {
+		rc = crun__journal_file_open(state_dir, &d.journal, err, sizeof(err));
+		if (rc == -EPROTO) {
+			/* A restart would not fix it: exit as for a bad value. */
+			crun__error("cannot load the journal: %s (move the file away to start "
+				    "without it)",
+				    err);
+			status = EXIT_USAGE;
+			goto out_free_token;
+		}
+		if (rc < 0) {
+			crun__error("%s", err);
+			status = rc == -ENOMEM ? 1 : EXIT_USAGE;
+			goto out_free_token;
+		}
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
@@ -356,6 +389,8 @@ int main(int argc, char **argv)
 		status = 1;
 		goto out_close_loop;
 	}
+	if (d.journal)
+		crun__server_set_journal(d.srv, d.journal);
 	uv_signal_init(&d.loop, &d.sigterm);
 	uv_signal_init(&d.loop, &d.sigint);
 	d.sigterm.data = d.sigint.data = &d;
@@ -387,6 +422,7 @@ out_close_loop:
 	if (uv_loop_close(&d.loop) < 0)
 		crun__debug("event loop closed with handles left");
 out_free_token:
+	crun__journal_file_destroy(d.journal);
 	if (token) {
 		memset(token, 0, opts.token_len);
 		free(token);

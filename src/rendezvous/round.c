@@ -129,8 +129,20 @@ struct crun__round {
 	bool resume_heard, resume_armed;
 	uint64_t resume_deadline;
 	int64_t resume_wait_ms;
+	/* The keep-alive window the run's first JOIN (or resume) asked for:
+	 * how long a store restored from its journal waits for resumes. */
+	int64_t wait_ms;
+	/* Bumped by each change a journal records; the journal is told when
+	 * an event moved it past journaled. */
+	uint64_t generation, journaled;
+	crun__round_journal_cb journal_cb;
+	void *journal_arg;
 	struct round_timer *timer;
 };
+
+/* How long a round restored from a journal waits for resumes when the run
+ * recorded no keep-alive window. */
+#define RESTORED_WAIT_MS 60000
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -481,6 +493,7 @@ static void close_open(struct crun__round *r)
 	r->members = r->joiners;
 	memset(&r->joiners, 0, sizeof(r->joiners));
 	r->state = ROUND_RUNNING;
+	r->generation++;
 	r->last_call_armed = false;
 	r->ndone = 0;
 	r->world_size = 0;
@@ -546,6 +559,7 @@ static void end_round(struct crun__round *r, const char *reason, const char *mes
 	char count[24], why[1200];
 	struct prev *prev;
 
+	r->generation++;
 	if (counted)
 		r->restart_count++;
 	if (!strcmp(reason, "stop")) {
@@ -643,6 +657,7 @@ static void close_run(struct crun__round *r, bool failed)
 	const char *why = failed ? "the job failed" : "the job has finished";
 
 	r->state = ROUND_CLOSED;
+	r->generation++;
 	r->failed = failed;
 	r->last_call_armed = false;
 	r->resume_armed = false;
@@ -806,6 +821,7 @@ static struct rnode *admit(struct crun__round *r, const struct crun__round_event
 	n->seq = node_seq(r, nd->node_id);
 	if (!r->configured) {
 		r->configured = true;
+		r->wait_ms = cf->keepalive_ms;
 		r->conf = *cf;
 		r->conf.join_timeout_ms = 0; /* per joiner */
 		r->conf.keepalive_ms = 0;    /* per connection */
@@ -1244,6 +1260,10 @@ static int recover_from(struct crun__round *r, const struct crun__round_event *e
 	r->resume_armed = false;
 	r->resume_heard = false;
 	r->state = ROUND_RECOVERING;
+	r->generation++;
+	if (!r->wait_ms)
+		r->wait_ms =
+			ev->conf->keepalive_ms ? ev->conf->keepalive_ms : ev->conf->join_timeout_ms;
 	crun__info("run '%s': rebuilding round %" PRId64 " (%d node%s, %" PRId64
 		   " restarts) from the resume of node '%s' (%s)",
 		   r->run_id, r->round, a->nnodes, a->nnodes == 1 ? "" : "s", r->restart_count,
@@ -1639,6 +1659,11 @@ out:
 	if (r->state != from)
 		crun__debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
 			    state_names[from], state_names[r->state], r->round);
+	if (r->generation != r->journaled) {
+		r->journaled = r->generation;
+		if (r->journal_cb)
+			r->journal_cb(r->journal_arg, r);
+	}
 	rearm(r);
 }
 
@@ -1791,6 +1816,8 @@ void crun__round_destroy(struct crun__round *r)
 {
 	if (!r)
 		return;
+	if (r->journal_cb)
+		r->journal_cb(r->journal_arg, NULL);
 	if (r->timer) {
 		r->timer->r = NULL;
 		uv_close((uv_handle_t *)&r->timer->t, on_timer_closed);
@@ -1814,4 +1841,101 @@ bool crun__round_has_peer(const struct crun__round *r, const void *peer)
 {
 	return r && (nodes_find(&r->joiners, peer) >= 0 || nodes_find(&r->members, peer) >= 0 ||
 		     nodes_find(&r->standby, peer) >= 0 || nodes_find(&r->cooling, peer) >= 0);
+}
+
+/* ---- the journal ------------------------------------------------------------ */
+
+void crun__round_set_journal(struct crun__round *r, crun__round_journal_cb cb, void *arg)
+{
+	r->journal_cb = cb;
+	r->journal_arg = arg;
+}
+
+int crun__round_record(const struct crun__round *r, struct crun__journal_run *run)
+{
+	memset(run, 0, sizeof(*run));
+	switch (r->state) {
+	case ROUND_RUNNING:
+	case ROUND_RECOVERING:
+		run->state = CRUN_JOURNAL_RUNNING;
+		break;
+	case ROUND_OPEN:
+		run->state = CRUN_JOURNAL_OPEN;
+		break;
+	case ROUND_CLOSED:
+		run->state = r->failed ? CRUN_JOURNAL_FAILED : CRUN_JOURNAL_FINISHED;
+		break;
+	}
+	run->round = r->round;
+	run->restart_count = r->restart_count;
+	run->conf = r->conf;
+	run->static_ranks = r->static_ranks;
+	run->wait_ms = r->wait_ms;
+	if (run->state != CRUN_JOURNAL_RUNNING || !r->members.n)
+		return 0;
+	run->members = calloc(r->members.n, sizeof(*run->members));
+	if (!run->members)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->members.n; i++) {
+		const struct rnode *m = r->members.v[i];
+		struct crun__rdzv_node *x = &run->members[i];
+
+		run->nmembers = (int)i + 1;
+		x->node_id = strdup(m->node_id);
+		x->host = strdup(m->host);
+		x->addr = strdup(m->addr);
+		x->nproc = m->nproc;
+		x->node_rank = m->node_rank;
+		if (!x->node_id || !x->host || !x->addr) {
+			crun__journal_run_finish(run);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+int crun__round_restore(struct crun__round *r, const struct crun__journal_run *run)
+{
+	const char *what = "running";
+
+	if (run->state == CRUN_JOURNAL_RUNNING) {
+		for (int i = 0; i < run->nmembers; i++) {
+			const struct crun__rdzv_node *x = &run->members[i];
+			struct rnode *m = rnode_new(x->node_id, x->host, x->addr);
+
+			if (!m || nodes_push(&r->members, m) < 0) {
+				free(m);
+				nodes_free(&r->members);
+				return -ENOMEM;
+			}
+			m->nproc = x->nproc;
+			m->node_rank = x->node_rank;
+			m->group_rank = i;
+			m->seq = node_seq(r, x->node_id);
+			r->world_size += x->nproc;
+		}
+		r->state = ROUND_RECOVERING;
+		r->resume_heard = false;
+		r->resume_armed = true;
+		r->resume_wait_ms = run->wait_ms ? run->wait_ms : RESTORED_WAIT_MS;
+		r->resume_deadline = deadline_after(r, r->resume_wait_ms);
+	} else if (run->state == CRUN_JOURNAL_OPEN) {
+		r->state = ROUND_OPEN;
+		what = "between rounds";
+	} else {
+		r->state = ROUND_CLOSED;
+		r->failed = run->state == CRUN_JOURNAL_FAILED;
+		what = r->failed ? "closed: the job failed" : "closed: the job has finished";
+	}
+	r->configured = true;
+	r->conf = run->conf;
+	r->static_ranks = run->static_ranks;
+	r->wait_ms = run->wait_ms;
+	r->round = run->round;
+	r->restart_count = run->restart_count;
+	crun__info("run '%s': restored from the journal: round %" PRId64 ", %" PRId64
+		   " restarts, %s",
+		   r->run_id, r->round, r->restart_count, what);
+	rearm(r);
+	return 0;
 }

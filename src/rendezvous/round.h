@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "rendezvous/journal.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/wire.h"
 
@@ -82,6 +83,27 @@ void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev
  * arms a connection's keep-alive only once its JOIN has been admitted, so
  * that a refused JOIN leaves the connection as it was. */
 bool crun__round_has_peer(const struct crun__round *r, const void *peer);
+
+/* The journal (crun-rdzvd --state-dir) of r: cb runs with arg at the end
+ * of each crun__round_apply (timer events included) that changed what a
+ * journal records of the run (a round was assigned, ended or is being
+ * resumed, or the run closed), before the server writes the replies of
+ * that change; and once with r NULL when r is destroyed (arg is then the
+ * callback's to free). */
+typedef void (*crun__round_journal_cb)(void *arg, const struct crun__round *r);
+void crun__round_set_journal(struct crun__round *r, crun__round_journal_cb cb, void *arg);
+
+/* Fills run with what the journal keeps of r (journal.h; allocated, free
+ * with crun__journal_run_finish); run_id is left NULL for the caller. A
+ * RECOVERING round is recorded as running. 0 or -ENOMEM. */
+int crun__round_record(const struct crun__round *r, struct crun__journal_run *run);
+
+/* Puts r, new from crun__round_create (no event applied yet), into the
+ * state a journal recorded for its run: running -> RECOVERING with the
+ * recorded members, its deadline run->wait_ms ahead (60 s when 0) until
+ * the first resume sets its own; open -> OPEN in the recorded round;
+ * finished, failed -> CLOSED. 0 or -ENOMEM (r is then as it was). */
+int crun__round_restore(struct crun__round *r, const struct crun__journal_run *run);
 
 /* Frees r without sending anything; its timer is closed and the memory
  * freed in the close callback (ops->handle_closed runs then). NULL is

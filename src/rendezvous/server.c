@@ -1027,6 +1027,11 @@ int crun__server_port(const struct crun__server *srv)
 	return srv && srv->listening ? srv->port : 0;
 }
 
+void crun__server_set_journal(struct crun__server *srv, struct crun__journal_file *journal)
+{
+	srv->rdzv.journal = journal;
+}
+
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
 				    void *arg)
 {

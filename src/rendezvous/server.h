@@ -93,6 +93,14 @@ int crun__server_port(const struct crun__server *srv);
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
 				    void *arg);
 
+struct crun__journal_file;
+
+/* Records the rendezvous rounds in journal (journal_file.h; crun-rdzvd
+ * --state-dir), and restores runs from it, from now on. journal must
+ * outlive srv; stop it (crun__journal_file_stop) before
+ * crun__server_destroy, which frees every run without it being over. */
+void crun__server_set_journal(struct crun__server *srv, struct crun__journal_file *journal);
+
 /* Number of open connections. */
 uint32_t crun__server_connections(const struct crun__server *srv);
 

@@ -3,9 +3,69 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "rendezvous/journal_file.h"
 #include "rendezvous/rdzv.h"
+
+/* What a round's journal callback needs: the journal and the run id. */
+struct run_journal {
+	struct crun__journal_file *journal;
+	size_t len;
+	uint8_t id[];
+};
+
+static void journal_changed(void *arg, const struct crun__round *r)
+{
+	struct run_journal *rj = arg;
+	struct crun__journal_run run;
+
+	if (!r) {
+		/* The store forgot the run: so does the journal. */
+		crun__journal_file_drop(rj->journal, rj->id, rj->len);
+		free(rj);
+		return;
+	}
+	if (crun__round_record(r, &run) < 0 || !(run.run_id = malloc(rj->len ? rj->len : 1))) {
+		crun__journal_run_finish(&run);
+		crun__error("cannot record a run in the journal: out of memory");
+		return;
+	}
+	memcpy(run.run_id, rj->id, rj->len);
+	run.run_id_len = rj->len;
+	crun__journal_file_put(rj->journal, &run);
+}
+
+/* A new round for the run id (len bytes), shown as shown: as the journal
+ * recorded it when it did, journaled from now on when there is one. */
+static struct crun__round *new_round(const struct crun__store_rdzv_env *env, const char *run_id,
+				     uint32_t len, const char *shown)
+{
+	struct crun__round *r = crun__round_create(env->loop, shown, env->ops, env->ctx);
+	const struct crun__journal_run *rec;
+	struct run_journal *rj;
+
+	if (!r || !env->journal)
+		return r;
+	rj = malloc(sizeof(*rj) + len);
+	if (!rj) {
+		crun__round_destroy(r);
+		return NULL;
+	}
+	rj->journal = env->journal;
+	rj->len = len;
+	memcpy(rj->id, run_id, len);
+	rec = crun__journal_file_find(env->journal, rj->id, len);
+	if (rec && crun__round_restore(r, rec) < 0) {
+		free(rj);
+		crun__round_destroy(r);
+		return NULL;
+	}
+	crun__round_set_journal(r, journal_changed, rj);
+	return r;
+}
 
 /* The round of c's run, made on first use; NULL after an error reply. */
 static struct crun__round *run_round(const struct crun__store_rdzv_env *env, struct crun__store *st,
@@ -19,7 +79,7 @@ static struct crun__round *run_round(const struct crun__store_rdzv_env *env, str
 		const char *run_id = crun__store_run_id(c, &len);
 
 		crun__store_show(shown, sizeof(shown), (const uint8_t *)run_id, len);
-		*slot = crun__round_create(env->loop, shown, env->ops, env->ctx);
+		*slot = new_round(env, run_id, len, shown);
 		if (!*slot)
 			crun__store_reply_error(st, c, id, ENOMEM, "out of memory");
 	}

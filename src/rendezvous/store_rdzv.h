@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "rendezvous/journal_file.h"
 #include "rendezvous/round.h"
 #include "rendezvous/store.h"
 #include "rendezvous/wire.h"
@@ -25,6 +26,10 @@ struct crun__store_rdzv_env {
 	uv_loop_t *loop;
 	const struct crun__round_ops *ops;
 	void *ctx;
+	/* NULL, or the journal (crun-rdzvd --state-dir) that records every
+	 * round and restores a run it recorded when the run's first
+	 * rendezvous request comes. */
+	struct crun__journal_file *journal;
 };
 
 /* Applies an RDZV_JOIN, RDZV_FAIL, RDZV_DONE or RDZV_RESUME request of c

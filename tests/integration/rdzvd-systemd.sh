@@ -146,7 +146,7 @@ fi
 unit_live="crun-rdzvd-test-$$.service"
 head -c 32 /dev/urandom | base64 >"$tmp/token"
 chmod 644 "$tmp/token"
-sed -e "s|^ExecStart=.*|ExecStart=$CRUN_RDZVD --host 127.0.0.1 --port 0 --token-file=\${CREDENTIALS_DIRECTORY}/token|" \
+sed -e "s|^ExecStart=.*|ExecStart=$CRUN_RDZVD --host 127.0.0.1 --port 0 --token-file=\${CREDENTIALS_DIRECTORY}/token --state-dir=\${STATE_DIRECTORY}|" \
 	-e "s|^LoadCredential=.*|LoadCredential=token:$tmp/token|" \
 	-e "s|^StateDirectory=.*|StateDirectory=crun-rdzvd-test-$$|" \
 	-e "s|^ProtectHome=.*|ProtectHome=read-only|" \

@@ -28,6 +28,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "rendezvous/journal_file.h"
 #include "rendezvous/rdzv.h"
 #include "rendezvous/server.h"
 #include "rendezvous/wire.h"
@@ -1468,6 +1469,195 @@ static void test_resume_flags(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* ---- a store with a journal ------------------------------------------------ */
+
+/* A record for crun__journal_file_put: run id, state, round 4 with one
+ * restart, --nnodes 2, members a and b (the nodes of these tests) when
+ * running. */
+static struct crun__journal_run record(const char *id, enum crun__journal_state st, int64_t wait_ms)
+{
+	struct crun__journal_run r = {
+		.run_id = (uint8_t *)strdup(id),
+		.run_id_len = strlen(id),
+		.state = st,
+		.round = 4,
+		.restart_count = 1,
+		.conf = conf_of(2, 2, 0, 0),
+		.wait_ms = wait_ms,
+	};
+	const char *ids[2] = {"a", "b"}, *hosts[2] = {"host-a", "host-b"};
+
+	r.conf.join_timeout_ms = 0;
+	if (st != CRUN_JOURNAL_RUNNING)
+		return r;
+	r.members = calloc(2, sizeof(*r.members));
+	assert_non_null(r.members);
+	r.nmembers = 2;
+	for (int i = 0; i < 2; i++) {
+		r.members[i].node_id = strdup(ids[i]);
+		r.members[i].host = strdup(hosts[i]);
+		r.members[i].addr = strdup("127.0.0.1");
+		r.members[i].nproc = 1;
+		r.members[i].node_rank = -1;
+	}
+	return r;
+}
+
+/* The assignment node i of a record holds. */
+static void held(const struct crun__journal_run *rec, int i, struct crun__rdzv_assignment *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->round = rec->round;
+	a->restart_count = rec->restart_count;
+	a->group_rank = i;
+	a->nnodes = rec->nmembers;
+	a->nodes = rec->members;
+}
+
+/* What the journal file in dir says of run id now (read only: the
+ * server's thread writes it). */
+static bool journal_says(const char *dir, const char *id, enum crun__journal_state st,
+			 int64_t round, int64_t restarts)
+{
+	struct crun__journal_run *runs;
+	char path[128], err[512], text[65536];
+	size_t n, len;
+	bool yes = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_FILE);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	len = fread(text, 1, sizeof(text), f);
+	fclose(f);
+	if (crun__journal_decode(text, len, path, &runs, &n, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	for (size_t i = 0; i < n; i++) {
+		const struct crun__journal_run *r = &runs[i];
+
+		if (r->run_id_len == strlen(id) && !memcmp(r->run_id, id, r->run_id_len))
+			yes = r->state == st && r->round == round && r->restart_count == restarts;
+		crun__journal_run_finish(&runs[i]);
+	}
+	free(runs);
+	return yes;
+}
+
+/* A store restored from its journal: a run recorded running is resumed by
+ * its members and goes on in the same round; a run recorded closed
+ * refuses JOINs and resumes with ESHUTDOWN and answers a DONE of its last
+ * round with OK; a run whose members do not resume within the recorded
+ * window ends the round (counted) and its waiting joiner is in the next;
+ * new rounds are recorded; a run the store forgets leaves the journal. */
+static void test_journal_restore(void **state)
+{
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__journal_run rec[3];
+	struct crun__rdzv_assignment a[2], got;
+	struct crun__journal_file *j;
+	struct tnode n[2], x;
+	struct harness h;
+	char dir[64], err[512], path[128];
+	uint32_t id;
+	int tries;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/crun-round-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(crun__journal_file_open(dir, &j, err, sizeof(err)), 0);
+	rec[0] = record("job", CRUN_JOURNAL_RUNNING, 5000);
+	rec[1] = record("done", CRUN_JOURNAL_FINISHED, 0);
+	rec[2] = record("lost", CRUN_JOURNAL_RUNNING, 200);
+	for (int i = 0; i < 3; i++) {
+		/* The journal takes its own copy; rec keeps the test's. */
+		struct crun__journal_run copy = record(i == 1 ? "done"
+						       : i    ? "lost"
+							      : "job",
+						       rec[i].state, rec[i].wait_ms);
+
+		crun__journal_file_put(j, &copy);
+	}
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	crun__server_set_journal(h.srv, j);
+
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	for (int i = 0; i < 2; i++) {
+		held(&rec[0], i, &a[i]);
+		resume(&n[i], &a[i], 5000);
+	}
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &got);
+		assert_int_equal(got.round, 4);
+		assert_int_equal(got.restart_count, 1);
+		assert_int_equal(got.group_rank, i);
+		crun__rdzv_assignment_finish(&got);
+	}
+	/* A failure now is recorded before its events go out. */
+	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_FAIL, 4, "boom");
+	want_ok(&n[0], id);
+	assert_int_equal(want_event(&n[0], 4, "failure", "boom"), 2);
+	assert_int_equal(want_event(&n[1], 4, "failure", "boom"), 2);
+	assert_true(journal_says(dir, "job", CRUN_JOURNAL_OPEN, 5, 2));
+	join(&n[0]);
+	join(&n[1]);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &got);
+		assert_int_equal(got.round, 5);
+		crun__rdzv_assignment_finish(&got);
+	}
+	assert_true(journal_says(dir, "job", CRUN_JOURNAL_RUNNING, 5, 2));
+	node_close(&n[0]);
+	node_close(&n[1]);
+
+	node_init(&x, h.port, "done", "x", "host-x", 1, &c);
+	join(&x);
+	want_error(&x, x.join_id, ESHUTDOWN, "run 'done' is closed: the job has finished");
+	id = send_round_msg(&x, CRUN_WIRE_RDZV_DONE, 4, NULL);
+	want_ok(&x, id);
+	held(&rec[0], 0, &a[0]);
+	x.self.node_id = (char *)"a";
+	resume(&x, &a[0], 5000);
+	want_error(&x, x.join_id, ESHUTDOWN, "the job has finished");
+	node_close(&x);
+	/* No key and no connection left: the store forgets "done". */
+	for (tries = 0; tries < 100 && journal_says(dir, "done", CRUN_JOURNAL_FINISHED, 4, 1);
+	     tries++)
+		sleep_ms(20);
+	assert_int_equal(tries < 100, true);
+
+	/* Nobody resumes "lost": after its 200 ms the round ends, counted,
+	 * and the node waiting in it is in round 5. */
+	node_init(&x, h.port, "lost", "x", "host-x", 1, &c);
+	join_sync(&x);
+	node_init(&n[0], h.port, "lost", "a", "host-a", 1, &c);
+	for (tries = 0; tries < 150 && !journal_says(dir, "lost", CRUN_JOURNAL_OPEN, 5, 2); tries++)
+		sleep_ms(20);
+	assert_int_equal(tries < 150, true);
+	join(&n[0]);
+	want_assignment(&x, &got);
+	assert_int_equal(got.round, 5);
+	assert_int_equal(got.restart_count, 2);
+	crun__rdzv_assignment_finish(&got);
+	want_assignment(&n[0], &got);
+	crun__rdzv_assignment_finish(&got);
+	node_close(&x);
+	node_close(&n[0]);
+
+	/* Stopped as crun-rdzvd stops it: the server's end forgets nothing. */
+	crun__journal_file_stop(j);
+	assert_int_equal(harness_stop(&h), 0);
+	crun__journal_file_destroy(j);
+	assert_int_equal(crun__journal_file_open(dir, &j, err, sizeof(err)), 0);
+	assert_non_null(crun__journal_file_find(j, (const uint8_t *)"lost", 4));
+	crun__journal_file_destroy(j);
+	for (int i = 0; i < 3; i++)
+		crun__journal_run_finish(&rec[i]);
+	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_FILE);
+	unlink(path);
+	rmdir(dir);
+}
+
 /* Old (10-item JOIN) and new (14-item) agents share a run, whichever
  * comes first; only two JOINs that both carry exclusion settings are
  * compared on them. */
@@ -1728,6 +1918,7 @@ int main(void)
 		cmocka_unit_test(test_resume_exhausted),
 		cmocka_unit_test(test_resume_joins),
 		cmocka_unit_test(test_resume_flags),
+		cmocka_unit_test(test_journal_restore),
 		cmocka_unit_test(test_two_runs),
 		cmocka_unit_test(test_destroy_busy),
 	};
