@@ -21,7 +21,9 @@
 # - embedded: the store is hosted by the first agent (node 0); that agent is
 #   SIGKILLed: the others stop their workers and exit 1 at once, saying the
 #   job cannot go on without node 0's store.
-# Extra crun-rdzvd arguments (--state-dir DIR) come from STORE_OUTAGE_RDZVD.
+# With the argument --journal, and CRUN_TEST_LONG=1 (scripts/test --long),
+# the cases that restart the daemon run again with crun-rdzvd --state-dir
+# (without CRUN_TEST_LONG it skips).
 # pid_NAME come from agent (printf -v); conditions are literal text.
 # shellcheck disable=SC2016,SC2086,SC2154
 set -u
@@ -29,6 +31,16 @@ set -u
 
 outage=${STORE_OUTAGE_S:-3}
 cases=${STORE_OUTAGE_CASES:-resume left held away old embedded}
+journal=()
+if [ "${1:-}" = --journal ]; then
+	[ "${CRUN_TEST_LONG:-0}" = 1 ] || {
+		echo "a long test (scripts/test --long): skipping"
+		exit 77
+	}
+	cases=${STORE_OUTAGE_CASES:-resume left held}
+	mkdir "$tmp/state" || fail "cannot make the state directory"
+	journal=(--state-dir "$tmp/state")
+fi
 # A short keep-alive window (3 s): a resume waits for the others that long.
 ka=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1
 # Each worker prints its pid and round, then waits for the file $0.go or,
@@ -47,7 +59,7 @@ daemon_pid=""
 # start_store N: crun-rdzvd on 127.0.0.1:$port for the Nth time (its log
 # $tmp/rdzvd.$port.log)
 start_store() {
-	"$CRUN_RDZVD" --host 127.0.0.1 --port "$port" ${STORE_OUTAGE_RDZVD:-} \
+	"$CRUN_RDZVD" --host 127.0.0.1 --port "$port" "${journal[@]}" \
 		2>>"$tmp/rdzvd.$port.log" &
 	daemon_pid=$!
 	stray_pids="$stray_pids $daemon_pid"
