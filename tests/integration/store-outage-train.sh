@@ -38,7 +38,7 @@ steps=600
 args=(--set model.context=16 --set model.embed_dim=8 --set model.width=48
 	--set model.layers=2 --set data.generate_bytes=200000 --set train.batch_size=30
 	--set train.eval_samples=256 --set log.every=50 --set optim.warmup_steps=2
-	--set train.steps=$steps --set checkpoint.every=50)
+	--set "train.steps=$steps" --set checkpoint.every=50)
 ka="keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1"
 
 nagent() {
