@@ -294,15 +294,15 @@ static int send_req(struct agent_rdzv *r, enum req_kind kind, const struct crun_
 }
 
 /* This node and its settings, as a JOIN and a RESUME carry them. */
-static void join_parts(const struct agent_rdzv *r, struct crun__rdzv_node *self,
+static void join_parts(struct agent_rdzv *r, struct crun__rdzv_node *self,
 		       struct crun__rdzv_conf *conf)
 {
 	const struct crun__agent_spec *spec = r->spec;
 
 	*self = (struct crun__rdzv_node){
-		.node_id = (char *)r->node_id,
-		.host = (char *)r->hostname,
-		.addr = (char *)r->self_addr,
+		.node_id = r->node_id,
+		.host = r->hostname,
+		.addr = r->self_addr,
 		.nproc = spec->nproc_per_node,
 		.node_rank = spec->node_rank,
 	};
