@@ -9,6 +9,7 @@
 #   its agents, which join again as new nodes, end it (counted) and finish
 #   in round 2 with restart count 1 (a daemon without the journal would
 #   start the run afresh, round 1, restart 0);
+# - a daemon stopped by SIGTERM keeps the journal as it was;
 # - a truncated journal stops the daemon at start with one line naming the
 #   file, exit 2; so does a --state-dir that is missing or not a directory.
 # shellcheck disable=SC2015,SC2016,SC2034,SC2154 source-path=SCRIPTDIR
@@ -97,9 +98,15 @@ grep -q "run 'live': restored from the journal: round 1, 0 restarts, running" \
 	fail "journal of run 'live' at the end: '$(run_state 6c697665)'"
 echo "ok: a finished run stays closed and a running one goes on in round 2 after SIGKILL"
 
+# SIGTERM: the daemon frees its runs, and the journal keeps them.
+kill -TERM "$rdzvd_pid"
+rc=0
+wait "$rdzvd_pid" || rc=$?
+[ "$rc" = 0 ] || fail "crun-rdzvd exited $rc on SIGTERM: $(cat "$tmp/second.log")"
+[ "$(run_state 646f6e65)" = "finished 1 0 0" ] && [ "$(run_state 6c697665)" = "finished 2 1 0" ] ||
+	fail "journal after SIGTERM: $(cat "$journal")"
+
 # A truncated journal: one line naming the file, exit 2.
-kill -KILL "$rdzvd_pid"
-wait "$rdzvd_pid" 2>/dev/null
 truncate -s 40 "$journal"
 rc=0
 "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --state-dir "$state" 2>"$tmp/corrupt.log" || rc=$?
