@@ -42,21 +42,27 @@ static void remove_at(struct crun__journal_file *j, size_t i)
 	j->n--;
 }
 
-/* Drops the closed runs written longest ago beyond CRUN_JOURNAL_MAX_CLOSED. */
+/* Drops the runs written longest ago: closed ones beyond
+ * CRUN_JOURNAL_MAX_CLOSED, then any beyond CRUN_JOURNAL_MAX_RUNS. */
 static void prune(struct crun__journal_file *j)
 {
 	for (;;) {
-		size_t closed = 0, oldest = 0;
+		size_t closed = 0, oldest = 0, oldest_closed = 0;
 
 		for (size_t i = 0; i < j->n; i++) {
+			if (j->runs[i].written < j->runs[oldest].written)
+				oldest = i;
 			if (!crun__journal_closed(j->runs[i].state))
 				continue;
-			if (!closed++ || j->runs[i].written < j->runs[oldest].written)
-				oldest = i;
+			if (!closed++ || j->runs[i].written < j->runs[oldest_closed].written)
+				oldest_closed = i;
 		}
-		if (closed <= CRUN_JOURNAL_MAX_CLOSED)
+		if (closed > CRUN_JOURNAL_MAX_CLOSED)
+			remove_at(j, oldest_closed);
+		else if (j->n > CRUN_JOURNAL_MAX_RUNS)
+			remove_at(j, oldest);
+		else
 			return;
-		remove_at(j, oldest);
 	}
 }
 

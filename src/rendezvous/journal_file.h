@@ -4,9 +4,10 @@
  * The file is replaced atomically (a temporary file, fsync, rename, fsync
  * of DIR) on every change, synchronously: the caller writes before it
  * sends the replies of the change, so the file is never behind what
- * agents were told. The journal holds the runs the store holds, and the
- * runs read at start that nobody has asked for again; of the closed runs
- * only the CRUN_JOURNAL_MAX_CLOSED most recently written are kept. */
+ * agents were told. The journal holds what its caller puts until it drops
+ * it, bounded: of the closed runs only the CRUN_JOURNAL_MAX_CLOSED most
+ * recently written are kept, of all runs CRUN_JOURNAL_MAX_RUNS (the ones
+ * written longest ago go first). */
 #ifndef CRUN_RENDEZVOUS_JOURNAL_FILE_H
 #define CRUN_RENDEZVOUS_JOURNAL_FILE_H
 
@@ -17,6 +18,7 @@
 
 #define CRUN_JOURNAL_FILE "rdzv-journal.json"
 #define CRUN_JOURNAL_MAX_CLOSED 100
+#define CRUN_JOURNAL_MAX_RUNS 1000
 
 struct crun__journal_file;
 

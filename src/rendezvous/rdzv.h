@@ -231,7 +231,9 @@
  *             gets ESHUTDOWN.
  * The state lives as long as the run does in the server: until no
  * connection and no key of the run is left (then a JOIN starts afresh,
- * round 1). The run's keys are shared by its rounds as before.
+ * round 1); with a journal (crun-rdzvd --state-dir) a run that is closed or
+ * in a round is restored from it instead, as after a restart. The run's
+ * keys are shared by its rounds as before.
  * Group ranks: static: in node_rank order (so equal to node_rank when
  * ranks 0..n-1 all joined, as they must with min = max); otherwise a
  * stable order: the order in which node ids first joined the run (a node

@@ -1662,7 +1662,7 @@ out:
 	if (r->generation != r->journaled) {
 		r->journaled = r->generation;
 		if (r->journal_cb)
-			r->journal_cb(r->journal_arg, r);
+			r->journal_cb(r->journal_arg, r, false);
 	}
 	rearm(r);
 }
@@ -1817,7 +1817,7 @@ void crun__round_destroy(struct crun__round *r)
 	if (!r)
 		return;
 	if (r->journal_cb)
-		r->journal_cb(r->journal_arg, NULL);
+		r->journal_cb(r->journal_arg, r, true);
 	if (r->timer) {
 		r->timer->r = NULL;
 		uv_close((uv_handle_t *)&r->timer->t, on_timer_closed);

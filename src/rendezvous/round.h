@@ -88,9 +88,9 @@ bool crun__round_has_peer(const struct crun__round *r, const void *peer);
  * of each crun__round_apply (timer events included) that changed what a
  * journal records of the run (a round was assigned, ended or is being
  * resumed, or the run closed), before the server writes the replies of
- * that change; and once with r NULL when r is destroyed (arg is then the
- * callback's to free). */
-typedef void (*crun__round_journal_cb)(void *arg, const struct crun__round *r);
+ * that change; and once with destroyed true from crun__round_destroy (r
+ * is valid during the call; arg is then the callback's to free). */
+typedef void (*crun__round_journal_cb)(void *arg, const struct crun__round *r, bool destroyed);
 void crun__round_set_journal(struct crun__round *r, crun__round_journal_cb cb, void *arg);
 
 /* Fills run with what the journal keeps of r (journal.h; allocated, free

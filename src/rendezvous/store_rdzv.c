@@ -17,14 +17,20 @@ struct run_journal {
 	uint8_t id[];
 };
 
-static void journal_changed(void *arg, const struct crun__round *r)
+static void journal_changed(void *arg, const struct crun__round *r, bool destroyed)
 {
 	struct run_journal *rj = arg;
 	struct crun__journal_run run;
 
-	if (!r) {
-		/* The store forgot the run: so does the journal. */
-		crun__journal_file_drop(rj->journal, rj->id, rj->len);
+	if (destroyed) {
+		/* The store forgets the run (no connection, no key). Between
+		 * rounds, so does the journal: the run starts afresh, as in
+		 * this store. A closed run, or one in a round that is
+		 * resumed, stays: it is still closed, or resumed, when
+		 * agents come back. */
+		if (crun__round_record(r, &run) == 0 && run.state == CRUN_JOURNAL_OPEN)
+			crun__journal_file_drop(rj->journal, rj->id, rj->len);
+		crun__journal_run_finish(&run);
 		free(rj);
 		return;
 	}

@@ -295,6 +295,45 @@ static void test_file(void **state)
 	assert_non_null(strstr(err, "line"));
 }
 
+/* A journal beyond its bounds (written by hand, or by a daemon with other
+ * bounds) is cut to them when read: the runs written longest ago go. */
+static void test_file_bounds(void **state)
+{
+	size_t n = CRUN_JOURNAL_MAX_RUNS + 2;
+	struct crun__journal_run *runs = calloc(n, sizeof(*runs));
+	struct crun__journal_file *j;
+	char(*ids)[16] = calloc(n, sizeof(*ids)), err[512], path[128], *text;
+	size_t left = 0;
+
+	(void)state;
+	assert_non_null(runs);
+	assert_non_null(ids);
+	for (size_t i = 0; i < n; i++) {
+		/* The first MAX_CLOSED + 1 closed, the rest open; the
+		 * oldest written first. */
+		snprintf(ids[i], sizeof(ids[i]), "r%zu", i);
+		runs[i] = sample(ids[i], i <= CRUN_JOURNAL_MAX_CLOSED ? CRUN_JOURNAL_FINISHED
+								      : CRUN_JOURNAL_OPEN);
+		runs[i].written = 1000 + (int64_t)i;
+	}
+	text = crun__journal_encode(runs, n);
+	assert_non_null(text);
+	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_FILE);
+	assert_int_equal(crun__write_atomic(path, text, strlen(text), 0600), 0);
+	free(text);
+	assert_int_equal(crun__journal_file_open(dir, &j, err, sizeof(err)), 0);
+	/* r0, the oldest closed run, goes for the bound of closed runs; r1,
+	 * the oldest of the rest, for the bound of runs. */
+	assert_null(crun__journal_file_find(j, (const uint8_t *)"r0", 2));
+	assert_null(crun__journal_file_find(j, (const uint8_t *)"r1", 2));
+	for (size_t i = 2; i < n; i++)
+		left += crun__journal_file_find(j, (const uint8_t *)ids[i], strlen(ids[i])) != NULL;
+	assert_int_equal(left, CRUN_JOURNAL_MAX_RUNS);
+	crun__journal_file_destroy(j);
+	free(ids);
+	free(runs);
+}
+
 static void test_bad_dir(void **state)
 {
 	struct crun__journal_file *j;
@@ -323,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test_setup_teardown(test_file, setup_dir, remove_dir),
+		cmocka_unit_test_setup_teardown(test_file_bounds, setup_dir, remove_dir),
 		cmocka_unit_test_setup_teardown(test_bad_dir, setup_dir, remove_dir),
 	};
 
