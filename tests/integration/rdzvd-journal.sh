@@ -6,9 +6,11 @@
 #   still closed after the restart: a late agent gets "run 'done' is
 #   closed: the job has finished", exit 1;
 # - a run in round 1 when the daemon was killed is restored as that round:
-#   its agents, which join again as new nodes, end it (counted) and finish
-#   in round 2 with restart count 1 (a daemon without the journal would
-#   start the run afresh, round 1, restart 0);
+#   its agents resume it, their workers untouched, and finish in round 1;
+# - a run whose agents gave up resuming (reconnect_timeout shorter than the
+#   outage) and join again as new nodes: the restored round ends, counted,
+#   and they finish in round 2 with restart count 1 (a daemon without the
+#   journal would start the run afresh, round 1, restart 0);
 # - a daemon stopped by SIGTERM keeps the journal as it was;
 # - a truncated journal stops the daemon at start with one line naming the
 #   file, exit 2; so does a --state-dir that is missing or not a directory.
@@ -61,21 +63,26 @@ expect_rc done1 0
 [ "$(run_state 646f6e65)" = "finished 1 0 0" ] ||
 	fail "journal of run 'done': '$(run_state 646f6e65)': $(cat "$journal")"
 
-# A run in its first round; its workers wait for $tmp/go.
+# Two runs in their first round; their workers wait for $tmp/go. The
+# agents of 'gave' stop resuming after 300 ms, well before the store is back.
 MN_UNTIL="[ -e $tmp/go ]"
 for n in 0 1; do
 	agent "live$n" --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=live \
 		--rdzv-conf="$ka" sh -c "$worker" "$marker"
+	agent "gave$n" --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=gave \
+		--rdzv-conf="$ka,reconnect_timeout=300ms,rejoin_timeout=20s" sh -c "$worker" "$marker"
 done
-wait_for "$tmp/live0.out" " round=1 "
-wait_for "$tmp/live1.out" " round=1 "
+for name in live0 live1 gave0 gave1; do
+	wait_for "$tmp/$name.out" " round=1 "
+done
 [ "$(run_state 6c697665)" = "running 1 0 2" ] ||
 	fail "journal of run 'live': '$(run_state 6c697665)': $(cat "$journal")"
 
 kill -KILL "$rdzvd_pid"
 wait "$rdzvd_pid" 2>/dev/null
+sleep 1
 start_rdzvd second "$rdzvd_port"
-grep -q "journal '$journal': 2 runs" "$tmp/second.log" ||
+grep -q "journal '$journal': 3 runs" "$tmp/second.log" ||
 	fail "no journal line: $(cat "$tmp/second.log")"
 
 agent late --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=done /bin/true
@@ -83,27 +90,40 @@ expect_rc late 1
 grep -q "run 'done' is closed: the job has finished" "$tmp/late.err" ||
 	fail "late join after the restart: $(cat "$tmp/late.err")"
 
-wait_for "$tmp/live0.out" " round=2 " 1 20
-wait_for "$tmp/live1.out" " round=2 " 1 20
-touch "$tmp/go"
-expect_rc live0 0
-expect_rc live1 0
 for n in 0 1; do
-	[ "$(grep ' round=2 ' "$tmp/live$n.out" | grep -oE ' restart=[0-9]+')" = " restart=1" ] ||
-		fail "live$n: $(cat "$tmp/live$n.out")"
+	wait_for "$tmp/live$n.err" "resumed round 1 with the store at '$ep'" 1 20
+	wait_for "$tmp/gave$n.out" " round=2 " 1 20
+done
+wait_for "$tmp/second.log" "round 1 of run 'live' resumed: all 2 nodes came back" 1 10
+[ "$(run_state 6c697665)" = "running 1 0 2" ] ||
+	fail "journal of run 'live' after the resume: '$(run_state 6c697665)'"
+touch "$tmp/go"
+for name in live0 live1 gave0 gave1; do
+	expect_rc "$name" 0
+done
+# One worker line each: the workers of round 1 were never restarted.
+for n in 0 1; do
+	[ "$(grep -c ' round=' "$tmp/live$n.out")" = 1 ] || fail "live$n restarted: $(cat "$tmp/live$n.out")"
+done
+for n in 0 1; do
+	[ "$(grep ' round=2 ' "$tmp/gave$n.out" | grep -oE ' restart=[0-9]+')" = " restart=1" ] ||
+		fail "gave$n: $(cat "$tmp/gave$n.out")"
 done
 grep -q "run 'live': restored from the journal: round 1, 0 restarts, running" \
 	"$tmp/second.log" || fail "no restore line: $(cat "$tmp/second.log")"
-[ "$(run_state 6c697665)" = "finished 2 1 0" ] ||
+[ "$(run_state 6c697665)" = "finished 1 0 0" ] ||
 	fail "journal of run 'live' at the end: '$(run_state 6c697665)'"
-echo "ok: a finished run stays closed and a running one goes on in round 2 after SIGKILL"
+[ "$(run_state 67617665)" = "finished 2 1 0" ] ||
+	fail "journal of run 'gave' at the end: '$(run_state 67617665)'"
+echo "ok: across SIGKILL, a finished run stays closed, a running one resumes its round,"
+echo "ok: and one whose agents joined again goes on in round 2, counted"
 
 # SIGTERM: the daemon frees its runs, and the journal keeps them.
 kill -TERM "$rdzvd_pid"
 rc=0
 wait "$rdzvd_pid" || rc=$?
 [ "$rc" = 0 ] || fail "crun-rdzvd exited $rc on SIGTERM: $(cat "$tmp/second.log")"
-[ "$(run_state 646f6e65)" = "finished 1 0 0" ] && [ "$(run_state 6c697665)" = "finished 2 1 0" ] ||
+[ "$(run_state 646f6e65)" = "finished 1 0 0" ] && [ "$(run_state 6c697665)" = "finished 1 0 0" ] ||
 	fail "journal after SIGTERM: $(cat "$journal")"
 
 # A truncated journal: one line naming the file, exit 2.
