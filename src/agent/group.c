@@ -584,6 +584,8 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 			crun__warn("round %lld ended: %s; restarting (a joining node is not "
 				   "counted as a restart)",
 				   round, why);
+		else if (g->round_end_count < 0)
+			crun__warn("round %lld ended: %s; restarting", round, why);
 		else
 			crun__warn("round %lld ended: %s; restarting (restart %lld of %d)", round,
 				   why, (long long)g->round_end_count, g->spec->max_restarts);

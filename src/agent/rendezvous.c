@@ -1169,7 +1169,7 @@ static void resumed_round_over(struct agent_rdzv *r, const char *message)
 	r->ended = true;
 	end = (struct crun__round_end){
 		.round = r->asg.round,
-		.restart_count = r->asg.restart_count + 1,
+		.restart_count = -1,
 		.message = text,
 	};
 	r->hooks.ended(r->hooks.arg, &end);

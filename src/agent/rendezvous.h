@@ -23,7 +23,9 @@ struct crun__round_end {
 	int64_t round;
 	bool exhausted;	       /* the restarts are exhausted: the job ends */
 	bool node_joined;      /* a node joined: not counted as a restart */
-	int64_t restart_count; /* the run's restart count after it */
+	int64_t restart_count; /* the run's restart count after it; -1:
+				* unknown (a resume refused because the round
+				* ended: the next assignment tells) */
 	const char *message;   /* which rank on which host failed, or which
 				* node left; valid during the hook */
 };

@@ -10,7 +10,7 @@
  *     not ended) whose standalone store (CRUN_WIRE_F_RDZV_RESUME) closes
  *     or resets the connection keeps its workers and reconnects to resume
  *     the round (RESUME): the store restarted, or a connection broke;
- *   - anything else is today's loss (REJOIN): the workers are killed and
+ *   - anything else is the plain loss (REJOIN): the workers are killed and
  *     the agent joins again as a new node. That covers the keep-alive
  *     window passing without a reply (-ETIMEDOUT: the network cut this
  *     node off, and the store has dropped it or will), an agent that was

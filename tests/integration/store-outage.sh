@@ -13,10 +13,10 @@
 #   exit barrier until the round is resumed; then the failure ends round 1
 #   and round 2 finishes: exit 0.
 # - away: the daemon does not come back within reconnect_timeout (1s): the
-#   agents take the store as lost as before (the workers are killed; they
+#   agents take the store as lost (the workers are killed; they
 #   try to join again for rejoin_timeout, 1s) and exit 1, saying why.
 # - old: a crun-rdzvd that cannot resume rounds (its test hook
-#   CRUN_TEST_RDZV_OLD_STORE) is lost at once as before: the workers are
+#   CRUN_TEST_RDZV_OLD_STORE) is lost at once: the workers are
 #   killed, and the agents exit 1 after rejoin_timeout (1s).
 # - embedded: the store is hosted by the first agent (node 0); that agent is
 #   SIGKILLed: the others stop their workers and exit 1 at once, saying the
