@@ -1209,14 +1209,19 @@ static bool fresh(const struct crun__round *r)
 }
 
 /* The members of a RECOVERING round back to no connection, their held
- * resumes answered with ECANCELED why (the round was rebuilt). */
+ * resumes and DONEs answered with ECANCELED why (the round was
+ * rebuilt). */
 static void recover_drop(struct crun__round *r, const char *why)
 {
 	for (size_t i = 0; i < r->members.n; i++) {
 		struct rnode *m = r->members.v[i];
 
-		if (m->peer)
-			send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s",
+		if (!m->peer)
+			continue;
+		send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s", r->round,
+			 why);
+		if (m->done)
+			send_err(r, m->peer, m->done_id, ECANCELED, "round %" PRId64 " ended: %s",
 				 r->round, why);
 	}
 	nodes_free(&r->members);
@@ -1343,11 +1348,18 @@ static void resume_hold(struct crun__round *r, const struct crun__round_event *e
 			 "this connection already resumed round %" PRId64, r->round);
 		return;
 	}
-	if (m->peer)
+	if (m->peer) {
 		send_err(r, m->peer, m->join_id, EEXIST,
 			 "node '%s' resumed again on another connection", m->node_id);
-	else
+		/* A DONE held from the old connection is not answered
+		 * there any more: the member sends it again. */
+		if (m->done) {
+			m->done = false;
+			r->ndone--;
+		}
+	} else {
 		r->nresumed++;
+	}
 	m->peer = ev->peer;
 	m->join_id = ev->id;
 	m->node_rank = ev->node->node_rank;

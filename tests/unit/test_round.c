@@ -1271,6 +1271,80 @@ static void test_resume_mismatch(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* A DONE held in a RECOVERING round belongs to the connection that sent
+ * it: a member that resumes again on a new connection sends DONE again
+ * (the barrier does not count the old one, and no answer goes to the new
+ * connection under the old DONE's id); a round dropped for a higher one
+ * answers held DONEs with ECANCELED, as it does held resumes. */
+static void test_resume_held_done(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], a;
+	struct tnode n[2];
+	uint32_t old_done, old_join, ids[2];
+	int old;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	old_done = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	old = n[0].fd;
+	old_join = n[0].join_id;
+	n[0].fd = connect_run(h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	/* The old connection's resume is replaced; its DONE gets nothing. */
+	{
+		struct tnode o = n[0];
+
+		o.fd = old;
+		want_error(&o, old_join, EEXIST, "node 'a' resumed again on another connection");
+		assert_true(quiet(old, 50));
+	}
+	close(old);
+	reconnect(&n[1], h.port, "job");
+	resume(&n[1], &as[1], 5000);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &a);
+		crun__rdzv_assignment_finish(&a);
+	}
+	/* Only b's DONE counts: the barrier waits for a's new one. */
+	ids[1] = send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 100));
+	assert_true(quiet(n[1].fd, 0));
+	ids[0] = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_ok(&n[0], ids[0]);
+	want_ok(&n[1], ids[1]);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* Another restart: a's resume and DONE are held when b resumes a
+	 * higher round; both get ECANCELED. */
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	old_done = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	reconnect(&n[1], h.port, "job");
+	as[1].round = 3;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 1 ended: node 'b' (host-b) resumed round 3");
+	want_error(&n[0], old_done, ECANCELED, "round 1 ended: node 'b' (host-b) resumed round 3");
+	assert_true(quiet(n[1].fd, 50));
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* The store did not restart: a member that lost its connection and
  * resumes on a new one takes its place and gets its assignment; the old
  * connection closing then ends nothing; events go to the RESUME's id. A
@@ -1928,6 +2002,7 @@ int main(void)
 		cmocka_unit_test(test_resume_missing),
 		cmocka_unit_test(test_resume_mismatch),
 		cmocka_unit_test(test_resume_live),
+		cmocka_unit_test(test_resume_held_done),
 		cmocka_unit_test(test_resume_exhausted),
 		cmocka_unit_test(test_resume_joins),
 		cmocka_unit_test(test_resume_flags),
