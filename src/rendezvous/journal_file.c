@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 
 struct crun__journal_file {
 	char *path;
+	int lock_fd; /* DIR/CRUN_JOURNAL_LOCK, locked while j lives */
 	struct crun__journal_run *runs;
 	size_t n, cap;
 	bool stopped;
@@ -88,6 +90,54 @@ static void save(struct crun__journal_file *j)
 			    j->path, strerror(-rc));
 }
 
+/* Takes DIR's lock (CRUN_JOURNAL_LOCK, flock LOCK_EX) for j and writes
+ * this process's id in it. -EBUSY, with a line in err, when another
+ * process holds it; -errno when it cannot be made. */
+static int lock_dir(struct crun__journal_file *j, const char *dir, char *err, size_t errlen)
+{
+	char path[4096], pid[32];
+	ssize_t got;
+	int rc, n;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_LOCK) >= (int)sizeof(path)) {
+		snprintf(err, errlen, "--state-dir '%s': path too long", dir);
+		return -ENAMETOOLONG;
+	}
+	j->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (j->lock_fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "--state-dir '%s': cannot write '%s': %s", dir, path,
+			 strerror(-rc));
+		return rc;
+	}
+	while ((rc = flock(j->lock_fd, LOCK_EX | LOCK_NB)) < 0 && errno == EINTR)
+		;
+	if (rc < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		if (rc != -EBUSY) {
+			snprintf(err, errlen, "--state-dir '%s': cannot lock '%s': %s", dir, path,
+				 strerror(-rc));
+			return rc;
+		}
+		/* The holder wrote its pid there; it may be mid-write. */
+		got = pread(j->lock_fd, pid, sizeof(pid) - 1, 0);
+		pid[got > 0 ? got : 0] = '\0';
+		n = atoi(pid);
+		if (n > 0)
+			snprintf(err, errlen,
+				 "state directory %s is in use by another crun-rdzvd (pid %d)", dir,
+				 n);
+		else
+			snprintf(err, errlen, "state directory %s is in use by another crun-rdzvd",
+				 dir);
+		return -EBUSY;
+	}
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(j->lock_fd, 0) < 0 || pwrite(j->lock_fd, pid, (size_t)n, 0) != n)
+		crun__warn("cannot write the pid into '%s': %s", path, strerror(errno));
+	return 0;
+}
+
 /* Reads path into a NUL-terminated buffer; -ENOENT when there is none. */
 static int read_file(const char *path, char **out, size_t *len)
 {
@@ -150,6 +200,10 @@ int crun__journal_file_open(const char *dir, struct crun__journal_file **out, ch
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		goto out_nomem;
+	j->lock_fd = -1;
+	rc = lock_dir(j, dir, err, errlen);
+	if (rc < 0)
+		goto out_destroy;
 	j->path = malloc(strlen(dir) + sizeof(CRUN_JOURNAL_FILE) + 1);
 	if (!j->path)
 		goto out_nomem;
@@ -253,5 +307,7 @@ void crun__journal_file_destroy(struct crun__journal_file *j)
 		crun__journal_run_finish(&j->runs[i]);
 	free(j->runs);
 	free(j->path);
+	if (j->lock_fd >= 0)
+		close(j->lock_fd);
 	free(j);
 }

@@ -17,16 +17,20 @@
 #include "rendezvous/journal.h"
 
 #define CRUN_JOURNAL_FILE "rdzv-journal.json"
+#define CRUN_JOURNAL_LOCK "rdzv-journal.lock"
 #define CRUN_JOURNAL_MAX_CLOSED 100
 #define CRUN_JOURNAL_MAX_RUNS 1000
 
 struct crun__journal_file;
 
-/* Reads DIR's journal (no file: an empty one) and writes it back, which
- * proves DIR writable. 0 with *out; else *out NULL, a line in err and
- * -ENOENT, -ENOTDIR, -EACCES, ... (DIR is not a writable directory),
- * -EPROTO (the file is corrupt: err names it and says where) or
- * -ENOMEM. */
+/* Takes DIR's lock (DIR/CRUN_JOURNAL_LOCK, flock LOCK_EX; it holds the
+ * process id, and is held until crun__journal_file_destroy, or the
+ * process's end), reads DIR's journal (no file: an empty one) and writes
+ * it back, which proves DIR writable. 0 with *out; else *out NULL, a line
+ * in err and -EBUSY (another process holds the lock: two daemons sharing
+ * one journal would each rewrite it with only their own runs), -ENOENT,
+ * -ENOTDIR, -EACCES, ... (DIR is not a writable directory), -EPROTO (the
+ * file is corrupt: err names it and says where) or -ENOMEM. */
 int crun__journal_file_open(const char *dir, struct crun__journal_file **out, char *err,
 			    size_t errlen);
 

@@ -150,8 +150,8 @@
  *       gets the assignment (workers never noticed). A resume whose round,
  *       members or configuration differ from the recovering round's gets
  *       ERROR ECANCELED (it then joins as a new node), unless its round is
- *       higher: then the recovering round is dropped (its held resumes get
- *       ECANCELED) and rebuilt from this one.
+ *       higher: then the recovering round is dropped (its held resumes,
+ *       and DONEs, get ECANCELED) and rebuilt from this one.
  *     - the deadline passes with members missing: the round ends as if
  *       they had left (counted: restart_count + 1, or "exhausted" above
  *       max_restarts): each held resume gets ERROR ECANCELED "round N
@@ -161,19 +161,49 @@
  *       restarts the run closes as failed and each held resume gets
  *       ERROR ESHUTDOWN "run 'ID' is closed: the job failed: <the same
  *       message>; no restarts left (--max-restarts N)".
+ *     - a store with a journal (crun-rdzvd --state-dir) loads each run
+ *       that was RUNNING as a RECOVERING round "restored" from the
+ *       journal, with its recorded configuration, members, round and
+ *       restart count, and answers resumes as for any RECOVERING round
+ *       (above): one that matches is held, one that differs gets
+ *       ECANCELED, one of a higher round drops the restored round and
+ *       rebuilds the run from itself. Until a member resumes, the
+ *       deadline is the recorded keep-alive window (60 s when none) from
+ *       the store's first request of the run; the first resume sets its
+ *       own. A restored round that no member has resumed is dropped, not
+ *       ended (nothing counted), when that deadline passes or a node that
+ *       is not a member JOINs: the run starts afresh, as a run the store
+ *       never knew (round 1, restart count 0, no configuration; the
+ *       journal's record of the old round goes), and that JOIN is
+ *       the first of round 1, checked against nothing recorded. Nobody
+ *       holds such a round: its job ended while the store was down (its
+ *       agents would have resumed), or a new job reuses the run id
+ *       (torchrun and crun users pass the same --rdzv-id job after job;
+ *       node ids are new for each agent): the new job's settings apply,
+ *       and its --max-restarts is not charged for the old job's members.
+ *       (A new node of the old job that JOINs before any member resumed
+ *       makes the run start afresh too: the members' resumes then get
+ *       ECANCELED and they join round 1.) A run the journal records as
+ *       CLOSED answers ERROR ESHUTDOWN, and a DONE for its last round OK,
+ *       as before the restart.
+ *     - the run is RUNNING a later round, or OPEN: ERROR ECANCELED "round
+ *       N ended: ..." (the agent stops its workers and joins again);
+ *       CLOSED: ESHUTDOWN.
  *     While a round is RECOVERING:
  *     - a JOIN of one of its members (an agent that gave up resuming, or
  *       whose workers stopped) ends the round at once, counted, as "left"
  *       ("node 1 (host-b) joined again instead of resuming the round"):
  *       held resumes get ECANCELED with that message and the JOIN is one
  *       for round N + 1 (OPEN), as any JOIN after a restart;
- *     - a JOIN of another node is checked as any JOIN and waits as a
+ *     - a JOIN of another node (but see the journal above for a restored
+ *       round nobody resumed) is checked as any JOIN and waits as a
  *       standby joiner would (its join timeout runs): once the round runs
  *       again it ends it with "join" when the round is below max_nodes
  *       and nobody sent DONE, else it goes on waiting; when the round ends
  *       it is in the next one;
  *     - a member's connection that closes after its resume was held is
- *       no longer back (it may resume again before the deadline);
+ *       no longer back (it may resume again before the deadline), and a
+ *       DONE it sent is forgotten;
  *     - RDZV_FAIL from a held member ends the round (reason "failure",
  *       its held resumes get ECANCELED); RDZV_DONE from a held member is
  *       counted once the round runs again (the barrier may then complete
@@ -185,19 +215,10 @@
  *     applies as for a JOIN, from the moment the resume is held. A DONE
  *     the member sent on an earlier connection no longer counts: it sends
  *     DONE again. A second resume of the same member on another
- *     connection replaces the first (which gets ERROR EEXIST). The run is
- *     "unknown" to the store when no round was ever assigned in it and
- *     nobody waits in its first round; a run OPEN in any other way
- *     cancels the resume.
- *     - a store with a journal (crun-rdzvd --state-dir) loads each run
- *       that was RUNNING as RECOVERING, with its recorded members, round
- *       and restart count, the deadline wait_ms from the first resume; a
- *       resume must match the journal, else ECANCELED. A run the journal
- *       records as CLOSED answers ERROR ESHUTDOWN, and a DONE for its last
- *       round OK, as before the restart.
- *     - the run is RUNNING a later round, or OPEN: ERROR ECANCELED "round
- *       N ended: ..." (the agent stops its workers and joins again);
- *       CLOSED: ESHUTDOWN.
+ *     connection replaces the first (which gets ERROR EEXIST; a DONE held
+ *     from it is dropped without an answer there). The run is "unknown"
+ *     to the store when no round was ever assigned in it and nobody waits
+ *     in its first round; a run OPEN in any other way cancels the resume.
  *     Agents send wait_ms = their keep-alive window (keepalive_ms): a
  *     member not back within it after the store is back is treated as a
  *     member whose keep-alives stopped.
@@ -226,7 +247,10 @@
  *   RECOVERING  (RDZV_RESUME) the round the members' resumes name, rebuilt
  *             by a store that lost it; -> RUNNING when every member is
  *             back, -> (ended) when its deadline passes first, a member
- *             joins instead, or a member fails.
+ *             joins instead, or a member fails; one restored from a
+ *             journal that no member resumed -> OPEN round 1 (afresh,
+ *             nothing counted) when its deadline passes or another node
+ *             joins.
  *   CLOSED    run finished (all DONE) or failed (exhausted): every JOIN
  *             gets ESHUTDOWN.
  * The state lives as long as the run does in the server: until no

@@ -81,8 +81,9 @@ static void usage(FILE *out)
 		"  --require-token           refuse to listen on an address that is not loopback\n"
 		"                            without a token (default: off, a warning)\n"
 		"  --state-dir DIR           keep a journal of the rendezvous rounds in DIR, so\n"
-		"                            that a restarted daemon goes on with every run\n"
-		"                            (default: none, the rounds live in memory only)\n"
+		"                            that a restarted daemon goes on with every run;\n"
+		"                            one daemon per DIR (default: none, the rounds\n"
+		"                            live in memory only)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -370,6 +371,8 @@ int main(int argc, char **argv)
 			goto out_free_token;
 		}
 		if (rc < 0) {
+			/* Not a writable directory, or another daemon's
+			 * (-EBUSY): a restart would not fix it either. */
 			crun__error("%s", err);
 			status = rc == -ENOMEM ? 1 : EXIT_USAGE;
 			goto out_free_token;

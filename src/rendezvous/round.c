@@ -127,6 +127,8 @@ struct crun__round {
 	 * wait, for messages. */
 	size_t nresumed;
 	bool resume_heard, resume_armed;
+	/* RECOVERING: restored from a journal, and no member resumed yet. */
+	bool restored;
 	uint64_t resume_deadline;
 	int64_t resume_wait_ms;
 	/* The keep-alive window the run's first JOIN (or resume) asked for:
@@ -1209,14 +1211,19 @@ static bool fresh(const struct crun__round *r)
 }
 
 /* The members of a RECOVERING round back to no connection, their held
- * resumes answered with ECANCELED why (the round was rebuilt). */
+ * resumes and DONEs answered with ECANCELED why (the round was
+ * rebuilt). */
 static void recover_drop(struct crun__round *r, const char *why)
 {
 	for (size_t i = 0; i < r->members.n; i++) {
 		struct rnode *m = r->members.v[i];
 
-		if (m->peer)
-			send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s",
+		if (!m->peer)
+			continue;
+		send_err(r, m->peer, m->join_id, ECANCELED, "round %" PRId64 " ended: %s", r->round,
+			 why);
+		if (m->done)
+			send_err(r, m->peer, m->done_id, ECANCELED, "round %" PRId64 " ended: %s",
 				 r->round, why);
 	}
 	nodes_free(&r->members);
@@ -1259,6 +1266,7 @@ static int recover_from(struct crun__round *r, const struct crun__round_event *e
 	r->last_call_armed = false;
 	r->resume_armed = false;
 	r->resume_heard = false;
+	r->restored = false;
 	r->state = ROUND_RECOVERING;
 	r->generation++;
 	if (!r->wait_ms)
@@ -1292,6 +1300,47 @@ static void recovered(struct crun__round *r)
 			 r->standby.v[0]->host);
 		end_round(r, "join", msg, NULL);
 	}
+}
+
+/* A round restored from a journal that no member has resumed is
+ * dropped: the run is as new, round 1 with nothing configured (the
+ * journal then forgets it), and a JOIN is the first of round 1. Its
+ * members are gone (their job ended while the store was down, or long
+ * ago), or another job reuses the run id: either way no agent holds the
+ * recorded round, and counting its end would only fail a job that never
+ * had it. */
+static void restart_afresh(struct crun__round *r, const char *why)
+{
+	crun__info("run '%s': round %" PRId64 " restored from the journal is dropped (%s): the "
+		   "run starts afresh in round 1",
+		   r->run_id, r->round, why);
+	nodes_free(&r->members);
+	for (size_t i = 0; i < r->nknown; i++) {
+		free(r->known[i].node_id);
+		free(r->known[i].fails);
+	}
+	free(r->known);
+	r->known = NULL;
+	r->nknown = r->known_cap = 0;
+	r->next_seq = 0;
+	prev_clear(r);
+	free(r->ended_why);
+	r->ended_why = NULL;
+	r->ended_round = 0;
+	memset(&r->conf, 0, sizeof(r->conf));
+	r->configured = false;
+	r->static_ranks = false;
+	r->round = 1;
+	r->restart_count = 0;
+	r->world_size = 0;
+	r->ndone = 0;
+	r->nresumed = 0;
+	r->wait_ms = 0;
+	r->resume_armed = false;
+	r->resume_heard = false;
+	r->restored = false;
+	r->state = ROUND_OPEN;
+	r->generation++;
 }
 
 /* The RECOVERING round's deadline passed: it ends as if the members that
@@ -1343,14 +1392,22 @@ static void resume_hold(struct crun__round *r, const struct crun__round_event *e
 			 "this connection already resumed round %" PRId64, r->round);
 		return;
 	}
-	if (m->peer)
+	if (m->peer) {
 		send_err(r, m->peer, m->join_id, EEXIST,
 			 "node '%s' resumed again on another connection", m->node_id);
-	else
+		/* A DONE held from the old connection is not answered
+		 * there any more: the member sends it again. */
+		if (m->done) {
+			m->done = false;
+			r->ndone--;
+		}
+	} else {
 		r->nresumed++;
+	}
 	m->peer = ev->peer;
 	m->join_id = ev->id;
 	m->node_rank = ev->node->node_rank;
+	r->restored = false;
 	if (!r->resume_heard) {
 		r->resume_heard = true;
 		r->resume_armed = true;
@@ -1581,7 +1638,11 @@ static void recovering_event(struct crun__round *r, const struct crun__round_eve
 		free(n);
 		break;
 	case CRUN_ROUND_EV_RESUME_DEADLINE:
-		if (r->resume_armed && uv_now(r->loop) >= r->resume_deadline)
+		if (!r->resume_armed || uv_now(r->loop) < r->resume_deadline)
+			break;
+		if (r->restored)
+			restart_afresh(r, "no member resumed it");
+		else
 			resume_timed_out(r);
 		break;
 	case CRUN_ROUND_EV_LAST_CALL:
@@ -1628,9 +1689,16 @@ void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev
 	if (ev->type == CRUN_ROUND_EV_JOIN && ev->node && r->state == ROUND_RECOVERING) {
 		/* A member that joins instead of resuming has stopped its
 		 * workers: the round cannot go on; the JOIN is one for the
-		 * next round. */
+		 * next round. Another node joining a round restored from the
+		 * journal that no member resumed is a new job that reuses
+		 * the run id (agents resume, and node ids are new for each
+		 * agent): the run starts afresh with it. */
 		m = member_by_id(r, ev->node->node_id);
-		if (m) {
+		if (!m && r->restored) {
+			snprintf(msg, sizeof(msg), "node '%s' (%s) joins", ev->node->node_id,
+				 ev->node->host);
+			restart_afresh(r, msg);
+		} else if (m) {
 			snprintf(msg, sizeof(msg),
 				 "node %d (%s) joined again instead of resuming the round",
 				 m->group_rank, m->host);
@@ -1851,6 +1919,11 @@ void crun__round_set_journal(struct crun__round *r, crun__round_journal_cb cb, v
 	r->journal_arg = arg;
 }
 
+bool crun__round_is_new(const struct crun__round *r)
+{
+	return !r->configured;
+}
+
 int crun__round_record(const struct crun__round *r, struct crun__journal_run *run)
 {
 	memset(run, 0, sizeof(*run));
@@ -1915,6 +1988,7 @@ int crun__round_restore(struct crun__round *r, const struct crun__journal_run *r
 			r->world_size += x->nproc;
 		}
 		r->state = ROUND_RECOVERING;
+		r->restored = true;
 		r->resume_heard = false;
 		r->resume_armed = true;
 		r->resume_wait_ms = run->wait_ms ? run->wait_ms : RESTORED_WAIT_MS;

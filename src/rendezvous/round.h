@@ -98,10 +98,16 @@ void crun__round_set_journal(struct crun__round *r, crun__round_journal_cb cb, v
  * RECOVERING round is recorded as running. 0 or -ENOMEM. */
 int crun__round_record(const struct crun__round *r, struct crun__journal_run *run);
 
+/* True when a journal has nothing to keep of r: no JOIN or resume has
+ * configured the run (it was just made, or it was restored from a
+ * journal and dropped because no member resumed it; see rdzv.h). */
+bool crun__round_is_new(const struct crun__round *r);
+
 /* Puts r, new from crun__round_create (no event applied yet), into the
  * state a journal recorded for its run: running -> RECOVERING with the
  * recorded members, its deadline run->wait_ms ahead (60 s when 0) until
- * the first resume sets its own; open -> OPEN in the recorded round;
+ * the first resume sets its own (when it passes first, or a node that is
+ * not a member joins first, the run starts afresh in round 1); open -> OPEN in the recorded round;
  * finished, failed -> CLOSED. 0 or -ENOMEM (r is then as it was). */
 int crun__round_restore(struct crun__round *r, const struct crun__journal_run *run);
 

@@ -34,6 +34,11 @@ static void journal_changed(void *arg, const struct crun__round *r, bool destroy
 		free(rj);
 		return;
 	}
+	if (crun__round_is_new(r)) {
+		/* A restored run that started afresh: nothing to keep. */
+		crun__journal_file_drop(rj->journal, rj->id, rj->len);
+		return;
+	}
 	if (crun__round_record(r, &run) < 0 || !(run.run_id = malloc(rj->len ? rj->len : 1))) {
 		crun__journal_run_finish(&run);
 		crun__error("cannot record a run in the journal: out of memory");

@@ -204,6 +204,8 @@ static int remove_dir(void **state)
 	(void)state;
 	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_FILE);
 	unlink(path);
+	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_LOCK);
+	unlink(path);
 	return rmdir(dir);
 }
 
@@ -334,6 +336,31 @@ static void test_file_bounds(void **state)
 	free(runs);
 }
 
+/* One journal per directory: while one is open, opening the directory
+ * again (as a second daemon would) is refused, naming the holder; once
+ * it is closed (the daemon stopped) the directory is free again. */
+static void test_lock(void **state)
+{
+	struct crun__journal_file *j, *k;
+	struct crun__journal_run r;
+	char err[512], want[256];
+
+	(void)state;
+	assert_int_equal(crun__journal_file_open(dir, &j, err, sizeof(err)), 0);
+	r = owned("job", CRUN_JOURNAL_RUNNING);
+	crun__journal_file_put(j, &r);
+	k = (struct crun__journal_file *)1;
+	assert_int_equal(crun__journal_file_open(dir, &k, err, sizeof(err)), -EBUSY);
+	assert_null(k);
+	snprintf(want, sizeof(want), "state directory %s is in use by another crun-rdzvd (pid %ld)",
+		 dir, (long)getpid());
+	assert_string_equal(err, want);
+	crun__journal_file_destroy(j);
+	assert_int_equal(crun__journal_file_open(dir, &k, err, sizeof(err)), 0);
+	assert_non_null(crun__journal_file_find(k, (const uint8_t *)"job", 3));
+	crun__journal_file_destroy(k);
+}
+
 static void test_bad_dir(void **state)
 {
 	struct crun__journal_file *j;
@@ -363,6 +390,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test_setup_teardown(test_file, setup_dir, remove_dir),
 		cmocka_unit_test_setup_teardown(test_file_bounds, setup_dir, remove_dir),
+		cmocka_unit_test_setup_teardown(test_lock, setup_dir, remove_dir),
 		cmocka_unit_test_setup_teardown(test_bad_dir, setup_dir, remove_dir),
 	};
 

@@ -1271,6 +1271,80 @@ static void test_resume_mismatch(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* A DONE held in a RECOVERING round belongs to the connection that sent
+ * it: a member that resumes again on a new connection sends DONE again
+ * (the barrier does not count the old one, and no answer goes to the new
+ * connection under the old DONE's id); a round dropped for a higher one
+ * answers held DONEs with ECANCELED, as it does held resumes. */
+static void test_resume_held_done(void **state)
+{
+	struct harness h;
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
+	struct crun__rdzv_assignment as[2], a;
+	struct tnode n[2];
+	uint32_t old_done, old_join, ids[2];
+	int old;
+
+	(void)state;
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	node_init(&n[0], h.port, "job", "a", "host-a", 1, &c);
+	node_init(&n[1], h.port, "job", "b", "host-b", 1, &c);
+	first_round(n, 2, as);
+	assert_int_equal(harness_stop(&h), 0);
+
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	old_done = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	old = n[0].fd;
+	old_join = n[0].join_id;
+	n[0].fd = connect_run(h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	/* The old connection's resume is replaced; its DONE gets nothing. */
+	{
+		struct tnode o = n[0];
+
+		o.fd = old;
+		want_error(&o, old_join, EEXIST, "node 'a' resumed again on another connection");
+		assert_true(quiet(old, 50));
+	}
+	close(old);
+	reconnect(&n[1], h.port, "job");
+	resume(&n[1], &as[1], 5000);
+	for (int i = 0; i < 2; i++) {
+		want_assignment(&n[i], &a);
+		crun__rdzv_assignment_finish(&a);
+	}
+	/* Only b's DONE counts: the barrier waits for a's new one. */
+	ids[1] = send_round_msg(&n[1], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 100));
+	assert_true(quiet(n[1].fd, 0));
+	ids[0] = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	want_ok(&n[0], ids[0]);
+	want_ok(&n[1], ids[1]);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* Another restart: a's resume and DONE are held when b resumes a
+	 * higher round; both get ECANCELED. */
+	assert_int_equal(harness_start(&h, 0, NULL), 0);
+	reconnect(&n[0], h.port, "job");
+	resume(&n[0], &as[0], 5000);
+	old_done = send_round_msg(&n[0], CRUN_WIRE_RDZV_DONE, 1, NULL);
+	assert_true(quiet(n[0].fd, 50));
+	reconnect(&n[1], h.port, "job");
+	as[1].round = 3;
+	resume(&n[1], &as[1], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED,
+		   "round 1 ended: node 'b' (host-b) resumed round 3");
+	want_error(&n[0], old_done, ECANCELED, "round 1 ended: node 'b' (host-b) resumed round 3");
+	assert_true(quiet(n[1].fd, 50));
+	finish_all(as, 2);
+	node_close(&n[0]);
+	node_close(&n[1]);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* The store did not restart: a member that lost its connection and
  * resumes on a new one takes its place and gets its assignment; the old
  * connection closing then ends nothing; events go to the RESUME's id. A
@@ -1543,38 +1617,64 @@ static bool journal_says(const char *dir, const char *id, int st, int64_t round,
 	return yes;
 }
 
+/* The journal's directory of test_journal_restore, removed by its
+ * teardown whether the test passed or not. */
+static char journal_dir[64];
+
+static int remove_journal_dir(void **state)
+{
+	const char *names[2] = {CRUN_JOURNAL_FILE, CRUN_JOURNAL_LOCK};
+	char path[128];
+
+	(void)state;
+	if (!journal_dir[0])
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", journal_dir, names[i]);
+		unlink(path);
+	}
+	rmdir(journal_dir);
+	journal_dir[0] = '\0';
+	return 0;
+}
+
 /* A store restored from its journal: a run recorded running is resumed by
  * its members and goes on in the same round; a run recorded closed
  * refuses JOINs and resumes with ESHUTDOWN and answers a DONE of its last
- * round with OK; a run whose members do not resume within the recorded
- * window ends the round (counted) and its waiting joiner is in the next;
- * new rounds are recorded; a run the store forgets leaves the journal. */
+ * round with OK; a run recorded running that no member resumes starts
+ * afresh in round 1, nothing counted, when another node joins (with its
+ * own settings) or when the recorded window passes (then the journal
+ * forgets it); new rounds are recorded; a run the store forgets leaves the
+ * journal. */
 static void test_journal_restore(void **state)
 {
-	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000);
-	struct crun__journal_run rec[3];
+	struct crun__rdzv_conf c = conf_of(2, 2, 0, 5000), c1 = conf_of(1, 1, 0, 5000);
+	static const char *const names[4] = {"job", "done", "lost", "gone"};
+	struct crun__journal_run rec[4];
 	struct crun__rdzv_assignment a[2], got;
 	struct crun__journal_file *j;
 	struct tnode n[2], x;
 	struct harness h;
-	char dir[64], err[512], path[128];
+	const char *dir = journal_dir;
+	char err[512];
 	uint32_t id;
 	int tries;
 
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/crun-round-XXXXXX");
-	assert_non_null(mkdtemp(dir));
+	snprintf(journal_dir, sizeof(journal_dir), "/tmp/crun-round-XXXXXX");
+	assert_non_null(mkdtemp(journal_dir));
 	assert_int_equal(crun__journal_file_open(dir, &j, err, sizeof(err)), 0);
 	rec[0] = record("job", CRUN_JOURNAL_RUNNING, 5000);
 	rec[1] = record("done", CRUN_JOURNAL_FINISHED, 0);
-	rec[2] = record("lost", CRUN_JOURNAL_RUNNING, 200);
-	for (int i = 0; i < 3; i++) {
+	rec[2] = record("lost", CRUN_JOURNAL_RUNNING, 5000);
+	rec[3] = record("gone", CRUN_JOURNAL_RUNNING, 200);
+	for (int i = 0; i < 4; i++) {
 		/* The journal takes its own copy; rec keeps the test's. */
-		struct crun__journal_run copy = record(i == 1 ? "done"
-						       : i    ? "lost"
-							      : "job",
-						       rec[i].state, rec[i].wait_ms);
+		struct crun__journal_run copy = record(names[i], rec[i].state, rec[i].wait_ms);
 
+		/* "gone": a job that allowed no restart. */
+		if (i == 3)
+			copy.conf.max_restarts = 0;
 		crun__journal_file_put(j, &copy);
 	}
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
@@ -1593,7 +1693,9 @@ static void test_journal_restore(void **state)
 		assert_int_equal(got.group_rank, i);
 		crun__rdzv_assignment_finish(&got);
 	}
-	/* A failure now is recorded before its events go out. */
+	/* A failure in the resumed round ends it: the journal has the run
+	 * between rounds, in round 5 with two restarts. (That the store
+	 * writes it before the events go out is not seen from here.) */
 	id = send_round_msg(&n[0], CRUN_WIRE_RDZV_FAIL, 4, "boom");
 	want_ok(&n[0], id);
 	assert_int_equal(want_event(&n[0], 4, "failure", "boom"), 2);
@@ -1632,18 +1734,43 @@ static void test_journal_restore(void **state)
 	node_close(&x);
 	assert_true(journal_says(dir, "done", CRUN_JOURNAL_FINISHED, 4, 1));
 
-	/* Nobody resumes "lost": after its 200 ms the round ends, counted,
-	 * and the node waiting in it is in round 5. */
-	node_init(&x, h.port, "lost", "x", "host-x", 1, &c);
-	join_sync(&x);
+	/* A new job reuses the run id "lost" before any member resumed: its
+	 * JOIN, with its own --nnodes, starts the run afresh (round 1, no
+	 * restart); a member of the old job that resumes late is told its
+	 * round is over. */
+	node_init(&x, h.port, "lost", "x", "host-x", 1, &c1);
+	join(&x);
+	want_assignment(&x, &got);
+	assert_int_equal(got.round, 1);
+	assert_int_equal(got.restart_count, 0);
+	assert_int_equal(got.nnodes, 1);
+	crun__rdzv_assignment_finish(&got);
+	assert_true(journal_says(dir, "lost", CRUN_JOURNAL_RUNNING, 1, 0));
 	node_init(&n[0], h.port, "lost", "a", "host-a", 1, &c);
-	for (tries = 0; tries < 150 && !journal_says(dir, "lost", CRUN_JOURNAL_OPEN, 5, 2); tries++)
+	held(&rec[2], 0, &a[0]);
+	resume(&n[0], &a[0], 5000);
+	want_error(&n[0], n[0].join_id, ECANCELED, "round 4 ended: run 'lost' is in round 1");
+	node_close(&x);
+	node_close(&n[0]);
+
+	/* Nobody resumes "gone" (its job ended while the store was down):
+	 * after the recorded 200 ms the journal forgets it, nothing is
+	 * counted (the old job allowed no restart), and a new job's JOINs
+	 * make round 1. */
+	node_init(&x, h.port, "gone", "x", "host-x", 1, &c);
+	id = send_round_msg(&x, CRUN_WIRE_RDZV_DONE, 4, NULL);
+	want_error(&x, id, EINVAL, "send RDZV_RESUME first");
+	for (tries = 0; tries < 150 && journal_says(dir, "gone", -1, 0, 0); tries++)
 		sleep_ms(20);
 	assert_int_equal(tries < 150, true);
+	node_init(&n[0], h.port, "gone", "y", "host-y", 1, &c);
+	n[0].conf.max_restarts = 0;
+	x.conf.max_restarts = 0;
+	join_sync(&x);
 	join(&n[0]);
 	want_assignment(&x, &got);
-	assert_int_equal(got.round, 5);
-	assert_int_equal(got.restart_count, 2);
+	assert_int_equal(got.round, 1);
+	assert_int_equal(got.restart_count, 0);
 	crun__rdzv_assignment_finish(&got);
 	want_assignment(&n[0], &got);
 	crun__rdzv_assignment_finish(&got);
@@ -1664,11 +1791,8 @@ static void test_journal_restore(void **state)
 	crun__journal_file_destroy(j);
 	assert_true(journal_says(dir, "job", CRUN_JOURNAL_RUNNING, 1, 0));
 	assert_true(journal_says(dir, "done", CRUN_JOURNAL_FINISHED, 4, 1));
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		crun__journal_run_finish(&rec[i]);
-	snprintf(path, sizeof(path), "%s/%s", dir, CRUN_JOURNAL_FILE);
-	unlink(path);
-	rmdir(dir);
 }
 
 /* Old (10-item JOIN) and new (14-item) agents share a run, whichever
@@ -1928,10 +2052,11 @@ int main(void)
 		cmocka_unit_test(test_resume_missing),
 		cmocka_unit_test(test_resume_mismatch),
 		cmocka_unit_test(test_resume_live),
+		cmocka_unit_test(test_resume_held_done),
 		cmocka_unit_test(test_resume_exhausted),
 		cmocka_unit_test(test_resume_joins),
 		cmocka_unit_test(test_resume_flags),
-		cmocka_unit_test(test_journal_restore),
+		cmocka_unit_test_teardown(test_journal_restore, remove_journal_dir),
 		cmocka_unit_test(test_two_runs),
 		cmocka_unit_test(test_destroy_busy),
 	};
