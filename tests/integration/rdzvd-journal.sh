@@ -11,6 +11,7 @@
 #   outage) and join again as new nodes: the restored round ends, counted,
 #   and they finish in round 2 with restart count 1 (a daemon without the
 #   journal would start the run afresh, round 1, restart 0);
+# - a second daemon on the same state directory exits 2 naming the first;
 # - a daemon stopped by SIGTERM keeps the journal as it was;
 # - a truncated journal stops the daemon at start with one line naming the
 #   file, exit 2; so does a --state-dir that is missing or not a directory.
@@ -84,6 +85,12 @@ sleep 1
 start_rdzvd second "$rdzvd_port"
 grep -q "journal '$journal': 3 runs" "$tmp/second.log" ||
 	fail "no journal line: $(cat "$tmp/second.log")"
+
+# One daemon per state directory.
+rc=0
+"$CRUN_RDZVD" --host 127.0.0.1 --port 0 --state-dir "$state" 2>"$tmp/twice.log" || rc=$?
+[ "$rc" = 2 ] && grep -q "is in use by another crun-rdzvd (pid $rdzvd_pid)" "$tmp/twice.log" ||
+	fail "a second daemon on the state directory: exit $rc: $(cat "$tmp/twice.log")"
 
 agent late --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=done /bin/true
 expect_rc late 1
