@@ -92,6 +92,18 @@ void crun__inbuf_finish(struct crun__inbuf *in)
 	in->len = in->cap = 0;
 }
 
+size_t crun__outq_grown_cap(const struct crun__outq *q, size_t len)
+{
+	size_t cap;
+
+	if (q->cap - q->len >= len)
+		return q->cap;
+	cap = q->cap ? q->cap : 256;
+	while (cap - q->len < len)
+		cap *= 2;
+	return cap;
+}
+
 static int reserve(struct crun__outq *q, size_t n, uint64_t max)
 {
 	size_t cap;
@@ -103,9 +115,7 @@ static int reserve(struct crun__outq *q, size_t n, uint64_t max)
 		return -EAGAIN;
 	if (q->cap - q->len >= n)
 		return 0;
-	cap = q->cap ? q->cap : 256;
-	while (cap - q->len < n)
-		cap *= 2;
+	cap = crun__outq_grown_cap(q, n);
 	p = realloc(q->buf, cap);
 	if (!p)
 		return -ENOMEM;

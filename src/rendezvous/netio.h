@@ -63,6 +63,10 @@ struct crun__outq {
 int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun__wire_msg *m,
 		   const void *raw, size_t len);
 
+/* The capacity q's buffer would have after a put of len bytes (its
+ * capacity now when they fit), for the caller's budget. */
+size_t crun__outq_grown_cap(const struct crun__outq *q, size_t len);
+
 /* Hands q's bytes to s: uv_try_write first, so that the usual case needs
  * no write request, and uv_write for what the kernel did not take. When
  * such a write completes, its bytes leave inflight and done(q, status)
