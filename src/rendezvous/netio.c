@@ -18,7 +18,7 @@ struct write_req {
 	struct crun__outq *q;
 	void (*done)(struct crun__outq *q, int status);
 	uint8_t *mem;
-	size_t len;
+	size_t len, cap;
 };
 
 void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size, uint64_t cap,
@@ -147,6 +147,7 @@ static void on_write(uv_write_t *req, int status)
 	void (*done)(struct crun__outq *, int) = w->done;
 
 	q->inflight -= w->len;
+	q->inflight_mem -= w->cap;
 	free(w->mem);
 	free(w);
 	done(q, status);
@@ -183,6 +184,7 @@ int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 	w->done = done;
 	w->mem = q->buf;
 	w->len = q->len - off;
+	w->cap = q->cap;
 	b = uv_buf_init((char *)q->buf + off, (unsigned int)w->len);
 	n = uv_write(&w->req, s, &b, 1, on_write);
 	if (n < 0) {
@@ -190,6 +192,7 @@ int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 		return n;
 	}
 	q->inflight += w->len;
+	q->inflight_mem += w->cap;
 	q->buf = NULL;
 	q->len = q->cap = 0;
 	return 0;

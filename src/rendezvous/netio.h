@@ -48,12 +48,13 @@ void crun__inbuf_consume(struct crun__inbuf *in, size_t used);
 void crun__inbuf_finish(struct crun__inbuf *in);
 
 /* Output of one connection: bytes not yet handed to the kernel, and a
- * count of those handed to libuv whose write has not completed. All zero
- * is an empty one. */
+ * count of those handed to libuv whose write has not completed (and of
+ * the memory their buffers hold). All zero is an empty one. */
 struct crun__outq {
 	uint8_t *buf;
 	size_t len, cap;
 	size_t inflight;
+	size_t inflight_mem; /* bytes allocated by the writes in flight */
 };
 
 /* Appends m encoded, whose encoded size is len (or, when m is NULL, the

@@ -193,8 +193,8 @@ void crun__server_limits_default(struct crun__server_limits *limits)
 	limits->max_conn_buffer = 64u << 20;
 	limits->handshake_timeout_ms = 10000;
 	limits->max_total_buffer = 0;
-	limits->max_preauth = 256;
-	limits->max_preauth_per_source = 32;
+	limits->max_preauth = 1024;
+	limits->max_preauth_per_source = 256;
 	limits->request_timeout_ms = 30000;
 	limits->idle_timeout_ms = 3600000;
 }
@@ -233,7 +233,7 @@ static void log_refusal(struct crun__server *srv, enum refusal kind, const char 
 /* Charges c's buffers, as allocated now, to the global budget. */
 static void account(struct conn *c)
 {
-	uint64_t now = c->in.cap + c->out.cap + c->out.inflight;
+	uint64_t now = c->in.cap + c->out.cap + c->out.inflight_mem;
 
 	crun__budget_move(&c->srv->budget, c->charged, now);
 	c->charged = now;
@@ -1096,7 +1096,7 @@ static bool admit(struct crun__server *srv, struct conn *c)
 			 srv->limits.max_connections);
 	log_refusal(srv, REF_PREAUTH, "%s: closed to admit %s: %s", victim->peer, c->peer, why);
 	victim->final_error = true;
-	reply_err(victim, 0, EAGAIN, "%s", why);
+	reply_err(victim, 0, ECONNABORTED, "%s", why);
 	begin_close(victim, true);
 	return true;
 }
@@ -1210,28 +1210,43 @@ static uint64_t phys_memory(void)
 	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
-/* The memory limit of this process's cgroup (v2, else v1); 0: none or
- * unknown. */
+/* The memory limit of this process's cgroup, from /proc/self/cgroup:
+ * memory.max (v2) or memory.limit_in_bytes (v1) under /sys/fs/cgroup.
+ * 0: none or unknown. */
 static uint64_t cgroup_memory(void)
 {
-	static const char *const files[] = {"/sys/fs/cgroup/memory.max",
-					    "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-	char line[64];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], path[600];
+	uint64_t limit = 0;
 
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		FILE *f = fopen(files[i], "re");
+	if (!f)
+		return 0;
+	while (!limit && fgets(line, sizeof(line), f)) {
+		char *ctl = strchr(line, ':'), *cg = ctl ? strchr(ctl + 1, ':') : NULL;
 		unsigned long long v;
-		bool got;
+		FILE *lf;
 
-		if (!f)
+		if (!cg)
 			continue;
-		got = fgets(line, sizeof(line), f) && sscanf(line, "%llu", &v) == 1;
-		fclose(f);
-		if (got)
-			return v;
-		return 0; /* "max" */
+		*cg++ = '\0';
+		cg[strcspn(cg, "\n")] = '\0';
+		ctl++;
+		if (!strcmp(ctl, ""))
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg);
+		else if (strstr(ctl, "memory"))
+			snprintf(path, sizeof(path),
+				 "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+		else
+			continue;
+		lf = fopen(path, "re");
+		if (!lf)
+			continue;
+		if (fgets(line, sizeof(line), lf) && sscanf(line, "%llu", &v) == 1)
+			limit = v; /* "max": none */
+		fclose(lf);
 	}
-	return 0;
+	fclose(f);
+	return limit;
 }
 
 struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__server_opts *opts)

@@ -47,10 +47,10 @@ struct crun__server_limits {
 	 * and is closed. */
 	uint64_t max_total_buffer;
 	/* Connections not authenticated yet (HELLO not done), in all and per
-	 * source address; defaults 256 and 32, clamped so that they never
+	 * source address; defaults 1024 and 256, clamped so that they never
 	 * fill max_connections alone (budget.h). When one is full the oldest
 	 * unauthenticated connection (of that source, else of any) gets an
-	 * EAGAIN error and is closed to make room; authenticated connections
+	 * ECONNABORTED error and is closed to make room; authenticated connections
 	 * never count against them. */
 	uint32_t max_preauth;
 	uint32_t max_preauth_per_source;
