@@ -73,6 +73,7 @@
 /* Refusal log lines: at most this many per kind per period. */
 #define REFUSE_LOG_BURST 10
 #define REFUSE_LOG_PERIOD_MS 10000
+#define LIFECYCLE_LOG_BURST 100
 /* An error frame of a connection being refused bypasses the budget; this
  * bounds it. */
 #define FINAL_ERROR_MAX 512
@@ -104,6 +105,7 @@ enum refusal {
 	REF_BUDGET,
 	REF_SLOW,
 	REF_IDLE,
+	REF_LIFECYCLE, /* accepted and closed lines of unauthenticated ones */
 	REF_KINDS,
 };
 
@@ -228,6 +230,36 @@ static void log_refusal(struct crun__server *srv, enum refusal kind, const char 
 		crun__info("%s; %" PRIu64 " more like it not logged", line, held);
 	else
 		crun__info("%s", line);
+}
+
+/* A connection's lifecycle line (accepted, closed): info, or debug when
+ * the server is quiet. Those of connections not authenticated are rate
+ * limited like refusals (LIFECYCLE_LOG_BURST per period), so a flood of
+ * strangers costs a few lines, not a line each. */
+static void log_lifecycle(struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void log_lifecycle(struct conn *c, const char *fmt, ...)
+{
+	struct crun__server *srv = c->srv;
+	enum crun__log_level level = srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO;
+	char line[512];
+	uint64_t held = 0;
+	va_list ap;
+
+	if (!crun__log_enabled(level))
+		return;
+	if (!c->hello_done &&
+	    !crun__ratelimit_allow(&srv->refuse_log[REF_LIFECYCLE], uv_now(srv->loop), &held))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (held)
+		crun__log(level,
+			  "%s; %" PRIu64 " more lines of unauthenticated connections not logged",
+			  line, held);
+	else
+		crun__log(level, "%s", line);
 }
 
 /* Charges c's buffers, as allocated now, to the global budget. */
@@ -924,13 +956,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread < 0) {
 		if (c->state != CONN_CLOSING) {
 			if (nread == UV_EOF) {
-				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					  "%s: connection closed", c->peer);
+				log_lifecycle(c, "%s: connection closed", c->peer);
 				begin_close(c, true);
 			} else {
-				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					  "%s: connection closed: %s", c->peer,
-					  uv_strerror((int)nread));
+				log_lifecycle(c, "%s: connection closed: %s", c->peer,
+					      uv_strerror((int)nread));
 				begin_close(c, false);
 			}
 		}
@@ -1192,8 +1222,7 @@ static void on_connection(uv_stream_t *server, int status)
 		preamble, (srv->token ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0) | srv->caps,
 		srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
-	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
-		  c->peer);
+	log_lifecycle(c, "accepted connection from %s", c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
 		begin_close(c, false);
@@ -1282,7 +1311,8 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	crun__admit_clamp(srv->limits.max_connections, &srv->limits.max_preauth,
 			  &srv->limits.max_preauth_per_source);
 	for (int k = 0; k < REF_KINDS; k++) {
-		srv->refuse_log[k].burst = REFUSE_LOG_BURST;
+		srv->refuse_log[k].burst =
+			k == REF_LIFECYCLE ? LIFECYCLE_LOG_BURST : REFUSE_LOG_BURST;
 		srv->refuse_log[k].period_ms = REFUSE_LOG_PERIOD_MS;
 	}
 	crun__list_init(&srv->conns);

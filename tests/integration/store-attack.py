@@ -308,12 +308,14 @@ def token_attack(port, token):
     return "wrong and missing token: EACCES and closed"
 
 
-def churn(port, token, total="5000", seconds="20", stop_file=""):
-    """Opens total connections that never authenticate, as fast as it can,
-    holding them (each sends the preamble only) and reopening each one the
-    store closes, until stop_file exists or seconds pass, with at least
-    total opened. Prints how many it opened and how many the store closed."""
-    total, seconds = int(total), float(seconds)
+def churn(port, token, total="5000", seconds="20", stop_file="", rate="0"):
+    """Opens total connections that never authenticate, holding them (each
+    sends the preamble only) and reopening each one the store closes,
+    until stop_file exists or seconds pass, with at least total opened; at
+    most rate new connections a second (0: as fast as it can). Prints how
+    many it opened and how many the store closed."""
+    total, seconds, rate = int(total), float(seconds), float(rate)
+    t0 = time.monotonic()
     sel = selectors.DefaultSelector()
     opened = closed = 0
     end = time.monotonic() + seconds
@@ -336,7 +338,8 @@ def churn(port, token, total="5000", seconds="20", stop_file=""):
     while time.monotonic() < end:
         if stop_file and os.path.exists(stop_file) and opened >= total:
             break
-        while len(sel.get_map()) < total:
+        while len(sel.get_map()) < total and (
+                not rate or opened < rate * (time.monotonic() - t0)):
             open_one()
             if len(sel.get_map()) % 64 == 0:
                 break
@@ -361,7 +364,8 @@ def churn(port, token, total="5000", seconds="20", stop_file=""):
                 closed += 1
     for key in list(sel.get_map().values()):
         key.fileobj.close()
-    return "opened %d unauthenticated connections, the store closed %d" % (opened, closed)
+    return "opened %d unauthenticated connections in %.1f s, the store closed %d" % (
+        opened, time.monotonic() - t0, closed)
 
 
 def ops(port, token, count="1000", every="10"):
