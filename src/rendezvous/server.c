@@ -647,7 +647,7 @@ static uint32_t max_payload(const struct conn *c)
 }
 
 /* Handles every whole frame in buf; returns the bytes consumed. Stops
- * early when c starts closing. */
+ * early when c starts closing or is to be refused. */
 static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 {
 	struct crun__server *srv = c->srv;
@@ -655,7 +655,7 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 	size_t off = 0;
 	char err[160];
 
-	while (c->state != CONN_CLOSING && !c->drop) {
+	while (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum) {
 		long n;
 
 		if (c->state == CONN_PREAMBLE) {
@@ -975,7 +975,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 		used = process(c, srv->scratch, (size_t)nread);
 		rest = (size_t)nread - used;
-		if (c->state != CONN_CLOSING && !c->drop && rest) {
+		if (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum && rest) {
 			uint64_t keep = rest < CRUN__NETIO_RBUF_MIN ? CRUN__NETIO_RBUF_MIN : rest;
 
 			if (!crun__budget_fits(&srv->budget, c->charged, c->charged + keep))
