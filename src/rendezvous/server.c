@@ -74,6 +74,8 @@
 #define REFUSE_LOG_BURST 10
 #define REFUSE_LOG_PERIOD_MS 10000
 #define LIFECYCLE_LOG_BURST 100
+/* Connections accepted per loop iteration at most (on_connection). */
+#define ACCEPT_BURST 32
 /* An error frame of a connection being refused bypasses the budget; this
  * bounds it. */
 #define FINAL_ERROR_MAX 512
@@ -146,9 +148,12 @@ struct conn {
 struct crun__server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
-	uv_timer_t wait_timer;	/* the store's earliest deadline */
-	uv_timer_t sweep;	/* slow requests and idle connections */
-	uint64_t wait_deadline; /* what wait_timer is set to; UINT64_MAX: off */
+	uv_timer_t wait_timer;	 /* the store's earliest deadline */
+	uv_timer_t sweep;	 /* slow requests and idle connections */
+	uv_check_t accept_check; /* takes a connection held over (on_connection) */
+	uint32_t accepts;	 /* taken in this loop iteration */
+	bool accept_pending;	 /* libuv holds one for accept_check */
+	uint64_t wait_deadline;	 /* what wait_timer is set to; UINT64_MAX: off */
 	struct crun__store *store;
 	struct crun__store_rdzv_env rdzv;
 	struct crun__server_limits limits;
@@ -597,6 +602,9 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 	c->state = CONN_READY;
 	preauth_leave(c);
 	uv_timer_stop(&c->timer);
+	/* Only now: a stranger's connection costs one system call less. Its
+	 * preamble and error, a first write and a last, wait for no ACK. */
+	uv_tcp_nodelay(&c->tcp, 1);
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
 	OPENSSL_cleanse(server_mac, sizeof(server_mac));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
@@ -1131,22 +1139,15 @@ static bool admit(struct crun__server *srv, struct conn *c)
 	return true;
 }
 
-static void on_connection(uv_stream_t *server, int status)
+/* Takes the connection libuv has accepted on the listener. */
+static void accept_one(struct crun__server *srv)
 {
-	struct crun__server *srv = server->data;
+	uv_stream_t *server = (uv_stream_t *)&srv->listener;
 	uint8_t preamble[CRUN_WIRE_SERVER_PREAMBLE];
 	struct sockaddr_storage ss;
 	int len = sizeof(ss);
 	struct conn *c;
 
-	if (status == UV_EMFILE || status == UV_ENFILE) {
-		fd_refuse_with_reserve(srv);
-		return;
-	}
-	if (status < 0) {
-		crun__warn("cannot accept a connection: %s", uv_strerror(status));
-		return;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		crun__warn("cannot accept a connection: out of memory");
@@ -1181,7 +1182,6 @@ static void on_connection(uv_stream_t *server, int status)
 	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
 		crun__format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
-	uv_tcp_nodelay(&c->tcp, 1);
 
 	if (fd_exhausted(srv, c)) {
 		char why[64];
@@ -1227,6 +1227,43 @@ static void on_connection(uv_stream_t *server, int status)
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
 		begin_close(c, false);
 	flush_dirty(srv);
+}
+
+/* libuv's listener accepts until the backlog is empty, so a flood of new
+ * connections would keep the loop from the requests of the clients
+ * already in. At most ACCEPT_BURST are taken per loop iteration; the next
+ * one stays with libuv, which stops watching the listener, until the
+ * check phase of the iteration, after every other I/O callback. */
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct crun__server *srv = server->data;
+
+	if (status == UV_EMFILE || status == UV_ENFILE) {
+		fd_refuse_with_reserve(srv);
+		return;
+	}
+	if (status < 0) {
+		crun__warn("cannot accept a connection: %s", uv_strerror(status));
+		return;
+	}
+	if (srv->accepts >= ACCEPT_BURST) {
+		srv->accept_pending = true;
+		return;
+	}
+	srv->accepts++;
+	accept_one(srv);
+}
+
+static void on_accept_check(uv_check_t *h)
+{
+	struct crun__server *srv = h->data;
+
+	srv->accepts = 0;
+	if (!srv->accept_pending || srv->destroying)
+		return;
+	srv->accept_pending = false;
+	srv->accepts = 1;
+	accept_one(srv);
 }
 
 /* ---- public API ------------------------------------------------------------ */
@@ -1359,13 +1396,17 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 		goto out_free_store;
 	uv_timer_init(loop, &srv->wait_timer); /* cannot fail */
 	uv_timer_init(loop, &srv->sweep);
+	uv_check_init(loop, &srv->accept_check);
 	srv->listener.data = srv;
 	srv->wait_timer.data = srv;
 	srv->sweep.data = srv;
+	srv->accept_check.data = srv;
 	srv->wait_deadline = UINT64_MAX;
-	srv->open_handles = 3;
+	srv->open_handles = 4;
 	uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
 	uv_unref((uv_handle_t *)&srv->sweep);
+	uv_check_start(&srv->accept_check, on_accept_check);
+	uv_unref((uv_handle_t *)&srv->accept_check);
 	fd_reserve_init(srv);
 	return srv;
 
@@ -1470,5 +1511,6 @@ void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), voi
 	}
 	uv_close((uv_handle_t *)&srv->wait_timer, on_listener_closed);
 	uv_close((uv_handle_t *)&srv->sweep, on_listener_closed);
+	uv_close((uv_handle_t *)&srv->accept_check, on_listener_closed);
 	uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
 }
