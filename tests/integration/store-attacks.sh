@@ -32,16 +32,18 @@ ulimit -n "$(ulimit -Hn)"
 
 budget_mib=64
 slack_mib=16
-# Under AddressSanitizer freed memory waits in a quarantine (256 MiB by
-# default) before it is reused or returned, which VmHWM would count, and
-# realloc copies (glibc's moves pages): a buffer growing from half the
-# budget to all of it briefly holds both. Allowed for, not hidden.
+# Under AddressSanitizer VmHWM measures its allocator (redzones, caches,
+# a realloc that copies where glibc moves pages), not the store: the
+# growth is printed but checked only in builds without it. Its quarantine
+# is off all the same. The token holder is libcrun in Python: a sanitized
+# libcrun needs the runtime preloaded, and Python's own allocations are
+# not ours to check.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0"
-# The token holder is libcrun in Python: a sanitized libcrun needs the
-# runtime preloaded, and Python's own allocations are not ours to check.
+check_hwm=1
 ops_env=()
 if ldd "$CRUN_RDZVD" 2>/dev/null | grep -q libasan; then
-	slack_mib=$((slack_mib + budget_mib / 2))
+	check_hwm=0
+	echo "note: AddressSanitizer build: VmHWM printed, not checked"
 	ops_env=(env LD_PRELOAD="$(ldd "$CRUN_LIBCRUN" | awk '/libasan/ { print $3 }')"
 		ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0")
 fi
@@ -118,7 +120,7 @@ check_row() {
 	kill -0 "$spid" 2>/dev/null || fail "$1, $2: the store died: $(tail -5 "$slog")"
 	h1=$(hwm "$spid")
 	grown=$(((h1 - $4) / 1024))
-	[ "$grown" -le $((budget_mib + slack_mib)) ] ||
+	[ "$check_hwm" = 0 ] || [ "$grown" -le $((budget_mib + slack_mib)) ] ||
 		fail "$1, $2: VmHWM grew by $grown MiB, budget $budget_mib MiB"
 	if [ -n "$3" ]; then
 		grep -q -- "$3" "$slog" || fail "$1, $2: no '$3' line: $(tail -5 "$slog")"
