@@ -48,6 +48,7 @@
 
 #include <openssl/crypto.h>
 
+#include "common/htable.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
@@ -111,6 +112,15 @@ enum refusal {
 	REF_KINDS,
 };
 
+/* The unauthenticated connections of one source address, so that the
+ * quota of a source is a lookup, not a walk over every connection. */
+struct source {
+	struct crun__hnode node; /* in srv->sources, keyed by ip */
+	char ip[INET6_ADDRSTRLEN];
+	struct crun__list conns; /* oldest first, by conn.source_link */
+	uint32_t n;
+};
+
 struct conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* handshake timeout, liveness, linger while closing */
@@ -118,6 +128,8 @@ struct conn {
 	struct crun__store_client sc;	/* the store's view: run, keys, waits */
 	struct crun__list link;		/* srv->conns */
 	struct crun__list preauth_link; /* srv->preauth while preauth */
+	struct crun__list source_link;	/* source->conns while preauth */
+	struct source *source;
 	struct conn *dirty_next;
 	struct crun__inbuf in;
 	struct crun__outq out;
@@ -169,6 +181,8 @@ struct crun__server {
 	uint32_t nconns;
 	struct crun__list preauth; /* unauthenticated connections, oldest first */
 	uint32_t npreauth;
+	struct crun__htable sources; /* struct source of those connections */
+	uint32_t seed;		     /* of the sources' hashes */
 	struct crun__budget budget;
 	struct crun__ratelimit refuse_log[REF_KINDS];
 	struct conn *dirty;
@@ -535,14 +549,65 @@ static void handle_request(struct conn *c, const struct crun__wire_msg *m)
 
 /* ---- handshake and framing ------------------------------------------------ */
 
+/* The source of address ip; created (with no connection) when create is
+ * set and there is none. NULL when there is none, or no memory. */
+static struct source *source_get(struct crun__server *srv, const char *ip, bool create)
+{
+	uint32_t len = (uint32_t)strlen(ip);
+	uint32_t hash = crun__hash_bytes(srv->seed, (const uint8_t *)ip, len);
+	struct crun__hnode *n = crun__htable_find(&srv->sources, (const uint8_t *)ip, len, hash);
+	struct source *src;
+
+	if (n || !create)
+		return n ? container_of(n, struct source, node) : NULL;
+	src = calloc(1, sizeof(*src));
+	if (!src)
+		return NULL;
+	snprintf(src->ip, sizeof(src->ip), "%s", ip);
+	crun__list_init(&src->conns);
+	src->node.key = (const uint8_t *)src->ip;
+	src->node.klen = len;
+	src->node.hash = hash;
+	if (crun__htable_insert(&srv->sources, &src->node) < 0) {
+		free(src);
+		return NULL;
+	}
+	return src;
+}
+
+/* Counts c, just admitted, as unauthenticated. 0 or -ENOMEM. */
+static int preauth_enter(struct conn *c)
+{
+	struct crun__server *srv = c->srv;
+	struct source *src = source_get(srv, c->peer_ip, true);
+
+	if (!src)
+		return -ENOMEM;
+	c->source = src;
+	crun__list_add_tail(&src->conns, &c->source_link);
+	src->n++;
+	c->preauth = true;
+	crun__list_add_tail(&srv->preauth, &c->preauth_link);
+	srv->npreauth++;
+	return 0;
+}
+
 /* c no longer counts as unauthenticated (it authenticated or closes). */
 static void preauth_leave(struct conn *c)
 {
+	struct crun__server *srv = c->srv;
+
 	if (!c->preauth)
 		return;
 	c->preauth = false;
 	crun__list_del(&c->preauth_link);
-	c->srv->npreauth--;
+	srv->npreauth--;
+	crun__list_del(&c->source_link);
+	if (--c->source->n == 0) {
+		crun__htable_remove(&srv->sources, &c->source->node);
+		free(c->source);
+	}
+	c->source = NULL;
 }
 
 /* Answers id with an error, logs why, and closes c once the error is out. */
@@ -719,6 +784,8 @@ static void on_conn_closed(uv_handle_t *h)
 	struct crun__server *srv = c->srv;
 
 	if (--c->open_handles == 0) {
+		if (!srv->destroying)
+			preauth_leave(c);
 		crun__list_del(&c->link);
 		crun__inbuf_finish(&c->in);
 		crun__outq_finish(&c->out);
@@ -1084,18 +1151,6 @@ static bool fd_exhausted(const struct crun__server *srv, struct conn *c)
 	return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= srv->fd_limit - FD_HEADROOM;
 }
 
-/* The oldest unauthenticated connection, of source ip (NULL: of any). */
-static struct conn *oldest_preauth(struct crun__server *srv, const char *ip)
-{
-	for (struct crun__list *l = srv->preauth.next; l != &srv->preauth; l = l->next) {
-		struct conn *o = container_of(l, struct conn, preauth_link);
-
-		if (!ip || !strcmp(o->peer_ip, ip))
-			return o;
-	}
-	return NULL;
-}
-
 /* Makes room for c, just accepted, as budget.h decides: closes the
  * oldest unauthenticated connection (of c's source, else of any) when a
  * quota is full. False when every slot is authenticated. */
@@ -1108,19 +1163,21 @@ static bool admit(struct crun__server *srv, struct conn *c)
 		.max_preauth = srv->limits.max_preauth,
 		.max_preauth_source = srv->limits.max_preauth_per_source,
 	};
+	struct source *src = source_get(srv, c->peer_ip, false);
 	enum crun__admit verdict;
 	struct conn *victim;
 	char why[160];
 
-	for (struct crun__list *l = srv->preauth.next; l != &srv->preauth; l = l->next)
-		if (!strcmp(container_of(l, struct conn, preauth_link)->peer_ip, c->peer_ip))
-			in.source_preauth++;
+	in.source_preauth = src ? src->n : 0;
 	verdict = crun__admit_preauth(&in);
 	if (verdict == CRUN__ADMIT)
 		return true;
 	if (verdict == CRUN__ADMIT_REFUSE)
 		return false;
-	victim = oldest_preauth(srv, verdict == CRUN__ADMIT_EVICT_SOURCE ? c->peer_ip : NULL);
+	if (verdict == CRUN__ADMIT_EVICT_SOURCE)
+		victim = container_of(src->conns.next, struct conn, source_link);
+	else
+		victim = container_of(srv->preauth.next, struct conn, preauth_link);
 	if (verdict == CRUN__ADMIT_EVICT_SOURCE)
 		snprintf(why, sizeof(why),
 			 "too many unauthenticated connections from %s (limit %u); try again",
@@ -1209,10 +1266,12 @@ static void accept_one(struct crun__server *srv)
 	}
 	c->counted = true;
 	srv->nconns++;
-	c->preauth = true;
-	crun__list_add_tail(&srv->preauth, &c->preauth_link);
-	srv->npreauth++;
 	c->last_ms = uv_now(srv->loop);
+	if (preauth_enter(c) < 0) {
+		crun__warn("cannot accept a connection from %s: out of memory", c->peer);
+		begin_close(c, false);
+		return;
+	}
 	if (srv->token && crun__wire_random(c->nonce, sizeof(c->nonce)) < 0) {
 		crun__warn("cannot draw a nonce for %s: closing it", c->peer);
 		begin_close(c, false);
@@ -1354,6 +1413,7 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	}
 	crun__list_init(&srv->conns);
 	crun__list_init(&srv->preauth);
+	crun__htable_init(&srv->sources);
 	srv->scratch = malloc(SCRATCH_SIZE);
 	srv->items = malloc(ITEMS_MIN * sizeof(*srv->items));
 	srv->items_cap = ITEMS_MIN;
@@ -1384,7 +1444,8 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	store_limits.max_value_size = srv->limits.max_value_size;
 	store_limits.max_keys_per_run = srv->limits.max_keys_per_run;
 	store_limits.max_sub_bytes = srv->limits.max_conn_buffer;
-	if (crun__wire_random((uint8_t *)&seed, sizeof(seed)) < 0)
+	if (crun__wire_random((uint8_t *)&seed, sizeof(seed)) < 0 ||
+	    crun__wire_random((uint8_t *)&srv->seed, sizeof(srv->seed)) < 0)
 		goto out_free_token;
 	srv->store = crun__store_create(&store_limits, seed, &store_ops, srv);
 	if (!srv->store)
@@ -1488,6 +1549,12 @@ static void on_listener_closed(uv_handle_t *h)
 	handle_closed(h->data);
 }
 
+static void free_source(struct crun__hnode *n, void *arg)
+{
+	(void)arg;
+	free(container_of(n, struct source, node));
+}
+
 void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), void *arg)
 {
 	if (!srv)
@@ -1503,6 +1570,8 @@ void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), voi
 	 * Connections leave srv->conns in their close callback. */
 	crun__store_destroy(srv->store);
 	srv->store = NULL;
+	/* The connections go without leaving their sources. */
+	crun__htable_clear(&srv->sources, free_source, NULL);
 	for (struct crun__list *l = srv->conns.next; l != &srv->conns; l = l->next) {
 		struct conn *c = container_of(l, struct conn, link);
 
