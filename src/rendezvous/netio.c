@@ -18,7 +18,7 @@ struct write_req {
 	struct crun__outq *q;
 	void (*done)(struct crun__outq *q, int status);
 	uint8_t *mem;
-	size_t len;
+	size_t len, cap;
 };
 
 void crun__inbuf_alloc(struct crun__inbuf *in, uint8_t *scratch, size_t scratch_size, uint64_t cap,
@@ -92,6 +92,18 @@ void crun__inbuf_finish(struct crun__inbuf *in)
 	in->len = in->cap = 0;
 }
 
+size_t crun__outq_grown_cap(const struct crun__outq *q, size_t len)
+{
+	size_t cap;
+
+	if (q->cap - q->len >= len)
+		return q->cap;
+	cap = q->cap ? q->cap : 256;
+	while (cap - q->len < len)
+		cap *= 2;
+	return cap;
+}
+
 static int reserve(struct crun__outq *q, size_t n, uint64_t max)
 {
 	size_t cap;
@@ -103,9 +115,7 @@ static int reserve(struct crun__outq *q, size_t n, uint64_t max)
 		return -EAGAIN;
 	if (q->cap - q->len >= n)
 		return 0;
-	cap = q->cap ? q->cap : 256;
-	while (cap - q->len < n)
-		cap *= 2;
+	cap = crun__outq_grown_cap(q, n);
 	p = realloc(q->buf, cap);
 	if (!p)
 		return -ENOMEM;
@@ -137,6 +147,7 @@ static void on_write(uv_write_t *req, int status)
 	void (*done)(struct crun__outq *, int) = w->done;
 
 	q->inflight -= w->len;
+	q->inflight_mem -= w->cap;
 	free(w->mem);
 	free(w);
 	done(q, status);
@@ -173,6 +184,7 @@ int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 	w->done = done;
 	w->mem = q->buf;
 	w->len = q->len - off;
+	w->cap = q->cap;
 	b = uv_buf_init((char *)q->buf + off, (unsigned int)w->len);
 	n = uv_write(&w->req, s, &b, 1, on_write);
 	if (n < 0) {
@@ -180,6 +192,7 @@ int crun__outq_flush(struct crun__outq *q, uv_stream_t *s,
 		return n;
 	}
 	q->inflight += w->len;
+	q->inflight_mem += w->cap;
 	q->buf = NULL;
 	q->len = q->cap = 0;
 	return 0;

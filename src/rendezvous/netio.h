@@ -48,12 +48,13 @@ void crun__inbuf_consume(struct crun__inbuf *in, size_t used);
 void crun__inbuf_finish(struct crun__inbuf *in);
 
 /* Output of one connection: bytes not yet handed to the kernel, and a
- * count of those handed to libuv whose write has not completed. All zero
- * is an empty one. */
+ * count of those handed to libuv whose write has not completed (and of
+ * the memory their buffers hold). All zero is an empty one. */
 struct crun__outq {
 	uint8_t *buf;
 	size_t len, cap;
 	size_t inflight;
+	size_t inflight_mem; /* bytes allocated by the writes in flight */
 };
 
 /* Appends m encoded, whose encoded size is len (or, when m is NULL, the
@@ -62,6 +63,10 @@ struct crun__outq {
  * queued leave no room (flush, then try again or give up); -ENOMEM. */
 int crun__outq_put(struct crun__outq *q, uint64_t max, const struct crun__wire_msg *m,
 		   const void *raw, size_t len);
+
+/* The capacity q's buffer would have after a put of len bytes (its
+ * capacity now when they fit), for the caller's budget. */
+size_t crun__outq_grown_cap(const struct crun__outq *q, size_t len);
 
 /* Hands q's bytes to s: uv_try_write first, so that the usual case needs
  * no write request, and uv_write for what the kernel did not take. When

@@ -37,6 +37,11 @@ enum {
 	OPT_HANDSHAKE,
 	OPT_REQUIRE_TOKEN,
 	OPT_STATE_DIR,
+	OPT_MAX_TOTAL_BUFFER,
+	OPT_MAX_PREAUTH,
+	OPT_MAX_PREAUTH_SOURCE,
+	OPT_REQUEST_TIMEOUT,
+	OPT_IDLE_TIMEOUT,
 };
 
 static const struct option long_opts[] = {
@@ -52,6 +57,11 @@ static const struct option long_opts[] = {
 	{"handshake-timeout", required_argument, NULL, OPT_HANDSHAKE},
 	{"require-token", no_argument, NULL, OPT_REQUIRE_TOKEN},
 	{"state-dir", required_argument, NULL, OPT_STATE_DIR},
+	{"max-total-buffer", required_argument, NULL, OPT_MAX_TOTAL_BUFFER},
+	{"max-preauth", required_argument, NULL, OPT_MAX_PREAUTH},
+	{"max-preauth-per-source", required_argument, NULL, OPT_MAX_PREAUTH_SOURCE},
+	{"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
+	{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -84,6 +94,17 @@ static void usage(FILE *out)
 		"                            that a restarted daemon goes on with every run;\n"
 		"                            one daemon per DIR (default: none, the rounds\n"
 		"                            live in memory only)\n"
+		"  --max-total-buffer SIZE   bytes buffered across all connections (default: a\n"
+		"                            quarter of memory or of the cgroup limit if lower)\n"
+		"  --max-preauth N           unauthenticated connections (default 1024)\n"
+		"  --max-preauth-per-source N\n"
+		"                            unauthenticated connections per address (default "
+		"256)\n"
+		"  --request-timeout DURATION\n"
+		"                            time for a frame to arrive once begun, plus 1s per\n"
+		"                            MiB; 0 for none (default 30s)\n"
+		"  --idle-timeout DURATION   close an authenticated connection with nothing\n"
+		"                            pending after this long; 0 for never (default 1h)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -119,6 +140,20 @@ static int parse_u64_opt(const char *opt, const char *s, bool size, uint64_t min
 		return bad_value(opt, s, range);
 	}
 	*out = v;
+	return 0;
+}
+
+/* A duration of 0 (none) to 49 days into *ms. */
+static int parse_timeout_opt(const char *opt, const char *s, uint32_t *ms)
+{
+	char err[160];
+	int64_t v;
+
+	if (crun__parse_duration_ms(s, &v, err, sizeof(err)) < 0)
+		return bad_value(opt, s, err);
+	if (v < 0 || v > UINT32_MAX)
+		return bad_value(opt, s, "must be between 0 and 49 days");
+	*ms = (uint32_t)v;
 	return 0;
 }
 
@@ -323,6 +358,29 @@ int main(int argc, char **argv)
 			}
 			state_dir = optarg;
 			break;
+		case OPT_MAX_TOTAL_BUFFER:
+			if (parse_u64_opt(name, optarg, true, 1u << 20, UINT64_MAX >> 1, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_total_buffer = v;
+			break;
+		case OPT_MAX_PREAUTH:
+			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_preauth = (uint32_t)v;
+			break;
+		case OPT_MAX_PREAUTH_SOURCE:
+			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_preauth_per_source = (uint32_t)v;
+			break;
+		case OPT_REQUEST_TIMEOUT:
+			if (parse_timeout_opt(name, optarg, &opts.limits.request_timeout_ms) < 0)
+				return EXIT_USAGE;
+			break;
+		case OPT_IDLE_TIMEOUT:
+			if (parse_timeout_opt(name, optarg, &opts.limits.idle_timeout_ms) < 0)
+				return EXIT_USAGE;
+			break;
 		case 'v':
 			level = CRUN_LOG_DEBUG;
 			break;
@@ -409,6 +467,8 @@ int main(int argc, char **argv)
 	}
 	port = crun__server_port(d.srv);
 	crun__info(strchr(host, ':') ? "listening on [%s]:%d" : "listening on %s:%d", host, port);
+	crun__info("buffer budget: %llu MiB across all connections",
+		   (unsigned long long)(crun__server_total_buffer(d.srv) >> 20));
 	if (port_file) {
 		rc = write_port_file(port_file, port);
 		if (rc < 0) {

@@ -15,12 +15,25 @@
  *   walks, only mark a connection for dropping; flush_dirty, which runs at
  *   the end of every libuv callback and outside every walk, closes it.
  * - Unauthenticated peers get a small frame cap (HELLO_MAX_PAYLOAD), so a
- *   stranger cannot make the server allocate more than a few KiB. */
+ *   stranger cannot make the server allocate more than a few KiB, and a
+ *   quota of their own (budget.h decides): a flood of them closes the
+ *   oldest of them, never an authenticated connection, and a client that
+ *   answers the handshake at once is through before its turn comes.
+ * - Every byte buffered for a connection, in or out, is charged to one
+ *   global budget as allocated (account()); input grows only as it
+ *   arrives, so a frame's announced length alone costs nothing. A
+ *   connection that would grow past the budget is refused.
+ * - Refusals are deferred like closes (refuse_conn marks, flush_dirty
+ *   carries out): an error frame, then the close; their log lines are
+ *   rate limited per kind, so a flood costs a few lines.
+ * - One sweep timer a second checks slow requests and idle connections,
+ *   instead of a timer per connection. */
 #include "rendezvous/server.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -35,10 +48,12 @@
 
 #include <openssl/crypto.h>
 
+#include "common/htable.h"
 #include "common/list.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
 #include "common/util.h"
+#include "rendezvous/budget.h"
 #include "rendezvous/hello.h"
 #include "rendezvous/netio.h"
 #include "rendezvous/rdzv.h"
@@ -54,6 +69,17 @@
 /* How long a closing connection may take to flush its last error. */
 #define LINGER_MS 2000
 #define ITEMS_MIN 64
+/* Period of the sweep for slow requests and idle connections. */
+#define SWEEP_MS 1000
+/* Refusal log lines: at most this many per kind per period. */
+#define REFUSE_LOG_BURST 10
+#define REFUSE_LOG_PERIOD_MS 10000
+#define LIFECYCLE_LOG_BURST 100
+/* Connections accepted per loop iteration at most (on_connection). */
+#define ACCEPT_BURST 32
+/* An error frame of a connection being refused bypasses the budget; this
+ * bounds it. */
+#define FINAL_ERROR_MAX 512
 
 #define container_of crun__container_of
 
@@ -72,16 +98,49 @@ enum conn_state {
 	CONN_CLOSING,
 };
 
+/* Kinds of refusal, each with its own log rate limit. */
+enum refusal {
+	REF_PROTOCOL,
+	REF_HANDSHAKE,
+	REF_AUTH,
+	REF_PREAUTH,
+	REF_CONNS,
+	REF_BUDGET,
+	REF_SLOW,
+	REF_IDLE,
+	REF_LIFECYCLE, /* accepted and closed lines of unauthenticated ones */
+	REF_KINDS,
+};
+
+/* The unauthenticated connections of one source address, so that the
+ * quota of a source is a lookup, not a walk over every connection. */
+struct source {
+	struct crun__hnode node; /* in srv->sources, keyed by ip */
+	char ip[INET6_ADDRSTRLEN];
+	struct crun__list conns; /* oldest first, by conn.source_link */
+	uint32_t n;
+};
+
 struct conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* handshake timeout, liveness, linger while closing */
 	struct crun__server *srv;
-	struct crun__store_client sc; /* the store's view: run, keys, waits */
-	struct crun__list link;	      /* srv->conns */
+	struct crun__store_client sc;	/* the store's view: run, keys, waits */
+	struct crun__list link;		/* srv->conns */
+	struct crun__list preauth_link; /* srv->preauth while preauth */
+	struct crun__list source_link;	/* source->conns while preauth */
+	struct source *source;
 	struct conn *dirty_next;
 	struct crun__inbuf in;
 	struct crun__outq out;
-	int64_t keepalive_ms; /* from its last RDZV_JOIN; 0: none */
+	int64_t keepalive_ms;	 /* from its last RDZV_JOIN; 0: none */
+	uint64_t charged;	 /* bytes charged to srv->budget */
+	uint64_t frame_start_ms; /* first byte of the frame in c->in */
+	uint64_t last_ms;	 /* its last frame in or out */
+	/* A refusal to carry out at the next flush_dirty: the error sent
+	 * (0: none) and why. */
+	int refuse_errnum;
+	char refuse_why[160];
 	enum conn_state state;
 	uint8_t open_handles;
 	bool counted;	 /* counts against max_connections */
@@ -90,6 +149,9 @@ struct conn {
 	bool drop;	 /* close without flushing, at the next flush_dirty */
 	bool handles_closing;
 	bool alive_expired; /* dropped for want of keep-alives */
+	bool preauth;	    /* on srv->preauth: not authenticated yet */
+	bool over_budget;   /* on_alloc found no room in the budget */
+	bool final_error;   /* its last error: past the budget */
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
 	char peer[64];
 	char peer_ip[INET6_ADDRSTRLEN]; /* the address in peer, no port */
@@ -98,8 +160,12 @@ struct conn {
 struct crun__server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
-	uv_timer_t wait_timer;	/* the store's earliest deadline */
-	uint64_t wait_deadline; /* what wait_timer is set to; UINT64_MAX: off */
+	uv_timer_t wait_timer;	 /* the store's earliest deadline */
+	uv_timer_t sweep;	 /* slow requests and idle connections */
+	uv_check_t accept_check; /* takes a connection held over (on_connection) */
+	uint32_t accepts;	 /* taken in this loop iteration */
+	bool accept_pending;	 /* libuv holds one for accept_check */
+	uint64_t wait_deadline;	 /* what wait_timer is set to; UINT64_MAX: off */
 	struct crun__store *store;
 	struct crun__store_rdzv_env rdzv;
 	struct crun__server_limits limits;
@@ -113,6 +179,12 @@ struct crun__server {
 	void *disconnect_arg;
 	struct crun__list conns;
 	uint32_t nconns;
+	struct crun__list preauth; /* unauthenticated connections, oldest first */
+	uint32_t npreauth;
+	struct crun__htable sources; /* struct source of those connections */
+	uint32_t seed;		     /* of the sources' hashes */
+	struct crun__budget budget;
+	struct crun__ratelimit refuse_log[REF_KINDS];
 	struct conn *dirty;
 	uint8_t *scratch;
 	struct crun__wire_item *items;
@@ -141,6 +213,11 @@ void crun__server_limits_default(struct crun__server_limits *limits)
 	limits->max_connections = 4096;
 	limits->max_conn_buffer = 64u << 20;
 	limits->handshake_timeout_ms = 10000;
+	limits->max_total_buffer = 0;
+	limits->max_preauth = 1024;
+	limits->max_preauth_per_source = 256;
+	limits->request_timeout_ms = 30000;
+	limits->idle_timeout_ms = 3600000;
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -151,6 +228,96 @@ static const char *show_item(char *out, size_t outlen, const struct crun__wire_i
 }
 
 static void handle_closed(struct crun__server *srv);
+
+/* One refusal line of kind at info level, rate limited per kind
+ * (REFUSE_LOG_BURST per REFUSE_LOG_PERIOD_MS); the next line allowed
+ * counts those held back. */
+static void log_refusal(struct crun__server *srv, enum refusal kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void log_refusal(struct crun__server *srv, enum refusal kind, const char *fmt, ...)
+{
+	char line[512];
+	uint64_t held;
+	va_list ap;
+
+	if (!crun__ratelimit_allow(&srv->refuse_log[kind], uv_now(srv->loop), &held))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (held)
+		crun__info("%s; %" PRIu64 " more like it not logged", line, held);
+	else
+		crun__info("%s", line);
+}
+
+/* A connection's lifecycle line (accepted, closed): info, or debug when
+ * the server is quiet. Those of connections not authenticated are rate
+ * limited like refusals (LIFECYCLE_LOG_BURST per period), so a flood of
+ * strangers costs a few lines, not a line each. */
+static void log_lifecycle(struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void log_lifecycle(struct conn *c, const char *fmt, ...)
+{
+	struct crun__server *srv = c->srv;
+	enum crun__log_level level = srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO;
+	char line[512];
+	uint64_t held = 0;
+	va_list ap;
+
+	if (!crun__log_enabled(level))
+		return;
+	if (!c->hello_done &&
+	    !crun__ratelimit_allow(&srv->refuse_log[REF_LIFECYCLE], uv_now(srv->loop), &held))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (held)
+		crun__log(level,
+			  "%s; %" PRIu64 " more lines of unauthenticated connections not logged",
+			  line, held);
+	else
+		crun__log(level, "%s", line);
+}
+
+/* Charges c's buffers, as allocated now, to the global budget. */
+static void account(struct conn *c)
+{
+	uint64_t now = c->in.cap + c->out.cap + c->out.inflight_mem;
+
+	crun__budget_move(&c->srv->budget, c->charged, now);
+	c->charged = now;
+}
+
+static void mark_dirty(struct conn *c);
+
+/* Marks c to be refused at the next flush_dirty: its unsent output goes,
+ * an ERROR (errnum, why) is queued, and it closes once that is out. The
+ * log line (kind, rate limited) is the caller's. Safe inside the store's
+ * walks. */
+static void refuse_conn(struct conn *c, int errnum, const char *why)
+{
+	if (c->refuse_errnum || c->drop || c->handles_closing || c->state == CONN_CLOSING)
+		return;
+	c->refuse_errnum = errnum;
+	snprintf(c->refuse_why, sizeof(c->refuse_why), "%s", why);
+	mark_dirty(c);
+}
+
+/* Refuses c because its buffers would grow past the global budget. */
+static void refuse_over_budget(struct conn *c, const char *what)
+{
+	struct crun__server *srv = c->srv;
+	char why[160];
+
+	snprintf(why, sizeof(why),
+		 "server buffer budget exhausted (%s; %" PRIu64 " of %" PRIu64
+		 " bytes in use by all connections)",
+		 what, srv->budget.used, srv->budget.limit);
+	log_refusal(srv, REF_BUDGET, "%s: refused: %s", c->peer, why);
+	refuse_conn(c, ENOBUFS, why);
+}
 
 /* ---- output -------------------------------------------------------------- */
 
@@ -192,6 +359,7 @@ static void on_written(struct crun__outq *q, int status)
 	struct conn *c = container_of(q, struct conn, out);
 	struct crun__server *srv = c->srv;
 
+	account(c);
 	if (srv->destroying)
 		return;
 	if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING)
@@ -210,6 +378,7 @@ static void flush_conn(struct conn *c)
 	if (c->drop || c->handles_closing)
 		return;
 	rc = crun__outq_flush(&c->out, (uv_stream_t *)&c->tcp, on_written);
+	account(c);
 	if (rc < 0)
 		drop_write_failed(c, rc);
 }
@@ -225,11 +394,27 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 
 	if (c->drop || c->handles_closing)
 		return 0;
+	if (c->refuse_errnum && !c->final_error)
+		return 0; /* being refused: only its error goes out */
+	if (!(c->final_error && len <= FINAL_ERROR_MAX) &&
+	    !crun__budget_fits(&c->srv->budget, c->charged,
+			       c->charged - c->out.cap + crun__outq_grown_cap(&c->out, len))) {
+		flush_conn(c);
+		if (!c->drop && !crun__budget_fits(&c->srv->budget, c->charged,
+						   c->charged - c->out.cap +
+							   crun__outq_grown_cap(&c->out, len))) {
+			snprintf(why, sizeof(why), "a reply of %zu bytes, %zu waiting", len,
+				 c->out.len + c->out.inflight);
+			refuse_over_budget(c, why);
+			return 0;
+		}
+	}
 	rc = crun__outq_put(&c->out, max, m, raw, len);
 	if (rc == -EAGAIN) {
 		flush_conn(c);
 		rc = c->drop ? 0 : crun__outq_put(&c->out, max, m, raw, len);
 	}
+	account(c);
 	if (rc == -EAGAIN) {
 		snprintf(why, sizeof(why),
 			 "not reading its replies (%zu bytes waiting, limit %" PRIu64 ")",
@@ -238,6 +423,7 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 	} else if (rc == -ENOMEM) {
 		drop_conn(c, "out of memory");
 	} else if (rc == 0) {
+		c->last_ms = uv_now(c->srv->loop);
 		mark_dirty(c);
 	}
 	return rc == -ENOBUFS ? rc : 0;
@@ -371,10 +557,73 @@ static void handle_request(struct conn *c, const struct crun__wire_msg *m)
 
 /* ---- handshake and framing ------------------------------------------------ */
 
+/* The source of address ip; created (with no connection) when create is
+ * set and there is none. NULL when there is none, or no memory. */
+static struct source *source_get(struct crun__server *srv, const char *ip, bool create)
+{
+	uint32_t len = (uint32_t)strlen(ip);
+	uint32_t hash = crun__hash_bytes(srv->seed, (const uint8_t *)ip, len);
+	struct crun__hnode *n = crun__htable_find(&srv->sources, (const uint8_t *)ip, len, hash);
+	struct source *src;
+
+	if (n || !create)
+		return n ? container_of(n, struct source, node) : NULL;
+	src = calloc(1, sizeof(*src));
+	if (!src)
+		return NULL;
+	snprintf(src->ip, sizeof(src->ip), "%s", ip);
+	crun__list_init(&src->conns);
+	src->node.key = (const uint8_t *)src->ip;
+	src->node.klen = len;
+	src->node.hash = hash;
+	if (crun__htable_insert(&srv->sources, &src->node) < 0) {
+		free(src);
+		return NULL;
+	}
+	return src;
+}
+
+/* Counts c, just admitted, as unauthenticated. 0 or -ENOMEM. */
+static int preauth_enter(struct conn *c)
+{
+	struct crun__server *srv = c->srv;
+	struct source *src = source_get(srv, c->peer_ip, true);
+
+	if (!src)
+		return -ENOMEM;
+	c->source = src;
+	crun__list_add_tail(&src->conns, &c->source_link);
+	src->n++;
+	c->preauth = true;
+	crun__list_add_tail(&srv->preauth, &c->preauth_link);
+	srv->npreauth++;
+	return 0;
+}
+
+/* c no longer counts as unauthenticated (it authenticated or closes). */
+static void preauth_leave(struct conn *c)
+{
+	struct crun__server *srv = c->srv;
+
+	if (!c->preauth)
+		return;
+	c->preauth = false;
+	crun__list_del(&c->preauth_link);
+	srv->npreauth--;
+	crun__list_del(&c->source_link);
+	if (--c->source->n == 0) {
+		crun__htable_remove(&srv->sources, &c->source->node);
+		free(c->source);
+	}
+	c->source = NULL;
+}
+
 /* Answers id with an error, logs why, and closes c once the error is out. */
 static void fail_conn(struct conn *c, uint32_t id, int errnum, const char *what, const char *why)
 {
-	crun__info("%s: %s: %s", c->peer, what, why);
+	log_refusal(c->srv, errnum == ETIMEDOUT ? REF_HANDSHAKE : REF_PROTOCOL, "%s: %s: %s",
+		    c->peer, what, why);
+	c->final_error = true;
 	reply_err(c, id, errnum, "%s", why);
 	begin_close(c, true);
 }
@@ -405,8 +654,9 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 
 	rc = crun__hello_server_hello(&hs, m, server_mac, &reply, why, sizeof(why));
 	if (rc == -EACCES) {
-		crun__info("%s: authentication failed (run '%s')", c->peer,
-			   show_item(r, sizeof(r), run_id));
+		log_refusal(srv, REF_AUTH, "%s: authentication failed (run '%s')", c->peer,
+			    show_item(r, sizeof(r), run_id));
+		c->final_error = true;
 		reply_err(c, m->id, EACCES, "%s", why);
 		begin_close(c, true);
 		return;
@@ -423,7 +673,11 @@ static void handle_hello(struct conn *c, const struct crun__wire_msg *m)
 	}
 	c->hello_done = true;
 	c->state = CONN_READY;
+	preauth_leave(c);
 	uv_timer_stop(&c->timer);
+	/* Only now: a stranger's connection costs one system call less. Its
+	 * preamble and error, a first write and a last, wait for no ACK. */
+	uv_tcp_nodelay(&c->tcp, 1);
 	send_frame(c, CRUN_WIRE_OK, m->id, 0, &reply, 1);
 	OPENSSL_cleanse(server_mac, sizeof(server_mac));
 	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "%s: joined run '%s'%s", c->peer, r,
@@ -474,7 +728,7 @@ static uint32_t max_payload(const struct conn *c)
 }
 
 /* Handles every whole frame in buf; returns the bytes consumed. Stops
- * early when c starts closing. */
+ * early when c starts closing or is to be refused. */
 static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 {
 	struct crun__server *srv = c->srv;
@@ -482,7 +736,7 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 	size_t off = 0;
 	char err[160];
 
-	while (c->state != CONN_CLOSING && !c->drop) {
+	while (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum) {
 		long n;
 
 		if (c->state == CONN_PREAMBLE) {
@@ -538,9 +792,12 @@ static void on_conn_closed(uv_handle_t *h)
 	struct crun__server *srv = c->srv;
 
 	if (--c->open_handles == 0) {
+		if (!srv->destroying)
+			preauth_leave(c);
 		crun__list_del(&c->link);
 		crun__inbuf_finish(&c->in);
 		crun__outq_finish(&c->out);
+		account(c);
 		free(c);
 	}
 	handle_closed(srv);
@@ -572,6 +829,7 @@ static void begin_close(struct conn *c, bool graceful)
 	c->state = CONN_CLOSING;
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	uv_timer_stop(&c->timer);
+	preauth_leave(c);
 	if (c->counted) {
 		srv->nconns--;
 		c->counted = false;
@@ -633,6 +891,16 @@ static void flush_dirty(struct crun__server *srv)
 		c->dirty = false;
 		if (c->handles_closing)
 			continue;
+		if (c->refuse_errnum && !c->drop && c->state != CONN_CLOSING) {
+			/* What it did not send goes: the budget gets it back
+			 * and the error does not wait behind it. */
+			crun__outq_finish(&c->out);
+			crun__inbuf_finish(&c->in);
+			account(c);
+			c->final_error = true;
+			reply_err(c, 0, c->refuse_errnum, "%s", c->refuse_why);
+			begin_close(c, true);
+		}
 		if (!c->drop)
 			flush_conn(c);
 		if (c->drop) {
@@ -673,32 +941,109 @@ static void on_conn_timer(uv_timer_t *t)
 	flush_dirty(srv);
 }
 
+/* The announced length of the frame whose start is in c->in; 0 while its
+ * header is not in. */
+static uint64_t partial_len(const struct conn *c)
+{
+	const uint8_t *b = c->in.buf;
+
+	if (c->in.len < CRUN_WIRE_HEADER_LEN)
+		return 0;
+	return ((uint64_t)b[0] << 24) | ((uint64_t)b[1] << 16) | ((uint64_t)b[2] << 8) | b[3];
+}
+
+/* Once a second: refuses authenticated connections whose frame is taking
+ * too long and closes idle ones. */
+static void on_sweep(uv_timer_t *t)
+{
+	struct crun__server *srv = t->data;
+	uint64_t now = uv_now(srv->loop);
+	char why[160], d[24], lim[24];
+
+	for (struct crun__list *l = srv->conns.next; l != &srv->conns; l = l->next) {
+		struct conn *c = container_of(l, struct conn, link);
+		struct crun__idle_state idle;
+		uint64_t allow;
+
+		if (c->state != CONN_READY || c->drop || c->refuse_errnum)
+			continue;
+		if (c->in.len) {
+			allow = crun__budget_request_ms(srv->limits.request_timeout_ms,
+							partial_len(c));
+			if (now - c->frame_start_ms < allow)
+				continue;
+			snprintf(why, sizeof(why),
+				 "slow request: %zu bytes of a frame in %s (limit %s)", c->in.len,
+				 crun__rdzv_format_ms((int64_t)(now - c->frame_start_ms), d,
+						      sizeof(d)),
+				 crun__rdzv_format_ms((int64_t)allow, lim, sizeof(lim)));
+			log_refusal(srv, REF_SLOW, "%s: refused: %s", c->peer, why);
+			refuse_conn(c, ETIMEDOUT, why);
+			continue;
+		}
+		idle = (struct crun__idle_state){
+			.now_ms = now,
+			.last_ms = c->last_ms,
+			.timeout_ms = srv->limits.idle_timeout_ms,
+			.output = c->out.len || c->out.inflight,
+			.subscribed = c->sc.nsubs > 0,
+			.owns_keys = !crun__list_empty(&c->sc.owned),
+			.keepalive = c->keepalive_ms > 0,
+		};
+		if (!crun__idle_expired(&idle))
+			continue;
+		snprintf(why, sizeof(why), "idle for %s",
+			 crun__rdzv_format_ms((int64_t)(now - c->last_ms), d, sizeof(d)));
+		log_refusal(srv, REF_IDLE, "%s: closed: %s", c->peer, why);
+		refuse_conn(c, ETIMEDOUT, why);
+	}
+	flush_dirty(srv);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct conn *c = h->data;
 	uint64_t cap = c->state == CONN_READY ? c->srv->limits.max_conn_buffer
 					      : HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN;
+	uint64_t room = crun__budget_room(&c->srv->budget, c->charged) - c->charged + c->in.cap;
 
+	(void)suggested;
+	if (c->in.len && room < cap)
+		cap = room;
 	crun__inbuf_alloc(&c->in, c->srv->scratch, SCRATCH_SIZE, cap, c->state != CONN_PREAMBLE,
 			  buf);
+	account(c);
+	/* No room left for this connection's frame: on_read gets UV_ENOBUFS. */
+	c->over_budget = buf->len == 0 && c->in.len && cap == room;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct conn *c = s->data;
 	struct crun__server *srv = c->srv;
+	bool had_partial;
 	size_t used;
 
+	if (nread == UV_ENOBUFS && c->state != CONN_CLOSING) {
+		char what[96];
+
+		if (c->over_budget)
+			snprintf(what, sizeof(what), "a frame of %" PRIu64 " bytes, %zu in",
+				 partial_len(c), c->in.len);
+		else
+			snprintf(what, sizeof(what), "out of memory");
+		refuse_over_budget(c, what);
+		flush_dirty(srv);
+		return;
+	}
 	if (nread < 0) {
 		if (c->state != CONN_CLOSING) {
 			if (nread == UV_EOF) {
-				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					  "%s: connection closed", c->peer);
+				log_lifecycle(c, "%s: connection closed", c->peer);
 				begin_close(c, true);
 			} else {
-				crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO,
-					  "%s: connection closed: %s", c->peer,
-					  uv_strerror((int)nread));
+				log_lifecycle(c, "%s: connection closed: %s", c->peer,
+					      uv_strerror((int)nread));
 				begin_close(c, false);
 			}
 		}
@@ -707,19 +1052,34 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	had_partial = c->in.len > 0;
 	if (buf->base == (char *)srv->scratch) {
+		size_t rest;
+
 		used = process(c, srv->scratch, (size_t)nread);
-		if (c->state != CONN_CLOSING && used < (size_t)nread &&
-		    crun__inbuf_keep(&c->in, srv->scratch + used, (size_t)nread - used) < 0)
-			drop_conn(c, "out of memory");
+		rest = (size_t)nread - used;
+		if (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum && rest) {
+			uint64_t keep = rest < CRUN__NETIO_RBUF_MIN ? CRUN__NETIO_RBUF_MIN : rest;
+
+			if (!crun__budget_fits(&srv->budget, c->charged, c->charged + keep))
+				refuse_over_budget(c, "the start of a frame");
+			else if (crun__inbuf_keep(&c->in, srv->scratch + used, rest) < 0)
+				drop_conn(c, "out of memory");
+		}
 	} else {
 		c->in.len += (size_t)nread;
 		used = process(c, c->in.buf, c->in.len);
 	}
-	if (used && c->keepalive_ms)
-		keepalive_reset(c);
+	if (used) {
+		c->last_ms = uv_now(srv->loop);
+		if (c->keepalive_ms)
+			keepalive_reset(c);
+	}
 	if (buf->base != (char *)srv->scratch)
 		crun__inbuf_consume(&c->in, used);
+	if (c->in.len && (!had_partial || used))
+		c->frame_start_ms = uv_now(srv->loop);
+	account(c);
 	flush_dirty(srv);
 }
 
@@ -799,22 +1159,60 @@ static bool fd_exhausted(const struct crun__server *srv, struct conn *c)
 	return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fd >= srv->fd_limit - FD_HEADROOM;
 }
 
-static void on_connection(uv_stream_t *server, int status)
+/* Makes room for c, just accepted, as budget.h decides: closes the
+ * oldest unauthenticated connection (of c's source, else of any) when a
+ * quota is full. False when every slot is authenticated. */
+static bool admit(struct crun__server *srv, struct conn *c)
 {
-	struct crun__server *srv = server->data;
+	struct crun__admit_counts in = {
+		.conns = srv->nconns,
+		.max_conns = srv->limits.max_connections,
+		.preauth = srv->npreauth,
+		.max_preauth = srv->limits.max_preauth,
+		.max_preauth_source = srv->limits.max_preauth_per_source,
+	};
+	struct source *src = source_get(srv, c->peer_ip, false);
+	enum crun__admit verdict;
+	struct conn *victim;
+	char why[160];
+
+	in.source_preauth = src ? src->n : 0;
+	verdict = crun__admit_preauth(&in);
+	if (verdict == CRUN__ADMIT)
+		return true;
+	if (verdict == CRUN__ADMIT_REFUSE)
+		return false;
+	if (verdict == CRUN__ADMIT_EVICT_SOURCE)
+		victim = container_of(src->conns.next, struct conn, source_link);
+	else
+		victim = container_of(srv->preauth.next, struct conn, preauth_link);
+	if (verdict == CRUN__ADMIT_EVICT_SOURCE)
+		snprintf(why, sizeof(why),
+			 "too many unauthenticated connections from %s (limit %u); try again",
+			 c->peer_ip, srv->limits.max_preauth_per_source);
+	else if (in.preauth >= in.max_preauth)
+		snprintf(why, sizeof(why),
+			 "too many unauthenticated connections (limit %u); try again",
+			 srv->limits.max_preauth);
+	else
+		snprintf(why, sizeof(why), "too many connections (limit %u); try again",
+			 srv->limits.max_connections);
+	log_refusal(srv, REF_PREAUTH, "%s: closed to admit %s: %s", victim->peer, c->peer, why);
+	victim->final_error = true;
+	reply_err(victim, 0, ECONNABORTED, "%s", why);
+	begin_close(victim, true);
+	return true;
+}
+
+/* Takes the connection libuv has accepted on the listener. */
+static void accept_one(struct crun__server *srv)
+{
+	uv_stream_t *server = (uv_stream_t *)&srv->listener;
 	uint8_t preamble[CRUN_WIRE_SERVER_PREAMBLE];
 	struct sockaddr_storage ss;
 	int len = sizeof(ss);
 	struct conn *c;
 
-	if (status == UV_EMFILE || status == UV_ENFILE) {
-		fd_refuse_with_reserve(srv);
-		return;
-	}
-	if (status < 0) {
-		crun__warn("cannot accept a connection: %s", uv_strerror(status));
-		return;
-	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		crun__warn("cannot accept a connection: out of memory");
@@ -849,7 +1247,6 @@ static void on_connection(uv_stream_t *server, int status)
 	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
 		crun__format_addr((struct sockaddr *)&ss, c->peer, sizeof(c->peer), c->peer_ip);
-	uv_tcp_nodelay(&c->tcp, 1);
 
 	if (fd_exhausted(srv, c)) {
 		char why[64];
@@ -863,14 +1260,13 @@ static void on_connection(uv_stream_t *server, int status)
 		flush_dirty(srv);
 		return;
 	}
-	if (srv->nconns >= srv->limits.max_connections) {
-		char why[96];
-
+	if (!admit(srv, c)) {
 		crun__wire_server_preamble(preamble, 0, NULL);
 		send_raw(c, preamble, sizeof(preamble));
-		snprintf(why, sizeof(why), "too many connections (limit %u)",
-			 srv->limits.max_connections);
-		crun__info("refused connection from %s: %s", c->peer, why);
+		log_refusal(srv, REF_CONNS,
+			    "refused connection from %s: too many connections (limit %u)", c->peer,
+			    srv->limits.max_connections);
+		c->final_error = true;
 		reply_err(c, 0, EMFILE, "too many connections");
 		begin_close(c, true);
 		flush_dirty(srv);
@@ -878,6 +1274,12 @@ static void on_connection(uv_stream_t *server, int status)
 	}
 	c->counted = true;
 	srv->nconns++;
+	c->last_ms = uv_now(srv->loop);
+	if (preauth_enter(c) < 0) {
+		crun__warn("cannot accept a connection from %s: out of memory", c->peer);
+		begin_close(c, false);
+		return;
+	}
 	if (srv->token && crun__wire_random(c->nonce, sizeof(c->nonce)) < 0) {
 		crun__warn("cannot draw a nonce for %s: closing it", c->peer);
 		begin_close(c, false);
@@ -887,15 +1289,98 @@ static void on_connection(uv_stream_t *server, int status)
 		preamble, (srv->token ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0) | srv->caps,
 		srv->token ? c->nonce : NULL);
 	send_raw(c, preamble, sizeof(preamble));
-	crun__log(srv->quiet ? CRUN_LOG_DEBUG : CRUN_LOG_INFO, "accepted connection from %s",
-		  c->peer);
+	log_lifecycle(c, "accepted connection from %s", c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
 		begin_close(c, false);
 	flush_dirty(srv);
 }
 
+/* libuv's listener accepts until the backlog is empty, so a flood of new
+ * connections would keep the loop from the requests of the clients
+ * already in. At most ACCEPT_BURST are taken per loop iteration; the next
+ * one stays with libuv, which stops watching the listener, until the
+ * check phase of the iteration, after every other I/O callback. */
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct crun__server *srv = server->data;
+
+	if (status == UV_EMFILE || status == UV_ENFILE) {
+		fd_refuse_with_reserve(srv);
+		return;
+	}
+	if (status < 0) {
+		crun__warn("cannot accept a connection: %s", uv_strerror(status));
+		return;
+	}
+	if (srv->accepts >= ACCEPT_BURST) {
+		srv->accept_pending = true;
+		return;
+	}
+	srv->accepts++;
+	accept_one(srv);
+}
+
+static void on_accept_check(uv_check_t *h)
+{
+	struct crun__server *srv = h->data;
+
+	srv->accepts = 0;
+	if (!srv->accept_pending || srv->destroying)
+		return;
+	srv->accept_pending = false;
+	srv->accepts = 1;
+	accept_one(srv);
+}
+
 /* ---- public API ------------------------------------------------------------ */
+
+/* Physical memory in bytes; 0 when unknown. */
+static uint64_t phys_memory(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+/* The memory limit of this process's cgroup, from /proc/self/cgroup:
+ * memory.max (v2) or memory.limit_in_bytes (v1) under /sys/fs/cgroup.
+ * 0: none or unknown. */
+static uint64_t cgroup_memory(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], path[600];
+	uint64_t limit = 0;
+
+	if (!f)
+		return 0;
+	while (!limit && fgets(line, sizeof(line), f)) {
+		char *ctl = strchr(line, ':'), *cg = ctl ? strchr(ctl + 1, ':') : NULL;
+		unsigned long long v;
+		FILE *lf;
+
+		if (!cg)
+			continue;
+		*cg++ = '\0';
+		cg[strcspn(cg, "\n")] = '\0';
+		ctl++;
+		if (!strcmp(ctl, ""))
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg);
+		else if (strstr(ctl, "memory"))
+			snprintf(path, sizeof(path),
+				 "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+		else
+			continue;
+		lf = fopen(path, "re");
+		if (!lf)
+			continue;
+		if (fgets(line, sizeof(line), lf) && sscanf(line, "%llu", &v) == 1)
+			limit = v; /* "max": none */
+		fclose(lf);
+	}
+	fclose(f);
+	return limit;
+}
 
 struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__server_opts *opts)
 {
@@ -920,7 +1405,23 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 		srv->limits.max_connections = 1;
 	if (srv->limits.handshake_timeout_ms == 0)
 		srv->limits.handshake_timeout_ms = 1;
+	if (!srv->limits.max_total_buffer)
+		srv->limits.max_total_buffer = crun__budget_default(phys_memory(), cgroup_memory());
+	if (srv->limits.max_total_buffer < CRUN__BUDGET_MIN)
+		srv->limits.max_total_buffer = CRUN__BUDGET_MIN;
+	if (srv->limits.max_conn_buffer > srv->limits.max_total_buffer)
+		srv->limits.max_conn_buffer = srv->limits.max_total_buffer;
+	srv->budget.limit = srv->limits.max_total_buffer;
+	crun__admit_clamp(srv->limits.max_connections, &srv->limits.max_preauth,
+			  &srv->limits.max_preauth_per_source);
+	for (int k = 0; k < REF_KINDS; k++) {
+		srv->refuse_log[k].burst =
+			k == REF_LIFECYCLE ? LIFECYCLE_LOG_BURST : REFUSE_LOG_BURST;
+		srv->refuse_log[k].period_ms = REFUSE_LOG_PERIOD_MS;
+	}
 	crun__list_init(&srv->conns);
+	crun__list_init(&srv->preauth);
+	crun__htable_init(&srv->sources);
 	srv->scratch = malloc(SCRATCH_SIZE);
 	srv->items = malloc(ITEMS_MIN * sizeof(*srv->items));
 	srv->items_cap = ITEMS_MIN;
@@ -953,7 +1454,8 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	store_limits.max_value_size = srv->limits.max_value_size;
 	store_limits.max_keys_per_run = srv->limits.max_keys_per_run;
 	store_limits.max_sub_bytes = srv->limits.max_conn_buffer;
-	if (crun__wire_random((uint8_t *)&seed, sizeof(seed)) < 0)
+	if (crun__wire_random((uint8_t *)&seed, sizeof(seed)) < 0 ||
+	    crun__wire_random((uint8_t *)&srv->seed, sizeof(srv->seed)) < 0)
 		goto out_free_token;
 	srv->store = crun__store_create(&store_limits, seed, &store_ops, srv);
 	if (!srv->store)
@@ -964,10 +1466,18 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	if (uv_tcp_init(loop, &srv->listener) < 0)
 		goto out_free_store;
 	uv_timer_init(loop, &srv->wait_timer); /* cannot fail */
+	uv_timer_init(loop, &srv->sweep);
+	uv_check_init(loop, &srv->accept_check);
 	srv->listener.data = srv;
 	srv->wait_timer.data = srv;
+	srv->sweep.data = srv;
+	srv->accept_check.data = srv;
 	srv->wait_deadline = UINT64_MAX;
-	srv->open_handles = 2;
+	srv->open_handles = 4;
+	uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+	uv_unref((uv_handle_t *)&srv->sweep);
+	uv_check_start(&srv->accept_check, on_accept_check);
+	uv_unref((uv_handle_t *)&srv->accept_check);
 	fd_reserve_init(srv);
 	return srv;
 
@@ -1044,9 +1554,20 @@ uint32_t crun__server_connections(const struct crun__server *srv)
 	return srv ? srv->nconns : 0;
 }
 
+uint64_t crun__server_total_buffer(const struct crun__server *srv)
+{
+	return srv->budget.limit;
+}
+
 static void on_listener_closed(uv_handle_t *h)
 {
 	handle_closed(h->data);
+}
+
+static void free_source(struct crun__hnode *n, void *arg)
+{
+	(void)arg;
+	free(container_of(n, struct source, node));
 }
 
 void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), void *arg)
@@ -1064,6 +1585,8 @@ void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), voi
 	 * Connections leave srv->conns in their close callback. */
 	crun__store_destroy(srv->store);
 	srv->store = NULL;
+	/* The connections go without leaving their sources. */
+	crun__htable_clear(&srv->sources, free_source, NULL);
 	for (struct crun__list *l = srv->conns.next; l != &srv->conns; l = l->next) {
 		struct conn *c = container_of(l, struct conn, link);
 
@@ -1071,5 +1594,7 @@ void crun__server_destroy(struct crun__server *srv, void (*done)(void *arg), voi
 		close_handles(c);
 	}
 	uv_close((uv_handle_t *)&srv->wait_timer, on_listener_closed);
+	uv_close((uv_handle_t *)&srv->sweep, on_listener_closed);
+	uv_close((uv_handle_t *)&srv->accept_check, on_listener_closed);
 	uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
 }

@@ -39,6 +39,30 @@ struct crun__server_limits {
 					* out each; default 64 MiB; clamped to
 					* 4 KiB .. 2 GiB. Also caps one frame. */
 	uint32_t handshake_timeout_ms; /* connect -> HELLO done; default 10000 */
+	/* Bytes buffered across every connection, in and out, counted as
+	 * allocated. 0 (the default): a quarter of physical memory or of the
+	 * cgroup's memory limit, whichever is lower, at least 1 MiB, computed
+	 * by crun__server_create. max_conn_buffer is clamped to it. A
+	 * connection whose buffers would grow past it gets an ENOBUFS error
+	 * and is closed. */
+	uint64_t max_total_buffer;
+	/* Connections not authenticated yet (HELLO not done), in all and per
+	 * source address; defaults 1024 and 256, clamped so that they never
+	 * fill max_connections alone (budget.h). When one is full the oldest
+	 * unauthenticated connection (of that source, else of any) gets an
+	 * ECONNABORTED error and is closed to make room; authenticated connections
+	 * never count against them. */
+	uint32_t max_preauth;
+	uint32_t max_preauth_per_source;
+	/* From the first byte of a frame of an authenticated connection to
+	 * its last: this plus one second per MiB announced; default 30000;
+	 * 0: none. */
+	uint32_t request_timeout_ms;
+	/* An authenticated connection with no request arriving, no reply
+	 * waiting, no wait, watch or ephemeral key and no rendezvous
+	 * keep-alive is closed after this long without a frame; default
+	 * 3600000 (libcrun reconnects on its next call); 0: never. */
+	uint32_t idle_timeout_ms;
 };
 
 /* Fills limits with the defaults above. */
@@ -103,6 +127,9 @@ void crun__server_set_journal(struct crun__server *srv, struct crun__journal_fil
 
 /* Number of open connections. */
 uint32_t crun__server_connections(const struct crun__server *srv);
+
+/* The global byte budget in force (max_total_buffer, resolved). */
+uint64_t crun__server_total_buffer(const struct crun__server *srv);
 
 /* Stops listening, closes every connection (pending waiters get no
  * reply) and frees everything once the handles have closed; done (may be

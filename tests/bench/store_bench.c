@@ -3,6 +3,7 @@
  *
  *   store_bench --endpoint HOST:PORT --clients N --seconds S
  *               --op set|get|add|mixed [--value-size B] [--run ID]
+ *               [--token-file FILE]
  *   store_bench --endpoint HOST:PORT --idle N [--seconds S]
  *   store_bench --op echo --clients N --seconds S
  *
@@ -591,6 +592,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: " PROG " --endpoint HOST:PORT --clients N --seconds S\n"
 		   "                   --op set|get|add|mixed [--value-size B] [--run ID]\n"
+		   "                   [--token-file FILE]\n"
 		   "       " PROG " --endpoint HOST:PORT --idle N [--seconds S]\n"
 		   "       " PROG " --op echo --clients N --seconds S\n");
 }
@@ -616,6 +618,7 @@ int main(int argc, char **argv)
 		{"value-size", required_argument, NULL, 'v'},
 		{"idle", required_argument, NULL, 'i'},
 		{"run", required_argument, NULL, 'r'},
+		{"token-file", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -632,6 +635,8 @@ int main(int argc, char **argv)
 	char err[128];
 	int port = 29400;
 	int64_t num;
+	char *token = NULL;
+	size_t token_len = 0;
 	int idle = 0;
 	int opt;
 
@@ -684,6 +689,12 @@ int main(int argc, char **argv)
 		case 'r':
 			snprintf(run_id, sizeof(run_id), "%s", optarg);
 			break;
+		case 't':
+			free(token);
+			if (crun__read_secret_file(optarg, 4096, &token, &token_len, err,
+						   sizeof(err)) < 0)
+				goto bad_value;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -703,6 +714,8 @@ int main(int argc, char **argv)
 	b.opts.host = host;
 	b.opts.port = port;
 	b.opts.run_id = run_id;
+	b.opts.token = token;
+	b.opts.token_len = token_len;
 	b.opts.connect_timeout_ms = 5000;
 	b.opts.timeout_ms = CALL_TIMEOUT_MS;
 

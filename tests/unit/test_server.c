@@ -1011,6 +1011,55 @@ static void test_handshake_timeout(void **state)
 	assert_int_equal(harness_stop(&h), 0);
 }
 
+/* The pre-authentication quota of a source closes its oldest
+ * unauthenticated connection (ECONNABORTED) to admit a new one, never an
+ * authenticated one; a frame that does not arrive in time is refused
+ * (ETIMEDOUT "slow request"); an idle connection is closed unless it owns
+ * an ephemeral key. */
+static void test_preauth_and_timeouts(void **state)
+{
+	struct crun__wire_item ev[2] = {its("mine"), its("v")};
+	struct crun__server_opts so;
+	struct harness h;
+	uint8_t nonce[32], hdr[5] = {0, 0, 0, 40, CRUN_WIRE_SET};
+	uint16_t flags;
+	struct rmsg r;
+	int idle, owner, a, b, c, slow;
+
+	(void)state;
+	harness_opts(&so, NULL);
+	so.limits.max_preauth = 4;
+	so.limits.max_preauth_per_source = 2;
+	so.limits.request_timeout_ms = 300;
+	so.limits.idle_timeout_ms = 1500;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	idle = client(h.port, "q");
+	owner = client(h.port, "q");
+	want_ok(owner, CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, ev, 2);
+
+	a = tconnect(h.port);
+	read_server_preamble(a, &flags, nonce);
+	b = tconnect(h.port);
+	read_server_preamble(b, &flags, nonce);
+	c = tconnect(h.port); /* a third from 127.0.0.1: the oldest goes */
+	expect_error_and_close(a, ECONNABORTED, "too many unauthenticated connections");
+	close(b);
+	handshake(c, "q", NULL, &r); /* the newest is served */
+	assert_int_equal(r.m.type, CRUN_WIRE_OK);
+	rmsg_finish(&r);
+	close(c);
+
+	slow = client(h.port, "q");
+	tsend(slow, hdr, sizeof(hdr)); /* 5 bytes of a frame, then nothing */
+	expect_error_and_close(slow, ETIMEDOUT, "slow request");
+
+	/* idle has sent nothing since its handshake; owner's key keeps it */
+	expect_error_and_close(idle, ETIMEDOUT, "idle for");
+	get(owner, "mine", "v");
+	close(owner);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* A client that sends requests but never reads the replies is dropped
  * once its backlog passes max_conn_buffer; the server stays fine. */
 static void test_slow_reader(void **state)
@@ -1195,14 +1244,23 @@ static void test_listen(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_operations),   cmocka_unit_test(test_waiting_reads),
-		cmocka_unit_test(test_wait_timeout), cmocka_unit_test(test_wait_deadlines),
-		cmocka_unit_test(test_watch),	     cmocka_unit_test(test_runs_isolated),
-		cmocka_unit_test(test_limits),	     cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_garbage),	     cmocka_unit_test(test_huge_lengths),
-		cmocka_unit_test(test_tiny_frames),  cmocka_unit_test(test_handshake_timeout),
-		cmocka_unit_test(test_slow_reader),  cmocka_unit_test(test_wait_bytes_capped),
-		cmocka_unit_test(test_destroy_busy), cmocka_unit_test(test_listen),
+		cmocka_unit_test(test_operations),
+		cmocka_unit_test(test_waiting_reads),
+		cmocka_unit_test(test_wait_timeout),
+		cmocka_unit_test(test_wait_deadlines),
+		cmocka_unit_test(test_watch),
+		cmocka_unit_test(test_runs_isolated),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_huge_lengths),
+		cmocka_unit_test(test_tiny_frames),
+		cmocka_unit_test(test_handshake_timeout),
+		cmocka_unit_test(test_preauth_and_timeouts),
+		cmocka_unit_test(test_slow_reader),
+		cmocka_unit_test(test_wait_bytes_capped),
+		cmocka_unit_test(test_destroy_busy),
+		cmocka_unit_test(test_listen),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
