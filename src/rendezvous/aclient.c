@@ -428,7 +428,12 @@ static void on_ka_timer(uv_timer_t *t)
 			lose(c, -ETIMEDOUT, "no reply from the store at '%s' for %s", c->peer, d);
 			return;
 		}
+		/* Read them before writing: they may be the store's last
+		 * word (it dropped this client for the same silence), which
+		 * a ping into the closed connection would hide behind EPIPE. */
 		c->last_rx = now;
+		arm_ka(c);
+		return;
 	}
 	if (now >= c->next_ping) {
 		struct crun__wire_msg ping = {.type = CRUN_WIRE_PING, .id = next_id(c)};

@@ -164,6 +164,7 @@ struct crun__server {
 	uv_timer_t sweep;	 /* slow requests and idle connections */
 	uv_check_t accept_check; /* takes a connection held over (on_connection) */
 	uint32_t accepts;	 /* taken in this loop iteration */
+	int queue_only;		 /* > 0: enqueue never flushes (round_send) */
 	bool accept_pending;	 /* libuv holds one for accept_check */
 	uint64_t wait_deadline;	 /* what wait_timer is set to; UINT64_MAX: off */
 	struct crun__store *store;
@@ -399,7 +400,8 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 	if (!(c->final_error && len <= FINAL_ERROR_MAX) &&
 	    !crun__budget_fits(&c->srv->budget, c->charged,
 			       c->charged - c->out.cap + crun__outq_grown_cap(&c->out, len))) {
-		flush_conn(c);
+		if (!c->srv->queue_only)
+			flush_conn(c);
 		if (!c->drop && !crun__budget_fits(&c->srv->budget, c->charged,
 						   c->charged - c->out.cap +
 							   crun__outq_grown_cap(&c->out, len))) {
@@ -410,7 +412,7 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 		}
 	}
 	rc = crun__outq_put(&c->out, max, m, raw, len);
-	if (rc == -EAGAIN) {
+	if (rc == -EAGAIN && !c->srv->queue_only) {
 		flush_conn(c);
 		rc = c->drop ? 0 : crun__outq_put(&c->out, max, m, raw, len);
 	}
@@ -486,10 +488,20 @@ static const struct crun__store_ops store_ops = {
 	.run_freed = crun__store_rdzv_free,
 };
 
+/* The round's frames are only queued: nothing goes out before the round
+ * has journaled the change they announce (a connection whose queue is
+ * full is dropped rather than flushed early). */
 static int round_send(void *peer, uint8_t type, uint32_t id, int64_t num,
 		      const struct crun__wire_item *items, uint32_t count)
 {
-	return send_frame(client_conn(peer), type, id, num, items, count);
+	struct conn *c = client_conn(peer);
+	struct crun__server *srv = c->srv;
+	int rc;
+
+	srv->queue_only++;
+	rc = send_frame(c, type, id, num, items, count);
+	srv->queue_only--;
+	return rc;
 }
 
 static void round_flush(void *ctx)
@@ -928,11 +940,15 @@ static void on_conn_timer(uv_timer_t *t)
 	} else if (c->state == CONN_READY) {
 		char ms[24];
 
-		/* No frame for keepalive_ms: the peer is gone or cut off. */
+		/* No frame for keepalive_ms: the peer is gone or cut off. It
+		 * is told why, should the path back still work (a one-way
+		 * loss): an agent must not take a closed connection without a
+		 * word for a store that died. */
 		c->alive_expired = true;
 		snprintf(why, sizeof(why), "no keep-alive for %s",
 			 crun__rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
-		drop_conn(c, why);
+		crun__info("%s: dropped: %s", c->peer, why);
+		refuse_conn(c, ETIMEDOUT, why);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
 			 srv->limits.handshake_timeout_ms);

@@ -450,6 +450,9 @@ static void test_keepalive(void **state)
 	}
 	assert_true(got_event);
 	assert_int_equal(pongs, pings);
+	/* b is told why before the close: an agent must be able to tell a
+	 * store that dropped it from one that died. */
+	want_error(&nb, 0, ETIMEDOUT, "no keep-alive for 200ms");
 	assert_true(closed_by_server(nb.fd));
 	node_close(&na);
 	node_close(&nb);
