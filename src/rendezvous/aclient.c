@@ -490,7 +490,7 @@ static void on_conn_timer(uv_timer_t *t);
 static void attempt_again_or_fail(struct crun__aclient *c)
 {
 	uint64_t now = uv_now(c->loop);
-	uint64_t left = c->deadline > now ? c->deadline - now : 0;
+	uint64_t left = c->deadline > now ? c->deadline - now : 0, wait;
 
 	if (!crun__hello_retryable(c->err) || c->once) {
 		finish_connect(c, c->err);
@@ -501,8 +501,8 @@ static void attempt_again_or_fail(struct crun__aclient *c)
 		return;
 	}
 	c->state = ST_BACKOFF;
-	uv_timer_start(&c->conn_timer, on_conn_timer,
-		       (uint64_t)c->backoff_ms < left ? (uint64_t)c->backoff_ms : left, 0);
+	wait = (uint64_t)crun__hello_jitter(c->backoff_ms, crun__hello_random());
+	uv_timer_start(&c->conn_timer, on_conn_timer, wait < left ? wait : left, 0);
 	c->backoff_ms = crun__hello_next_backoff(c->backoff_ms);
 }
 

@@ -729,7 +729,7 @@ static int rewatch(struct crun_store *s, uint64_t deadline)
  * until deadline. */
 static int do_connect(struct crun_store *s, uint64_t deadline)
 {
-	int backoff = CRUN__HELLO_BACKOFF_FIRST_MS, rc;
+	int backoff = CRUN__HELLO_BACKOFF_FIRST_MS, wait, rc;
 
 	for (;;) {
 		s->rpos = s->rlen = s->rconsume = 0;
@@ -745,7 +745,8 @@ static int do_connect(struct crun_store *s, uint64_t deadline)
 		}
 		if (!crun__hello_retryable(rc) || remaining_ms(deadline) == 0)
 			break;
-		sleep_ms(backoff < remaining_ms(deadline) ? backoff : remaining_ms(deadline));
+		wait = crun__hello_jitter(backoff, crun__hello_random());
+		sleep_ms(wait < remaining_ms(deadline) ? wait : remaining_ms(deadline));
 		backoff = crun__hello_next_backoff(backoff);
 		if (remaining_ms(deadline) == 0)
 			break;

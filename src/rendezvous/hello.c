@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -22,6 +24,32 @@ int crun__hello_next_backoff(int backoff_ms)
 {
 	return backoff_ms * 2 > CRUN__HELLO_BACKOFF_MAX_MS ? CRUN__HELLO_BACKOFF_MAX_MS
 							   : backoff_ms * 2;
+}
+
+int crun__hello_jitter(int backoff_ms, uint32_t rnd)
+{
+	int half = backoff_ms / 2;
+
+	if (backoff_ms <= 1)
+		return backoff_ms;
+	return half + (int)(rnd % (uint32_t)(backoff_ms - half + 1));
+}
+
+uint32_t crun__hello_random(void)
+{
+	static uint32_t state;
+	uint32_t x;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) == (ssize_t)sizeof(x))
+		return x;
+	/* No entropy yet (early boot): a xorshift of the clock is enough
+	 * to spread retries. */
+	x = state ^ (uint32_t)crun__now_ms() ^ (uint32_t)getpid() << 16;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	state = x;
+	return x;
 }
 
 /* ---- client --------------------------------------------------------------- */

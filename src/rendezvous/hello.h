@@ -35,6 +35,13 @@
 bool crun__hello_retryable(int err);
 /* The wait after one of backoff_ms. */
 int crun__hello_next_backoff(int backoff_ms);
+/* The time to actually wait for a backoff of backoff_ms: between half of
+ * it and all of it, as rnd (any 32 random bits) picks, so that many
+ * clients that lost the same store do not all knock at the same instant. */
+int crun__hello_jitter(int backoff_ms, uint32_t rnd);
+/* 32 random bits for crun__hello_jitter (not for secrets; never blocks and
+ * leaves the program's own random() sequence alone). */
+uint32_t crun__hello_random(void);
 
 /* One client's credentials and the progress of its current handshake. */
 struct crun__hello_client {

@@ -525,6 +525,17 @@ static void test_retry_policy(void **state)
 		assert_int_equal(b, waits[i]);
 		b = crun__hello_next_backoff(b);
 	}
+	/* Jitter: half the backoff to all of it, as the random bits say. */
+	assert_int_equal(crun__hello_jitter(1000, 0), 500);
+	assert_int_equal(crun__hello_jitter(1000, 500), 1000);
+	assert_int_equal(crun__hello_jitter(1000, 501), 500);
+	assert_int_equal(crun__hello_jitter(10, 3), 8);
+	assert_int_equal(crun__hello_jitter(1, 12345), 1);
+	for (int i = 0; i < 1000; i++) {
+		int w = crun__hello_jitter(640, crun__hello_random());
+
+		assert_true(w >= 320 && w <= 640);
+	}
 }
 
 int main(void)
