@@ -398,6 +398,10 @@ static int fill(struct crun_store *s, uint64_t deadline)
 		rc = read_some(s);
 		if (rc != -EAGAIN)
 			return rc;
+		/* The store's last word is in (it is closing): no reply
+		 * follows, even if that word's errno is EAGAIN itself. */
+		if (s->conn_err)
+			return s->conn_err;
 	}
 }
 

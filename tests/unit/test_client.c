@@ -711,6 +711,8 @@ struct dropper {
 	int port;
 	int requests[256]; /* by frame type */
 	volatile bool stop;
+	bool busy; /* answer HELLO with ERROR EAGAIN (id 0), then close */
+	volatile int accepted;
 };
 
 static int read_full(int fd, uint8_t *buf, size_t len)
@@ -758,7 +760,20 @@ static void dropper_main(void *arg)
 		fd = accept(d->lfd, NULL, NULL);
 		if (fd < 0)
 			continue;
+		d->accepted++;
 		crun__wire_server_preamble(pre, 0, NULL);
+		if (d->busy) {
+			struct crun__wire_item why = {(const uint8_t *)"busy; try again", 15};
+			struct crun__wire_msg err = {
+				.type = CRUN_WIRE_ERROR, .num = EAGAIN, .count = 1, .items = &why};
+
+			if (read_full(fd, out, CRUN_WIRE_CLIENT_PREAMBLE) == 0 &&
+			    crun__write_all(fd, pre, sizeof(pre)) == 0 &&
+			    read_frame(fd, &id) == CRUN_WIRE_HELLO)
+				crun__write_all(fd, out, crun__wire_encode(&err, out));
+			close(fd);
+			continue;
+		}
 		if (read_full(fd, out, CRUN_WIRE_CLIENT_PREAMBLE) == 0 &&
 		    crun__write_all(fd, pre, sizeof(pre)) == 0 &&
 		    read_frame(fd, &id) == CRUN_WIRE_HELLO) {
@@ -811,6 +826,36 @@ static void test_lost_replies(void **state)
 	close(d.lfd);
 }
 
+/* A store that says EAGAIN as its last word before closing: the client
+ * takes it as that connection's end and connects again with its backoff,
+ * rather than waiting on the closed one for the whole connect timeout. */
+static void test_last_word_eagain(void **state)
+{
+	struct dropper d = {.busy = true};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	struct crun_store *s;
+	uv_thread_t t;
+
+	(void)state;
+	d.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(d.lfd >= 0);
+	assert_int_equal(bind(d.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(d.lfd, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(listen(d.lfd, 16), 0);
+	d.port = ntohs(a.sin_port);
+	uv_thread_create(&t, dropper_main, &d);
+
+	s = client(d.port, "r", 600, 600);
+	assert_int_not_equal(crun_store_connect(s), 0);
+	assert_true(d.accepted >= 3);
+	crun_store_destroy(s);
+
+	d.stop = true;
+	uv_thread_join(&t);
+	close(d.lfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -828,6 +873,7 @@ int main(void)
 		cmocka_unit_test(test_bad_options),
 		cmocka_unit_test(test_large_value),
 		cmocka_unit_test(test_lost_replies),
+		cmocka_unit_test(test_last_word_eagain),
 	};
 
 	crun__log_init("test_client", CRUN_LOG_WARN);
