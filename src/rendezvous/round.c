@@ -973,6 +973,28 @@ static void open_event(struct crun__round *r, const struct crun__round_event *ev
 	}
 }
 
+/* A JOIN admitted and not held for its cool-down, or an excluded node
+ * whose cool-down has passed (COOLED): the node that arrives in a round
+ * that runs, taken off its list; NULL when none does. */
+static struct rnode *arrival(struct crun__round *r, const struct crun__round_event *ev)
+{
+	struct rnode *n;
+	long i;
+
+	if (ev->type == CRUN_ROUND_EV_JOIN) {
+		n = admit(r, ev);
+		return !n || maybe_hold(r, n) ? NULL : n;
+	}
+	i = nodes_find(&r->cooling, ev->peer);
+	if (i < 0)
+		return NULL;
+	n = nodes_take(&r->cooling, (size_t)i);
+	n->deadline = deadline_after(r, n->join_timeout_ms);
+	crun__info("run '%s': node '%s' (%s) is no longer excluded", r->run_id, n->node_id,
+		   n->host);
+	return n;
+}
+
 static void running_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	char msg[1200];
@@ -982,19 +1004,9 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 	switch (ev->type) {
 	case CRUN_ROUND_EV_JOIN:
 	case CRUN_ROUND_EV_COOLED:
-		if (ev->type == CRUN_ROUND_EV_JOIN) {
-			n = admit(r, ev);
-			if (!n || maybe_hold(r, n))
-				break;
-		} else {
-			i = nodes_find(&r->cooling, ev->peer);
-			if (i < 0)
-				break;
-			n = nodes_take(&r->cooling, (size_t)i);
-			n->deadline = deadline_after(r, n->join_timeout_ms);
-			crun__info("run '%s': node '%s' (%s) is no longer excluded", r->run_id,
-				   n->node_id, n->host);
-		}
+		n = arrival(r, ev);
+		if (!n)
+			break;
 		if (r->members.n < (size_t)r->conf.max_nodes && !r->ndone) {
 			snprintf(msg, sizeof(msg), "node '%s' (%s) is joining", n->node_id,
 				 n->host);
@@ -1530,17 +1542,9 @@ static void recovering_event(struct crun__round *r, const struct crun__round_eve
 		/* A node that is not a member waits, as on standby, until
 		 * the round runs again (then it ends it with "join" when
 		 * there is room) or ends. */
-		if (ev->type == CRUN_ROUND_EV_JOIN) {
-			n = admit(r, ev);
-			if (!n || maybe_hold(r, n))
-				break;
-		} else {
-			i = nodes_find(&r->cooling, ev->peer);
-			if (i < 0)
-				break;
-			n = nodes_take(&r->cooling, (size_t)i);
-			n->deadline = deadline_after(r, n->join_timeout_ms);
-		}
+		n = arrival(r, ev);
+		if (!n)
+			break;
 		if (nodes_push(&r->standby, n) < 0) {
 			send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
 			free(n);

@@ -97,52 +97,21 @@ static struct crun__round *run_round(const struct crun__store_rdzv_env *env, str
 	return *slot;
 }
 
-static void join(const struct crun__store_rdzv_env *env, struct crun__store *st,
-		 struct crun__store_client *c, const struct crun__wire_msg *m, const char *peer_ip,
-		 int64_t *keepalive_ms)
-{
-	struct crun__round_event ev = {.type = CRUN_ROUND_EV_JOIN, .peer = c, .id = m->id};
-	struct crun__rdzv_node node;
-	struct crun__rdzv_conf conf;
-	struct crun__round *round;
-	bool admitted_before;
-	char err[256];
-	int rc;
-
-	rc = crun__rdzv_parse_join(m, &node, &conf, err, sizeof(err));
-	if (rc < 0) {
-		if (rc == -ENOMEM)
-			crun__store_reply_error(st, c, m->id, ENOMEM, "out of memory");
-		else
-			crun__store_refuse(st, c, m->id, EINVAL, "bad RDZV_JOIN: %s", err);
-		return;
-	}
-	round = run_round(env, st, c, m->id);
-	if (!round)
-		goto out_finish;
-	admitted_before = crun__round_has_peer(round, c);
-	ev.node = &node;
-	ev.conf = &conf;
-	ev.peer_addr = peer_ip;
-	crun__round_apply(round, &ev);
-	/* Only a JOIN the round admitted sets the keep-alive window: a refused
-	 * one (EALREADY, a mismatch, a closed run) leaves the connection as it
-	 * was. */
-	round = *crun__store_run_data(c);
-	if (!admitted_before && round && crun__round_has_peer(round, c))
-		*keepalive_ms = conf.keepalive_ms;
-out_finish:
-	crun__rdzv_node_finish(&node);
-}
-
-/* A RDZV_RESUME: as a JOIN, it sets the keep-alive window when the round
- * takes c as the member it names (held or answered). */
-static void resume(const struct crun__store_rdzv_env *env, struct crun__store *st,
+/* A RDZV_JOIN or a RDZV_RESUME: only one the round admitted (a joiner, or
+ * the member a resume names, held or answered) sets the keep-alive window;
+ * a refused one (EALREADY, a mismatch, a closed run) leaves the connection
+ * as it was. */
+static void arrive(const struct crun__store_rdzv_env *env, struct crun__store *st,
 		   struct crun__store_client *c, const struct crun__wire_msg *m,
-		   int64_t *keepalive_ms)
+		   const char *peer_ip, int64_t *keepalive_ms)
 {
-	struct crun__round_event ev = {.type = CRUN_ROUND_EV_RESUME, .peer = c, .id = m->id};
-	struct crun__rdzv_assignment a;
+	bool is_resume = m->type == CRUN_WIRE_RDZV_RESUME;
+	struct crun__round_event ev = {
+		.type = is_resume ? CRUN_ROUND_EV_RESUME : CRUN_ROUND_EV_JOIN,
+		.peer = c,
+		.id = m->id,
+	};
+	struct crun__rdzv_assignment a = {0};
 	struct crun__rdzv_node node;
 	struct crun__rdzv_conf conf;
 	struct crun__round *round;
@@ -150,12 +119,14 @@ static void resume(const struct crun__store_rdzv_env *env, struct crun__store *s
 	char err[256];
 	int rc;
 
-	rc = crun__rdzv_parse_resume(m, &node, &conf, &a, err, sizeof(err));
+	rc = is_resume ? crun__rdzv_parse_resume(m, &node, &conf, &a, err, sizeof(err))
+		       : crun__rdzv_parse_join(m, &node, &conf, err, sizeof(err));
 	if (rc < 0) {
 		if (rc == -ENOMEM)
 			crun__store_reply_error(st, c, m->id, ENOMEM, "out of memory");
 		else
-			crun__store_refuse(st, c, m->id, EINVAL, "bad RDZV_RESUME: %s", err);
+			crun__store_refuse(st, c, m->id, EINVAL, "bad %s: %s",
+					   crun__wire_type_name(m->type), err);
 		return;
 	}
 	round = run_round(env, st, c, m->id);
@@ -164,7 +135,8 @@ static void resume(const struct crun__store_rdzv_env *env, struct crun__store *s
 	admitted_before = crun__round_has_peer(round, c);
 	ev.node = &node;
 	ev.conf = &conf;
-	ev.assignment = &a;
+	ev.peer_addr = is_resume ? NULL : peer_ip;
+	ev.assignment = is_resume ? &a : NULL;
 	crun__round_apply(round, &ev);
 	round = *crun__store_run_data(c);
 	if (!admitted_before && round && crun__round_has_peer(round, c))
@@ -208,10 +180,8 @@ void crun__store_rdzv_apply(const struct crun__store_rdzv_env *env, struct crun_
 			    struct crun__store_client *c, const struct crun__wire_msg *m,
 			    const char *peer_ip, int64_t *keepalive_ms)
 {
-	if (m->type == CRUN_WIRE_RDZV_JOIN)
-		join(env, st, c, m, peer_ip, keepalive_ms);
-	else if (m->type == CRUN_WIRE_RDZV_RESUME)
-		resume(env, st, c, m, keepalive_ms);
+	if (m->type == CRUN_WIRE_RDZV_JOIN || m->type == CRUN_WIRE_RDZV_RESUME)
+		arrive(env, st, c, m, peer_ip, keepalive_ms);
 	else
 		end(env, st, c, m);
 }

@@ -787,24 +787,38 @@ static void dropper_main(void *arg)
 	}
 }
 
+/* Starts d's thread on a listener of its own on loopback. */
+static void dropper_start(struct dropper *d, uv_thread_t *t)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+
+	d->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(d->lfd >= 0);
+	assert_int_equal(bind(d->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(d->lfd, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(listen(d->lfd, 16), 0);
+	d->port = ntohs(a.sin_port);
+	uv_thread_create(t, dropper_main, d);
+}
+
+static void dropper_stop(struct dropper *d, uv_thread_t *t)
+{
+	d->stop = true;
+	uv_thread_join(t);
+	close(d->lfd);
+}
+
 static void test_lost_replies(void **state)
 {
 	struct dropper d = {0};
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
 	struct crun_store *s;
 	uv_thread_t t;
 	int64_t v;
 	int rc;
 
 	(void)state;
-	d.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(d.lfd >= 0);
-	assert_int_equal(bind(d.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(d.lfd, (struct sockaddr *)&a, &len), 0);
-	assert_int_equal(listen(d.lfd, 16), 0);
-	d.port = ntohs(a.sin_port);
-	uv_thread_create(&t, dropper_main, &d);
+	dropper_start(&d, &t);
 
 	s = client(d.port, "r", 2000, 2000);
 	/* set is safe to repeat: resent on new connections, then fails */
@@ -821,9 +835,7 @@ static void test_lost_replies(void **state)
 	assert_int_equal(d.requests[CRUN_WIRE_CAS], 1);
 	crun_store_destroy(s);
 
-	d.stop = true;
-	uv_thread_join(&t);
-	close(d.lfd);
+	dropper_stop(&d, &t);
 }
 
 /* A store that says EAGAIN as its last word before closing: the client
@@ -832,28 +844,18 @@ static void test_lost_replies(void **state)
 static void test_last_word_eagain(void **state)
 {
 	struct dropper d = {.busy = true};
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
 	struct crun_store *s;
 	uv_thread_t t;
 
 	(void)state;
-	d.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(d.lfd >= 0);
-	assert_int_equal(bind(d.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(d.lfd, (struct sockaddr *)&a, &len), 0);
-	assert_int_equal(listen(d.lfd, 16), 0);
-	d.port = ntohs(a.sin_port);
-	uv_thread_create(&t, dropper_main, &d);
+	dropper_start(&d, &t);
 
 	s = client(d.port, "r", 600, 600);
 	assert_int_not_equal(crun_store_connect(s), 0);
 	assert_true(d.accepted >= 3);
 	crun_store_destroy(s);
 
-	d.stop = true;
-	uv_thread_join(&t);
-	close(d.lfd);
+	dropper_stop(&d, &t);
 }
 
 int main(void)
