@@ -38,12 +38,16 @@ enum crun__admit crun__admit_preauth(const struct crun__admit_counts *in)
 	return CRUN__ADMIT;
 }
 
-void crun__admit_clamp(uint32_t max_conns, uint32_t *max_preauth, uint32_t *max_preauth_source)
+void crun__admit_clamp(uint32_t max_conns, uint64_t budget, uint64_t conn_bytes,
+		       uint32_t *max_preauth, uint32_t *max_preauth_source)
 {
 	uint32_t half = max_conns / 2 ? max_conns / 2 : 1;
+	uint64_t fit = conn_bytes ? budget / 4 / conn_bytes : UINT32_MAX;
 
 	if (*max_preauth > half)
 		*max_preauth = half;
+	if (*max_preauth > fit)
+		*max_preauth = (uint32_t)fit;
 	if (*max_preauth == 0)
 		*max_preauth = 1;
 	if (*max_preauth_source > *max_preauth)

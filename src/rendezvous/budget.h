@@ -67,9 +67,12 @@ struct crun__admit_counts {
 enum crun__admit crun__admit_preauth(const struct crun__admit_counts *in);
 
 /* Clamps the pre-authentication quotas so that they can never fill
- * max_conns alone: max_preauth to at most half of it (at least 1) and
- * the per-source quota to at most max_preauth (at least 1). */
-void crun__admit_clamp(uint32_t max_conns, uint32_t *max_preauth, uint32_t *max_preauth_source);
+ * max_conns, nor a quarter of the byte budget, alone: max_preauth to at
+ * most half of max_conns and to budget / 4 / conn_bytes (what one
+ * unauthenticated connection may hold at most), at least 1; the
+ * per-source quota to at most max_preauth (at least 1). */
+void crun__admit_clamp(uint32_t max_conns, uint64_t budget, uint64_t conn_bytes,
+		       uint32_t *max_preauth, uint32_t *max_preauth_source);
 
 /* How long a frame announcing len bytes (0: header not in yet) may take
  * to arrive from its first byte: base_ms plus one second per

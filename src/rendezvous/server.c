@@ -66,6 +66,9 @@
 /* A HELLO is 12 + 3 * 4 bytes plus run id, nonce and mac: allow a run id
  * of up to 8 KiB before the peer has proven anything. */
 #define HELLO_MAX_PAYLOAD (8 * 1024 + 128)
+/* The most an unauthenticated connection holds: a whole HELLO coming in,
+ * the preamble and an error going out. */
+#define PREAUTH_CONN_BYTES (HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN + 256)
 /* How long a closing connection may take to flush its last error. */
 #define LINGER_MS 2000
 #define ITEMS_MIN 64
@@ -414,6 +417,17 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 	rc = crun__outq_put(&c->out, max, m, raw, len);
 	if (rc == -EAGAIN && !c->srv->queue_only) {
 		flush_conn(c);
+		/* The flushed buffer is in flight, still charged: the new one
+		 * must fit the budget beside it. */
+		if (!c->drop && !(c->final_error && len <= FINAL_ERROR_MAX) &&
+		    !crun__budget_fits(&c->srv->budget, c->charged,
+				       c->charged - c->out.cap +
+					       crun__outq_grown_cap(&c->out, len))) {
+			snprintf(why, sizeof(why), "a reply of %zu bytes, %zu waiting", len,
+				 c->out.len + c->out.inflight);
+			refuse_over_budget(c, why);
+			return 0;
+		}
 		rc = c->drop ? 0 : crun__outq_put(&c->out, max, m, raw, len);
 	}
 	account(c);
@@ -1008,10 +1022,12 @@ static void on_sweep(uv_timer_t *t)
 		};
 		if (!crun__idle_expired(&idle))
 			continue;
-		snprintf(why, sizeof(why), "idle for %s",
+		snprintf(why, sizeof(why), "idle for %s; connect again",
 			 crun__rdzv_format_ms((int64_t)(now - c->last_ms), d, sizeof(d)));
 		log_refusal(srv, REF_IDLE, "%s: closed: %s", c->peer, why);
-		refuse_conn(c, ETIMEDOUT, why);
+		/* ECONNABORTED: what clients take for a lost connection, so
+		 * that libcrun connects again on its next call. */
+		refuse_conn(c, ECONNABORTED, why);
 	}
 	flush_dirty(srv);
 }
@@ -1267,6 +1283,9 @@ static void accept_one(struct crun__server *srv)
 	if (fd_exhausted(srv, c)) {
 		char why[64];
 
+		/* final_error: the preamble and the error go out even when
+		 * the budget is spent. */
+		c->final_error = true;
 		crun__wire_server_preamble(preamble, 0, NULL);
 		send_raw(c, preamble, sizeof(preamble));
 		snprintf(why, sizeof(why), "out of file descriptors (limit %d)", srv->fd_limit);
@@ -1277,12 +1296,12 @@ static void accept_one(struct crun__server *srv)
 		return;
 	}
 	if (!admit(srv, c)) {
+		c->final_error = true;
 		crun__wire_server_preamble(preamble, 0, NULL);
 		send_raw(c, preamble, sizeof(preamble));
 		log_refusal(srv, REF_CONNS,
 			    "refused connection from %s: too many connections (limit %u)", c->peer,
 			    srv->limits.max_connections);
-		c->final_error = true;
 		reply_err(c, 0, EMFILE, "too many connections");
 		begin_close(c, true);
 		flush_dirty(srv);
@@ -1428,7 +1447,8 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	if (srv->limits.max_conn_buffer > srv->limits.max_total_buffer)
 		srv->limits.max_conn_buffer = srv->limits.max_total_buffer;
 	srv->budget.limit = srv->limits.max_total_buffer;
-	crun__admit_clamp(srv->limits.max_connections, &srv->limits.max_preauth,
+	crun__admit_clamp(srv->limits.max_connections, srv->limits.max_total_buffer,
+			  PREAUTH_CONN_BYTES, &srv->limits.max_preauth,
 			  &srv->limits.max_preauth_per_source);
 	for (int k = 0; k < REF_KINDS; k++) {
 		srv->refuse_log[k].burst =

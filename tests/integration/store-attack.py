@@ -191,6 +191,8 @@ def partial(port, token, n="10", mib="60"):
         enobufs += err == errno.ENOBUFS
     if refused < n - 1:
         raise Fail("only %d of %d connections refused" % (refused, n))
+    if not enobufs:
+        raise Fail("%d connections refused, none with ENOBUFS" % refused)
     served(port, token)
     return "%d of %d refused (%d saw ENOBUFS), %d MiB sent in all" % (
         refused, n, enobufs, sum(sent))
@@ -248,6 +250,8 @@ def slowloris_post(port, token, n="20"):
     if alive:
         raise Fail("%d slow requests still open after %.0f s" % (len(alive), time.monotonic() - t0))
     timedout = sum(1 for e in errs.values() if e == errno.ETIMEDOUT)
+    if not timedout:
+        raise Fail("%d slow requests closed, none with ETIMEDOUT" % n)
     return "%d slow requests refused in %.1f s (%d saw ETIMEDOUT)" % (
         n, time.monotonic() - t0, timedout)
 

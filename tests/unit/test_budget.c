@@ -86,20 +86,30 @@ static void test_clamp(void **state)
 	uint32_t pre = 256, src = 32;
 
 	(void)state;
-	crun__admit_clamp(4096, &pre, &src);
+	crun__admit_clamp(4096, 1ull << 30, 8460, &pre, &src);
 	assert_int_equal(pre, 256);
 	assert_int_equal(src, 32);
 	/* never more than half of max_connections: the rest is for
 	 * authenticated clients */
-	crun__admit_clamp(100, &pre, &src);
+	crun__admit_clamp(100, 1ull << 30, 8460, &pre, &src);
 	assert_int_equal(pre, 50);
 	assert_int_equal(src, 32);
-	crun__admit_clamp(10, &pre, &src);
+	crun__admit_clamp(10, 1ull << 30, 8460, &pre, &src);
 	assert_int_equal(pre, 5);
 	assert_int_equal(src, 5);
 	pre = 0;
 	src = 0;
-	crun__admit_clamp(1, &pre, &src);
+	crun__admit_clamp(1, 1ull << 30, 8460, &pre, &src);
+	assert_int_equal(pre, 1);
+	assert_int_equal(src, 1);
+	/* never more than a quarter of the budget: 2 MiB / 4 / 8460 = 61 */
+	pre = 1024;
+	src = 256;
+	crun__admit_clamp(4096, 2u << 20, 8460, &pre, &src);
+	assert_int_equal(pre, 61);
+	assert_int_equal(src, 61);
+	pre = 5;
+	crun__admit_clamp(4096, 1000, 8460, &pre, &src);
 	assert_int_equal(pre, 1);
 	assert_int_equal(src, 1);
 }

@@ -838,6 +838,33 @@ static void test_lost_replies(void **state)
 	dropper_stop(&d, &t);
 }
 
+/* A connection the store closed as idle is reconnected by the next call,
+ * whatever that call is: a GET, or an ADD (not repeated once sent). */
+static void test_idle_closed(void **state)
+{
+	struct crun__server_opts so;
+	struct harness h;
+	struct crun_store *s;
+	struct crun_store_buf b;
+	int64_t v;
+
+	(void)state;
+	harness_opts(&so, NULL);
+	so.limits.idle_timeout_ms = 1000;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	s = client(h.port, "r", 0, 0);
+	set_str(s, "k", "v");
+	poll(NULL, 0, 2600);
+	assert_int_equal(crun_store_get(s, "k", &b, 0), 0);
+	crun_store_buf_finish(&b);
+	poll(NULL, 0, 2600);
+	assert_int_equal(crun_store_add(s, "n", 1, &v, -1), 0);
+	assert_int_equal(v, 1);
+	set_str(s, "k", "w");
+	crun_store_destroy(s);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 /* A store that says EAGAIN as its last word before closing: the client
  * takes it as that connection's end and connects again with its backoff,
  * rather than waiting on the closed one for the whole connect timeout. */
@@ -876,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_large_value),
 		cmocka_unit_test(test_lost_replies),
 		cmocka_unit_test(test_last_word_eagain),
+		cmocka_unit_test(test_idle_closed),
 	};
 
 	crun__log_init("test_client", CRUN_LOG_WARN);
