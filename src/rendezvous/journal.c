@@ -312,7 +312,7 @@ int crun__journal_decode(const char *text, size_t len, const char *name,
 	struct crun__journal_run *v = NULL;
 	json_t *root, *arr;
 	json_error_t je;
-	int64_t version;
+	int64_t version = 0;
 	size_t count = 0;
 	int rc;
 
