@@ -55,7 +55,7 @@ start_store() {
 	shift
 	cluster_bg 0 "$CRUN_RDZVD" --host "${A[0]}" --port "$port" "$@" 2>>"$tmp/rdzvd.log"
 	daemon=$CLUSTER_LAST_PID
-	wait_for "$tmp/rdzvd.log" "listening on ${A[0]}:$port" "$n"
+	wait_for "$tmp/rdzvd.log" "crun-rdzvd: listening on ${A[0]}:$port" "$n"
 }
 
 kill_store() {
