@@ -223,6 +223,51 @@ static const struct crun__launch_optdef *find_long(const char *name, size_t len)
 	return NULL;
 }
 
+/* True when name[0..len) ('_' read as '-') starts option name n. */
+static bool is_prefix(const char *name, size_t len, const char *n)
+{
+	if (strlen(n) < len)
+		return false;
+	for (size_t j = 0; j < len; j++)
+		if ((name[j] == '_' ? '-' : name[j]) != n[j])
+			return false;
+	return true;
+}
+
+/* The long option a command line names, as argparse finds it: the exact
+ * name, else the one option it is a prefix of. NULL with the reason in
+ * err (shown: the option as typed) when none or several are. */
+static const struct crun__launch_optdef *
+find_long_abbrev(const char *name, size_t len, const char *shown, char *err, size_t errlen)
+{
+	const struct crun__launch_optdef *d = find_long(name, len), *found = NULL;
+	char list[512];
+	size_t used = 0, n = 0;
+
+	if (d)
+		return d;
+	list[0] = '\0';
+	for (size_t i = 0; len && i < CRUN_OPT_COUNT; i++) {
+		if (!is_prefix(name, len, optdefs[i].name))
+			continue;
+		found = &optdefs[i];
+		n++;
+		if (used < sizeof(list)) {
+			int w = snprintf(list + used, sizeof(list) - used, "%s--%s",
+					 n > 1 ? ", " : "", optdefs[i].name);
+
+			used += w > 0 ? (size_t)w : 0;
+		}
+	}
+	if (n == 1)
+		return found;
+	if (n > 1)
+		crun__seterr(err, errlen, "ambiguous option '%s' could match %s", shown, list);
+	else
+		crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", shown);
+	return NULL;
+}
+
 static const struct crun__launch_optdef *find_short(char c)
 {
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
@@ -1124,10 +1169,12 @@ static int parse_cli(struct parse_ctx *c, int argc, char **argv, char *err, size
 			const char *eq = strchr(arg + 2, '=');
 			size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
 
-			d = find_long(arg + 2, len);
+			snprintf(shown, sizeof(shown), "%.*s", (int)(len + 2), arg);
+			d = find_long_abbrev(arg + 2, len, eq ? shown : arg, err, errlen);
+			if (!d)
+				return -EINVAL;
 			if (eq)
 				val = eq + 1;
-			snprintf(shown, sizeof(shown), "%.*s", (int)(len + 2), arg);
 		} else {
 			d = find_short(arg[1]);
 			if (arg[2])

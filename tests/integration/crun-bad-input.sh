@@ -125,6 +125,8 @@ bad "invalid value '' for --role" "" --role ""
 # Flags and usage.
 bad "unknown option '--bogus-flag' (see crun --help)" "" --bogus-flag 1
 bad "unknown option '-z'" "" -z
+bad "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf" "" \
+	--rdzv c10d
 bad "option '--nproc-per-node' needs a value" "" --nproc-per-node NOCMD
 bad "option '--standalone' takes no value" "" --standalone=yes
 bad "invalid value '2' for --nnodes: --standalone runs one node" "" --standalone --nnodes 2

@@ -124,6 +124,9 @@ static void test_spellings_and_forms(void **state)
 		{"--nproc-per-node", "4", NULL},
 		{"--nproc_per_node=4", NULL, NULL},
 		{"--nproc_per_node", "4", NULL},
+		/* unambiguous prefixes, as argparse takes them */
+		{"--nproc_per_nod=4", NULL, NULL},
+		{"--nproc", "4", NULL},
 	};
 	struct run *r;
 
@@ -276,6 +279,11 @@ static void test_bad_command_lines(void **state)
 	expect_error(parse("--local-ranks-filter", "", "x"), "for --local-ranks-filter");
 	expect_error(parse("--log-dir=", "x"), "for --log-dir");
 	expect_error(parse("--bogus", "x"), "unknown option '--bogus'");
+	expect_error(parse("--bogus=1", "x"), "unknown option '--bogus'");
+	expect_error(parse("--rdzv", "c10d", "x"),
+		     "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, "
+		     "--rdzv-id, --rdzv-conf");
+	expect_error(parse("--ma=1", "x"), "ambiguous option '--ma' could match --max-restarts");
 	expect_error(parse("-z", "x"), "unknown option '-z'");
 	expect_error(parse("-mx", "x"), "unknown option '-mx'");
 	expect_error(parse("--nproc-per-node"), "option '--nproc-per-node' needs a value");
