@@ -910,6 +910,52 @@ static void drop_cooling(struct crun__round *r, const struct crun__round_event *
 	}
 }
 
+/* A node waiting for a round (on standby, or held for its cool-down)
+ * left. */
+static void drop_waiting(struct crun__round *r, const struct crun__round_event *ev)
+{
+	long i = nodes_find(&r->standby, ev->peer);
+
+	if (i >= 0) {
+		struct rnode *n = nodes_take(&r->standby, (size_t)i);
+
+		crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id, n->node_id,
+			   n->host, ev->message ? ev->message : "connection closed");
+		free(n);
+	}
+	drop_cooling(r, ev);
+}
+
+/* The index in r->members of the FAIL or DONE's sender; -1, answered
+ * EINVAL (hint appended to the message), when it is not a member. */
+static long member_index(struct crun__round *r, const struct crun__round_event *ev,
+			 const char *hint)
+{
+	long i = nodes_find(&r->members, ev->peer);
+
+	if (i < 0)
+		send_err(r, ev->peer, ev->id, EINVAL,
+			 "this connection is not a member of round %" PRId64 "%s", r->round, hint);
+	return i;
+}
+
+/* Member n reported a failure of the current round (RDZV_FAIL): it is
+ * answered, counted against the node, and the round ends. */
+static void member_failed(struct crun__round *r, const struct crun__round_event *ev,
+			  const struct rnode *n)
+{
+	char msg[1200];
+
+	send_ok(r, ev->peer, ev->id);
+	if (ev->message && ev->message[0])
+		snprintf(msg, sizeof(msg), "%s", ev->message);
+	else
+		snprintf(msg, sizeof(msg), "node %d (%s) reported a failure", n->group_rank,
+			 n->host);
+	count_failure(r, n->node_id, n->host);
+	end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+}
+
 static void open_event(struct crun__round *r, const struct crun__round_event *ev)
 {
 	struct rnode *n;
@@ -1043,47 +1089,26 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 				close_run(r, false);
 			break;
 		}
-		i = nodes_find(&r->standby, ev->peer);
-		if (i >= 0) {
-			n = nodes_take(&r->standby, (size_t)i);
-			crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
-				   n->node_id, n->host,
-				   ev->message ? ev->message : "connection closed");
-			free(n);
-		}
-		drop_cooling(r, ev);
+		drop_waiting(r, ev);
 		break;
 	case CRUN_ROUND_EV_FAIL:
 		if (ev->num != r->round) {
 			send_ok(r, ev->peer, ev->id); /* an earlier round: already over */
 			break;
 		}
-		i = nodes_find(&r->members, ev->peer);
-		if (i < 0) {
-			send_err(r, ev->peer, ev->id, EINVAL,
-				 "this connection is not a member of round %" PRId64, r->round);
+		i = member_index(r, ev, "");
+		if (i < 0)
 			break;
-		}
-		send_ok(r, ev->peer, ev->id);
-		if (ev->message && ev->message[0])
-			snprintf(msg, sizeof(msg), "%s", ev->message);
-		else
-			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
-				 r->members.v[i]->group_rank, r->members.v[i]->host);
-		count_failure(r, r->members.v[i]->node_id, r->members.v[i]->host);
-		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+		member_failed(r, ev, r->members.v[i]);
 		break;
 	case CRUN_ROUND_EV_DONE:
 		if (ev->num != r->round) {
 			done_elsewhere(r, ev);
 			break;
 		}
-		i = nodes_find(&r->members, ev->peer);
-		if (i < 0) {
-			send_err(r, ev->peer, ev->id, EINVAL,
-				 "this connection is not a member of round %" PRId64, r->round);
+		i = member_index(r, ev, "");
+		if (i < 0)
 			break;
-		}
 		n = r->members.v[i];
 		if (n->done) {
 			send_err(r, ev->peer, ev->id, EALREADY,
@@ -1570,51 +1595,26 @@ static void recovering_event(struct crun__round *r, const struct crun__round_eve
 			}
 			break;
 		}
-		i = nodes_find(&r->standby, ev->peer);
-		if (i >= 0) {
-			n = nodes_take(&r->standby, (size_t)i);
-			crun__info("run '%s': waiting node '%s' (%s) left: %s", r->run_id,
-				   n->node_id, n->host,
-				   ev->message ? ev->message : "connection closed");
-			free(n);
-		}
-		drop_cooling(r, ev);
+		drop_waiting(r, ev);
 		break;
 	case CRUN_ROUND_EV_FAIL:
 		if (ev->num != r->round) {
 			send_ok(r, ev->peer, ev->id);
 			break;
 		}
-		i = nodes_find(&r->members, ev->peer);
-		if (i < 0) {
-			send_err(r, ev->peer, ev->id, EINVAL,
-				 "this connection is not a member of round %" PRId64
-				 " (the round is being resumed: send RDZV_RESUME first)",
-				 r->round);
+		i = member_index(r, ev, " (the round is being resumed: send RDZV_RESUME first)");
+		if (i < 0)
 			break;
-		}
-		send_ok(r, ev->peer, ev->id);
-		if (ev->message && ev->message[0])
-			snprintf(msg, sizeof(msg), "%s", ev->message);
-		else
-			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure",
-				 r->members.v[i]->group_rank, r->members.v[i]->host);
-		count_failure(r, r->members.v[i]->node_id, r->members.v[i]->host);
-		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+		member_failed(r, ev, r->members.v[i]);
 		break;
 	case CRUN_ROUND_EV_DONE:
 		if (ev->num != r->round) {
 			done_elsewhere(r, ev);
 			break;
 		}
-		i = nodes_find(&r->members, ev->peer);
-		if (i < 0) {
-			send_err(r, ev->peer, ev->id, EINVAL,
-				 "this connection is not a member of round %" PRId64
-				 " (the round is being resumed: send RDZV_RESUME first)",
-				 r->round);
+		i = member_index(r, ev, " (the round is being resumed: send RDZV_RESUME first)");
+		if (i < 0)
 			break;
-		}
 		n = r->members.v[i];
 		if (n->done) {
 			send_err(r, ev->peer, ev->id, EALREADY,
