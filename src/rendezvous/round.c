@@ -926,34 +926,53 @@ static void drop_waiting(struct crun__round *r, const struct crun__round_event *
 	drop_cooling(r, ev);
 }
 
-/* The index in r->members of the FAIL or DONE's sender; -1, answered
- * EINVAL (hint appended to the message), when it is not a member. */
-static long member_index(struct crun__round *r, const struct crun__round_event *ev,
-			 const char *hint)
+/* A member's RDZV_FAIL or RDZV_DONE of round ev->num. A FAIL of the
+ * current round ends it, counted against the node; a DONE marks its
+ * member done, and that member is returned. NULL when the report is
+ * answered otherwise: an earlier round's FAIL (OK: that round is over),
+ * a DONE of another round (done_elsewhere), a sender that is not a member
+ * (EINVAL, hint appended to the message), a second DONE (EALREADY). */
+static struct rnode *member_report(struct crun__round *r, const struct crun__round_event *ev,
+				   const char *hint)
 {
-	long i = nodes_find(&r->members, ev->peer);
+	struct rnode *n;
+	char msg[1200];
+	long i;
 
-	if (i < 0)
+	if (ev->num != r->round) {
+		if (ev->type == CRUN_ROUND_EV_FAIL)
+			send_ok(r, ev->peer, ev->id);
+		else
+			done_elsewhere(r, ev);
+		return NULL;
+	}
+	i = nodes_find(&r->members, ev->peer);
+	if (i < 0) {
 		send_err(r, ev->peer, ev->id, EINVAL,
 			 "this connection is not a member of round %" PRId64 "%s", r->round, hint);
-	return i;
-}
-
-/* Member n reported a failure of the current round (RDZV_FAIL): it is
- * answered, counted against the node, and the round ends. */
-static void member_failed(struct crun__round *r, const struct crun__round_event *ev,
-			  const struct rnode *n)
-{
-	char msg[1200];
-
-	send_ok(r, ev->peer, ev->id);
-	if (ev->message && ev->message[0])
-		snprintf(msg, sizeof(msg), "%s", ev->message);
-	else
-		snprintf(msg, sizeof(msg), "node %d (%s) reported a failure", n->group_rank,
-			 n->host);
-	count_failure(r, n->node_id, n->host);
-	end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+		return NULL;
+	}
+	n = r->members.v[i];
+	if (ev->type == CRUN_ROUND_EV_FAIL) {
+		send_ok(r, ev->peer, ev->id);
+		if (ev->message && ev->message[0])
+			snprintf(msg, sizeof(msg), "%s", ev->message);
+		else
+			snprintf(msg, sizeof(msg), "node %d (%s) reported a failure", n->group_rank,
+				 n->host);
+		count_failure(r, n->node_id, n->host);
+		end_round(r, ev->stop ? "stop" : "failure", msg, NULL);
+		return NULL;
+	}
+	if (n->done) {
+		send_err(r, ev->peer, ev->id, EALREADY,
+			 "this connection already sent DONE for round %" PRId64, r->round);
+		return NULL;
+	}
+	n->done = true;
+	n->done_id = ev->id;
+	r->ndone++;
+	return n;
 }
 
 static void open_event(struct crun__round *r, const struct crun__round_event *ev)
@@ -1092,32 +1111,10 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		drop_waiting(r, ev);
 		break;
 	case CRUN_ROUND_EV_FAIL:
-		if (ev->num != r->round) {
-			send_ok(r, ev->peer, ev->id); /* an earlier round: already over */
-			break;
-		}
-		i = member_index(r, ev, "");
-		if (i < 0)
-			break;
-		member_failed(r, ev, r->members.v[i]);
-		break;
 	case CRUN_ROUND_EV_DONE:
-		if (ev->num != r->round) {
-			done_elsewhere(r, ev);
+		n = member_report(r, ev, "");
+		if (!n)
 			break;
-		}
-		i = member_index(r, ev, "");
-		if (i < 0)
-			break;
-		n = r->members.v[i];
-		if (n->done) {
-			send_err(r, ev->peer, ev->id, EALREADY,
-				 "this connection already sent DONE for round %" PRId64, r->round);
-			break;
-		}
-		n->done = true;
-		n->done_id = ev->id;
-		r->ndone++;
 		crun__debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
 			    n->host, r->ndone, r->members.n);
 		if ((size_t)r->ndone == r->members.n)
@@ -1598,33 +1595,9 @@ static void recovering_event(struct crun__round *r, const struct crun__round_eve
 		drop_waiting(r, ev);
 		break;
 	case CRUN_ROUND_EV_FAIL:
-		if (ev->num != r->round) {
-			send_ok(r, ev->peer, ev->id);
-			break;
-		}
-		i = member_index(r, ev, " (the round is being resumed: send RDZV_RESUME first)");
-		if (i < 0)
-			break;
-		member_failed(r, ev, r->members.v[i]);
-		break;
 	case CRUN_ROUND_EV_DONE:
-		if (ev->num != r->round) {
-			done_elsewhere(r, ev);
-			break;
-		}
-		i = member_index(r, ev, " (the round is being resumed: send RDZV_RESUME first)");
-		if (i < 0)
-			break;
-		n = r->members.v[i];
-		if (n->done) {
-			send_err(r, ev->peer, ev->id, EALREADY,
-				 "this connection already sent DONE for round %" PRId64, r->round);
-			break;
-		}
-		/* Counted once the round runs again. */
-		n->done = true;
-		n->done_id = ev->id;
-		r->ndone++;
+		/* A DONE counts once the round runs again. */
+		member_report(r, ev, " (the round is being resumed: send RDZV_RESUME first)");
 		break;
 	case CRUN_ROUND_EV_JOIN_TIMEOUT:
 		i = nodes_find(&r->standby, ev->peer);
