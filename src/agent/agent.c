@@ -22,6 +22,7 @@
  *   liveness.c     who is hung and why (pure)
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
  *   reaper.c       the guard process that kills workers if crun dies */
+#include "agent/agent_store.h"
 #include "agent/group.h"
 #include "agent/output.h"
 #include "agent/reaper.h"
@@ -305,6 +306,9 @@ static int setup_store(struct agent *a)
 	opts.token_len = toklen;
 	opts.quiet = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
+	opts.tcpstore = spec->agent_store;
+	if (spec->agent_store)
+		crun__agent_store_limits(&opts.limits, spec->nnodes * spec->nproc_per_node);
 	a->server = crun__server_create(&a->loop, &opts);
 	if (!a->server) {
 		crun__error("cannot create the store server");
@@ -470,7 +474,8 @@ static int fixed_placement(const struct crun__agent_spec *spec, struct crun__pla
 		.master_addr = spec->master_addr ? spec->master_addr : "127.0.0.1",
 		.master_port = spec->master_port,
 	};
-	if (spec->rdzv.enabled || place->master_port)
+	/* With the agent store one node's MASTER_PORT is its store's. */
+	if (spec->rdzv.enabled || place->master_port || (spec->agent_store && spec->host_store))
 		return 0;
 	place->master_port = crun__free_port();
 	if (place->master_port < 0) {
@@ -578,6 +583,14 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	g->heartbeat = &a->heartbeat;
 	g->on_step = straggler_step;
 	g->on_step_arg = &g->stragglers;
+	if (!spec->rdzv.enabled && spec->host_store) {
+		if (setup_store(a) < 0)
+			goto out_loop;
+		if (spec->agent_store) {
+			place.master_addr = spec->store_host ? spec->store_host : "127.0.0.1";
+			place.master_port = crun__server_port(a->server);
+		}
+	}
 	err = crun__group_init(g, &place);
 	if (err < 0) {
 		crun__error("cannot set up the worker group: %s", uv_strerror(err));
@@ -599,8 +612,6 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 			crun__error("out of memory");
 			goto out_loop;
 		}
-	} else if (spec->host_store && setup_store(a) < 0) {
-		goto out_loop;
 	}
 	a->spawner.store_env = a->store_env;
 	a->spawner.token_env = a->token_env;

@@ -94,10 +94,21 @@ struct crun__agent_spec {
 	int master_port;	 /* MASTER_PORT for workers; 0: the agent picks
 				  * a free port once per job; unused with
 				  * rendezvous */
-	const char *local_addr;	 /* this node's address as others see it
-				  * (rendezvous: its MASTER_ADDR when it holds
-				  * rank 0); NULL: the address the store sees
-				  * its connection come from */
+	/* The agent store: PyTorch's workers get
+	 * TORCHELASTIC_USE_AGENT_STORE=True and a MASTER_ADDR:MASTER_PORT
+	 * naming a store of the agent's that also speaks PyTorch's TCPStore
+	 * protocol (rendezvous/server.h, tcpstore), instead of rank 0's worker
+	 * hosting one there. One node: the store of host_store (bound to
+	 * store_host:store_port). With rendezvous: the agent of group rank 0
+	 * hosts one on its node's address, kept for the agent's life so that
+	 * restarts reuse its port; its TCPStore keys are dropped before each
+	 * round's workers start. Without it: TORCHELASTIC_USE_AGENT_STORE=False
+	 * and a free MASTER_PORT, as before. */
+	bool agent_store;
+	const char *local_addr; /* this node's address as others see it
+				 * (rendezvous: its MASTER_ADDR when it holds
+				 * rank 0); NULL: the address the store sees
+				 * its connection come from */
 
 	/* Log files. With a log dir, each attempt n (the restart count) gets
 	 * <log_dir>/<run_id>/attempt_<n>/<local_rank>/, created as needed,

@@ -23,6 +23,7 @@
  * - This file only talks to the store and hands what it hears to its
  *   owner's hooks; group.c decides what it means for the workers. */
 #include "agent/rendezvous.h"
+#include "agent/agent_store.h"
 #include "agent/store_loss.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -216,6 +217,10 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 	opts.quiet = true;
 	opts.embedded = true;
 	opts.token_hint = "--rdzv-conf token_file=FILE";
+	/* Group rank 0's workers may use it as their agent store. */
+	opts.tcpstore = spec->agent_store;
+	if (spec->agent_store)
+		crun__agent_store_limits(&opts.limits, spec->nnodes * spec->nproc_per_node);
 	for (int i = 0; i < n; i++) {
 		*server = crun__server_create(r->loop, &opts);
 		if (!*server) {
@@ -227,6 +232,7 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 			crun__info("hosting the rendezvous store of run '%s' on '%s'", spec->run_id,
 				   r->endpoint);
 			r->hosting = true;
+			r->hosted = *server;
 			return 0;
 		}
 		crun__server_destroy(*server, server_freed, NULL);
@@ -467,8 +473,25 @@ static int publish_master(struct agent_rdzv *r)
 	struct crun__wire_item items[2];
 	struct crun__wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
 	char key[64], value[320];
-	int port = crun__free_port();
+	int port;
 
+	if (r->spec->agent_store && r->hosted) {
+		/* The store this agent hosts for the rendezvous, as torchrun's
+		 * agent shares its own: the workers need no other port. */
+		port = crun__server_port(r->hosted);
+	} else if (r->spec->agent_store) {
+		if (!r->worker_store) {
+			port = crun__agent_store_open(r->loop, r->spec, asg->nodes[0].addr,
+						      &r->worker_store);
+			if (port < 0) {
+				set_error(r, "cannot open the agent store: %s", strerror(-port));
+				return port;
+			}
+		}
+		port = crun__server_port(r->worker_store);
+	} else {
+		port = crun__free_port();
+	}
 	if (port < 0) {
 		set_error(r, "cannot find a free port for MASTER_PORT: %s", strerror(-port));
 		return port;
@@ -1407,6 +1430,10 @@ const char *crun__rdzv_error(const struct agent_rdzv *r)
 
 void crun__rdzv_finish(struct agent_rdzv *r)
 {
+	if (r->worker_store) {
+		crun__server_destroy(r->worker_store, server_freed, NULL);
+		r->worker_store = NULL;
+	}
 	if (r->timer_open) {
 		r->timer_open = false;
 		uv_close((uv_handle_t *)&r->rejoin_timer, NULL);

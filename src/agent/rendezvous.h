@@ -79,7 +79,12 @@ struct agent_rdzv {
 	struct crun__rdzv_assignment asg;
 	char master_addr[300];
 	int master_port;
-	bool ended; /* the store ended the assigned round */
+	/* With the agent store, the workers' store this agent hosts once it
+	 * has been group rank 0 (agent_store.h), kept until the end. */
+	struct crun__server *worker_store;
+	struct crun__server *hosted; /* the endpoint's store when hosting (not
+				      * owned: the owner destroys it) */
+	bool ended;		     /* the store ended the assigned round */
 	/* Why the last request could not be sent (a whole line). */
 	char *error_msg;
 	struct rdzv_req *reqs; /* outstanding requests */

@@ -177,7 +177,9 @@ int crun__spawner_env_init(struct crun__spawner *a)
 	err = err ? err : add_own(a, "LOCAL_WORLD_SIZE=%d", spec->nproc_per_node);
 	err = err ? err : add_own(a, "TORCHELASTIC_MAX_RESTARTS=%d", spec->max_restarts);
 	err = err ? err : add_own(a, "TORCHELASTIC_RUN_ID=%s", spec->run_id);
-	err = err ? err : add_own(a, "TORCHELASTIC_USE_AGENT_STORE=False");
+	err = err ? err
+		  : add_own(a, "TORCHELASTIC_USE_AGENT_STORE=%s",
+			    a->spec->agent_store ? "True" : "False");
 	if (a->heartbeat) {
 		err = err ? err : add_own(a, "%s=%d", CRUN__HEARTBEAT_ENV, CRUN__HEARTBEAT_FD);
 		if (a->heartbeat->timer_env)

@@ -4,6 +4,7 @@
  * (so the message can name where it came from), and the winner of each
  * option is applied at the end. */
 #include "launcher/options.h"
+#include "launcher/torch_probe.h"
 #include "launcher/config.h"
 #include "agent/straggler.h"
 #include "common/util.h"
@@ -117,6 +118,13 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "the address the store sees",
 	  "address of this node as the other nodes reach it (their MASTER_ADDR "
 	  "when it holds rank 0)", G_NODES },
+	{ CRUN_OPT_AGENT_STORE, "agent-store", 0, true, true, true, "auto|on|off",
+	  "auto",
+	  "on: PyTorch workers get TORCHELASTIC_USE_AGENT_STORE=True and "
+	  "MASTER_ADDR:MASTER_PORT naming crun's store, which speaks TCPStore; "
+	  "off: rank 0's worker hosts its TCPStore there; auto: on unless the "
+	  "workers' PyTorch is not one of " CRUN_TORCH_RANGE " or "
+	  "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
 	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
@@ -1006,6 +1014,18 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		if (check_host(v, err, errlen) < 0)
 			return -EINVAL;
 		return set_string(&o->local_addr, v, err, errlen);
+	case CRUN_OPT_AGENT_STORE:
+		if (!strcmp(v, "auto")) {
+			o->agent_store = CRUN_AGENT_STORE_AUTO;
+		} else if (!strcmp(v, "on")) {
+			o->agent_store = CRUN_AGENT_STORE_ON;
+		} else if (!strcmp(v, "off")) {
+			o->agent_store = CRUN_AGENT_STORE_OFF;
+		} else {
+			crun__seterr(err, errlen, "expected auto, on or off");
+			return -EINVAL;
+		}
+		return 0;
 	case CRUN_OPT_LOG_DIR:
 		if (!*v) {
 			crun__seterr(err, errlen, "expected a directory");

@@ -55,6 +55,15 @@ enum crun__rdzv_backend {
 	CRUN_RDZV_STATIC,   /* fixed ranks, store on master-addr:master-port */
 };
 
+/* --agent-store: whose TCPStore PyTorch's workers use (torch_probe.h). */
+enum crun__agent_store_mode {
+	CRUN_AGENT_STORE_AUTO = 0, /* on unless the workers' PyTorch is outside
+				    * the supported range or
+				    * TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 */
+	CRUN_AGENT_STORE_ON,	   /* crun's store, as torchrun's agent store */
+	CRUN_AGENT_STORE_OFF,	   /* rank 0's worker hosts it on MASTER_PORT */
+};
+
 /* Where the value of an option came from, in rising precedence. */
 enum crun__launch_source {
 	CRUN_SRC_DEFAULT = 0,
@@ -89,6 +98,7 @@ enum crun__launch_opt {
 	CRUN_OPT_MASTER_ADDR,
 	CRUN_OPT_MASTER_PORT,
 	CRUN_OPT_LOCAL_ADDR,
+	CRUN_OPT_AGENT_STORE,
 	CRUN_OPT_LOG_DIR,
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
@@ -167,10 +177,11 @@ struct crun__launch_opts {
 	char *role;		     /* "default" */
 	bool module;
 	bool no_python;
-	char *master_addr; /* NULL: 127.0.0.1 on one node */
-	int master_port;   /* 0: a free port on one node */
-	char *local_addr;  /* NULL: none */
-	char *log_dir;	   /* NULL: no log files */
+	char *master_addr;			 /* NULL: 127.0.0.1 on one node */
+	int master_port;			 /* 0: a free port on one node */
+	char *local_addr;			 /* NULL: none */
+	enum crun__agent_store_mode agent_store; /* auto */
+	char *log_dir;				 /* NULL: no log files */
 	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;

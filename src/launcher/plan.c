@@ -1,7 +1,9 @@
 #include "launcher/plan.h"
+#include "launcher/torch_probe.h"
 #include "common/util.h"
 #include "rendezvous/wire.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -229,6 +231,51 @@ static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_
 	return 0;
 }
 
+/* The interpreter the workers' PyTorch would run in: the command itself
+ * when it is a Python run directly, else PYTHON_EXEC or python3. */
+static const char *worker_python(const struct crun__launch_opts *o, char **envp)
+{
+	const char *python = crun__launch_env_lookup(envp, "PYTHON_EXEC");
+	const char *cmd = o->command_argc ? o->command[0] : "";
+	const char *base = strrchr(cmd, '/');
+
+	base = base ? base + 1 : cmd;
+	if (o->no_python && !strncmp(base, "python", 6))
+		return cmd;
+	return python && *python ? python : "python3";
+}
+
+static void resolve_agent_store(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
+				char **envp)
+{
+	const char *disable = crun__launch_env_lookup(envp, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+	const char *python;
+	struct crun__torch_found t;
+	const size_t len = sizeof(plan->agent_store_why);
+
+	if (o->agent_store != CRUN_AGENT_STORE_AUTO) {
+		plan->agent_store = o->agent_store == CRUN_AGENT_STORE_ON;
+		snprintf(plan->agent_store_why, len, "%s", plan->agent_store ? "on" : "off");
+		return;
+	}
+	if (disable && !strcmp(disable, "1")) {
+		plan->agent_store = false;
+		snprintf(plan->agent_store_why, len, "off (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)");
+		return;
+	}
+	python = worker_python(o, envp);
+	crun__torch_probe(python, envp, &t);
+	if (!t.found) {
+		plan->agent_store = true;
+		snprintf(plan->agent_store_why, len, "on (no PyTorch found for %s)", python);
+		return;
+	}
+	plan->agent_store = crun__torch_version_supported(t.major, t.minor);
+	snprintf(plan->agent_store_why, len, "%s (PyTorch %s in %s%s)",
+		 plan->agent_store ? "on" : "off", t.version, t.dir,
+		 plan->agent_store ? "" : ", outside " CRUN_TORCH_RANGE);
+}
+
 /* Several nodes: where the store is, who hosts it, the node rank. */
 static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
 			      char *err, size_t errlen)
@@ -377,7 +424,9 @@ int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__la
 			    : o->local_addr ? o->local_addr
 					    : "127.0.0.1";
 	plan->master_port = o->master_port;
-	if (!plan->master_port && pick_port && !plan->rendezvous) {
+	resolve_agent_store(plan, o, envp);
+	/* With the agent store one node's MASTER_PORT is its store's port. */
+	if (!plan->master_port && pick_port && !plan->rendezvous && !plan->agent_store) {
 		rc = crun__launch_free_port(&plan->master_port, err, errlen);
 		if (rc)
 			return rc;
@@ -397,6 +446,20 @@ void crun__launch_plan_finish(struct crun__launch_plan *plan)
 		free(plan->token);
 	}
 	memset(plan, 0, sizeof(*plan));
+}
+
+/* Where one node's agent store listens so that MASTER_ADDR reaches it:
+ * loopback for loopback, an address literal as it is, every IPv4 address
+ * for a name (which may resolve to another of this host's addresses). */
+static const char *store_bind_host(const char *master_addr)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	if (!strcmp(master_addr, "localhost"))
+		return "127.0.0.1";
+	if (inet_pton(AF_INET, master_addr, buf) == 1 || inet_pton(AF_INET6, master_addr, buf) == 1)
+		return master_addr;
+	return "0.0.0.0";
 }
 
 void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
@@ -428,6 +491,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->virtual_local_rank = o->virtual_local_rank;
 	spec->token = plan->token;
 	spec->token_len = plan->token_len;
+	spec->agent_store = plan->agent_store;
 	if (plan->rendezvous) {
 		const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 
@@ -455,10 +519,15 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 		return;
 	}
 	/* One node: the agent hosts the store for native workers on loopback,
-	 * on a port the kernel picks. */
+	 * on a port the kernel picks; with the agent store it is also
+	 * PyTorch's, at MASTER_ADDR:MASTER_PORT. */
 	spec->host_store = true;
 	spec->store_host = "127.0.0.1";
 	spec->store_port = 0;
+	if (plan->agent_store) {
+		spec->store_host = store_bind_host(plan->master_addr);
+		spec->store_port = plan->master_port;
+	}
 }
 
 /* Single-quotes a word for a shell when it needs it. */
@@ -537,6 +606,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	else
 		fprintf(f, "master_port=auto\n");
 	fprintf(f, "local_addr=%s\n", o->local_addr ? o->local_addr : "");
+	fprintf(f, "agent_store=%s\n", plan->agent_store_why);
 	fprintf(f, "role=%s\n", o->role ? o->role : "default");
 	fprintf(f, "max_restarts=%d\n", o->max_restarts);
 	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);

@@ -6,6 +6,7 @@
 #ifndef CRUN_LAUNCHER_PLAN_H
 #define CRUN_LAUNCHER_PLAN_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -51,6 +52,11 @@ struct crun__launch_plan {
 			* else -1 (the rendezvous orders the nodes) */
 	int is_host;   /* rdzv_conf is_host; unset: -1 (c10d: decided from
 			* the endpoint), static: node rank 0 hosts */
+
+	/* --agent-store resolved (torch_probe.h), and why, for --dry-run
+	 * and the log: "on (PyTorch 2.15.0 in /usr/lib/...)". */
+	bool agent_store;
+	char agent_store_why[PATH_MAX + 160];
 };
 
 /* NVIDIA GPUs visible to a CUDA program, counted without CUDA: the entries

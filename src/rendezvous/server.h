@@ -88,6 +88,11 @@ struct crun__server_opts {
 	 * (CRUN_WIRE_F_EMBEDDED), and agents do not wait for it to come
 	 * back. */
 	bool embedded;
+	/* Also serve PyTorch's c10d TCPStore protocol (tcpstore.h) on the
+	 * same port: a connection whose first bytes are not crun's
+	 * preamble is read as TCPStore. Those clients cannot authenticate;
+	 * they share one namespace that no crun run can see or name. */
+	bool tcpstore;
 };
 
 /* Hook for embedders (the agent's rendezvous): called on the loop's

@@ -13,7 +13,7 @@ for r in 0 1 2 3; do
 	for kv in "LOCAL_RANK=$r" "RANK=$r" "GROUP_RANK=0" "ROLE_RANK=$r" "ROLE_NAME=default" \
 		"LOCAL_WORLD_SIZE=4" "WORLD_SIZE=4" "ROLE_WORLD_SIZE=4" "GROUP_WORLD_SIZE=1" \
 		"TORCHELASTIC_RESTART_COUNT=0" "TORCHELASTIC_MAX_RESTARTS=0" \
-		"TORCHELASTIC_USE_AGENT_STORE=False" "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" \
+		"TORCHELASTIC_USE_AGENT_STORE=True" "TORCH_NCCL_ASYNC_ERROR_HANDLING=1" \
 		"OMP_NUM_THREADS=1" "ARG1=lr=$r" "STDIN_IS_DEVNULL=1" "CRUN_ROUND=0"; do
 		has "$tmp/out" "[$r]:$kv"
 	done
@@ -25,6 +25,15 @@ for r in 0 1 2 3; do
 done
 [ "$(grep -E '^\[[0-9]\]:(MASTER_PORT|TORCHELASTIC_RUN_ID|CRUN_STORE)=' "$tmp/out" |
 	sed 's/^\[[0-9]\]://' | sort -u | wc -l)" = 3 ] || fail "ranks disagree on the job"
+# The agent store: MASTER_ADDR:MASTER_PORT is the store of CRUN_STORE.
+[ "$(sed -n 's/^\[0\]:CRUN_STORE=//p' "$tmp/out")" = \
+	"$(sed -n 's/^\[0\]:MASTER_ADDR=//p' "$tmp/out"):$(sed -n 's/^\[0\]:MASTER_PORT=//p' "$tmp/out")" ] ||
+	fail "MASTER_ADDR:MASTER_PORT is not the agent's store: $(grep -E '^\[0\]:(MASTER|CRUN_STORE)' "$tmp/out")"
+crun --standalone --nproc-per-node=2 --max-restarts=0 --agent-store=off "$H/crun-test-env" \
+	>"$tmp/out2" 2>"$tmp/err" || fail "env run with --agent-store=off failed: $(cat "$tmp/err")"
+has "$tmp/out2" "[1]:TORCHELASTIC_USE_AGENT_STORE=False"
+[ "$(sed -n 's/^\[0\]:CRUN_STORE=.*://p' "$tmp/out2")" != "$(sed -n 's/^\[0\]:MASTER_PORT=//p' "$tmp/out2")" ] ||
+	fail "--agent-store=off: MASTER_PORT is still the agent's store"
 [ "$(grep -E '^\[[0-9]\]:TORCHELASTIC_ERROR_FILE=' "$tmp/out" | sed 's/^\[[0-9]\]://' |
 	sort -u | wc -l)" = 4 ] || fail "ranks share an error file"
 [ "$(grep -c OMP_NUM_THREADS "$tmp/err")" = 1 ] || fail "expected one OMP notice: $(cat "$tmp/err")"

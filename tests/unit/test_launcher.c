@@ -825,7 +825,9 @@ static void test_plan(void **state)
 		assert_string_equal(spec.role, "default");
 		assert_string_equal(spec.run_id, "job7");
 		assert_true(spec.host_store);
-		assert_string_equal(spec.store_host, "127.0.0.1");
+		/* The agent store, reached at MASTER_ADDR, a name. */
+		assert_true(spec.agent_store);
+		assert_string_equal(spec.store_host, "0.0.0.0");
 		assert_int_equal(spec.nsignals, 4);
 		assert_true(spec.shutdown_timeout_ms == 30000);
 		assert_ptr_equal(spec.argv, p->argv);

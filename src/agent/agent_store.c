@@ -1,0 +1,89 @@
+/* The agent store's server (agent_store.h). */
+#include "agent/agent_store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "common/log.h"
+
+void crun__agent_store_limits(struct crun__server_limits *limits, int nworkers)
+{
+	uint64_t want = 2 * (uint64_t)(nworkers > 0 ? nworkers : 1) + 256;
+	struct rlimit rl;
+
+	if (want > limits->max_connections)
+		limits->max_connections = want > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)want;
+	/* Half of the connections: the budget's own clamp (budget.h). */
+	limits->max_preauth = limits->max_connections / 2;
+	limits->max_preauth_per_source = limits->max_connections / 2;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < want + 64) {
+		rlim_t old = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want + 64
+				      ? (rlim_t)(want + 64)
+				      : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+			crun__debug("descriptor limit raised from %llu to %llu for %d workers",
+				    (unsigned long long)old, (unsigned long long)rl.rlim_cur,
+				    nworkers);
+	}
+}
+
+static bool is_literal(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+static void freed(void *arg)
+{
+	(void)arg;
+}
+
+int crun__agent_store_open(uv_loop_t *loop, const struct crun__agent_spec *spec, const char *addr,
+			   struct crun__server **out)
+{
+	const char *cand[3];
+	struct crun__server_opts opts;
+	char err[256] = "";
+	int n = 0, rc = -EINVAL;
+
+	/* An address that is not this machine's (NAT, a floating address):
+	 * every address. */
+	if (is_literal(addr))
+		cand[n++] = addr;
+	cand[n++] = "::";
+	cand[n++] = "0.0.0.0";
+	memset(&opts, 0, sizeof(opts));
+	crun__server_limits_default(&opts.limits);
+	crun__agent_store_limits(&opts.limits, spec->nnodes * spec->nproc_per_node);
+	opts.token = spec->token;
+	opts.token_len = spec->token_len;
+	opts.quiet = true;
+	opts.tcpstore = true;
+	opts.token_hint = "--rdzv-conf token_file=FILE";
+	for (int i = 0; i < n; i++) {
+		*out = crun__server_create(loop, &opts);
+		if (!*out) {
+			crun__error("cannot create the agent store: %s", strerror(ENOMEM));
+			return -ENOMEM;
+		}
+		rc = crun__server_listen(*out, cand[i], 0, err, sizeof(err));
+		if (rc == 0) {
+			crun__debug("agent store for the workers on '%s' port %d", cand[i],
+				    crun__server_port(*out));
+			return 0;
+		}
+		crun__server_destroy(*out, freed, NULL);
+		*out = NULL;
+		if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
+			break;
+	}
+	crun__error("cannot open the agent store on '%s': %s", addr, err[0] ? err : strerror(-rc));
+	return rc;
+}
