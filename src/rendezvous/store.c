@@ -1171,6 +1171,39 @@ void crun__store_leave(struct crun__store *st, struct crun__store_client *c)
 	c->run = NULL;
 }
 
+uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, uint32_t len)
+{
+	uint32_t h = crun__hash_bytes(st->seed, run_id, len);
+	struct crun__hnode *n = crun__htable_find(&st->runs, run_id, len, h);
+	struct crun__store_run *r;
+	struct entry **all;
+	uint64_t count = 0;
+	size_t b;
+
+	if (!n)
+		return 0;
+	r = (struct crun__store_run *)n;
+	if (!r->keys.count)
+		return 0;
+	/* The table forbids removal during a walk: walk first. */
+	all = malloc(r->keys.count * sizeof(*all));
+	if (!all) {
+		while ((n = crun__htable_first(&r->keys, &b))) {
+			entry_delete(st, r, (struct entry *)n);
+			count++;
+		}
+	} else {
+		for (n = crun__htable_first(&r->keys, &b); n;
+		     n = crun__htable_next(&r->keys, n, &b))
+			all[count++] = (struct entry *)n;
+		for (uint64_t i = 0; i < count; i++)
+			entry_delete(st, r, all[i]);
+		free(all);
+	}
+	run_maybe_free(st, r);
+	return count;
+}
+
 const char *crun__store_run_id(const struct crun__store_client *c, uint32_t *len)
 {
 	if (len)

@@ -111,6 +111,12 @@ void crun__store_detach(struct crun__store *st, struct crun__store_client *c);
  * has no keys and no clients left. c may join again afterwards. */
 void crun__store_leave(struct crun__store *st, struct crun__store_client *c);
 
+/* Deletes every key of the run run_id (len bytes), as a DELETE of each
+ * would (its watchers are told; waiters go on waiting for the keys to come
+ * again); frees the run when no client is in it. Returns the number of
+ * keys deleted (0 when there is no such run). */
+uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, uint32_t len);
+
 /* c's run id, NUL-terminated, and its length in *len (may be NULL); NULL
  * for a client in no run. Valid while c is in the run. */
 const char *crun__store_run_id(const struct crun__store_client *c, uint32_t *len);

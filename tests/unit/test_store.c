@@ -936,6 +936,40 @@ static void test_runs_isolated(void **state)
 	fixture_stop(&fx);
 }
 
+/* Clearing a run deletes its keys as DELETE does (watchers told, waiters
+ * wait on), leaves other runs alone, and frees a run nobody is in. */
+static void test_clear_run(void **state)
+{
+	struct fixture fx;
+	struct crun__store_client c;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	crun__store_client_init(&c, "c");
+	assert_int_equal(crun__store_join(fx.st, &c, (const uint8_t *)"other", 5), 0);
+	set_keys(&fx, 40);
+	req(&fx, &c, CRUN_WIRE_SET, 0, 1, 0, 0, "k00", "kept", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_WATCH, 0, 2, 0, 0, "k07", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_GET, 0, 3, 5000, 0, "gone-then-back", NULL);
+	rec_clear(&fx.rec);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"run", 3), 40);
+	want_notify(&fx.rec, &fx.a, 2, CRUN_WIRE_EV_DELETE, "k07", "");
+	no_more_frames(&fx.rec);
+	req(&fx, &fx.b, CRUN_WIRE_COUNT, 0, 4, 0, 0, NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_INT, 4, 0);
+	req(&fx, &c, CRUN_WIRE_GET, 0, 5, 0, 0, "k00", NULL);
+	want_value(&fx.rec, &c, 5, 0, "kept");
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 6, 0, 0, "gone-then-back", "v", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 6, 0);
+	want_value(&fx.rec, &fx.a, 3, 0, "v");
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"nope", 4), 0);
+	/* A run with keys and no client is freed by the clear. */
+	crun__store_leave(fx.st, &c);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"other", 5), 1);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"other", 5), 0);
+	fixture_stop(&fx);
+}
+
 /* ---- limits and refusals ------------------------------------------------------ */
 
 static void test_limits(void **state)
@@ -1173,6 +1207,7 @@ int main(void)
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_leave_cleans),
 		cmocka_unit_test(test_runs_isolated),
+		cmocka_unit_test(test_clear_run),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_sub_limits),
 		cmocka_unit_test(test_too_big_for_edge),
