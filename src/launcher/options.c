@@ -99,7 +99,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
 	  "(60s), rejoin_timeout (join_timeout), blacklist_failures (3), "
 	  "blacklist_window (10m), blacklist_cooldown_range (30s:5m), "
-	  "reconnect_timeout (60s); see "
+	  "reconnect_timeout (60s), timeout (static: join_timeout); torchrun's "
+	  "heartbeat_timeout, cas_backoff_max_seconds, use_libuv, store_type "
+	  "(tcp), rank and the etcd keys are checked and have no effect; see "
 	  "crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
@@ -276,33 +278,9 @@ static const struct crun__launch_optdef *find_short(char c)
 	return NULL;
 }
 
-/* ---- rdzv conf, std specs, signals ---------------------------------- */
+/* ---- std specs, signals (rdzv conf: rdzv_conf.c) -------------------- */
 
-void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
-{
-	conf->join_timeout_ms = 600000;
-	conf->last_call_timeout_ms = 30000;
-	conf->close_timeout_ms = 30000;
-	conf->keep_alive_interval_ms = 5000;
-	conf->keep_alive_max_attempt = 3;
-	conf->is_host = -1;
-	conf->token_file = NULL;
-	conf->read_timeout_ms = 60000;
-	conf->rejoin_timeout_ms = 0;
-	conf->blacklist_failures = 3;
-	conf->blacklist_window_ms = 600000;
-	conf->cooldown_min_ms = 30000;
-	conf->cooldown_max_ms = 300000;
-	conf->reconnect_timeout_ms = 60000;
-}
-
-void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
-{
-	free(conf->token_file);
-	conf->token_file = NULL;
-}
-
-static int parse_bool(const char *v, bool *out)
+int crun__launch_parse_bool(const char *v, bool *out)
 {
 	static const char *const yes[] = {"1", "true", "yes", "on"};
 	static const char *const no[] = {"0", "false", "no", "off"};
@@ -318,183 +296,6 @@ static int parse_bool(const char *v, bool *out)
 		}
 	}
 	return -EINVAL;
-}
-
-static char *trim(char *s)
-{
-	char *e;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = '\0';
-	return s;
-}
-
-/* The store's limit (rdzv.h, CRUN_RDZV_MAX_BLACKLIST). */
-#define BLACKLIST_MAX 1000
-
-#define RDZV_KEYS                                                               \
-	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
-	"keep_alive_max_attempt, is_host, token_file, read_timeout, "           \
-	"rejoin_timeout, blacklist_failures, blacklist_window, "                \
-	"blacklist_cooldown_range, reconnect_timeout"
-
-/* "MIN:MAX" (Horovod's --blacklist-cooldown-range MIN MAX), or one
- * duration for both. */
-static int parse_cooldown_range(struct crun__rdzv_conf *conf, const char *key, const char *val,
-				char *err, size_t errlen)
-{
-	const char *colon = strchr(val, ':');
-	char min[64];
-	int64_t lo, hi;
-
-	if (!colon) {
-		snprintf(min, sizeof(min), "%s", val);
-	} else if ((size_t)(colon - val) < sizeof(min)) {
-		memcpy(min, val, (size_t)(colon - val));
-		min[colon - val] = '\0';
-	} else {
-		min[0] = '\0';
-	}
-	if (crun__parse_duration_ms(min, &lo, NULL, 0) < 0 || lo <= 0 ||
-	    crun__parse_duration_ms(colon ? colon + 1 : min, &hi, NULL, 0) < 0 || hi < lo) {
-		crun__seterr(err, errlen,
-			     "%s '%s': expected MIN:MAX, two positive durations like 30s:5m "
-			     "with MIN <= MAX",
-			     key, val);
-		return -EINVAL;
-	}
-	conf->cooldown_min_ms = lo;
-	conf->cooldown_max_ms = hi;
-	return 0;
-}
-
-static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const char *val, char *err,
-			 size_t errlen)
-{
-	struct {
-		const char *key;
-		int64_t *ms;
-	} durations[] = {
-		{"join_timeout", &conf->join_timeout_ms},
-		{"last_call_timeout", &conf->last_call_timeout_ms},
-		{"close_timeout", &conf->close_timeout_ms},
-		{"keep_alive_interval", &conf->keep_alive_interval_ms},
-		{"read_timeout", &conf->read_timeout_ms},
-		{"rejoin_timeout", &conf->rejoin_timeout_ms},
-		{"blacklist_window", &conf->blacklist_window_ms},
-		{"reconnect_timeout", &conf->reconnect_timeout_ms},
-	};
-	char reason[160];
-	int64_t v;
-	bool b;
-
-	for (size_t i = 0; i < CRUN_ARRAY_SIZE(durations); i++) {
-		if (strcmp(key, durations[i].key))
-			continue;
-		if (crun__parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
-			crun__seterr(
-				err, errlen,
-				"%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
-				key, val);
-			return -EINVAL;
-		}
-		*durations[i].ms = v;
-		return 0;
-	}
-	if (!strcmp(key, "keep_alive_max_attempt")) {
-		if (crun__parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000",
-				     key, val);
-			return -EINVAL;
-		}
-		conf->keep_alive_max_attempt = (int)v;
-		return 0;
-	}
-	if (!strcmp(key, "blacklist_failures")) {
-		if (crun__parse_int64(val, 0, BLACKLIST_MAX, &v, reason, sizeof(reason)) < 0) {
-			crun__seterr(err, errlen,
-				     "%s '%s': expected a whole number from 0 (never) to %d", key,
-				     val, BLACKLIST_MAX);
-			return -EINVAL;
-		}
-		conf->blacklist_failures = (int)v;
-		return 0;
-	}
-	if (!strcmp(key, "blacklist_cooldown_range"))
-		return parse_cooldown_range(conf, key, val, err, errlen);
-	if (!strcmp(key, "is_host")) {
-		if (parse_bool(val, &b) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key,
-				     val);
-			return -EINVAL;
-		}
-		conf->is_host = b;
-		return 0;
-	}
-	if (!strcmp(key, "token_file")) {
-		char *dup = strdup(val);
-
-		if (!dup) {
-			crun__seterr(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
-		free(conf->token_file);
-		conf->token_file = dup;
-		return 0;
-	}
-	crun__seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
-	return -EINVAL;
-}
-
-int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
-				 size_t errlen)
-{
-	char *copy, *item;
-	int rc = 0;
-
-	copy = strdup(s);
-	if (!copy) {
-		crun__seterr(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	item = trim(copy);
-	if (!*item) /* torchrun: an empty string sets nothing */
-		goto out_free_copy;
-	for (;;) {
-		size_t len = strcspn(item, ",");
-		bool last = !item[len];
-		char *eq, *key, *val;
-
-		item[len] = '\0';
-		eq = strchr(item, '=');
-		if (!eq) {
-			crun__seterr(err, errlen,
-				     "'%s' is not KEY=VALUE; expected KEY=VALUE,... with "
-				     "keys " RDZV_KEYS,
-				     trim(item));
-			rc = -EINVAL;
-			goto out_free_copy;
-		}
-		*eq = '\0';
-		key = trim(item);
-		val = trim(eq + 1);
-		if (!*key || !*val) {
-			crun__seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
-				     *key ? "empty value" : "empty key", s);
-			rc = -EINVAL;
-			goto out_free_copy;
-		}
-		rc = rdzv_conf_set(conf, key, val, err, errlen);
-		if (rc || last)
-			goto out_free_copy;
-		item += len + 1;
-	}
-out_free_copy:
-	free(copy);
-	return rc;
 }
 
 void crun__std_spec_finish(struct crun__std_spec *spec)
@@ -1289,7 +1090,7 @@ static int config_text(const struct crun__launch_optdef *d, const char *key,
 		return -EINVAL;
 	case CRUN_CONFIG_SCALAR:
 		if (!d->takes_value) {
-			if (parse_bool(v->scalar, &b) < 0) {
+			if (crun__launch_parse_bool(v->scalar, &b) < 0) {
 				crun__seterr(err, errlen,
 					     "invalid value '%s' for '%s': expected true or false",
 					     v->scalar, key);

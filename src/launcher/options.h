@@ -123,6 +123,7 @@ const struct crun__launch_optdef *crun__launch_optdefs(size_t *count);
 /* The --rdzv-conf keys, read by multi-node rounds. */
 struct crun__rdzv_conf {
 	int64_t join_timeout_ms;	/* 600 s */
+	bool join_timeout_set;		/* given, not the default */
 	int64_t last_call_timeout_ms;	/* 30 s */
 	int64_t close_timeout_ms;	/* 30 s */
 	int64_t keep_alive_interval_ms; /* 5 s */
@@ -136,6 +137,7 @@ struct crun__rdzv_conf {
 	int64_t cooldown_min_ms;	/* 30 s */
 	int64_t cooldown_max_ms;	/* 5 min */
 	int64_t reconnect_timeout_ms;	/* 60 s */
+	int64_t timeout_ms;		/* torchrun's timeout; 0: not given */
 };
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:
@@ -224,12 +226,18 @@ void crun__std_spec_finish(struct crun__std_spec *spec);
 /* Streams of local rank lr. */
 enum crun__std crun__std_spec_get(const struct crun__std_spec *spec, int lr);
 
-/* "k=v,k=v" with the known keys; values checked per key; unknown keys
- * are an error. conf must hold the defaults (or earlier values). */
+/* "k=v,k=v" with the known keys (rdzv_conf.c: crun's and torchrun's);
+ * values checked per key; an unknown key is an error that suggests the
+ * closest known one. conf must hold the defaults (or earlier values). */
 int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
 				 size_t errlen);
 void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
+/* 1, true, yes, on / 0, false, no, off (any case). 0 or -EINVAL. */
+int crun__launch_parse_bool(const char *v, bool *out);
+/* The join timeout in effect: with static, torchrun's timeout (the time
+ * its static store waits for every node) unless join_timeout was given. */
+int64_t crun__rdzv_conf_join_timeout_ms(const struct crun__rdzv_conf *conf, bool is_static);
 
 /* "SIGTERM,SIGINT" (also "TERM", any case); signals that cannot be caught
  * or that crun needs (SIGKILL, SIGSTOP, SIGCHLD) are refused. Duplicates

@@ -439,14 +439,14 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 		spec->rdzv.is_host = plan->is_host;
 		spec->rdzv.min_nodes = o->nnodes_min;
 		spec->rdzv.max_nodes = o->nnodes_max;
-		spec->rdzv.join_timeout_ms = rc->join_timeout_ms;
+		spec->rdzv.join_timeout_ms = crun__rdzv_conf_join_timeout_ms(rc, plan->rdzv_static);
 		spec->rdzv.last_call_timeout_ms = rc->last_call_timeout_ms;
 		spec->rdzv.close_timeout_ms = rc->close_timeout_ms;
 		spec->rdzv.keep_alive_interval_ms = rc->keep_alive_interval_ms;
 		spec->rdzv.keep_alive_max_attempt = rc->keep_alive_max_attempt;
 		spec->rdzv.read_timeout_ms = rc->read_timeout_ms;
 		spec->rdzv.rejoin_timeout_ms =
-			rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms;
+			rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : spec->rdzv.join_timeout_ms;
 		spec->rdzv.blacklist_failures = rc->blacklist_failures;
 		spec->rdzv.blacklist_window_ms = rc->blacklist_window_ms;
 		spec->rdzv.cooldown_min_ms = rc->cooldown_min_ms;
@@ -497,6 +497,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 {
 	const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 	static const char *const backends[] = {"c10d", "static"};
+	int64_t join_ms;
 
 	fprintf(f, "nproc_per_node=%d\n", plan->nproc);
 	if (o->nnodes_min == o->nnodes_max)
@@ -515,7 +516,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	else
 		fprintf(f, "rdzv_store=none\n");
 	fprintf(f, "run_id=%s\n", plan->run_id);
-	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)rc->join_timeout_ms);
+	join_ms = crun__rdzv_conf_join_timeout_ms(rc, plan->rdzv_static);
+	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)join_ms);
 	fprintf(f, "rdzv_conf.last_call_timeout_ms=%lld\n", (long long)rc->last_call_timeout_ms);
 	fprintf(f, "rdzv_conf.close_timeout_ms=%lld\n", (long long)rc->close_timeout_ms);
 	fprintf(f, "rdzv_conf.keep_alive_interval_ms=%lld\n",
@@ -525,7 +527,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "rdzv_conf.token_file=%s\n", rc->token_file ? rc->token_file : "");
 	fprintf(f, "rdzv_conf.read_timeout_ms=%lld\n", (long long)rc->read_timeout_ms);
 	fprintf(f, "rdzv_conf.rejoin_timeout_ms=%lld\n",
-		(long long)(rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms));
+		(long long)(rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : join_ms));
 	fprintf(f, "rdzv_conf.blacklist_failures=%d\n", rc->blacklist_failures);
 	fprintf(f, "rdzv_conf.blacklist_window_ms=%lld\n", (long long)rc->blacklist_window_ms);
 	fprintf(f, "rdzv_conf.blacklist_cooldown_range_ms=%lld:%lld\n",

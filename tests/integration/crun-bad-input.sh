@@ -92,7 +92,10 @@ bad "invalid value '70000' for --master-port" "" --master_port=70000
 bad "invalid value 'etcd' for --rdzv-backend: expected c10d or static" "" --rdzv-backend etcd
 bad "invalid value 'join_timeout' for --rdzv-conf: 'join_timeout' is not KEY=VALUE" "" \
 	--rdzv-conf join_timeout
-bad "unknown key 'bogus'; known keys: join_timeout" "" --rdzv-conf bogus=1
+bad "unknown key 'bogus' (crun(1) lists the keys under --rdzv-conf)" "" --rdzv-conf bogus=1
+bad "unknown key 'join_timout'; did you mean 'join_timeout'?" "" --rdzv-conf join_timout=5
+bad "store_type 'file': crun's store is a TCP store: only tcp is supported" "" \
+	--rdzv-conf store_type=file
 bad "invalid value 'join_timeout=soon' for --rdzv-conf" "" --rdzv-conf=join_timeout=soon
 bad "invalid value 'is_host=2' for --rdzv-conf" "" --rdzv_conf is_host=2
 bad "rejoin_timeout '0': expected a positive duration" "" --rdzv-conf rejoin_timeout=0

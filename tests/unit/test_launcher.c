@@ -433,8 +433,85 @@ static void test_rdzv_conf(void **state)
 	}
 	crun__rdzv_conf_init(&c);
 	assert_int_equal(crun__launch_parse_rdzv_conf("nope=1", &c, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "unknown key 'nope'"));
-	assert_non_null(strstr(err, "keep_alive_max_attempt"));
+	assert_string_equal(err, "unknown key 'nope' (crun(1) lists the keys under --rdzv-conf)");
+	crun__rdzv_conf_finish(&c);
+}
+
+/* Every key torchrun's rendezvous backends read (c10d/dynamic, static,
+ * etcd, etcd-v2; torch 1.13 to 2.x) is accepted; each value is checked;
+ * a mistyped key names the closest one. */
+static void test_rdzv_conf_torchrun(void **state)
+{
+	static const struct {
+		const char *conf;
+		const char *error; /* NULL: accepted */
+	} cases[] = {
+		{"timeout=900", NULL},
+		{"timeout=5", NULL},
+		{"timeout=0", "timeout '0': expected a positive duration"},
+		{"heartbeat_timeout=5", NULL},
+		{"heartbeat_timeout=soon", "heartbeat_timeout 'soon': expected a positive"},
+		{"cas_backoff_max_seconds=0", NULL},
+		{"cas_backoff_max_seconds=0.5", NULL},
+		{"cas_backoff_max_seconds=-1", "cas_backoff_max_seconds '-1': expected a number"},
+		{"use_libuv=1", NULL},
+		{"use_libuv=False", NULL},
+		{"use_libuv=2", "use_libuv '2': expected true, false, 1 or 0"},
+		{"store_type=tcp", NULL},
+		{"store_type=TCP", NULL},
+		{"store_type=file", "store_type 'file': crun's store is a TCP store"},
+		{"rank=0", NULL},
+		{"rank=3", NULL},
+		{"rank=-1", "rank '-1': expected a whole number, 0 or more"},
+		{"protocol=https,cacert=/ca.pem,cert=/c.pem,key=/k.pem,etcd_prefix=/p", NULL},
+		{"protocol=ftp", "protocol 'ftp': expected http or https"},
+		{"ca_cert=/ca.pem,ssl_cert=/c.pem,ssl_cert_key=/k.pem", NULL},
+		{"join_timout=5", "unknown key 'join_timout'; did you mean 'join_timeout'?"},
+		{"timout=5", "unknown key 'timout'; did you mean 'timeout'?"},
+		{"is-host=1", "unknown key 'is-host'; did you mean 'is_host'?"},
+		{"keep_alive_max_attempts=3",
+		 "unknown key 'keep_alive_max_attempts'; did you mean 'keep_alive_max_attempt'?"},
+		{"read_timeout=5,lastcall_timeout=1",
+		 "unknown key 'lastcall_timeout'; did you mean 'last_call_timeout'?"},
+		{"local_addr=10.0.0.1", "unknown key 'local_addr' (crun(1) lists the keys"},
+	};
+	struct crun__rdzv_conf c;
+	char err[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc;
+
+		crun__rdzv_conf_init(&c);
+		err[0] = '\0';
+		rc = crun__launch_parse_rdzv_conf(cases[i].conf, &c, err, sizeof(err));
+		if (!cases[i].error && rc)
+			fail_msg("'%s': %s", cases[i].conf, err);
+		if (cases[i].error &&
+		    (rc != -EINVAL || strncmp(err, cases[i].error, strlen(cases[i].error))))
+			fail_msg("'%s': rc %d '%s'", cases[i].conf, rc, err);
+		crun__rdzv_conf_finish(&c);
+	}
+
+	/* timeout is static's join timeout, unless join_timeout is given;
+	 * with c10d it has no effect (torchrun's c10d backend ignores it). */
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(crun__launch_parse_rdzv_conf("timeout=5", &c, err, sizeof(err)), 0);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 5000);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, false) == 600000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("join_timeout=7", &c, err, sizeof(err)), 0);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 7000);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, false) == 7000);
+	crun__rdzv_conf_finish(&c);
+	crun__rdzv_conf_init(&c);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 600000);
+	/* torchrun's keys change none of crun's settings */
+	assert_int_equal(crun__launch_parse_rdzv_conf(
+				 "heartbeat_timeout=1,use_libuv=0,rank=2,store_type=tcp", &c, err,
+				 sizeof(err)),
+			 0);
+	assert_true(c.read_timeout_ms == 60000 && c.keep_alive_interval_ms == 5000);
+	assert_int_equal(c.is_host, -1);
 	crun__rdzv_conf_finish(&c);
 }
 
@@ -908,19 +985,13 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_spellings_and_forms),
-		cmocka_unit_test(test_command_boundary),
-		cmocka_unit_test(test_bad_command_lines),
-		cmocka_unit_test(test_env_precedence),
-		cmocka_unit_test(test_std_spec),
-		cmocka_unit_test(test_rdzv_conf),
-		cmocka_unit_test(test_signals),
-		cmocka_unit_test(test_config_file),
-		cmocka_unit_test(test_count_gpus),
-		cmocka_unit_test(test_plan),
-		cmocka_unit_test(test_free_port),
-		cmocka_unit_test(test_help_layout),
+		cmocka_unit_test(test_defaults),	 cmocka_unit_test(test_spellings_and_forms),
+		cmocka_unit_test(test_command_boundary), cmocka_unit_test(test_bad_command_lines),
+		cmocka_unit_test(test_env_precedence),	 cmocka_unit_test(test_std_spec),
+		cmocka_unit_test(test_rdzv_conf),	 cmocka_unit_test(test_rdzv_conf_torchrun),
+		cmocka_unit_test(test_signals),		 cmocka_unit_test(test_config_file),
+		cmocka_unit_test(test_count_gpus),	 cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_free_port),	 cmocka_unit_test(test_help_layout),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
