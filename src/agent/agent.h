@@ -110,7 +110,8 @@ struct crun__agent_spec {
 	 * temporary directory that the agent removes at the end. */
 	const char *log_dir;
 	/* Per local rank (index < nproc_per_node; arrays of that length owned
-	 * by the caller): redirect = to the file only, tee = file and console.
+	 * by the caller): redirect = to the file only, tee = file and console
+	 * (a stream in both is teed, as in torchrun).
 	 * NULL arrays mean CRUN_STD_NONE for everyone. */
 	const enum crun__std *redirects;
 	const enum crun__std *tee;

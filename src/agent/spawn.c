@@ -349,9 +349,13 @@ static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
 	return mask & (1u << stream);
 }
 
+/* As torchrun: a teed stream reaches the console even when it is also
+ * redirected (tee adds the console to the file). */
 static bool stream_to_console(const struct crun__agent_spec *spec, int lr, int stream)
 {
-	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
+	bool teed = spec->tee && ((unsigned)spec->tee[lr] & (1u << stream));
+
+	if (!teed && spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
 		return false;
 	if (spec->console_ranks && !spec->console_ranks[lr])
 		return false;

@@ -127,7 +127,8 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "streams that go to the log files only: 0 none, 1 stdout, 2 stderr, "
 	  "3 both, for every local rank, or per rank as 0:1,1:2", G_OUTPUT },
 	{ CRUN_OPT_TEE, "tee", 't', true, true, true, "SPEC", "0",
-	  "streams that go to the log files and the console (as --redirects)", G_OUTPUT },
+	  "streams that go to the log files and the console, also those "
+	  "--redirects names (as --redirects)", G_OUTPUT },
 	{ CRUN_OPT_LOCAL_RANKS_FILTER, "local-ranks-filter", 0, true, true, true,
 	  "LIST", "all",
 	  "local ranks whose output reaches the console, e.g. 0,2 (log files "
