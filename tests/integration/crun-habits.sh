@@ -1,7 +1,8 @@
 #!/bin/bash
 # Habits of torchrun users, with real crun and workers: --redirects and
 # --tee together (tee adds the console to a redirected stream, per local
-# rank and stream, in either order).
+# rank and stream, in either order); the failure summary names the error
+# file a worker wrote as PyTorch's @record does.
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 
@@ -43,4 +44,23 @@ for s in out err; do
 			fail "per-rank: rank $r std$s.log"
 	done
 done
+
+# The failure summary names the error file it read. Without --log-dir it
+# lives in crun's temporary directory, gone when crun exits (and says so);
+# with --log-dir it stays under the attempt's directory.
+rec=$CRUN_TEST_HELPERS_SRC/record_worker.py
+crun --nproc-per-node=2 --max-restarts=0 "$rec" >"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] || fail "record worker: expected exit 1: $(cat "$tmp/err")"
+line=$(grep -E '^  error_file: ' "$tmp/err") || fail "no error_file line: $(cat "$tmp/err")"
+path=$(sed -E 's/^  error_file: (.*) \(removed when crun exits; --log-dir keeps it\)$/\1/' <<<"$line")
+[ "$path" != "$line" ] && [ "${path#/}" != "$path" ] || fail "error_file line: $line"
+[ ! -e "$path" ] || fail "$path outlived crun"
+grep -qxF "  message   : RuntimeError: boom in load_batch on rank 0" "$tmp/err" ||
+	fail "no message: $(cat "$tmp/err")"
+crun --nproc-per-node=2 --max-restarts=0 --log-dir="$tmp/reclogs" --rdzv-id=rec "$rec" \
+	>"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] || fail "record worker with --log-dir: $(cat "$tmp/err")"
+has "$tmp/err" "  error_file: $tmp/reclogs/rec/attempt_0/0/error.json"
+grep -q '"message": "RuntimeError: boom in load_batch on rank 0"' \
+	"$tmp/reclogs/rec/attempt_0/0/error.json" || fail "error.json lacks the message"
 echo "ok"
