@@ -38,8 +38,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "execute the command directly, also a .py file (without it, SCRIPT.py "
 	  "runs as $PYTHON_EXEC -u SCRIPT.py)", G_WORKERS },
 	{ CRUN_OPT_RUN_PATH, "run-path", 0, false, true, true, NULL, NULL,
-	  "not supported (torchrun runs the script in its own interpreter; crun "
-	  "starts each worker as a process): an error", G_WORKERS },
+	  "run the script with runpy.run_path, as torchrun does: as __main__ in "
+	  "$PYTHON_EXEC with sys.argv = [SCRIPT, ARGS...]; takes precedence over "
+	  "-m and --no-python", G_WORKERS },
 	{ CRUN_OPT_MAX_RESTARTS, "max-restarts", 0, true, true, true, "N", "3",
 	  "restarts of the worker group before the job fails; crun restarts by "
 	  "default, torchrun's default is 0", G_WORKERS },
@@ -644,7 +645,7 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		o->no_python = *v == '1';
 		return 0;
 	case CRUN_OPT_RUN_PATH:
-		/* Refused after merging, so that PET_RUN_PATH=0 is fine. */
+		o->run_path = *v == '1';
 		return 0;
 	case CRUN_OPT_STANDALONE:
 		o->standalone = *v == '1';
@@ -1211,28 +1212,7 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 		}
 	}
 
-	if (c.value[CRUN_OPT_RUN_PATH] && *c.value[CRUN_OPT_RUN_PATH] == '1') {
-		char key[48];
-
-		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
-		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
-			crun__seterr(
-				err, errlen,
-				"config '%s' line %d: '%s' is not supported: crun starts "
-				"each worker as its own process; run the script as the command",
-				o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
-		else
-			crun__seterr(err, errlen,
-				     "%s%s is not supported: crun starts each worker as its "
-				     "own process; run the script as the command",
-				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
-				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV
-					     ? pet_name(CRUN_OPT_RUN_PATH)
-					     : "run-path");
-		rc = -EINVAL;
-		goto out_free;
-	}
-	if (o->module && o->no_python) {
+	if (o->module && o->no_python && !o->run_path) {
 		crun__seterr(err, errlen,
 			     "--module and --no-python cannot be used together: a module "
 			     "needs python");

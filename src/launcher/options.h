@@ -169,6 +169,7 @@ struct crun__launch_opts {
 	char *role;		     /* "default" */
 	bool module;
 	bool no_python;
+	bool run_path;	   /* runpy.run_path; wins over module and no_python */
 	char *master_addr; /* NULL: 127.0.0.1 on one node */
 	int master_port;   /* 0: a free port on one node */
 	char *local_addr;  /* NULL: none */

@@ -199,6 +199,31 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcmp(s + n - m, suffix);
 }
 
+/* torchrun's --run-path calls runpy.run_path(SCRIPT, run_name="__main__")
+ * in a process of its own with sys.argv = [SCRIPT, ARGS...], wrapped in
+ * @record; sys.path[0] is the launcher's own: the cwd under "python -m
+ * torch.distributed.run", torchrun's bin directory under "torchrun",
+ * never the script's directory. This is that, for python -c SCRIPT ARGS:
+ * sys.argv loses "-c"; sys.path[0] is the cwd as an absolute path (the
+ * useful one of the two); an exception that ends the script is written to
+ * TORCHELASTIC_ERROR_FILE as @record does, unless the script wrote the
+ * file itself. */
+static const char run_path_code[] =
+	"import json, os, runpy, sys, time, traceback\n"
+	"sys.argv = sys.argv[1:]\n"
+	"if sys.path and sys.path[0] == '':\n"
+	"    sys.path[0] = os.getcwd()\n"
+	"try:\n"
+	"    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+	"except Exception as e:\n"
+	"    p = os.environ.get('TORCHELASTIC_ERROR_FILE')\n"
+	"    if p and not os.path.exists(p):\n"
+	"        with open(p, 'w') as f:\n"
+	"            json.dump({'message': {'message': f'{type(e).__name__}: {e}',\n"
+	"                       'extraInfo': {'py_callstack': traceback.format_exc(),\n"
+	"                                     'timestamp': str(int(time.time()))}}}, f)\n"
+	"    raise\n";
+
 static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
 		      char **envp, char *err, size_t errlen)
 {
@@ -208,7 +233,12 @@ static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_
 
 	if (!python || !*python)
 		python = "python3";
-	if (o->module) {
+	if (o->run_path) {
+		pre[npre++] = python;
+		pre[npre++] = "-u";
+		pre[npre++] = "-c";
+		pre[npre++] = run_path_code;
+	} else if (o->module) {
 		pre[npre++] = python;
 		pre[npre++] = "-u";
 		pre[npre++] = "-m";
@@ -404,6 +434,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 {
 	spec->argv = plan->argv;
 	spec->argc = plan->argc;
+	if (o->run_path) /* the script, not python -c's code */
+		spec->name = o->command[0];
 	spec->nproc_per_node = plan->nproc;
 	spec->nnodes = 1;
 	spec->node_rank = o->node_rank;

@@ -134,13 +134,13 @@ bad "option '--nproc-per-node' needs a value" "" --nproc-per-node NOCMD
 bad "option '--standalone' takes no value" "" --standalone=yes
 bad "invalid value '2' for --nnodes: --standalone runs one node" "" --standalone --nnodes 2
 bad "no command given" "" --nproc-per-node 2 NOCMD
-bad "--run-path is not supported" "" --run-path
+bad "no command given" "" --run-path NOCMD
 bad "--module and --no-python cannot be used together" "" -m --no-python
 # Environment.
 bad "invalid value 'abc' for PET_NNODES: expected N or MIN:MAX" "PET_NNODES=abc"
 bad "invalid value 'yes' for PET_STANDALONE: expected 1 or 0" "PET_STANDALONE=yes"
 bad "invalid value '-3' for PET_NPROC_PER_NODE" "PET_NPROC_PER_NODE=-3"
-bad "PET_RUN_PATH is not supported" "PET_RUN_PATH=1"
+bad "invalid value 'yes' for PET_RUN_PATH: expected 1 or 0" "PET_RUN_PATH=yes"
 bad "invalid value 'x' for TORCH_ELASTIC_SHUTDOWN_TIMEOUT" "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=x"
 bad "invalid value 'loud' for CRUN_LOG_LEVEL" "CRUN_LOG_LEVEL=loud"
 # Config files.

@@ -2,7 +2,8 @@
 # Habits of torchrun users, with real crun and workers: --redirects and
 # --tee together (tee adds the console to a redirected stream, per local
 # rank and stream, in either order); the failure summary names the error
-# file a worker wrote as PyTorch's @record does.
+# file a worker wrote as PyTorch's @record does; --run-path runs the script
+# with runpy.run_path.
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 
@@ -63,4 +64,33 @@ crun --nproc-per-node=2 --max-restarts=0 --log-dir="$tmp/reclogs" --rdzv-id=rec 
 has "$tmp/err" "  error_file: $tmp/reclogs/rec/attempt_0/0/error.json"
 grep -q '"message": "RuntimeError: boom in load_batch on rank 0"' \
 	"$tmp/reclogs/rec/attempt_0/0/error.json" || fail "error.json lacks the message"
+
+# --run-path: the script runs as __main__ with sys.argv = [SCRIPT, ARGS...]
+# and __file__ as given; sys.path[0] is the current directory, not the
+# script's; PYTHON_EXEC runs it.
+rp=$CRUN_TEST_HELPERS_SRC/run_path_worker.py
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && crun --nproc-per-node=2 --run-path "$rp" --lr 0.1 "two words") \
+	>"$tmp/out" 2>"$tmp/err" || fail "run-path: $(cat "$tmp/err")"
+for r in 0 1; do
+	has "$tmp/out" "[$r]:argv=['$rp', '--lr', '0.1', 'two words']"
+	has "$tmp/out" "[$r]:name=__main__"
+	has "$tmp/out" "[$r]:file=$rp"
+	has "$tmp/out" "[$r]:path0=$tmp/cwd"
+done
+printf '#!/bin/sh\necho "via PYTHON_EXEC" >&2\nexec python3 "$@"\n' >"$tmp/py"
+chmod +x "$tmp/py"
+PYTHON_EXEC=$tmp/py crun --run-path --no-python "$rp" x >"$tmp/out" 2>"$tmp/err" ||
+	fail "run-path with PYTHON_EXEC: $(cat "$tmp/err")"
+has "$tmp/err" "[0]:via PYTHON_EXEC"
+has "$tmp/out" "[0]:argv=['$rp', 'x']"
+# An exception that ends the script: the error file as @record writes it,
+# and the summary names the script.
+RUN_PATH_FAIL=1 crun --nproc-per-node=2 --max-restarts=0 --run-path "$rp" \
+	>"$tmp/out" 2>"$tmp/err"
+[ $? = 1 ] || fail "run-path failure: expected exit 1: $(cat "$tmp/err")"
+has "$tmp/err" "$rp FAILED"
+has "$tmp/err" "  rank      : 1 (local_rank: 1)"
+has "$tmp/err" "  message   : KeyError: 'no such key on rank 1'"
+grep -qE '^  error_file: /.*\(removed when crun exits' "$tmp/err" || fail "no error file read"
 echo "ok"

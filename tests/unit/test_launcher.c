@@ -289,7 +289,7 @@ static void test_bad_command_lines(void **state)
 	expect_error(parse("--nproc-per-node"), "option '--nproc-per-node' needs a value");
 	expect_error(parse("--standalone=1", "x"), "option '--standalone' takes no value");
 	expect_error(parse("--nproc-per-node=2"), "no command given");
-	expect_error(parse("--run-path", "x.py"), "--run-path is not supported");
+	expect_error(parse("--run-path"), "no command given");
 	expect_error(parse("-m", "--no-python", "x"), "cannot be used together");
 	expect_error(parse("-c", "/nonexistent/crun.yaml", "x"),
 		     "cannot read config '/nonexistent/crun.yaml'");
@@ -354,9 +354,13 @@ static void test_env_precedence(void **state)
 		r = parse_env(e4, "x", NULL);
 		assert_true(r->o.shutdown_timeout_ms == 7000);
 		done(r);
-		expect_error(parse_env(e5, "x", NULL), "PET_RUN_PATH is not supported");
+		r = parse_env(e5, "x", NULL);
+		assert_int_equal(r->rc, 0);
+		assert_true(r->o.run_path);
+		done(r);
 		r = parse_env(e6, "x", NULL);
 		assert_int_equal(r->rc, 0);
+		assert_false(r->o.run_path);
 		done(r);
 	}
 }
@@ -615,8 +619,10 @@ static void test_config_file(void **state)
 		     "unknown key 'config'");
 	expect_error(parse("-c", write_file("rdzv.yaml", "rdzv_conf: {bogus: 1}\n"), "x"),
 		     "unknown key 'bogus'");
-	expect_error(parse("-c", write_file("runpath.yaml", "run_path: true\n"), "x"),
-		     "'run_path' is not supported");
+	r = parse("-c", write_file("runpath.yaml", "run_path: true\n"), "x");
+	assert_int_equal(r->rc, 0);
+	assert_true(r->o.run_path);
+	done(r);
 	expect_error(parse("-c", tmpdir, "x"), "not a regular file");
 	/* A bad value is reported even where the command line overrides it. */
 	expect_error(parse("-c", write_file("over.yaml", "nproc_per_node: zero\n"),
@@ -737,6 +743,39 @@ static void test_plan(void **state)
 	assert_string_equal(p->argv[0], "/bin/echo");
 	crun__launch_plan_finish(p);
 	done(r);
+	/* --run-path: python -u -c CODE SCRIPT ARGS, over --no-python and -m
+	 * too, as torchrun; the job is named after the script. */
+	{
+		const char *const *cases[] = {
+			(const char *[]){"--run-path", "/abs/train.py", "a", "b c", NULL, NULL},
+			(const char *[]){"--run-path", "--no-python", "/abs/train.py", "a", "b c",
+					 NULL},
+			(const char *[]){"--run-path", "-m", "--no-python", "/abs/train.py", "a",
+					 "b c", NULL},
+		};
+
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			struct crun__agent_spec spec = {0};
+			const char *const *a = cases[i];
+
+			r = parse(a[0], a[1], a[2], a[3], a[4], a[5]);
+			assert_int_equal(r->rc, 0);
+			assert_true(r->o.run_path);
+			p = plan_for(r, py, &nogpu, 0);
+			assert_int_equal(p->argc, 7);
+			assert_string_equal(p->argv[0], "/opt/py/bin/python");
+			assert_string_equal(p->argv[1], "-u");
+			assert_string_equal(p->argv[2], "-c");
+			assert_non_null(strstr(p->argv[3], "runpy.run_path(sys.argv[0], "
+							   "run_name='__main__')"));
+			assert_string_equal(p->argv[4], "/abs/train.py");
+			assert_string_equal(p->argv[6], "b c");
+			crun__launch_plan_to_spec(p, &r->o, &spec);
+			assert_string_equal(spec.name, "/abs/train.py");
+			crun__launch_plan_finish(p);
+			done(r);
+		}
+	}
 
 	/* nproc words. */
 	r = parse("--nproc-per-node=auto", "x");
