@@ -121,6 +121,10 @@ struct crun__agent_spec {
 	 * is not "default", "[trainer3]:"; stdout lines go to crun's stdout,
 	 * stderr lines to crun's stderr. */
 	const bool *console_ranks;
+	/* The prefix of console lines instead of the one above, torchrun's
+	 * --log-line-prefix-template (agent/prefix.h renders it per worker;
+	 * log files stay unprefixed); NULL: the one above. */
+	const char *log_line_prefix_template;
 
 	/* Signals that are forwarded to every worker's process group before
 	 * crun exits 128+signal. Default SIGTERM, SIGINT, SIGHUP, SIGQUIT.

@@ -134,6 +134,11 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "LIST", "all",
 	  "local ranks whose output reaches the console, e.g. 0,2 (log files "
 	  "keep every rank)", G_OUTPUT },
+	{ CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE, "log-line-prefix-template", 0, true, true,
+	  true, "TEMPLATE", "[${rank}]:, or [${role_name}${rank}]: with --role",
+	  "prefix of each console line, torchrun's template: ${role_name}, "
+	  "${rank}, ${local_rank}, ${hostname} are substituted, other text kept "
+	  "(also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)", G_OUTPUT },
 
 	{ CRUN_OPT_HEARTBEAT_TIMEOUT, "heartbeat-timeout", 0, true, true, true,
 	  "DURATION", "180s",
@@ -170,6 +175,7 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 static char pet_names[CRUN_OPT_COUNT][48];
 
 static const char *const torch_shutdown_env = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+static const char *const torch_prefix_env = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 
 const struct crun__launch_optdef *crun__launch_optdefs(size_t *count)
 {
@@ -829,6 +835,18 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 	}
 	case CRUN_OPT_LOCAL_RANKS_FILTER:
 		return parse_rank_list(v, &o->ranks_filter, &o->nranks_filter, err, errlen);
+	case CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE:
+		if (strlen(v) > CRUN_LAUNCH_PREFIX_TEMPLATE_MAX) {
+			crun__seterr(err, errlen, "expected a template of at most %d bytes",
+				     CRUN_LAUNCH_PREFIX_TEMPLATE_MAX);
+			return -EINVAL;
+		}
+		if (!*v) { /* torchrun: empty is the default */
+			free(o->log_line_prefix_template);
+			o->log_line_prefix_template = NULL;
+			return 0;
+		}
+		return set_string(&o->log_line_prefix_template, v, err, errlen);
 	case CRUN_OPT_CONFIG:
 		if (!*v) {
 			crun__seterr(err, errlen, "expected a file name");
@@ -888,6 +906,7 @@ void crun__launch_opts_finish(struct crun__launch_opts *o)
 	free(o->log_dir);
 	crun__std_spec_finish(&o->redirects);
 	crun__std_spec_finish(&o->tee);
+	free(o->log_line_prefix_template);
 	free(o->ranks_filter);
 	free(o->config_path);
 	memset(o, 0, sizeof(*o));
@@ -1049,6 +1068,10 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 		v = crun__launch_env_lookup(envp, name);
 		if ((!v || !*v) && d->id == CRUN_OPT_SHUTDOWN_TIMEOUT) {
 			name = torch_shutdown_env;
+			v = crun__launch_env_lookup(envp, name);
+		}
+		if ((!v || !*v) && d->id == CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE) {
+			name = torch_prefix_env;
 			v = crun__launch_env_lookup(envp, name);
 		}
 		if (!v || !*v) /* empty: as if unset */

@@ -93,6 +93,7 @@ enum crun__launch_opt {
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
 	CRUN_OPT_LOCAL_RANKS_FILTER,
+	CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE,
 	CRUN_OPT_HEARTBEAT_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS,
@@ -175,7 +176,8 @@ struct crun__launch_opts {
 	char *local_addr;  /* NULL: none */
 	char *log_dir;	   /* NULL: no log files */
 	struct crun__std_spec redirects, tee;
-	int *ranks_filter; /* --local-ranks-filter; NULL: all */
+	char *log_line_prefix_template; /* NULL: crun's [RANK]: */
+	int *ranks_filter;		/* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
 	int64_t shutdown_timeout_ms; /* 30 s */
 	int64_t min_attempt_ms;	     /* 60 s */
@@ -234,6 +236,9 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 				 size_t errlen);
 void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
+/* The longest --log-line-prefix-template, in bytes. */
+#define CRUN_LAUNCH_PREFIX_TEMPLATE_MAX 256
+
 /* 1, true, yes, on / 0, false, no, off (any case). 0 or -EINVAL. */
 int crun__launch_parse_bool(const char *v, bool *out);
 /* The join timeout in effect: with static, torchrun's timeout (the time

@@ -454,6 +454,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->redirects = plan->redirects;
 	spec->tee = plan->tee;
 	spec->console_ranks = plan->console_ranks;
+	spec->log_line_prefix_template = o->log_line_prefix_template;
 	for (int i = 0; i < o->nsignals; i++)
 		spec->signals[i] = o->signals[i];
 	spec->nsignals = o->nsignals;
@@ -602,6 +603,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	for (size_t i = 0; i < o->nranks_filter; i++)
 		fprintf(f, "%s%d", i ? "," : "", o->ranks_filter[i]);
 	fputc('\n', f);
+	fprintf(f, "log_line_prefix_template=%s\n",
+		o->log_line_prefix_template ? o->log_line_prefix_template : "");
 	fprintf(f, "config=%s\n", o->config_path ? o->config_path : "");
 	fputs("command=", f);
 	for (int i = 0; i < plan->argc; i++) {

@@ -3,7 +3,7 @@
 # --tee together (tee adds the console to a redirected stream, per local
 # rank and stream, in either order); the failure summary names the error
 # file a worker wrote as PyTorch's @record does; --run-path runs the script
-# with runpy.run_path.
+# with runpy.run_path; --log-line-prefix-template and its variable.
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 
@@ -93,4 +93,28 @@ has "$tmp/err" "$rp FAILED"
 has "$tmp/err" "  rank      : 1 (local_rank: 1)"
 has "$tmp/err" "  message   : KeyError: 'no such key on rank 1'"
 grep -qE '^  error_file: /.*\(removed when crun exits' "$tmp/err" || fail "no error file read"
+
+# --log-line-prefix-template: torchrun's placeholders on every console
+# line, unknown ones and a lone '$' kept; the log files stay raw.
+host=$(python3 -c 'import socket; print(socket.gethostname())')
+crun --nproc-per-node=2 --role trainer --log-dir="$tmp/pfx" --rdzv-id=pfx --tee=3 \
+	--log-line-prefix-template '${role_name}-${rank}:${local_rank}@$hostname ${node}$$ ' \
+	"$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" || fail "template: $(cat "$tmp/err")"
+for r in 0 1; do
+	has "$tmp/out" "trainer-$r:$r@$host \${node}\$ out"
+	has "$tmp/err" "trainer-$r:$r@$host \${node}\$ err"
+	[ "$(cat "$tmp/pfx/pfx/attempt_0/$r/stdout.log")" = out ] || fail "prefix in stdout.log"
+done
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='<$rank> ' crun --nproc-per-node=2 \
+	"$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" || fail "variable: $(cat "$tmp/err")"
+has "$tmp/out" "<1> out"
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='<$rank> ' crun --nproc-per-node=2 \
+	--log-line-prefix-template='${local_rank}| ' "$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" ||
+	fail "flag and variable: $(cat "$tmp/err")"
+has "$tmp/out" "1| out"
+lacks "$tmp/out" "<1>"
+# An empty template is crun's default, as in torchrun.
+crun --log-line-prefix-template= "$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" ||
+	fail "empty template: $(cat "$tmp/err")"
+has "$tmp/out" "[0]:out"
 echo "ok"

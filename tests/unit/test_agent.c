@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/group.h"
+#include "agent/prefix.h"
 #include "agent/reaper.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
@@ -366,6 +367,55 @@ static void test_summary_error_file(void **state)
 	summary_of(&job, &fl, out, sizeof(out));
 	assert_non_null(strstr(out, "  error_file: <N/A>\n"));
 	crun__failures_finish(&fl);
+}
+
+/* Expected values are Python's string.Template(t).safe_substitute(
+ * role_name="tr", rank=3, local_rank=1, hostname="h"), as torchrun
+ * renders --log-line-prefix-template. */
+static void test_prefix_render(void **state)
+{
+	static const struct {
+		const char *tmpl, *want;
+	} cases[] = {
+		{CRUN__PREFIX_DEFAULT, "[3]:"},
+		{CRUN__PREFIX_DEFAULT_ROLE, "[tr3]:"},
+		{"${role_name}-${rank}:${local_rank}", "tr-3:1"},
+		{"${hostname}:${rank}: ", "h:3: "},
+		{"$role_name$rank", "tr3"},
+		{"", ""},
+		{"plain", "plain"},
+		{"$$x", "$x"},
+		{"$${rank}", "${rank}"},
+		{"$rank0", "$rank0"}, /* the name is rank0 */
+		{"${rank}0", "30"},
+		{"${node}", "${node}"}, /* unknown: kept */
+		{"$Rank", "$Rank"},	/* names are case-sensitive */
+		{"a$", "a$"},		/* a '$' that starts nothing */
+		{"${rank", "${rank"},
+		{"${}", "${}"},
+		{"$1", "$1"},
+		{"${ rank}", "${ rank}"},
+		{"$-${local_rank}", "$-1"},
+	};
+	struct crun__prefix_vars v = {
+		.role_name = "tr", .rank = 3, .local_rank = 1, .hostname = "h"};
+	char out[64], small[5];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = crun__prefix_render(cases[i].tmpl, &v, out, sizeof(out));
+
+		if (strcmp(out, cases[i].want) || n != strlen(cases[i].want))
+			fail_msg("'%s': '%s' (%zu), expected '%s'", cases[i].tmpl, out, n,
+				 cases[i].want);
+	}
+	/* Cut to the buffer; the return value says how long it would be. */
+	assert_int_equal(
+		crun__prefix_render("${role_name}-${rank}:${local_rank}", &v, small, sizeof(small)),
+		6);
+	assert_string_equal(small, "tr-3");
+	assert_int_equal(crun__prefix_render("$$$$$$", &v, small, 1), 3);
+	assert_string_equal(small, "");
 }
 
 static void test_describe_exit(void **state)
@@ -964,6 +1014,7 @@ int main(void)
 		cmocka_unit_test(test_error_file_read),
 		cmocka_unit_test(test_error_file_write),
 		cmocka_unit_test(test_summary_error_file),
+		cmocka_unit_test(test_prefix_render),
 		cmocka_unit_test(test_describe_exit),
 		cmocka_unit_test(test_mkdir_p),
 		cmocka_unit_test(test_run_env),

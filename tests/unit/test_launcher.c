@@ -393,6 +393,58 @@ static void test_std_spec(void **state)
 	}
 }
 
+/* --log-line-prefix-template: the flag, PET_, then torchrun's
+ * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty is the default. */
+static void test_log_line_prefix_template(void **state)
+{
+	const char *torch[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${rank}>", NULL};
+	const char *both[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${rank}>",
+			      "PET_LOG_LINE_PREFIX_TEMPLATE=${local_rank}|", NULL};
+	const char *empty[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=", NULL};
+	char longer[CRUN_LAUNCH_PREFIX_TEMPLATE_MAX + 2];
+	struct run *r;
+
+	(void)state;
+	r = parse("x");
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("--log-line-prefix-template", "${role_name}-${rank}:${local_rank}", "x");
+	assert_string_equal(r->o.log_line_prefix_template, "${role_name}-${rank}:${local_rank}");
+	done(r);
+	r = parse("--log_line_prefix_template=[${node}]", "x"); /* kept as written */
+	assert_string_equal(r->o.log_line_prefix_template, "[${node}]");
+	done(r);
+	r = parse_env(torch, "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "${rank}>");
+	done(r);
+	r = parse_env(both, "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "${local_rank}|");
+	done(r);
+	r = parse_env(both, "--log-line-prefix-template=<$rank>", "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "<$rank>");
+	done(r);
+	r = parse_env(empty, "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("--log-line-prefix-template=", "x");
+	assert_int_equal(r->rc, 0);
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("-c", write_file("prefix.yaml", "log_line_prefix_template: \"${rank}: \"\n"),
+		  "x");
+	assert_string_equal(r->o.log_line_prefix_template, "${rank}: ");
+	done(r);
+	memset(longer, 'a', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	expect_error(parse("--log-line-prefix-template", longer, "x"),
+		     "expected a template of at most 256 bytes");
+	longer[sizeof(longer) - 2] = '\0';
+	r = parse("--log-line-prefix-template", longer, "x");
+	assert_int_equal(r->rc, 0);
+	done(r);
+}
+
 static void test_rdzv_conf(void **state)
 {
 	static const char *const bad[] = {"join_timeout",
@@ -1024,13 +1076,21 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_defaults),	 cmocka_unit_test(test_spellings_and_forms),
-		cmocka_unit_test(test_command_boundary), cmocka_unit_test(test_bad_command_lines),
-		cmocka_unit_test(test_env_precedence),	 cmocka_unit_test(test_std_spec),
-		cmocka_unit_test(test_rdzv_conf),	 cmocka_unit_test(test_rdzv_conf_torchrun),
-		cmocka_unit_test(test_signals),		 cmocka_unit_test(test_config_file),
-		cmocka_unit_test(test_count_gpus),	 cmocka_unit_test(test_plan),
-		cmocka_unit_test(test_free_port),	 cmocka_unit_test(test_help_layout),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_spellings_and_forms),
+		cmocka_unit_test(test_command_boundary),
+		cmocka_unit_test(test_bad_command_lines),
+		cmocka_unit_test(test_env_precedence),
+		cmocka_unit_test(test_std_spec),
+		cmocka_unit_test(test_rdzv_conf),
+		cmocka_unit_test(test_rdzv_conf_torchrun),
+		cmocka_unit_test(test_log_line_prefix_template),
+		cmocka_unit_test(test_signals),
+		cmocka_unit_test(test_config_file),
+		cmocka_unit_test(test_count_gpus),
+		cmocka_unit_test(test_plan),
+		cmocka_unit_test(test_free_port),
+		cmocka_unit_test(test_help_layout),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
