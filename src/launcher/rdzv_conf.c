@@ -277,6 +277,7 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 				 size_t errlen)
 {
 	char *copy, *item;
+	size_t len;
 	int rc = 0;
 
 	copy = strdup(s);
@@ -285,11 +286,22 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 		return -ENOMEM;
 	}
 	item = trim(copy);
+	len = strlen(item);
+	/* Quotes around the whole value, passed on by a launch script that
+	 * runs crun without a shell ('join_timeout=5,timeout=5', as in
+	 * PyTorch's own launcher tests): not part of the first key or the
+	 * last value. */
+	if (len >= 2 && (item[0] == '\'' || item[0] == '"') && item[len - 1] == item[0]) {
+		item[len - 1] = '\0';
+		item = trim(item + 1);
+	}
 	if (!*item) /* torchrun: an empty string sets nothing */
 		goto out_free_copy;
 	for (;;) {
-		size_t len = strcspn(item, ",");
-		bool last = !item[len];
+		bool last;
+
+		len = strcspn(item, ",");
+		last = !item[len];
 		char *eq, *key, *val;
 
 		item[len] = '\0';

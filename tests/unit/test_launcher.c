@@ -549,6 +549,22 @@ static void test_rdzv_conf_torchrun(void **state)
 		crun__rdzv_conf_finish(&c);
 	}
 
+	/* Quotes around the whole value are not part of it. */
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(
+		crun__launch_parse_rdzv_conf("'join_timeout=5,last_call_timeout=1,timeout=5'", &c,
+					     err, sizeof(err)),
+		0);
+	assert_true(c.join_timeout_ms == 5000 && c.last_call_timeout_ms == 1000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("\" read_timeout=7 \"", &c, err, sizeof(err)),
+			 0);
+	assert_true(c.read_timeout_ms == 7000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("''", &c, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_parse_rdzv_conf("'timeout=5\"", &c, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "unknown key ''timeout'; did you mean 'timeout'?");
+	crun__rdzv_conf_finish(&c);
+
 	/* timeout is static's join timeout, unless join_timeout is given;
 	 * with c10d it has no effect (torchrun's c10d backend ignores it). */
 	crun__rdzv_conf_init(&c);
