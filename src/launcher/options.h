@@ -168,17 +168,19 @@ struct crun__launch_opts {
 	double straggler_factor;     /* 1.5; 0: no straggler warnings */
 	int straggler_window;	     /* 20 steps */
 	char *role;		     /* "default" */
+	/* runpy.run_path; wins over module and no_python */
+	bool run_path;
 	bool module;
 	bool no_python;
-	bool run_path;	   /* runpy.run_path; wins over module and no_python */
 	char *master_addr; /* NULL: 127.0.0.1 on one node */
 	int master_port;   /* 0: a free port on one node */
 	char *local_addr;  /* NULL: none */
 	char *log_dir;	   /* NULL: no log files */
 	struct crun__std_spec redirects, tee;
-	char *log_line_prefix_template; /* NULL: crun's [RANK]: */
-	int *ranks_filter;		/* --local-ranks-filter; NULL: all */
+	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
+	/* --log-line-prefix-template; NULL: crun's [RANK]: */
+	char *log_line_prefix_template;
 	int64_t shutdown_timeout_ms; /* 30 s */
 	int64_t min_attempt_ms;	     /* 60 s */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
@@ -236,14 +238,15 @@ int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, ch
 				 size_t errlen);
 void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
-/* The longest --log-line-prefix-template, in bytes. */
-#define CRUN_LAUNCH_PREFIX_TEMPLATE_MAX 256
-
-/* 1, true, yes, on / 0, false, no, off (any case). 0 or -EINVAL. */
-int crun__launch_parse_bool(const char *v, bool *out);
 /* The join timeout in effect: with static, torchrun's timeout (the time
  * its static store waits for every node) unless join_timeout was given. */
 int64_t crun__rdzv_conf_join_timeout_ms(const struct crun__rdzv_conf *conf, bool is_static);
+
+/* 1, true, yes, on / 0, false, no, off (any case). 0 or -EINVAL. */
+int crun__launch_parse_bool(const char *v, bool *out);
+
+/* The longest --log-line-prefix-template, in bytes. */
+#define CRUN_LAUNCH_PREFIX_TEMPLATE_MAX 256
 
 /* "SIGTERM,SIGINT" (also "TERM", any case); signals that cannot be caught
  * or that crun needs (SIGKILL, SIGSTOP, SIGCHLD) are refused. Duplicates
