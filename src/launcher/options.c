@@ -6,6 +6,7 @@
 #include "launcher/options.h"
 #include "launcher/config.h"
 #include "agent/straggler.h"
+#include "common/suggest.h"
 #include "common/util.h"
 
 #include <ctype.h>
@@ -244,6 +245,27 @@ static bool is_prefix(const char *name, size_t len, const char *n)
 	return true;
 }
 
+/* An unknown long option, with the closest option named when one is
+ * close ("--nproc-per-nod3": did you mean --nproc-per-node?). */
+static void unknown_long(const char *name, size_t len, const char *shown, char *err, size_t errlen)
+{
+	const char *names[CRUN_OPT_COUNT], *near = NULL;
+	char typed[CRUN__EDIT_MAX_LEN + 1];
+
+	if (len < sizeof(typed)) {
+		for (size_t j = 0; j < len; j++)
+			typed[j] = name[j] == '_' ? '-' : name[j];
+		typed[len] = '\0';
+		for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
+			names[i] = optdefs[i].name;
+		near = crun__closest_word(typed, names, CRUN_OPT_COUNT);
+	}
+	if (near)
+		crun__seterr(err, errlen, "unknown option '%s'; did you mean '--%s'?", shown, near);
+	else
+		crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", shown);
+}
+
 /* The long option a command line names, as argparse finds it: the exact
  * name, else the one option it is a prefix of. NULL with the reason in
  * err (shown: the option as typed) when none or several are. */
@@ -274,7 +296,7 @@ find_long_abbrev(const char *name, size_t len, const char *shown, char *err, siz
 	if (n > 1)
 		crun__seterr(err, errlen, "ambiguous option '%s' could match %s", shown, list);
 	else
-		crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", shown);
+		unknown_long(name, len, shown, err, errlen);
 	return NULL;
 }
 

@@ -128,6 +128,7 @@ bad "invalid value '' for --role" "" --role ""
 # Flags and usage.
 bad "unknown option '--bogus-flag' (see crun --help)" "" --bogus-flag 1
 bad "unknown option '-z'" "" -z
+bad "unknown option '--nproc_per_nod3'; did you mean '--nproc-per-node'?" "" --nproc_per_nod3=2
 bad "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf" "" \
 	--rdzv c10d
 bad "option '--nproc-per-node' needs a value" "" --nproc-per-node NOCMD

@@ -279,7 +279,13 @@ static void test_bad_command_lines(void **state)
 	expect_error(parse("--local-ranks-filter", "", "x"), "for --local-ranks-filter");
 	expect_error(parse("--log-dir=", "x"), "for --log-dir");
 	expect_error(parse("--bogus", "x"), "unknown option '--bogus'");
-	expect_error(parse("--bogus=1", "x"), "unknown option '--bogus'");
+	expect_error(parse("--bogus=1", "x"), "unknown option '--bogus' (see crun --help)");
+	expect_error(parse("--nproc-per-nod3=2", "x"),
+		     "unknown option '--nproc-per-nod3'; did you mean '--nproc-per-node'?");
+	expect_error(parse("--rdzv-endpiont=h:1", "x"),
+		     "unknown option '--rdzv-endpiont'; did you mean '--rdzv-endpoint'?");
+	expect_error(parse("--standlone", "x"),
+		     "unknown option '--standlone'; did you mean '--standalone'?");
 	expect_error(parse("--rdzv", "c10d", "x"),
 		     "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, "
 		     "--rdzv-id, --rdzv-conf");
