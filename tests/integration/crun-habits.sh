@@ -3,9 +3,22 @@
 # --tee together (tee adds the console to a redirected stream, per local
 # rank and stream, in either order); the failure summary names the error
 # file a worker wrote as PyTorch's @record does; --run-path runs the script
-# with runpy.run_path; --log-line-prefix-template and its variable.
+# with runpy.run_path; --log-line-prefix-template and its variable;
+# torchrun's --rdzv-conf keys.
 set -u
 . "$(dirname "$0")/crun-lib.sh"
+
+# --rdzv-conf: torchrun's timeout is static's join timeout; c10d's
+# backend does not read it (nor does crun); its other keys are taken.
+crun --dry-run --nnodes=2 --node-rank=0 --master-addr=127.0.0.1 --master-port=29500 \
+	--rdzv-conf=timeout=5 x >"$tmp/out" 2>"$tmp/err" || fail "static timeout: $(cat "$tmp/err")"
+has "$tmp/out" "rdzv_backend=static"
+has "$tmp/out" "rdzv_conf.join_timeout_ms=5000"
+crun --dry-run --nnodes=2 --rdzv-endpoint=127.0.0.1:29400 \
+	--rdzv-conf=timeout=5,use_libuv=1,store_type=tcp,heartbeat_timeout=5,is_host=0 x \
+	>"$tmp/out" 2>"$tmp/err" || fail "c10d keys: $(cat "$tmp/err")"
+has "$tmp/out" "rdzv_conf.join_timeout_ms=600000"
+has "$tmp/out" "rdzv_conf.is_host=0"
 
 # tee_case NAME CONSOLE_OUT CONSOLE_ERR ARGS...: two workers each write
 # "out" and "err"; CONSOLE_OUT / CONSOLE_ERR list the ranks whose line

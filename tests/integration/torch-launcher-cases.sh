@@ -317,10 +317,11 @@ test_run_bipolar_function_c10d() {
 	[ "$(grep -c "restarting (restart" "$tmp/err")" = 3 ] || fail "default restarts: $(cat "$tmp/err")"
 }
 
-test_dummy_compute_simulate_rank_failure() {
-	# rank 1 dies by SIGKILL in the first attempt; the restart succeeds
-	run "${FUNCNAME[0]}" 0 --nproc-per-node=2 --max-restarts=1 "$L" kill-once
-	grep -q "restarting (restart 1 of 1)" "$tmp/err" || fail "${FUNCNAME[0]}: $(cat "$tmp/err")"
+test_rank_restart_after_failure() {
+	# fail_rank_one_once: rank 1 dies by SIGKILL in the first attempt; the
+	# restart succeeds
+	run "${FUNCNAME[0]}" 0 --nproc-per-node=2 --max-restarts=3 "$L" kill-once
+	grep -q "restarting (restart 1 of 3)" "$tmp/err" || fail "${FUNCNAME[0]}: $(cat "$tmp/err")"
 }
 
 test_fatal_signal() {
