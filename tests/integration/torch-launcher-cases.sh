@@ -6,7 +6,7 @@
 # under the name of the PyTorch test it ports. The workers are
 # tests/helpers/launcher_cases.py (the behaviours of PyTorch's test
 # scripts and entrypoints, in plain Python) and launcher_script.sh; the
-# few cases that need torch itself run when a python with torch is there.
+# cases that need torch itself are in torch-launcher-init.sh.
 # Where crun deliberately differs from torchrun (crun(1): --max-restarts
 # defaults to 3, 128+N after a signal, rank-prefixed console lines, an
 # unknown --rdzv-conf key is an error), the case asserts crun's behaviour
@@ -421,56 +421,7 @@ test_shutdown_timeout() {
 	[ $(((end - start) / 1000000)) -ge 900 ] || fail "${FUNCNAME[0]}: SIGKILL before the timeout"
 }
 
-# ---- cases that need torch -------------------------------------------
-
-torch_py=""
-for py in python3 /usr/bin/python3; do
-	# found, not imported: an import of torch takes seconds
-	if "$py" -c 'import importlib.util as u, sys; sys.exit(not u.find_spec("torch"))' \
-		2>/dev/null; then
-		torch_py=$(command -v "$py")
-		break
-	fi
-done
-
-torch_cases() {
-	cat >"$tmp/init_method.py" <<'PY'
-import argparse, os
-import torch, torch.distributed as dist
-p = argparse.ArgumentParser()
-p.add_argument("--init-method")
-a = p.parse_args()
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-if a.init_method:
-    dist.init_process_group("gloo", init_method=a.init_method, rank=rank, world_size=world)
-else:
-    dist.init_process_group("gloo")
-t = torch.tensor(rank)
-dist.all_reduce(t)
-assert t.item() == sum(range(world)), t.item()
-dist.destroy_process_group()
-print("sum ok")
-PY
-	local port
-	# test_init_method_tcp_with_torchelastic, test_init_method_env_with_torchelastic
-	port=$(free_port)
-	PYTHON_EXEC=$torch_py run test_init_method_tcp_with_torchelastic 0 --run-path --nnodes=1 \
-		--nproc-per-node=2 --master-addr=localhost --master-port="$port" --monitor-interval=1 \
-		"$tmp/init_method.py" --init-method="tcp://localhost:$port"
-	has "$tmp/out" "[1]:sum ok"
-	port=$(free_port)
-	PYTHON_EXEC=$torch_py run test_init_method_env_with_torchelastic 0 --run-path --nnodes=1 \
-		--nproc-per-node=2 --master-addr=localhost --master-port="$port" --monitor-interval=1 \
-		"$tmp/init_method.py" --init-method=env://
-	has "$tmp/out" "[1]:sum ok"
-}
-
 for t in $(declare -F | awk '$3 ~ /^test_/ {print $3}'); do
 	"$t"
 done
-if [ -n "$torch_py" ]; then
-	torch_cases
-else
-	echo "no python with torch: the torch cases are skipped"
-fi
 echo "ok: $cases cases"
