@@ -121,7 +121,8 @@ struct crun__agent_spec {
 	 * temporary directory that the agent removes at the end. */
 	const char *log_dir;
 	/* Per local rank (index < nproc_per_node; arrays of that length owned
-	 * by the caller): redirect = to the file only, tee = file and console.
+	 * by the caller): redirect = to the file only, tee = file and console
+	 * (a stream in both is teed, as in torchrun).
 	 * NULL arrays mean CRUN_STD_NONE for everyone. */
 	const enum crun__std *redirects;
 	const enum crun__std *tee;
@@ -131,6 +132,10 @@ struct crun__agent_spec {
 	 * is not "default", "[trainer3]:"; stdout lines go to crun's stdout,
 	 * stderr lines to crun's stderr. */
 	const bool *console_ranks;
+	/* The prefix of console lines instead of the one above, torchrun's
+	 * --log-line-prefix-template (agent/prefix.h renders it per worker;
+	 * log files stay unprefixed); NULL: the one above. */
+	const char *log_line_prefix_template;
 
 	/* Signals that are forwarded to every worker's process group before
 	 * crun exits 128+signal. Default SIGTERM, SIGINT, SIGHUP, SIGQUIT.

@@ -8,6 +8,7 @@
  * uses the array in the child before exec, so it can be freed right after
  * uv_spawn returns. */
 #include "agent/spawn.h"
+#include "agent/prefix.h"
 #include "common/log.h"
 #include "common/fs.h"
 #include "common/util.h"
@@ -335,6 +336,21 @@ static void worker_exited(uv_process_t *proc, int64_t status, int term_signal)
 	w->sp->exited(w, w->sp->arg);
 }
 
+static void set_prefix(struct worker *w, const struct crun__agent_spec *spec)
+{
+	const char *tmpl = spec->log_line_prefix_template;
+	struct crun__prefix_vars v = {
+		.role_name = spec->role, .rank = w->rank, .local_rank = w->local_rank};
+	char host[256] = "";
+
+	if (!tmpl)
+		tmpl = strcmp(spec->role, "default") ? CRUN__PREFIX_DEFAULT_ROLE
+						     : CRUN__PREFIX_DEFAULT;
+	else if (gethostname(host, sizeof(host) - 1) == 0) /* socket.gethostname() */
+		v.hostname = host;
+	crun__prefix_render(tmpl, &v, w->prefix, sizeof(w->prefix));
+}
+
 /* True when local rank lr's stream (0 out, 1 err) goes to a file / to the
  * console. */
 static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
@@ -351,9 +367,13 @@ static bool stream_to_file(const struct crun__spawner *a, int lr, int stream)
 	return mask & (1u << stream);
 }
 
+/* As torchrun: a teed stream reaches the console even when it is also
+ * redirected (tee adds the console to the file). */
 static bool stream_to_console(const struct crun__agent_spec *spec, int lr, int stream)
 {
-	if (spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
+	bool teed = spec->tee && ((unsigned)spec->tee[lr] & (1u << stream));
+
+	if (!teed && spec->redirects && ((unsigned)spec->redirects[lr] & (1u << stream)))
 		return false;
 	if (spec->console_ranks && !spec->console_ranks[lr])
 		return false;
@@ -487,10 +507,7 @@ struct worker *crun__worker_spawn(struct crun__spawner *a, const struct crun__pl
 	w->rank = place->rank_offset + local_rank;
 	w->attempt = place->restart_count;
 	w->seq = seq;
-	if (!strcmp(spec->role, "default"))
-		snprintf(w->prefix, sizeof(w->prefix), "[%d]:", w->rank);
-	else
-		snprintf(w->prefix, sizeof(w->prefix), "[%.64s%d]:", spec->role, w->rank);
+	set_prefix(w, spec);
 
 	for (int s = 0; s < 2; s++) {
 		err = crun__outpipe_init(&w->out[s], a->loop, w->prefix, w->rank, pipe_closed, w);

@@ -20,7 +20,7 @@
 #include "agent/placement.h"
 #include "agent/reaper.h"
 
-#define CRUN__PREFIX_MAX 96
+#define CRUN__PREFIX_MAX 256 /* a longer rendered prefix is cut */
 
 struct crun__spawner;
 

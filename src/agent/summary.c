@@ -407,8 +407,13 @@ static void add_failure(struct text *t, const struct crun__summary_job *job,
 		tadd(t, "  %-10s: %d (pid: %d)\n", "exitcode", f->exit_code, (int)f->pid);
 	}
 	tadd(t, "  %-10s: %s\n", "log_file", f->log_file ? f->log_file : "<N/A>");
-	tadd(t, "  %-10s: %s\n", "error_file",
-	     have_error_file && job->keeps_files ? f->error_file : "<N/A>");
+	if (!have_error_file)
+		tadd(t, "  %-10s: <N/A>\n", "error_file");
+	else if (job->keeps_files)
+		tadd(t, "  %-10s: %s\n", "error_file", f->error_file);
+	else
+		tadd(t, "  %-10s: %s (removed when crun exits; --log-dir keeps it)\n", "error_file",
+		     f->error_file);
 	if (f->hang && !message)
 		tadd_block(t, "message", f->hang);
 	else if (!message && f->last_line)

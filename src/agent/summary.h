@@ -54,7 +54,8 @@ struct crun__summary_job {
 	const char *name; /* "train.py" in "train.py FAILED" */
 	const char *hostname;
 	int restart_count;	    /* "(after 2 restarts)" */
-	bool keeps_files;	    /* error files stay (a log directory): show them */
+	bool keeps_files;	    /* error files stay (a log directory); else the
+				     * summary says that the one it read goes */
 	const char *own_error_file; /* crun's TORCHELASTIC_ERROR_FILE; NULL: none */
 	/* With rendezvous, when the store ended the last round: its message
 	 * (which rank on which host failed, or which node left) and round;

@@ -7,6 +7,7 @@
 #include "launcher/torch_probe.h"
 #include "launcher/config.h"
 #include "agent/straggler.h"
+#include "common/suggest.h"
 #include "common/util.h"
 
 #include <ctype.h>
@@ -39,8 +40,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "execute the command directly, also a .py file (without it, SCRIPT.py "
 	  "runs as $PYTHON_EXEC -u SCRIPT.py)", G_WORKERS },
 	{ CRUN_OPT_RUN_PATH, "run-path", 0, false, true, true, NULL, NULL,
-	  "not supported (torchrun runs the script in its own interpreter; crun "
-	  "starts each worker as a process): an error", G_WORKERS },
+	  "run the script with runpy.run_path, as torchrun does: as __main__ in "
+	  "$PYTHON_EXEC with sys.argv = [SCRIPT, ARGS...]; takes precedence over "
+	  "-m and --no-python", G_WORKERS },
 	{ CRUN_OPT_MAX_RESTARTS, "max-restarts", 0, true, true, true, "N", "3",
 	  "restarts of the worker group before the job fails; crun restarts by "
 	  "default, torchrun's default is 0", G_WORKERS },
@@ -100,7 +102,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "(3), is_host (from the endpoint), token_file (none), read_timeout "
 	  "(60s), rejoin_timeout (join_timeout), blacklist_failures (3), "
 	  "blacklist_window (10m), blacklist_cooldown_range (30s:5m), "
-	  "reconnect_timeout (60s); see "
+	  "reconnect_timeout (60s), timeout (static: join_timeout); torchrun's "
+	  "heartbeat_timeout, cas_backoff_max_seconds, use_libuv, store_type "
+	  "(tcp), rank and the etcd keys are checked and have no effect; see "
 	  "crun(1)", G_NODES },
 	{ CRUN_OPT_STANDALONE, "standalone", 0, false, true, true, NULL, NULL,
 	  "one node with its own store on a free port and a random run id; "
@@ -133,11 +137,17 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "streams that go to the log files only: 0 none, 1 stdout, 2 stderr, "
 	  "3 both, for every local rank, or per rank as 0:1,1:2", G_OUTPUT },
 	{ CRUN_OPT_TEE, "tee", 't', true, true, true, "SPEC", "0",
-	  "streams that go to the log files and the console (as --redirects)", G_OUTPUT },
+	  "streams that go to the log files and the console, also those "
+	  "--redirects names (as --redirects)", G_OUTPUT },
 	{ CRUN_OPT_LOCAL_RANKS_FILTER, "local-ranks-filter", 0, true, true, true,
 	  "LIST", "all",
 	  "local ranks whose output reaches the console, e.g. 0,2 (log files "
 	  "keep every rank)", G_OUTPUT },
+	{ CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE, "log-line-prefix-template", 0, true, true,
+	  true, "TEMPLATE", "[${rank}]:, or [${role_name}${rank}]: with --role",
+	  "prefix of each console line, torchrun's template: ${role_name}, "
+	  "${rank}, ${local_rank}, ${hostname} are substituted, other text kept "
+	  "(also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)", G_OUTPUT },
 
 	{ CRUN_OPT_HEARTBEAT_TIMEOUT, "heartbeat-timeout", 0, true, true, true,
 	  "DURATION", "180s",
@@ -174,6 +184,7 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 static char pet_names[CRUN_OPT_COUNT][48];
 
 static const char *const torch_shutdown_env = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+static const char *const torch_prefix_env = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
 
 const struct crun__launch_optdef *crun__launch_optdefs(size_t *count)
 {
@@ -242,6 +253,27 @@ static bool is_prefix(const char *name, size_t len, const char *n)
 	return true;
 }
 
+/* An unknown long option, with the closest option named when one is
+ * close ("--nproc-per-nod3": did you mean --nproc-per-node?). */
+static void unknown_long(const char *name, size_t len, const char *shown, char *err, size_t errlen)
+{
+	const char *names[CRUN_OPT_COUNT], *near = NULL;
+	char typed[CRUN__EDIT_MAX_LEN + 1];
+
+	if (len < sizeof(typed)) {
+		for (size_t j = 0; j < len; j++)
+			typed[j] = name[j] == '_' ? '-' : name[j];
+		typed[len] = '\0';
+		for (size_t i = 0; i < CRUN_OPT_COUNT; i++)
+			names[i] = optdefs[i].name;
+		near = crun__closest_word(typed, names, CRUN_OPT_COUNT);
+	}
+	if (near)
+		crun__seterr(err, errlen, "unknown option '%s'; did you mean '--%s'?", shown, near);
+	else
+		crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", shown);
+}
+
 /* The long option a command line names, as argparse finds it: the exact
  * name, else the one option it is a prefix of. NULL with the reason in
  * err (shown: the option as typed) when none or several are. */
@@ -272,7 +304,7 @@ find_long_abbrev(const char *name, size_t len, const char *shown, char *err, siz
 	if (n > 1)
 		crun__seterr(err, errlen, "ambiguous option '%s' could match %s", shown, list);
 	else
-		crun__seterr(err, errlen, "unknown option '%s' (see crun --help)", shown);
+		unknown_long(name, len, shown, err, errlen);
 	return NULL;
 }
 
@@ -284,33 +316,9 @@ static const struct crun__launch_optdef *find_short(char c)
 	return NULL;
 }
 
-/* ---- rdzv conf, std specs, signals ---------------------------------- */
+/* ---- std specs, signals (rdzv conf: rdzv_conf.c) -------------------- */
 
-void crun__rdzv_conf_init(struct crun__rdzv_conf *conf)
-{
-	conf->join_timeout_ms = 600000;
-	conf->last_call_timeout_ms = 30000;
-	conf->close_timeout_ms = 30000;
-	conf->keep_alive_interval_ms = 5000;
-	conf->keep_alive_max_attempt = 3;
-	conf->is_host = -1;
-	conf->token_file = NULL;
-	conf->read_timeout_ms = 60000;
-	conf->rejoin_timeout_ms = 0;
-	conf->blacklist_failures = 3;
-	conf->blacklist_window_ms = 600000;
-	conf->cooldown_min_ms = 30000;
-	conf->cooldown_max_ms = 300000;
-	conf->reconnect_timeout_ms = 60000;
-}
-
-void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf)
-{
-	free(conf->token_file);
-	conf->token_file = NULL;
-}
-
-static int parse_bool(const char *v, bool *out)
+int crun__launch_parse_bool(const char *v, bool *out)
 {
 	static const char *const yes[] = {"1", "true", "yes", "on"};
 	static const char *const no[] = {"0", "false", "no", "off"};
@@ -326,183 +334,6 @@ static int parse_bool(const char *v, bool *out)
 		}
 	}
 	return -EINVAL;
-}
-
-static char *trim(char *s)
-{
-	char *e;
-
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = '\0';
-	return s;
-}
-
-/* The store's limit (rdzv.h, CRUN_RDZV_MAX_BLACKLIST). */
-#define BLACKLIST_MAX 1000
-
-#define RDZV_KEYS                                                               \
-	"join_timeout, last_call_timeout, close_timeout, keep_alive_interval, " \
-	"keep_alive_max_attempt, is_host, token_file, read_timeout, "           \
-	"rejoin_timeout, blacklist_failures, blacklist_window, "                \
-	"blacklist_cooldown_range, reconnect_timeout"
-
-/* "MIN:MAX" (Horovod's --blacklist-cooldown-range MIN MAX), or one
- * duration for both. */
-static int parse_cooldown_range(struct crun__rdzv_conf *conf, const char *key, const char *val,
-				char *err, size_t errlen)
-{
-	const char *colon = strchr(val, ':');
-	char min[64];
-	int64_t lo, hi;
-
-	if (!colon) {
-		snprintf(min, sizeof(min), "%s", val);
-	} else if ((size_t)(colon - val) < sizeof(min)) {
-		memcpy(min, val, (size_t)(colon - val));
-		min[colon - val] = '\0';
-	} else {
-		min[0] = '\0';
-	}
-	if (crun__parse_duration_ms(min, &lo, NULL, 0) < 0 || lo <= 0 ||
-	    crun__parse_duration_ms(colon ? colon + 1 : min, &hi, NULL, 0) < 0 || hi < lo) {
-		crun__seterr(err, errlen,
-			     "%s '%s': expected MIN:MAX, two positive durations like 30s:5m "
-			     "with MIN <= MAX",
-			     key, val);
-		return -EINVAL;
-	}
-	conf->cooldown_min_ms = lo;
-	conf->cooldown_max_ms = hi;
-	return 0;
-}
-
-static int rdzv_conf_set(struct crun__rdzv_conf *conf, const char *key, const char *val, char *err,
-			 size_t errlen)
-{
-	struct {
-		const char *key;
-		int64_t *ms;
-	} durations[] = {
-		{"join_timeout", &conf->join_timeout_ms},
-		{"last_call_timeout", &conf->last_call_timeout_ms},
-		{"close_timeout", &conf->close_timeout_ms},
-		{"keep_alive_interval", &conf->keep_alive_interval_ms},
-		{"read_timeout", &conf->read_timeout_ms},
-		{"rejoin_timeout", &conf->rejoin_timeout_ms},
-		{"blacklist_window", &conf->blacklist_window_ms},
-		{"reconnect_timeout", &conf->reconnect_timeout_ms},
-	};
-	char reason[160];
-	int64_t v;
-	bool b;
-
-	for (size_t i = 0; i < CRUN_ARRAY_SIZE(durations); i++) {
-		if (strcmp(key, durations[i].key))
-			continue;
-		if (crun__parse_duration_ms(val, &v, NULL, 0) < 0 || v <= 0) {
-			crun__seterr(
-				err, errlen,
-				"%s '%s': expected a positive duration like 30, 2.5s, 500ms or 1m",
-				key, val);
-			return -EINVAL;
-		}
-		*durations[i].ms = v;
-		return 0;
-	}
-	if (!strcmp(key, "keep_alive_max_attempt")) {
-		if (crun__parse_int64(val, 1, 1000, &v, reason, sizeof(reason)) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected a whole number from 1 to 1000",
-				     key, val);
-			return -EINVAL;
-		}
-		conf->keep_alive_max_attempt = (int)v;
-		return 0;
-	}
-	if (!strcmp(key, "blacklist_failures")) {
-		if (crun__parse_int64(val, 0, BLACKLIST_MAX, &v, reason, sizeof(reason)) < 0) {
-			crun__seterr(err, errlen,
-				     "%s '%s': expected a whole number from 0 (never) to %d", key,
-				     val, BLACKLIST_MAX);
-			return -EINVAL;
-		}
-		conf->blacklist_failures = (int)v;
-		return 0;
-	}
-	if (!strcmp(key, "blacklist_cooldown_range"))
-		return parse_cooldown_range(conf, key, val, err, errlen);
-	if (!strcmp(key, "is_host")) {
-		if (parse_bool(val, &b) < 0) {
-			crun__seterr(err, errlen, "%s '%s': expected true, false, 1 or 0", key,
-				     val);
-			return -EINVAL;
-		}
-		conf->is_host = b;
-		return 0;
-	}
-	if (!strcmp(key, "token_file")) {
-		char *dup = strdup(val);
-
-		if (!dup) {
-			crun__seterr(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
-		free(conf->token_file);
-		conf->token_file = dup;
-		return 0;
-	}
-	crun__seterr(err, errlen, "unknown key '%s'; known keys: " RDZV_KEYS, key);
-	return -EINVAL;
-}
-
-int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
-				 size_t errlen)
-{
-	char *copy, *item;
-	int rc = 0;
-
-	copy = strdup(s);
-	if (!copy) {
-		crun__seterr(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	item = trim(copy);
-	if (!*item) /* torchrun: an empty string sets nothing */
-		goto out_free_copy;
-	for (;;) {
-		size_t len = strcspn(item, ",");
-		bool last = !item[len];
-		char *eq, *key, *val;
-
-		item[len] = '\0';
-		eq = strchr(item, '=');
-		if (!eq) {
-			crun__seterr(err, errlen,
-				     "'%s' is not KEY=VALUE; expected KEY=VALUE,... with "
-				     "keys " RDZV_KEYS,
-				     trim(item));
-			rc = -EINVAL;
-			goto out_free_copy;
-		}
-		*eq = '\0';
-		key = trim(item);
-		val = trim(eq + 1);
-		if (!*key || !*val) {
-			crun__seterr(err, errlen, "%s in '%s': expected KEY=VALUE,...",
-				     *key ? "empty value" : "empty key", s);
-			rc = -EINVAL;
-			goto out_free_copy;
-		}
-		rc = rdzv_conf_set(conf, key, val, err, errlen);
-		if (rc || last)
-			goto out_free_copy;
-		item += len + 1;
-	}
-out_free_copy:
-	free(copy);
-	return rc;
 }
 
 void crun__std_spec_finish(struct crun__std_spec *spec)
@@ -850,7 +681,7 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		o->no_python = *v == '1';
 		return 0;
 	case CRUN_OPT_RUN_PATH:
-		/* Refused after merging, so that PET_RUN_PATH=0 is fine. */
+		o->run_path = *v == '1';
 		return 0;
 	case CRUN_OPT_STANDALONE:
 		o->standalone = *v == '1';
@@ -1046,6 +877,18 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 	}
 	case CRUN_OPT_LOCAL_RANKS_FILTER:
 		return parse_rank_list(v, &o->ranks_filter, &o->nranks_filter, err, errlen);
+	case CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE:
+		if (strlen(v) > CRUN_LAUNCH_PREFIX_TEMPLATE_MAX) {
+			crun__seterr(err, errlen, "expected a template of at most %d bytes",
+				     CRUN_LAUNCH_PREFIX_TEMPLATE_MAX);
+			return -EINVAL;
+		}
+		if (!*v) { /* torchrun: empty is the default */
+			free(o->log_line_prefix_template);
+			o->log_line_prefix_template = NULL;
+			return 0;
+		}
+		return set_string(&o->log_line_prefix_template, v, err, errlen);
 	case CRUN_OPT_CONFIG:
 		if (!*v) {
 			crun__seterr(err, errlen, "expected a file name");
@@ -1105,6 +948,7 @@ void crun__launch_opts_finish(struct crun__launch_opts *o)
 	free(o->log_dir);
 	crun__std_spec_finish(&o->redirects);
 	crun__std_spec_finish(&o->tee);
+	free(o->log_line_prefix_template);
 	free(o->ranks_filter);
 	free(o->config_path);
 	memset(o, 0, sizeof(*o));
@@ -1268,6 +1112,10 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 			name = torch_shutdown_env;
 			v = crun__launch_env_lookup(envp, name);
 		}
+		if ((!v || !*v) && d->id == CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE) {
+			name = torch_prefix_env;
+			v = crun__launch_env_lookup(envp, name);
+		}
 		if (!v || !*v) /* empty: as if unset */
 			continue;
 		if (!d->takes_value) {
@@ -1309,7 +1157,7 @@ static int config_text(const struct crun__launch_optdef *d, const char *key,
 		return -EINVAL;
 	case CRUN_CONFIG_SCALAR:
 		if (!d->takes_value) {
-			if (parse_bool(v->scalar, &b) < 0) {
+			if (crun__launch_parse_bool(v->scalar, &b) < 0) {
 				crun__seterr(err, errlen,
 					     "invalid value '%s' for '%s': expected true or false",
 					     v->scalar, key);
@@ -1429,28 +1277,7 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 		}
 	}
 
-	if (c.value[CRUN_OPT_RUN_PATH] && *c.value[CRUN_OPT_RUN_PATH] == '1') {
-		char key[48];
-
-		config_key(CRUN_OPT_RUN_PATH, key, sizeof(key));
-		if (o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_CONFIG)
-			crun__seterr(
-				err, errlen,
-				"config '%s' line %d: '%s' is not supported: crun starts "
-				"each worker as its own process; run the script as the command",
-				o->config_path, o->config_line[CRUN_OPT_RUN_PATH], key);
-		else
-			crun__seterr(err, errlen,
-				     "%s%s is not supported: crun starts each worker as its "
-				     "own process; run the script as the command",
-				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV ? "" : "--",
-				     o->source[CRUN_OPT_RUN_PATH] == CRUN_SRC_ENV
-					     ? pet_name(CRUN_OPT_RUN_PATH)
-					     : "run-path");
-		rc = -EINVAL;
-		goto out_free;
-	}
-	if (o->module && o->no_python) {
+	if (o->module && o->no_python && !o->run_path) {
 		crun__seterr(err, errlen,
 			     "--module and --no-python cannot be used together: a module "
 			     "needs python");

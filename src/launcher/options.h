@@ -103,6 +103,7 @@ enum crun__launch_opt {
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
 	CRUN_OPT_LOCAL_RANKS_FILTER,
+	CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE,
 	CRUN_OPT_HEARTBEAT_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS,
@@ -133,6 +134,7 @@ const struct crun__launch_optdef *crun__launch_optdefs(size_t *count);
 /* The --rdzv-conf keys, read by multi-node rounds. */
 struct crun__rdzv_conf {
 	int64_t join_timeout_ms;	/* 600 s */
+	bool join_timeout_set;		/* given, not the default */
 	int64_t last_call_timeout_ms;	/* 30 s */
 	int64_t close_timeout_ms;	/* 30 s */
 	int64_t keep_alive_interval_ms; /* 5 s */
@@ -146,6 +148,7 @@ struct crun__rdzv_conf {
 	int64_t cooldown_min_ms;	/* 30 s */
 	int64_t cooldown_max_ms;	/* 5 min */
 	int64_t reconnect_timeout_ms;	/* 60 s */
+	int64_t timeout_ms;		/* torchrun's timeout; 0: not given */
 };
 
 /* Per-rank stream selection of --redirects/--tee, as torchrun writes it:
@@ -175,6 +178,8 @@ struct crun__launch_opts {
 	double straggler_factor;     /* 1.5; 0: no straggler warnings */
 	int straggler_window;	     /* 20 steps */
 	char *role;		     /* "default" */
+	/* runpy.run_path; wins over module and no_python */
+	bool run_path;
 	bool module;
 	bool no_python;
 	char *master_addr;			 /* NULL: 127.0.0.1 on one node */
@@ -185,6 +190,8 @@ struct crun__launch_opts {
 	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
+	/* --log-line-prefix-template; NULL: crun's [RANK]: */
+	char *log_line_prefix_template;
 	int64_t shutdown_timeout_ms; /* 30 s */
 	int64_t min_attempt_ms;	     /* 60 s */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
@@ -235,12 +242,22 @@ void crun__std_spec_finish(struct crun__std_spec *spec);
 /* Streams of local rank lr. */
 enum crun__std crun__std_spec_get(const struct crun__std_spec *spec, int lr);
 
-/* "k=v,k=v" with the known keys; values checked per key; unknown keys
- * are an error. conf must hold the defaults (or earlier values). */
+/* "k=v,k=v" with the known keys (rdzv_conf.c: crun's and torchrun's);
+ * values checked per key; an unknown key is an error that suggests the
+ * closest known one. conf must hold the defaults (or earlier values). */
 int crun__launch_parse_rdzv_conf(const char *s, struct crun__rdzv_conf *conf, char *err,
 				 size_t errlen);
 void crun__rdzv_conf_init(struct crun__rdzv_conf *conf);
 void crun__rdzv_conf_finish(struct crun__rdzv_conf *conf);
+/* The join timeout in effect: with static, torchrun's timeout (the time
+ * its static store waits for every node) unless join_timeout was given. */
+int64_t crun__rdzv_conf_join_timeout_ms(const struct crun__rdzv_conf *conf, bool is_static);
+
+/* 1, true, yes, on / 0, false, no, off (any case). 0 or -EINVAL. */
+int crun__launch_parse_bool(const char *v, bool *out);
+
+/* The longest --log-line-prefix-template, in bytes. */
+#define CRUN_LAUNCH_PREFIX_TEMPLATE_MAX 256
 
 /* "SIGTERM,SIGINT" (also "TERM", any case); signals that cannot be caught
  * or that crun needs (SIGKILL, SIGSTOP, SIGCHLD) are refused. Duplicates

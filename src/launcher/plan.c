@@ -201,6 +201,31 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcmp(s + n - m, suffix);
 }
 
+/* torchrun's --run-path calls runpy.run_path(SCRIPT, run_name="__main__")
+ * in a process of its own with sys.argv = [SCRIPT, ARGS...], wrapped in
+ * @record; sys.path[0] is the launcher's own: the cwd under "python -m
+ * torch.distributed.run", torchrun's bin directory under "torchrun",
+ * never the script's directory. This is that, for python -c SCRIPT ARGS:
+ * sys.argv loses "-c"; sys.path[0] is the cwd as an absolute path (the
+ * useful one of the two); an exception that ends the script is written to
+ * TORCHELASTIC_ERROR_FILE as @record does, unless the script wrote the
+ * file itself. */
+static const char run_path_code[] =
+	"import json, os, runpy, sys, time, traceback\n"
+	"sys.argv = sys.argv[1:]\n"
+	"if sys.path and sys.path[0] == '':\n"
+	"    sys.path[0] = os.getcwd()\n"
+	"try:\n"
+	"    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+	"except Exception as e:\n"
+	"    p = os.environ.get('TORCHELASTIC_ERROR_FILE')\n"
+	"    if p and not os.path.exists(p):\n"
+	"        with open(p, 'w') as f:\n"
+	"            json.dump({'message': {'message': f'{type(e).__name__}: {e}',\n"
+	"                       'extraInfo': {'py_callstack': traceback.format_exc(),\n"
+	"                                     'timestamp': str(int(time.time()))}}}, f)\n"
+	"    raise\n";
+
 static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
 		      char **envp, char *err, size_t errlen)
 {
@@ -210,7 +235,12 @@ static int build_argv(struct crun__launch_plan *plan, const struct crun__launch_
 
 	if (!python || !*python)
 		python = "python3";
-	if (o->module) {
+	if (o->run_path) {
+		pre[npre++] = python;
+		pre[npre++] = "-u";
+		pre[npre++] = "-c";
+		pre[npre++] = run_path_code;
+	} else if (o->module) {
 		pre[npre++] = python;
 		pre[npre++] = "-u";
 		pre[npre++] = "-m";
@@ -467,6 +497,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 {
 	spec->argv = plan->argv;
 	spec->argc = plan->argc;
+	if (o->run_path) /* the script, not python -c's code */
+		spec->name = o->command[0];
 	spec->nproc_per_node = plan->nproc;
 	spec->nnodes = 1;
 	spec->node_rank = o->node_rank;
@@ -485,6 +517,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->redirects = plan->redirects;
 	spec->tee = plan->tee;
 	spec->console_ranks = plan->console_ranks;
+	spec->log_line_prefix_template = o->log_line_prefix_template;
 	for (int i = 0; i < o->nsignals; i++)
 		spec->signals[i] = o->signals[i];
 	spec->nsignals = o->nsignals;
@@ -503,14 +536,14 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 		spec->rdzv.is_host = plan->is_host;
 		spec->rdzv.min_nodes = o->nnodes_min;
 		spec->rdzv.max_nodes = o->nnodes_max;
-		spec->rdzv.join_timeout_ms = rc->join_timeout_ms;
+		spec->rdzv.join_timeout_ms = crun__rdzv_conf_join_timeout_ms(rc, plan->rdzv_static);
 		spec->rdzv.last_call_timeout_ms = rc->last_call_timeout_ms;
 		spec->rdzv.close_timeout_ms = rc->close_timeout_ms;
 		spec->rdzv.keep_alive_interval_ms = rc->keep_alive_interval_ms;
 		spec->rdzv.keep_alive_max_attempt = rc->keep_alive_max_attempt;
 		spec->rdzv.read_timeout_ms = rc->read_timeout_ms;
 		spec->rdzv.rejoin_timeout_ms =
-			rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms;
+			rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : spec->rdzv.join_timeout_ms;
 		spec->rdzv.blacklist_failures = rc->blacklist_failures;
 		spec->rdzv.blacklist_window_ms = rc->blacklist_window_ms;
 		spec->rdzv.cooldown_min_ms = rc->cooldown_min_ms;
@@ -566,6 +599,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 {
 	const struct crun__rdzv_conf *rc = &o->rdzv_conf;
 	static const char *const backends[] = {"c10d", "static"};
+	int64_t join_ms;
 
 	fprintf(f, "nproc_per_node=%d\n", plan->nproc);
 	if (o->nnodes_min == o->nnodes_max)
@@ -584,7 +618,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	else
 		fprintf(f, "rdzv_store=none\n");
 	fprintf(f, "run_id=%s\n", plan->run_id);
-	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)rc->join_timeout_ms);
+	join_ms = crun__rdzv_conf_join_timeout_ms(rc, plan->rdzv_static);
+	fprintf(f, "rdzv_conf.join_timeout_ms=%lld\n", (long long)join_ms);
 	fprintf(f, "rdzv_conf.last_call_timeout_ms=%lld\n", (long long)rc->last_call_timeout_ms);
 	fprintf(f, "rdzv_conf.close_timeout_ms=%lld\n", (long long)rc->close_timeout_ms);
 	fprintf(f, "rdzv_conf.keep_alive_interval_ms=%lld\n",
@@ -594,7 +629,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "rdzv_conf.token_file=%s\n", rc->token_file ? rc->token_file : "");
 	fprintf(f, "rdzv_conf.read_timeout_ms=%lld\n", (long long)rc->read_timeout_ms);
 	fprintf(f, "rdzv_conf.rejoin_timeout_ms=%lld\n",
-		(long long)(rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : rc->join_timeout_ms));
+		(long long)(rc->rejoin_timeout_ms ? rc->rejoin_timeout_ms : join_ms));
 	fprintf(f, "rdzv_conf.blacklist_failures=%d\n", rc->blacklist_failures);
 	fprintf(f, "rdzv_conf.blacklist_window_ms=%lld\n", (long long)rc->blacklist_window_ms);
 	fprintf(f, "rdzv_conf.blacklist_cooldown_range_ms=%lld:%lld\n",
@@ -638,6 +673,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	for (size_t i = 0; i < o->nranks_filter; i++)
 		fprintf(f, "%s%d", i ? "," : "", o->ranks_filter[i]);
 	fputc('\n', f);
+	fprintf(f, "log_line_prefix_template=%s\n",
+		o->log_line_prefix_template ? o->log_line_prefix_template : "");
 	fprintf(f, "config=%s\n", o->config_path ? o->config_path : "");
 	fputs("command=", f);
 	for (int i = 0; i < plan->argc; i++) {

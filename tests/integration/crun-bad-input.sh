@@ -92,7 +92,10 @@ bad "invalid value '70000' for --master-port" "" --master_port=70000
 bad "invalid value 'etcd' for --rdzv-backend: expected c10d or static" "" --rdzv-backend etcd
 bad "invalid value 'join_timeout' for --rdzv-conf: 'join_timeout' is not KEY=VALUE" "" \
 	--rdzv-conf join_timeout
-bad "unknown key 'bogus'; known keys: join_timeout" "" --rdzv-conf bogus=1
+bad "unknown key 'bogus' (crun(1) lists the keys under --rdzv-conf)" "" --rdzv-conf bogus=1
+bad "unknown key 'join_timout'; did you mean 'join_timeout'?" "" --rdzv-conf join_timout=5
+bad "store_type 'file': crun's store is a TCP store: only tcp is supported" "" \
+	--rdzv-conf store_type=file
 bad "invalid value 'join_timeout=soon' for --rdzv-conf" "" --rdzv-conf=join_timeout=soon
 bad "invalid value 'is_host=2' for --rdzv-conf" "" --rdzv_conf is_host=2
 bad "rejoin_timeout '0': expected a positive duration" "" --rdzv-conf rejoin_timeout=0
@@ -125,19 +128,20 @@ bad "invalid value '' for --role" "" --role ""
 # Flags and usage.
 bad "unknown option '--bogus-flag' (see crun --help)" "" --bogus-flag 1
 bad "unknown option '-z'" "" -z
+bad "unknown option '--nproc_per_nod3'; did you mean '--nproc-per-node'?" "" --nproc_per_nod3=2
 bad "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf" "" \
 	--rdzv c10d
 bad "option '--nproc-per-node' needs a value" "" --nproc-per-node NOCMD
 bad "option '--standalone' takes no value" "" --standalone=yes
 bad "invalid value '2' for --nnodes: --standalone runs one node" "" --standalone --nnodes 2
 bad "no command given" "" --nproc-per-node 2 NOCMD
-bad "--run-path is not supported" "" --run-path
+bad "no command given" "" --run-path NOCMD
 bad "--module and --no-python cannot be used together" "" -m --no-python
 # Environment.
 bad "invalid value 'abc' for PET_NNODES: expected N or MIN:MAX" "PET_NNODES=abc"
 bad "invalid value 'yes' for PET_STANDALONE: expected 1 or 0" "PET_STANDALONE=yes"
 bad "invalid value '-3' for PET_NPROC_PER_NODE" "PET_NPROC_PER_NODE=-3"
-bad "PET_RUN_PATH is not supported" "PET_RUN_PATH=1"
+bad "invalid value 'yes' for PET_RUN_PATH: expected 1 or 0" "PET_RUN_PATH=yes"
 bad "invalid value 'x' for TORCH_ELASTIC_SHUTDOWN_TIMEOUT" "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=x"
 bad "invalid value 'loud' for CRUN_LOG_LEVEL" "CRUN_LOG_LEVEL=loud"
 # Config files.

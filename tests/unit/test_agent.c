@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/group.h"
+#include "agent/prefix.h"
 #include "agent/reaper.h"
 #include "agent/spawn.h"
 #include "agent/summary.h"
@@ -304,6 +305,117 @@ static void test_error_file_write(void **state)
 	unlink(path);
 	/* An unwritable place is an error, not a crash. */
 	assert_true(agent_error_file_write("/nonexistent-dir/x.json", NULL, 0, "m", "d", 1) < 0);
+}
+
+/* The summary crun__summary_report writes to stderr, into a buffer. */
+static void summary_of(const struct crun__summary_job *job, const struct crun__failures *fl,
+		       char *out, size_t len)
+{
+	char path[PATH_MAX + 32];
+	int fd, saved;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/summary.txt", scratch);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	assert_true(saved >= 0);
+	dup2(fd, STDERR_FILENO);
+	crun__summary_report(job, fl);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, out, len - 1, 0);
+	assert_true(n >= 0);
+	out[n] = '\0';
+	close(fd);
+	unlink(path);
+}
+
+/* The summary names the error file it read: kept under a log directory,
+ * or said to go with crun's temporary directory; none read: <N/A>. */
+static void test_summary_error_file(void **state)
+{
+	struct crun__summary_job job = {.name = "train.py", .hostname = "h"};
+	struct crun__failures fl = {0};
+	struct crun__failure f = {.rank = 1, .local_rank = 1, .pid = 42, .exit_code = 1};
+	char path[PATH_MAX + 32], want[PATH_MAX + 128], out[8192];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/error.json", scratch);
+	spit(path, record_doc);
+	f.error_file = path;
+	assert_int_equal(crun__failures_add(&fl, &f), 0);
+
+	job.keeps_files = true;
+	summary_of(&job, &fl, out, sizeof(out));
+	snprintf(want, sizeof(want), "  error_file: %s\n", path);
+	if (!strstr(out, want))
+		fail_msg("no '%s' in:\n%s", want, out);
+	assert_non_null(strstr(out, "  message   : RuntimeError: boom\n"));
+
+	job.keeps_files = false;
+	summary_of(&job, &fl, out, sizeof(out));
+	snprintf(want, sizeof(want),
+		 "  error_file: %s (removed when crun exits; --log-dir keeps it)\n", path);
+	if (!strstr(out, want))
+		fail_msg("no '%s' in:\n%s", want, out);
+
+	/* The worker named the file but never wrote it. */
+	unlink(path);
+	job.keeps_files = true;
+	summary_of(&job, &fl, out, sizeof(out));
+	assert_non_null(strstr(out, "  error_file: <N/A>\n"));
+	crun__failures_finish(&fl);
+}
+
+/* Expected values are Python's string.Template(t).safe_substitute(
+ * role_name="tr", rank=3, local_rank=1, hostname="h"), as torchrun
+ * renders --log-line-prefix-template. */
+static void test_prefix_render(void **state)
+{
+	static const struct {
+		const char *tmpl, *want;
+	} cases[] = {
+		{CRUN__PREFIX_DEFAULT, "[3]:"},
+		{CRUN__PREFIX_DEFAULT_ROLE, "[tr3]:"},
+		{"${role_name}-${rank}:${local_rank}", "tr-3:1"},
+		{"${hostname}:${rank}: ", "h:3: "},
+		{"$role_name$rank", "tr3"},
+		{"", ""},
+		{"plain", "plain"},
+		{"$$x", "$x"},
+		{"$${rank}", "${rank}"},
+		{"$rank0", "$rank0"}, /* the name is rank0 */
+		{"${rank}0", "30"},
+		{"${node}", "${node}"}, /* unknown: kept */
+		{"$Rank", "$Rank"},	/* names are case-sensitive */
+		{"a$", "a$"},		/* a '$' that starts nothing */
+		{"${rank", "${rank"},
+		{"${}", "${}"},
+		{"$1", "$1"},
+		{"${ rank}", "${ rank}"},
+		{"$-${local_rank}", "$-1"},
+	};
+	struct crun__prefix_vars v = {
+		.role_name = "tr", .rank = 3, .local_rank = 1, .hostname = "h"};
+	char out[64], small[5];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = crun__prefix_render(cases[i].tmpl, &v, out, sizeof(out));
+
+		if (strcmp(out, cases[i].want) || n != strlen(cases[i].want))
+			fail_msg("'%s': '%s' (%zu), expected '%s'", cases[i].tmpl, out, n,
+				 cases[i].want);
+	}
+	/* Cut to the buffer; the return value says how long it would be. */
+	assert_int_equal(
+		crun__prefix_render("${role_name}-${rank}:${local_rank}", &v, small, sizeof(small)),
+		6);
+	assert_string_equal(small, "tr-3");
+	assert_int_equal(crun__prefix_render("$$$$$$", &v, small, 1), 3);
+	assert_string_equal(small, "");
 }
 
 static void test_describe_exit(void **state)
@@ -901,6 +1013,8 @@ int main(void)
 		cmocka_unit_test(test_error_file_large),
 		cmocka_unit_test(test_error_file_read),
 		cmocka_unit_test(test_error_file_write),
+		cmocka_unit_test(test_summary_error_file),
+		cmocka_unit_test(test_prefix_render),
 		cmocka_unit_test(test_describe_exit),
 		cmocka_unit_test(test_mkdir_p),
 		cmocka_unit_test(test_run_env),

@@ -23,6 +23,7 @@
 #include "common/list.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
+#include "common/suggest.h"
 #include "common/util.h"
 #include "common/yaml.h"
 
@@ -1086,6 +1087,66 @@ static void test_ratelimit(void **state)
 	}
 }
 
+static void test_edit_distance(void **state)
+{
+	static const struct {
+		const char *a, *b;
+		size_t d;
+	} cases[] = {
+		{"", "", 0},
+		{"", "abc", 3},
+		{"abc", "", 3},
+		{"join_timeout", "join_timeout", 0},
+		{"join_timout", "join_timeout", 1},   /* a deletion */
+		{"join_timeoutt", "join_timeout", 1}, /* an insertion */
+		{"jion_timeout", "join_timeout", 1},  /* a swap */
+		{"read_timeuot", "read_timeout", 1},
+		{"kitten", "sitting", 3},
+		{"ca", "abc", 3}, /* OSA: no edit of a swapped pair */
+		{"timeout", "read_timeout", 5},
+	};
+	char longw[CRUN__EDIT_MAX_LEN + 2];
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++) {
+		if (crun__edit_distance(cases[i].a, cases[i].b) != cases[i].d)
+			fail_msg("'%s' '%s': %zu, expected %zu", cases[i].a, cases[i].b,
+				 crun__edit_distance(cases[i].a, cases[i].b), cases[i].d);
+		assert_true(crun__edit_distance(cases[i].b, cases[i].a) == cases[i].d);
+	}
+	memset(longw, 'a', sizeof(longw) - 1);
+	longw[sizeof(longw) - 1] = '\0';
+	assert_true(crun__edit_distance(longw, "a") == CRUN__EDIT_FAR);
+	longw[CRUN__EDIT_MAX_LEN] = '\0';
+	assert_true(crun__edit_distance(longw, "") == CRUN__EDIT_MAX_LEN);
+}
+
+static void test_closest_word(void **state)
+{
+	static const char *const keys[] = {"join_timeout", "last_call_timeout", "close_timeout",
+					   "read_timeout", "timeout",		"is_host",
+					   "rank"};
+	size_t n = CRUN_ARRAY_SIZE(keys);
+
+	(void)state;
+	assert_string_equal(crun__closest_word("join_timout", keys, n), "join_timeout");
+	assert_string_equal(crun__closest_word("lastcall_timeout", keys, n), "last_call_timeout");
+	assert_string_equal(crun__closest_word("is-host", keys, n), "is_host");
+	assert_string_equal(crun__closest_word("timeuot", keys, n), "timeout");
+	assert_string_equal(crun__closest_word("rnak", keys, n), "rank");
+	assert_string_equal(crun__closest_word("clad_timeout", keys, n), "read_timeout");
+	{
+		static const char *const two[] = {"ab", "ba"};
+
+		/* both 1 away: the first wins */
+		assert_string_equal(crun__closest_word("aa", two, 2), "ab");
+		assert_string_equal(crun__closest_word("bb", two, 2), "ab");
+	}
+	assert_null(crun__closest_word("bogus", keys, n));
+	assert_null(crun__closest_word("heartbeat", keys, n));
+	assert_null(crun__closest_word("x", keys, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1110,6 +1171,8 @@ int main(void)
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_hash_bytes),
 		cmocka_unit_test(test_htable),
+		cmocka_unit_test(test_edit_distance),
+		cmocka_unit_test(test_closest_word),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

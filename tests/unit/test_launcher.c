@@ -279,7 +279,13 @@ static void test_bad_command_lines(void **state)
 	expect_error(parse("--local-ranks-filter", "", "x"), "for --local-ranks-filter");
 	expect_error(parse("--log-dir=", "x"), "for --log-dir");
 	expect_error(parse("--bogus", "x"), "unknown option '--bogus'");
-	expect_error(parse("--bogus=1", "x"), "unknown option '--bogus'");
+	expect_error(parse("--bogus=1", "x"), "unknown option '--bogus' (see crun --help)");
+	expect_error(parse("--nproc-per-nod3=2", "x"),
+		     "unknown option '--nproc-per-nod3'; did you mean '--nproc-per-node'?");
+	expect_error(parse("--rdzv-endpiont=h:1", "x"),
+		     "unknown option '--rdzv-endpiont'; did you mean '--rdzv-endpoint'?");
+	expect_error(parse("--standlone", "x"),
+		     "unknown option '--standlone'; did you mean '--standalone'?");
 	expect_error(parse("--rdzv", "c10d", "x"),
 		     "ambiguous option '--rdzv' could match --rdzv-backend, --rdzv-endpoint, "
 		     "--rdzv-id, --rdzv-conf");
@@ -289,7 +295,7 @@ static void test_bad_command_lines(void **state)
 	expect_error(parse("--nproc-per-node"), "option '--nproc-per-node' needs a value");
 	expect_error(parse("--standalone=1", "x"), "option '--standalone' takes no value");
 	expect_error(parse("--nproc-per-node=2"), "no command given");
-	expect_error(parse("--run-path", "x.py"), "--run-path is not supported");
+	expect_error(parse("--run-path"), "no command given");
 	expect_error(parse("-m", "--no-python", "x"), "cannot be used together");
 	expect_error(parse("-c", "/nonexistent/crun.yaml", "x"),
 		     "cannot read config '/nonexistent/crun.yaml'");
@@ -354,9 +360,13 @@ static void test_env_precedence(void **state)
 		r = parse_env(e4, "x", NULL);
 		assert_true(r->o.shutdown_timeout_ms == 7000);
 		done(r);
-		expect_error(parse_env(e5, "x", NULL), "PET_RUN_PATH is not supported");
+		r = parse_env(e5, "x", NULL);
+		assert_int_equal(r->rc, 0);
+		assert_true(r->o.run_path);
+		done(r);
 		r = parse_env(e6, "x", NULL);
 		assert_int_equal(r->rc, 0);
+		assert_false(r->o.run_path);
 		done(r);
 	}
 }
@@ -387,6 +397,58 @@ static void test_std_spec(void **state)
 			fail_msg("'%s' accepted", bad[i]);
 		assert_true(err[0]);
 	}
+}
+
+/* --log-line-prefix-template: the flag, PET_, then torchrun's
+ * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; empty is the default. */
+static void test_log_line_prefix_template(void **state)
+{
+	const char *torch[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${rank}>", NULL};
+	const char *both[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${rank}>",
+			      "PET_LOG_LINE_PREFIX_TEMPLATE=${local_rank}|", NULL};
+	const char *empty[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=", NULL};
+	char longer[CRUN_LAUNCH_PREFIX_TEMPLATE_MAX + 2];
+	struct run *r;
+
+	(void)state;
+	r = parse("x");
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("--log-line-prefix-template", "${role_name}-${rank}:${local_rank}", "x");
+	assert_string_equal(r->o.log_line_prefix_template, "${role_name}-${rank}:${local_rank}");
+	done(r);
+	r = parse("--log_line_prefix_template=[${node}]", "x"); /* kept as written */
+	assert_string_equal(r->o.log_line_prefix_template, "[${node}]");
+	done(r);
+	r = parse_env(torch, "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "${rank}>");
+	done(r);
+	r = parse_env(both, "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "${local_rank}|");
+	done(r);
+	r = parse_env(both, "--log-line-prefix-template=<$rank>", "x", NULL);
+	assert_string_equal(r->o.log_line_prefix_template, "<$rank>");
+	done(r);
+	r = parse_env(empty, "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("--log-line-prefix-template=", "x");
+	assert_int_equal(r->rc, 0);
+	assert_null(r->o.log_line_prefix_template);
+	done(r);
+	r = parse("-c", write_file("prefix.yaml", "log_line_prefix_template: \"${rank}: \"\n"),
+		  "x");
+	assert_string_equal(r->o.log_line_prefix_template, "${rank}: ");
+	done(r);
+	memset(longer, 'a', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	expect_error(parse("--log-line-prefix-template", longer, "x"),
+		     "expected a template of at most 256 bytes");
+	longer[sizeof(longer) - 2] = '\0';
+	r = parse("--log-line-prefix-template", longer, "x");
+	assert_int_equal(r->rc, 0);
+	done(r);
 }
 
 static void test_rdzv_conf(void **state)
@@ -433,8 +495,101 @@ static void test_rdzv_conf(void **state)
 	}
 	crun__rdzv_conf_init(&c);
 	assert_int_equal(crun__launch_parse_rdzv_conf("nope=1", &c, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "unknown key 'nope'"));
-	assert_non_null(strstr(err, "keep_alive_max_attempt"));
+	assert_string_equal(err, "unknown key 'nope' (crun(1) lists the keys under --rdzv-conf)");
+	crun__rdzv_conf_finish(&c);
+}
+
+/* Every key torchrun's rendezvous backends read (c10d/dynamic, static,
+ * etcd, etcd-v2; torch 1.13 to 2.x) is accepted; each value is checked;
+ * a mistyped key names the closest one. */
+static void test_rdzv_conf_torchrun(void **state)
+{
+	static const struct {
+		const char *conf;
+		const char *error; /* NULL: accepted */
+	} cases[] = {
+		{"timeout=900", NULL},
+		{"timeout=5", NULL},
+		{"timeout=0", "timeout '0': expected a positive duration"},
+		{"heartbeat_timeout=5", NULL},
+		{"heartbeat_timeout=soon", "heartbeat_timeout 'soon': expected a positive"},
+		{"cas_backoff_max_seconds=0", NULL},
+		{"cas_backoff_max_seconds=0.5", NULL},
+		{"cas_backoff_max_seconds=-1", "cas_backoff_max_seconds '-1': expected a number"},
+		{"use_libuv=1", NULL},
+		{"use_libuv=False", NULL},
+		{"use_libuv=2", "use_libuv '2': expected true, false, 1 or 0"},
+		{"store_type=tcp", NULL},
+		{"store_type=TCP", NULL},
+		{"store_type=file", "store_type 'file': crun's store is a TCP store"},
+		{"rank=0", NULL},
+		{"rank=3", NULL},
+		{"rank=-1", "rank '-1': expected a whole number, 0 or more"},
+		{"protocol=https,cacert=/ca.pem,cert=/c.pem,key=/k.pem,etcd_prefix=/p", NULL},
+		{"protocol=ftp", "protocol 'ftp': expected http or https"},
+		{"ca_cert=/ca.pem,ssl_cert=/c.pem,ssl_cert_key=/k.pem", NULL},
+		{"join_timout=5", "unknown key 'join_timout'; did you mean 'join_timeout'?"},
+		{"timout=5", "unknown key 'timout'; did you mean 'timeout'?"},
+		{"is-host=1", "unknown key 'is-host'; did you mean 'is_host'?"},
+		{"keep_alive_max_attempts=3",
+		 "unknown key 'keep_alive_max_attempts'; did you mean 'keep_alive_max_attempt'?"},
+		{"read_timeout=5,lastcall_timeout=1",
+		 "unknown key 'lastcall_timeout'; did you mean 'last_call_timeout'?"},
+		{"local_addr=10.0.0.1", "unknown key 'local_addr' (crun(1) lists the keys"},
+	};
+	struct crun__rdzv_conf c;
+	char err[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc;
+
+		crun__rdzv_conf_init(&c);
+		err[0] = '\0';
+		rc = crun__launch_parse_rdzv_conf(cases[i].conf, &c, err, sizeof(err));
+		if (!cases[i].error && rc)
+			fail_msg("'%s': %s", cases[i].conf, err);
+		if (cases[i].error &&
+		    (rc != -EINVAL || strncmp(err, cases[i].error, strlen(cases[i].error))))
+			fail_msg("'%s': rc %d '%s'", cases[i].conf, rc, err);
+		crun__rdzv_conf_finish(&c);
+	}
+
+	/* Quotes around the whole value are not part of it. */
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(
+		crun__launch_parse_rdzv_conf("'join_timeout=5,last_call_timeout=1,timeout=5'", &c,
+					     err, sizeof(err)),
+		0);
+	assert_true(c.join_timeout_ms == 5000 && c.last_call_timeout_ms == 1000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("\" read_timeout=7 \"", &c, err, sizeof(err)),
+			 0);
+	assert_true(c.read_timeout_ms == 7000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("''", &c, err, sizeof(err)), 0);
+	assert_int_equal(crun__launch_parse_rdzv_conf("'timeout=5\"", &c, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "unknown key ''timeout'; did you mean 'timeout'?");
+	crun__rdzv_conf_finish(&c);
+
+	/* timeout is static's join timeout, unless join_timeout is given;
+	 * with c10d it has no effect (torchrun's c10d backend ignores it). */
+	crun__rdzv_conf_init(&c);
+	assert_int_equal(crun__launch_parse_rdzv_conf("timeout=5", &c, err, sizeof(err)), 0);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 5000);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, false) == 600000);
+	assert_int_equal(crun__launch_parse_rdzv_conf("join_timeout=7", &c, err, sizeof(err)), 0);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 7000);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, false) == 7000);
+	crun__rdzv_conf_finish(&c);
+	crun__rdzv_conf_init(&c);
+	assert_true(crun__rdzv_conf_join_timeout_ms(&c, true) == 600000);
+	/* torchrun's keys change none of crun's settings */
+	assert_int_equal(crun__launch_parse_rdzv_conf(
+				 "heartbeat_timeout=1,use_libuv=0,rank=2,store_type=tcp", &c, err,
+				 sizeof(err)),
+			 0);
+	assert_true(c.read_timeout_ms == 60000 && c.keep_alive_interval_ms == 5000);
+	assert_int_equal(c.is_host, -1);
 	crun__rdzv_conf_finish(&c);
 }
 
@@ -538,8 +693,10 @@ static void test_config_file(void **state)
 		     "unknown key 'config'");
 	expect_error(parse("-c", write_file("rdzv.yaml", "rdzv_conf: {bogus: 1}\n"), "x"),
 		     "unknown key 'bogus'");
-	expect_error(parse("-c", write_file("runpath.yaml", "run_path: true\n"), "x"),
-		     "'run_path' is not supported");
+	r = parse("-c", write_file("runpath.yaml", "run_path: true\n"), "x");
+	assert_int_equal(r->rc, 0);
+	assert_true(r->o.run_path);
+	done(r);
 	expect_error(parse("-c", tmpdir, "x"), "not a regular file");
 	/* A bad value is reported even where the command line overrides it. */
 	expect_error(parse("-c", write_file("over.yaml", "nproc_per_node: zero\n"),
@@ -660,6 +817,39 @@ static void test_plan(void **state)
 	assert_string_equal(p->argv[0], "/bin/echo");
 	crun__launch_plan_finish(p);
 	done(r);
+	/* --run-path: python -u -c CODE SCRIPT ARGS, over --no-python and -m
+	 * too, as torchrun; the job is named after the script. */
+	{
+		const char *const *cases[] = {
+			(const char *[]){"--run-path", "/abs/train.py", "a", "b c", NULL, NULL},
+			(const char *[]){"--run-path", "--no-python", "/abs/train.py", "a", "b c",
+					 NULL},
+			(const char *[]){"--run-path", "-m", "--no-python", "/abs/train.py", "a",
+					 "b c", NULL},
+		};
+
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			struct crun__agent_spec spec = {0};
+			const char *const *a = cases[i];
+
+			r = parse(a[0], a[1], a[2], a[3], a[4], a[5]);
+			assert_int_equal(r->rc, 0);
+			assert_true(r->o.run_path);
+			p = plan_for(r, py, &nogpu, 0);
+			assert_int_equal(p->argc, 7);
+			assert_string_equal(p->argv[0], "/opt/py/bin/python");
+			assert_string_equal(p->argv[1], "-u");
+			assert_string_equal(p->argv[2], "-c");
+			assert_non_null(strstr(p->argv[3], "runpy.run_path(sys.argv[0], "
+							   "run_name='__main__')"));
+			assert_string_equal(p->argv[4], "/abs/train.py");
+			assert_string_equal(p->argv[6], "b c");
+			crun__launch_plan_to_spec(p, &r->o, &spec);
+			assert_string_equal(spec.name, "/abs/train.py");
+			crun__launch_plan_finish(p);
+			done(r);
+		}
+	}
 
 	/* nproc words. */
 	r = parse("--nproc-per-node=auto", "x");
@@ -917,6 +1107,8 @@ int main(void)
 		cmocka_unit_test(test_env_precedence),
 		cmocka_unit_test(test_std_spec),
 		cmocka_unit_test(test_rdzv_conf),
+		cmocka_unit_test(test_rdzv_conf_torchrun),
+		cmocka_unit_test(test_log_line_prefix_template),
 		cmocka_unit_test(test_signals),
 		cmocka_unit_test(test_config_file),
 		cmocka_unit_test(test_count_gpus),
