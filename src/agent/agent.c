@@ -586,10 +586,10 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	if (!spec->rdzv.enabled && spec->host_store) {
 		if (setup_store(a) < 0)
 			goto out_loop;
-		if (spec->agent_store) {
-			place.master_addr = spec->store_host ? spec->store_host : "127.0.0.1";
+		/* MASTER_ADDR as the user gave it (PyTorch compares it with
+		 * the address it is asked to connect to), the store's port. */
+		if (spec->agent_store)
 			place.master_port = crun__server_port(a->server);
-		}
 	}
 	err = crun__group_init(g, &place);
 	if (err < 0) {
