@@ -7,6 +7,17 @@
  * misbehaving client without disturbing anyone else. The key-value
  * semantics are store.h's, which does no I/O; this server is its libuv edge.
  *
+ * The server sends its preamble once the client's first byte is in:
+ * crun's clients send theirs at once, and a first byte other than crun's
+ * magic makes the connection a TCPStore one (opts.tcpstore), served in
+ * tcpstore.h's protocol in the namespace CRUN__TCPSTORE_RUN. Such a
+ * connection is unauthenticated (it counts against max_preauth and the
+ * handshake timeout) until its first valid request, then counts as any
+ * other; every budget below applies to it, except the idle timeout (a
+ * TCPStore client never reconnects). A protocol error, an error of the
+ * store or an opcode crun does not serve closes it (the protocol has no
+ * error reply), with a rate-limited info line.
+ *
  * Logging: one info line per connection event (accepted, authenticated,
  * refused, closed); one debug line per request when the log level is
  * debug.
@@ -88,6 +99,11 @@ struct crun__server_opts {
 	 * (CRUN_WIRE_F_EMBEDDED), and agents do not wait for it to come
 	 * back. */
 	bool embedded;
+	/* Also serve PyTorch's c10d TCPStore protocol (tcpstore.h) on the
+	 * same port: a connection whose first bytes are not crun's
+	 * preamble is read as TCPStore. Those clients cannot authenticate;
+	 * they share one namespace that no crun run can see or name. */
+	bool tcpstore;
 };
 
 /* Hook for embedders (the agent's rendezvous): called on the loop's

@@ -785,12 +785,19 @@ static void test_garbage(void **state)
 
 	(void)state;
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
-	/* not a crun client at all */
+	/* not a crun client at all (nor TCPStore's, not served here): closed
+	 * without a word, since it reads neither protocol */
 	fd = tconnect(h.port);
-	read_server_preamble(fd, &flags, nonce);
 	tsend(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
-	expect_error_and_close(fd, EPROTO, "bad magic");
+	assert_true(closed_by_server(fd));
+	close(fd);
 	fresh_client_works(h.port);
+
+	/* crun's magic, then not */
+	fd = tconnect(h.port);
+	tsend(fd, "CRAP\0\1\0\0", 8);
+	read_server_preamble(fd, &flags, nonce);
+	expect_error_and_close(fd, EPROTO, "bad magic");
 
 	/* another version */
 	fd = tconnect(h.port);
@@ -1021,7 +1028,7 @@ static void test_preauth_and_timeouts(void **state)
 	struct crun__wire_item ev[2] = {its("mine"), its("v")};
 	struct crun__server_opts so;
 	struct harness h;
-	uint8_t nonce[32], hdr[5] = {0, 0, 0, 40, CRUN_WIRE_SET};
+	uint8_t nonce[32], hdr[5] = {0, 0, 0, 40, CRUN_WIRE_SET}, pre[CRUN_WIRE_CLIENT_PREAMBLE];
 	uint16_t flags;
 	struct rmsg r;
 	int idle, owner, a, b, c, slow;
@@ -1037,9 +1044,13 @@ static void test_preauth_and_timeouts(void **state)
 	owner = client(h.port, "q");
 	want_ok(owner, CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, ev, 2);
 
+	/* The server answers a client's preamble: then it has accepted it. */
+	crun__wire_client_preamble(pre);
 	a = tconnect(h.port);
+	tsend(a, pre, sizeof(pre));
 	read_server_preamble(a, &flags, nonce);
 	b = tconnect(h.port);
+	tsend(b, pre, sizeof(pre));
 	read_server_preamble(b, &flags, nonce);
 	c = tconnect(h.port); /* a third from 127.0.0.1: the oldest goes */
 	expect_error_and_close(a, ECONNABORTED, "too many unauthenticated connections");
