@@ -202,8 +202,12 @@ long crun__tcpstore_parse(struct crun__tcpstore_conn *ts, const uint8_t *buf, si
 		 * may hold is refused before anything is allocated. */
 		if (count == 0 || count > CRUN_WIRE_MAX_ITEMS / per ||
 		    count * per * 8 > lim->max_request) {
-			crun__seterr(err, errlen, "%s of %llu keys (at most %u)", op_names[req->op],
-				     (unsigned long long)count, CRUN_WIRE_MAX_ITEMS / per);
+			if (count == 0)
+				crun__seterr(err, errlen, "%s of no keys", op_names[req->op]);
+			else
+				crun__seterr(err, errlen, "%s of %llu keys (at most %u)",
+					     op_names[req->op], (unsigned long long)count,
+					     CRUN_WIRE_MAX_ITEMS / per);
 			return count == 0 ? -EPROTO : -EMSGSIZE;
 		}
 		break;
