@@ -3,9 +3,10 @@
  * byte: crun's preamble starts with 'C', a TCPStore request with an opcode
  * below 0x20).
  *
- * What PyTorch sends (observed on the wire between torch's own client and
- * server for 1.13.1 and 2.15.0; the releases between read from their
- * sources):
+ * What PyTorch sends: observed on the wire between torch's own client and
+ * server for 1.13.1 (legacy) and 2.15.0 (modern); the enums of the
+ * releases between read from PyTorch's sources, so the release where each
+ * opcode appeared (in brackets) is approximate:
  *
  *   Integers are host byte order (little-endian on every platform torch
  *   ships). A string or byte vector is u64 length + bytes; a list is u64

@@ -20,3 +20,29 @@ grep -q 'TCPStore protocol error: unknown TCPStore opcode 99' "$tmp/on.log" ||
 grep -q 'not a crun client (first byte 0x00) and TCPStore clients are not served here' \
 	"$tmp/off.log" || fail "no line for a TCPStore client of a daemon with --tcpstore off"
 echo "ok log lines"
+
+# A modern TCPStore greeting (VALIDATE, PING): prints the PING's echo as
+# "served", or "closed".
+greet() {
+	python3 -c '
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(b"\0" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 7))
+try:
+    got = s.recv(4)
+except ConnectionResetError:
+    got = b""
+print("served" if got == struct.pack("<I", 7) else "closed")' "$1"
+}
+printf 'tok' >"$tmp/tok"
+start_daemon req --require-token --token-file "$tmp/tok"
+[ "$(greet "$port")" = closed ] || fail "--require-token: TCPStore served"
+start_daemon reqon --require-token --token-file "$tmp/tok" --tcpstore on
+[ "$(greet "$port")" = served ] || fail "--require-token --tcpstore on: TCPStore not served"
+echo "ok --require-token turns TCPStore off unless --tcpstore on"
+"$CRUN_RDZVD" --tcpstore maybe 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] || fail "--tcpstore maybe: exit $rc"
+grep -q "invalid value 'maybe' for --tcpstore: expected on or off" "$tmp/err" ||
+	fail "--tcpstore maybe: $(cat "$tmp/err")"
+echo "ok --tcpstore takes on or off"
