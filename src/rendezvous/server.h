@@ -12,7 +12,8 @@
  * magic makes the connection a TCPStore one (opts.tcpstore), served in
  * tcpstore.h's protocol in the namespace CRUN__TCPSTORE_RUN. Such a
  * connection is unauthenticated (it counts against max_preauth and the
- * handshake timeout) until its first valid request, then counts as any
+ * handshake timeout, and its first request must fit the small frame cap
+ * of a HELLO, 8 KiB) until its first valid request, then counts as any
  * other; every budget below applies to it, except the idle timeout (a
  * TCPStore client never reconnects). A protocol error, an error of the
  * store or an opcode crun does not serve closes it (the protocol has no

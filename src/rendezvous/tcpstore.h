@@ -6,7 +6,7 @@
  * What PyTorch sends: observed on the wire between torch's own client and
  * server for 1.13.1 (legacy) and 2.15.0 (modern); the enums of the
  * releases between read from PyTorch's sources, so the release where each
- * opcode appeared (in brackets) is approximate:
+ * opcode appeared (in parentheses) is approximate:
  *
  *   Integers are host byte order (little-endian on every platform torch
  *   ships). A string or byte vector is u64 length + bytes; a list is u64
@@ -41,7 +41,8 @@
  *     CANCEL_WAIT   12 (2.1)               12 -; reply u8 1 WAIT_CANCELED
  *     PING          -                      13 u32 nonce; reply the nonce
  *                                             (2.4 ..)
- *     QUEUE_PUSH    -                      14 key, value; no reply (2.6 ..)
+ *     QUEUE_PUSH    -                      14 key, value; no reply (not
+ *                                             served)
  *     QUEUE_POP     -                      15 key; reply u64 0, or u64 1 +
  *                                             value (not served)
  *     QUEUE_LEN     -                      16 key; reply i64 (not served)
@@ -57,13 +58,14 @@
  *   counting as 0. COMPARE_SET on a missing key with an empty expected
  *   value sets desired and replies it; with a non-empty expected value it
  *   changes nothing and replies expected; on an existing key it swaps when
- *   the value equals expected and replies the value now stored. GET,
- *   MULTI_GET of a missing key: torch's clients always WAIT first; the
- *   servers fail the request and drop the connection. ADD on a value that
- *   is not a number: the torch server drops the connection (1.13's
- *   threaded server dropped every connection). Errors have no reply
- *   encoding in this protocol: a torch server closes the connection, so
- *   does crun, with one rate-limited log line.
+ *   the value equals expected and replies the value now stored. GET and
+ *   MULTI_GET of a missing key: torch's clients always WAIT first, so they
+ *   never send one; crun closes the connection. ADD on a value that is not
+ *   a number: 2.15's libuv server closes that connection; 1.13's threaded
+ *   server dropped every connection. Errors have no reply encoding in this
+ *   protocol: the torch servers close the connection, so does crun, with
+ *   one rate-limited log line. 1.13's Python binding lacks check, append,
+ *   multi_get and multi_set (its C++ client has check).
  *
  *   WAIT and CANCEL_WAIT: the client gives up after its timeout (1.13:
  *   a socket timeout, connection unusable; 2.1 ..: it sends CANCEL_WAIT
@@ -78,9 +80,11 @@
  * (0x00) with those bytes would announce a key of over 10^9 bytes, above
  * any key limit, so the first five bytes decide: VALIDATE + magic is the
  * modern dialect, anything else the legacy one. No release has both
- * VALIDATE and WATCH_KEY. A development snapshot of PyTorch (between 2.1
- * and 2.2) put a magic before every request; no release shipped it and
- * crun does not speak it.
+ * VALIDATE and WATCH_KEY. Limit: a development snapshot of PyTorch from
+ * the time of the libuv backend (around 2.2) put a 4-byte magic before
+ * every request; whether a release shipped it was not established. crun
+ * does not speak it: such a client's first byte reads as an unknown
+ * opcode, and the connection is closed with a line saying so.
  *
  * This file is the pure core: parse, translate to the store's requests
  * (wire.h's, applied by crun__store_apply), encode replies. No I/O. */

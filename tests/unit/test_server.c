@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/server.h"
+#include "rendezvous/tcpstore.h"
 #include "rendezvous/wire.h"
 #include "store_harness.h"
 #include "wire_peer.h"
@@ -1252,26 +1253,109 @@ static void test_listen(void **state)
 	assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* The server's first read decides: nothing of crun's reaches a TCPStore
+ * client, which is closed without a word on every refusal. */
+static bool closed_silently(int fd)
+{
+	uint8_t b[64];
+	ssize_t r;
+
+	do
+		r = recv(fd, b, sizeof(b), 0);
+	while (r < 0 && errno == EINTR);
+	if (r > 0)
+		fail_msg("%zd bytes where a silent close was due (first 0x%02x)", r, b[0]);
+	return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* VALIDATE and PING of a modern TCPStore client; true when the nonce came
+ * back. */
+static bool torch_greet(int fd, uint32_t nonce)
+{
+	uint8_t req[10] = {0};
+	uint32_t magic = CRUN__TCPSTORE_MAGIC, back = 0;
+
+	memcpy(req + 1, &magic, 4);
+	req[5] = 13;
+	memcpy(req + 6, &nonce, 4);
+	tsend(fd, req, sizeof(req));
+	return recv_all(fd, &back, sizeof(back)) == 0 && back == nonce;
+}
+
+/* TCPStore connections: unauthenticated until their first valid request
+ * (the handshake timeout and the preauth quota apply, silently), then
+ * ordinary connections; with tcpstore off, closed at their first byte. */
+static void test_tcpstore_edge(void **state)
+{
+	struct crun__server_opts so;
+	struct harness h;
+	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
+	uint16_t flags;
+	uint64_t t0;
+	int a, b, c, t, crun_fd;
+
+	(void)state;
+	harness_opts(&so, NULL);
+	so.tcpstore = true;
+	so.limits.handshake_timeout_ms = 300;
+	so.limits.max_preauth = 4;
+	so.limits.max_preauth_per_source = 2;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+
+	/* half a VALIDATE, then nothing: closed at the handshake timeout */
+	t0 = now_ms();
+	a = tconnect(h.port);
+	tsend(a, "\0\xce", 2);
+	assert_true(closed_silently(a));
+	assert_true(now_ms() - t0 >= 250);
+	close(a);
+
+	/* a greeted TCPStore client no longer counts as unauthenticated:
+	 * two strangers more do not evict it, a third stranger evicts the
+	 * oldest stranger, silently since it said nothing crun */
+	t = tconnect(h.port);
+	assert_true(torch_greet(t, 0x11223344));
+	a = tconnect(h.port);
+	tsend(a, "\0", 1);
+	b = tconnect(h.port);
+	crun__wire_client_preamble(pre);
+	tsend(b, pre, sizeof(pre));
+	read_server_preamble(b, &flags, nonce); /* b is in: a was before it */
+	c = tconnect(h.port);
+	tsend(c, pre, sizeof(pre));
+	read_server_preamble(c, &flags, nonce);
+	assert_true(closed_silently(a));
+	assert_true(torch_greet(t, 0x55667788));
+	close(a);
+	close(b);
+	close(c);
+	close(t);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* tcpstore off: a TCPStore client is closed, crun's are served */
+	harness_opts(&so, NULL);
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	t = tconnect(h.port);
+	tsend(t, "\0\xce\xf7\x85\x3c", 5);
+	assert_true(closed_silently(t));
+	close(t);
+	crun_fd = client(h.port, "still");
+	close(crun_fd);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_operations),
-		cmocka_unit_test(test_waiting_reads),
-		cmocka_unit_test(test_wait_timeout),
-		cmocka_unit_test(test_wait_deadlines),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_runs_isolated),
-		cmocka_unit_test(test_limits),
-		cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_huge_lengths),
-		cmocka_unit_test(test_tiny_frames),
-		cmocka_unit_test(test_handshake_timeout),
-		cmocka_unit_test(test_preauth_and_timeouts),
-		cmocka_unit_test(test_slow_reader),
-		cmocka_unit_test(test_wait_bytes_capped),
-		cmocka_unit_test(test_destroy_busy),
-		cmocka_unit_test(test_listen),
+		cmocka_unit_test(test_operations),    cmocka_unit_test(test_waiting_reads),
+		cmocka_unit_test(test_wait_timeout),  cmocka_unit_test(test_wait_deadlines),
+		cmocka_unit_test(test_watch),	      cmocka_unit_test(test_runs_isolated),
+		cmocka_unit_test(test_limits),	      cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_garbage),	      cmocka_unit_test(test_huge_lengths),
+		cmocka_unit_test(test_tiny_frames),   cmocka_unit_test(test_handshake_timeout),
+		cmocka_unit_test(test_tcpstore_edge), cmocka_unit_test(test_preauth_and_timeouts),
+		cmocka_unit_test(test_slow_reader),   cmocka_unit_test(test_wait_bytes_capped),
+		cmocka_unit_test(test_destroy_busy),  cmocka_unit_test(test_listen),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
