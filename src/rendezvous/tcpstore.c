@@ -378,6 +378,7 @@ long crun__tcpstore_reply(struct crun__tcpstore_conn *ts, uint8_t type, uint32_t
 			  const struct crun__wire_item *items, uint32_t count, uint8_t *out,
 			  size_t cap, char *err, size_t errlen)
 {
+	static const struct crun__wire_item empty = {NULL, 0};
 	enum crun__tcpstore_op op;
 	size_t len = 0;
 	uint8_t b;
@@ -388,6 +389,13 @@ long crun__tcpstore_reply(struct crun__tcpstore_conn *ts, uint8_t type, uint32_t
 	if (i == ts->npending)
 		return -ENOENT;
 	op = (enum crun__tcpstore_op)ts->pending[i].op;
+	if (type == CRUN_WIRE_ERROR && num == ENOENT && op == CRUN__TS_GET &&
+	    ts->dialect == CRUN__TCPSTORE_MODERN) {
+		/* As the libuv server of the modern dialect answers. */
+		type = CRUN_WIRE_VALUE;
+		count = 1;
+		items = &empty;
+	}
 	if (type == CRUN_WIRE_ERROR) {
 		char msg[160];
 

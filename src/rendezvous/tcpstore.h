@@ -46,6 +46,10 @@
  *     QUEUE_POP     -                      15 key; reply u64 0, or u64 1 +
  *                                             value (not served)
  *     QUEUE_LEN     -                      16 key; reply i64 (not served)
+ *   (2.15's queues: a map apart from the keys; CHECK and WAIT count a
+ *   non-empty queue as a present key, GETNUMKEYS does not; a blocking
+ *   QUEUE_POP is WAIT on the key, then QUEUE_POP, whose reply is i64 0
+ *   when empty, else i64 1 and the value.)
  *   1.13 and 2.0 stop at DELETE_KEY (8). Opcodes 8 .. 12 mean the same in
  *   both dialects; 0 .. 7 are shifted by VALIDATE and WATCH_KEY.
  *
@@ -58,9 +62,11 @@
  *   counting as 0. COMPARE_SET on a missing key with an empty expected
  *   value sets desired and replies it; with a non-empty expected value it
  *   changes nothing and replies expected; on an existing key it swaps when
- *   the value equals expected and replies the value now stored. GET and
- *   MULTI_GET of a missing key: torch's clients always WAIT first, so they
- *   never send one; crun closes the connection. ADD on a value that is not
+ *   the value equals expected and replies the value now stored. GET of
+ *   a missing key (torch's clients always WAIT first, so they never send
+ *   one): 2.15's libuv server replies an empty value, and so does crun in
+ *   the modern dialect; 1.13's server closed the connection, and so does
+ *   crun in the legacy dialect and for MULTI_GET. ADD on a value that is not
  *   a number: 2.15's libuv server closes that connection; 1.13's threaded
  *   server dropped every connection. Errors have no reply encoding in this
  *   protocol: the torch servers close the connection, so does crun, with

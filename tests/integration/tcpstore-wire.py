@@ -134,6 +134,13 @@ def every_op(dialect):
     c.s.sendall(a + b + g)
     same("pipelined WAIT", c.u8(), 0)
     same("pipelined GET", c.value(), b"P")
+    c.send("GET", s_(k("missing")))
+    if dialect == "modern":  # as 2.15's libuv server: an empty value
+        same("GET missing", c.value(), b"")
+    elif not c.closed():  # as 1.13's server: closed
+        raise Fail("legacy GET of a missing key: connection still open")
+    else:
+        c = Client(dialect)
     c.send("GETNUMKEYS")
     n = c.i64()
     if n < 6:

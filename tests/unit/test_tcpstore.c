@@ -306,6 +306,13 @@ static void one_dialect(enum crun__tcpstore_dialect d)
 	f_str(&f, "/absent");
 	run(&x, &f);
 	want_u8(&x, 1);
+	/* GET of a missing key: an empty value (modern), a closed
+	 * connection (legacy) */
+	if (d == CRUN__TCPSTORE_MODERN) {
+		key_req(&f, opc(d, CRUN__TS_GET), "/missing");
+		run(&x, &f);
+		want_bytes(&x, "");
+	}
 	/* GETNUMKEYS: /k /n /c */
 	f.n = 0;
 	f_u8(&f, opc(d, CRUN__TS_GETNUMKEYS));
