@@ -854,6 +854,20 @@ static int torch_ready(struct conn *c)
 	return 0;
 }
 
+/* c said nothing within the handshake timeout. crun's clients send their
+ * preamble at once, but PyTorch 1.13's TCPStore opens a second connection
+ * per store for watch callbacks that stays silent until a watch (and
+ * dies with its process when closed under it): with TCPStore served, c
+ * is such a connection. It counts as any connection from now on, as it
+ * would by sending one valid request. */
+static void torch_silent(struct conn *c)
+{
+	c->torch = true;
+	preauth_leave(c);
+	log_lifecycle(c, "%s: silent for %u ms: kept as a TCPStore connection", c->peer,
+		      c->srv->limits.handshake_timeout_ms);
+}
+
 static void handle_torch(struct conn *c, const struct crun__tcpstore_req *req)
 {
 	struct crun__server *srv = c->srv;
@@ -1153,6 +1167,8 @@ static void on_conn_timer(uv_timer_t *t)
 			 crun__rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
 		crun__info("%s: dropped: %s", c->peer, why);
 		refuse_conn(c, ETIMEDOUT, why);
+	} else if (srv->tcpstore && !c->torch && !c->preamble_sent && !c->in.len) {
+		torch_silent(c);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
 			 srv->limits.handshake_timeout_ms);

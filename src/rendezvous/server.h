@@ -14,8 +14,10 @@
  * connection is unauthenticated (it counts against max_preauth and the
  * handshake timeout, and its first request must fit the small frame cap
  * of a HELLO, 8 KiB) until its first valid request, then counts as any
- * other; every budget below applies to it, except the idle timeout (a
- * TCPStore client never reconnects). A protocol error, an error of the
+ * other. A connection that sends nothing within the handshake timeout is
+ * taken for PyTorch 1.13's silent callback connection and kept (not
+ * closed) when TCPStore is served, counting as any other too; every budget below applies to it,
+ * except the idle timeout (a TCPStore client never reconnects). A protocol error, an error of the
  * store or an opcode crun does not serve closes it (the protocol has no
  * error reply), with a rate-limited info line.
  *

@@ -22,7 +22,9 @@ ver=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "torch $ver ($py)"
 export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
 
-start_daemon d
+# A short handshake timeout: 1.13's silent callback connections outlive
+# it and must be kept (server.h).
+start_daemon d --handshake-timeout 1s
 timeout 60 "$py" "$CRUN_SOURCE_DIR/tests/integration/tcpstore-torch.py" "$port" \
 	>"$tmp/client.out" 2>&1 || { cat "$tmp/client.out" >&2; fail "torch's client (torch $ver)"; }
 grep -q '^done$' "$tmp/client.out" || fail "torch's client did not finish"
@@ -56,5 +58,4 @@ for r in 0 1; do
 	grep -q "rank $r of 2: sum 3" "$tmp/agent0.log" "$tmp/agent1.log" ||
 		fail "no all_reduce result of rank $r"
 done
-grep -q 'TCPStore' "$tmp/d.log" || true
 echo "ok two torchrun agents (torch $ver) rendezvoused through crun-rdzvd"
