@@ -59,8 +59,8 @@
 #include "rendezvous/rdzv.h"
 #include "rendezvous/round.h"
 #include "rendezvous/store.h"
-#include "rendezvous/tcpstore.h"
 #include "rendezvous/store_rdzv.h"
+#include "rendezvous/tcpstore.h"
 #include "rendezvous/wire.h"
 
 #define SCRATCH_SIZE (64 * 1024)
@@ -858,14 +858,15 @@ static int torch_ready(struct conn *c)
  * preamble at once, but PyTorch 1.13's TCPStore opens a second connection
  * per store for watch callbacks that stays silent until a watch (and
  * dies with its process when closed under it): with TCPStore served, c
- * is such a connection. It counts as any connection from now on, as it
- * would by sending one valid request. */
+ * is such a connection. It is a TCPStore connection from now on, as it
+ * would be after one valid request. */
 static void torch_silent(struct conn *c)
 {
 	c->torch = true;
-	preauth_leave(c);
-	log_lifecycle(c, "%s: silent for %u ms: kept as a TCPStore connection", c->peer,
+	log_lifecycle(c, "%s: silent for %u ms: taken for a TCPStore connection", c->peer,
 		      c->srv->limits.handshake_timeout_ms);
+	if (torch_ready(c) < 0)
+		drop_conn(c, "out of memory");
 }
 
 static void handle_torch(struct conn *c, const struct crun__tcpstore_req *req)

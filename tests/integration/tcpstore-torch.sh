@@ -32,7 +32,7 @@ echo "ok torch $ver TCPStore client: $(grep -c '^ok' "$tmp/client.out") calls"
 
 # Two torchrun agents, one node each. Underscored flags: what both 1.13 and
 # 2.x take. --redirects/--tee given as maps: 1.13's "0" default breaks
-# on Python 3.12 (its Std enum has no member for 0 there).
+# on Python 3.11 (iterating its Std IntFlag skips NONE, 0, so "0" maps to None).
 cat >"$tmp/job.py" <<'PY'
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
