@@ -42,6 +42,7 @@ enum {
 	OPT_MAX_PREAUTH_SOURCE,
 	OPT_REQUEST_TIMEOUT,
 	OPT_IDLE_TIMEOUT,
+	OPT_TCPSTORE,
 };
 
 static const struct option long_opts[] = {
@@ -62,6 +63,7 @@ static const struct option long_opts[] = {
 	{"max-preauth-per-source", required_argument, NULL, OPT_MAX_PREAUTH_SOURCE},
 	{"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
 	{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+	{"tcpstore", required_argument, NULL, OPT_TCPSTORE},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -105,6 +107,10 @@ static void usage(FILE *out)
 		"                            MiB; 0 for none (default 30s)\n"
 		"  --idle-timeout DURATION   close an authenticated connection with nothing\n"
 		"                            pending after this long; 0 for never (default 1h)\n"
+		"  --tcpstore on|off         also serve PyTorch's TCPStore protocol on the port\n"
+		"                            (torchrun --rdzv-backend=c10d agents and torch\n"
+		"                            TCPStore clients, unauthenticated) (default: on,\n"
+		"                            off with --require-token)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -270,7 +276,7 @@ int main(int argc, char **argv)
 	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL, *state_dir = NULL;
 	enum crun__log_level level;
 	struct daemon d;
-	int port = 29400, opt, rc, status = 0;
+	int port = 29400, opt, rc, status = 0, tcpstore = -1;
 	char err[512], *token = NULL;
 	uint64_t v;
 
@@ -351,6 +357,13 @@ int main(int argc, char **argv)
 		case OPT_REQUIRE_TOKEN:
 			opts.require_token = true;
 			break;
+		case OPT_TCPSTORE:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				bad_value(name, optarg, "expected on or off");
+				return EXIT_USAGE;
+			}
+			tcpstore = strcmp(optarg, "on") == 0;
+			break;
 		case OPT_STATE_DIR:
 			if (!*optarg) {
 				bad_value(name, optarg, "expected a directory");
@@ -409,6 +422,9 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	crun__log_set_level(level);
+	/* Unauthenticated by nature: a daemon told to require a token serves
+	 * TCPStore only when told so too. */
+	opts.tcpstore = tcpstore >= 0 ? tcpstore : !opts.require_token;
 	if ((uint64_t)opts.limits.max_value_size + opts.limits.max_key_size + 64 >
 	    opts.limits.max_conn_buffer)
 		crun__warn("--max-buffer is smaller than one frame with the largest key and value; "

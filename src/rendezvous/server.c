@@ -60,6 +60,7 @@
 #include "rendezvous/round.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_rdzv.h"
+#include "rendezvous/tcpstore.h"
 #include "rendezvous/wire.h"
 
 #define SCRATCH_SIZE (64 * 1024)
@@ -87,7 +88,9 @@
 #define container_of crun__container_of
 
 /* Lifecycle of a connection:
- *   PREAMBLE  accepted, our preamble sent, waiting for the client's
+ *   PREAMBLE  accepted, waiting for the client's preamble (ours goes out
+ *             with its first byte); a TCPStore connection stays here
+ *             until its first valid request
  *   HELLO     preamble fine, waiting for HELLO (handshake timer running)
  *   READY     authenticated and in a run: requests are served (the timer
  *             is the liveness timer once a JOIN asked for keep-alives)
@@ -112,6 +115,7 @@ enum refusal {
 	REF_SLOW,
 	REF_IDLE,
 	REF_LIFECYCLE, /* accepted and closed lines of unauthenticated ones */
+	REF_TCPSTORE,  /* TCPStore connections closed (protocol, tcpstore off) */
 	REF_KINDS,
 };
 
@@ -155,6 +159,9 @@ struct conn {
 	bool preauth;	    /* on srv->preauth: not authenticated yet */
 	bool over_budget;   /* on_alloc found no room in the budget */
 	bool final_error;   /* its last error: past the budget */
+	bool torch;	    /* speaks TCPStore (tcpstore.h), not crun's wire */
+	bool preamble_sent;
+	struct crun__tcpstore_conn ts;
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
 	char peer[64];
 	char peer_ip[INET6_ADDRSTRLEN]; /* the address in peer, no port */
@@ -179,6 +186,7 @@ struct crun__server {
 	uint16_t caps; /* CRUN_WIRE_F_* capabilities our preamble advertises */
 	const char *token_hint;
 	bool require_token;
+	bool tcpstore;
 	crun__server_disconnect_cb disconnect_cb;
 	void *disconnect_arg;
 	struct crun__list conns;
@@ -208,6 +216,7 @@ struct crun__server {
 
 static void flush_dirty(struct crun__server *srv);
 static void begin_close(struct conn *c, bool graceful);
+static void send_preamble(struct conn *c);
 
 void crun__server_limits_default(struct crun__server_limits *limits)
 {
@@ -476,6 +485,52 @@ static int send_frame(struct conn *c, uint8_t type, uint32_t id, int64_t num,
 
 /* ---- the store's and the rounds' way out ------------------------------------ */
 
+/* Closes c, a TCPStore connection, with a rate-limited line: the protocol
+ * has no error reply. */
+static void torch_close(struct conn *c, const char *why)
+{
+	log_refusal(c->srv, REF_TCPSTORE, "%s: TCPStore protocol error: %s; closed", c->peer, why);
+	if (!c->drop && !c->handles_closing) {
+		c->drop = true; /* the line above is its only one */
+		mark_dirty(c);
+	}
+}
+
+/* The store's answer to c, a TCPStore connection, in TCPStore's bytes.
+ * Frames no TCPStore request is owed (an error about no request) go. */
+static int torch_send(struct conn *c, uint8_t type, uint32_t id, int64_t num,
+		      const struct crun__wire_item *items, uint32_t count)
+{
+	uint8_t small[1024], *out = small;
+	char err[200];
+	long n;
+
+	if (c->drop || c->handles_closing || c->state == CONN_CLOSING)
+		return 0;
+	n = crun__tcpstore_reply(&c->ts, type, id, num, items, count, small, sizeof(small), err,
+				 sizeof(err));
+	if (n > (long)sizeof(small)) {
+		if ((uint64_t)n > c->srv->limits.max_conn_buffer) {
+			torch_close(c, "a reply larger than the connection's buffer");
+			return 0;
+		}
+		out = malloc((size_t)n);
+		if (!out) {
+			drop_conn(c, "out of memory");
+			return 0;
+		}
+		n = crun__tcpstore_reply(&c->ts, type, id, num, items, count, out, (size_t)n, err,
+					 sizeof(err));
+	}
+	if (n == -EPROTO)
+		torch_close(c, err);
+	else if (n > 0 && enqueue(c, NULL, out, (size_t)n) == -ENOBUFS)
+		torch_close(c, "a reply larger than the connection's buffer");
+	if (out != small)
+		free(out);
+	return 0;
+}
+
 static struct conn *client_conn(void *client)
 {
 	return container_of((struct crun__store_client *)client, struct conn, sc);
@@ -486,8 +541,12 @@ static struct conn *client_conn(void *client)
 static int store_send(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
 		      int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
+	struct conn *c = client_conn(to);
+
 	(void)ctx;
-	return send_frame(client_conn(to), type, id, num, items, count);
+	if (c->torch)
+		return torch_send(c, type, id, num, items, count);
+	return send_frame(c, type, id, num, items, count);
 }
 
 static void store_drop(void *ctx, struct crun__store_client *c, const char *reason)
@@ -650,6 +709,7 @@ static void fail_conn(struct conn *c, uint32_t id, int errnum, const char *what,
 	log_refusal(c->srv, errnum == ETIMEDOUT ? REF_HANDSHAKE : REF_PROTOCOL, "%s: %s: %s",
 		    c->peer, what, why);
 	c->final_error = true;
+	send_preamble(c);
 	reply_err(c, id, errnum, "%s", why);
 	begin_close(c, true);
 }
@@ -744,6 +804,141 @@ static void handle_frame(struct conn *c, const struct crun__wire_msg *m)
 	handle_request(c, m);
 }
 
+/* Our preamble, once the client's first byte says it speaks crun (or
+ * before an error to one that said nothing yet). */
+static void send_preamble(struct conn *c)
+{
+	struct crun__server *srv = c->srv;
+	uint8_t preamble[CRUN_WIRE_SERVER_PREAMBLE];
+
+	if (c->preamble_sent || c->torch)
+		return; /* a TCPStore client reads no preamble, nor crun's errors */
+	c->preamble_sent = true;
+	crun__wire_server_preamble(
+		preamble, (srv->token ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0) | srv->caps,
+		srv->token ? c->nonce : NULL);
+	send_raw(c, preamble, sizeof(preamble));
+}
+
+/* c's first byte is not crun's: a TCPStore client, served when the server
+ * was asked to (opts.tcpstore), else closed. */
+static void start_torch(struct conn *c, uint8_t first)
+{
+	if (!c->srv->tcpstore) {
+		log_refusal(c->srv, REF_TCPSTORE,
+			    "%s: protocol error: not a crun client (first byte 0x%02x) and "
+			    "TCPStore clients are not served here; closed",
+			    c->peer, first);
+		c->drop = true; /* the line above is its only one */
+		mark_dirty(c);
+		return;
+	}
+	c->torch = true;
+}
+
+/* c's first valid TCPStore request: it joins the TCPStore namespace and
+ * counts as an authenticated connection (it has nothing more to prove). */
+static int torch_ready(struct conn *c)
+{
+	struct crun__server *srv = c->srv;
+
+	if (crun__store_join(srv->store, &c->sc, (const uint8_t *)CRUN__TCPSTORE_RUN,
+			     CRUN__TCPSTORE_RUN_LEN) < 0)
+		return -ENOMEM;
+	c->state = CONN_READY;
+	preauth_leave(c);
+	uv_timer_stop(&c->timer);
+	uv_tcp_nodelay(&c->tcp, 1);
+	log_lifecycle(c, "%s: TCPStore client, %s dialect", c->peer,
+		      crun__tcpstore_dialect_name(c->ts.dialect));
+	return 0;
+}
+
+/* c said nothing within the handshake timeout. crun's clients send their
+ * preamble at once, but PyTorch 1.13's TCPStore opens a second connection
+ * per store for watch callbacks that stays silent until a watch (and
+ * dies with its process when closed under it): with TCPStore served, c
+ * is such a connection. It is a TCPStore connection from now on, as it
+ * would be after one valid request. */
+static void torch_silent(struct conn *c)
+{
+	c->torch = true;
+	log_lifecycle(c, "%s: silent for %u ms: taken for a TCPStore connection", c->peer,
+		      c->srv->limits.handshake_timeout_ms);
+	if (torch_ready(c) < 0)
+		drop_conn(c, "out of memory");
+}
+
+static void handle_torch(struct conn *c, const struct crun__tcpstore_req *req)
+{
+	struct crun__server *srv = c->srv;
+	struct crun__wire_msg m;
+	uint8_t reply[16];
+	size_t rlen;
+	char err[160];
+	int rc;
+
+	rc = crun__tcpstore_begin(&c->ts, req, &m, reply, &rlen);
+	if (rc == -ENOSPC) {
+		torch_close(c, "too many requests waiting for a reply");
+		return;
+	}
+	if (rc == CRUN__TS_APPLY) {
+		if (crun__wire_validate(&m, err, sizeof(err)) < 0) {
+			torch_close(c, err);
+			return;
+		}
+		if (crun__log_enabled(CRUN_LOG_DEBUG))
+			crun__store_log_request(&c->sc, &m);
+		crun__store_apply(srv->store, &c->sc, &m, uv_now(srv->loop));
+		return;
+	}
+	if (rc == CRUN__TS_CANCEL) {
+		/* Its waits get no answer from the store now; one that was
+		 * answered already was answered before this reply, which the
+		 * client expects (tcpstore.h). */
+		crun__store_detach(srv->store, &c->sc);
+		crun__tcpstore_cancel_waits(&c->ts);
+	}
+	if (rlen)
+		send_raw(c, reply, rlen);
+}
+
+/* Handles every whole TCPStore request in buf; returns the bytes
+ * consumed. */
+static size_t process_torch(struct conn *c, const uint8_t *buf, size_t len)
+{
+	struct crun__server *srv = c->srv;
+	struct crun__tcpstore_limits lim = {
+		.max_key_size = srv->limits.max_key_size,
+		.max_value_size = srv->limits.max_value_size,
+		.max_request = c->state == CONN_READY ? srv->limits.max_conn_buffer
+						      : HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN,
+	};
+	struct crun__tcpstore_req req;
+	size_t off = 0;
+	char err[200];
+
+	while (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum && off < len) {
+		long n = crun__tcpstore_parse(&c->ts, buf + off, len - off, &lim, &req, &srv->items,
+					      &srv->items_cap, err, sizeof(err));
+
+		if (n == 0)
+			break;
+		if (n < 0) {
+			torch_close(c, err);
+			break;
+		}
+		off += (size_t)n;
+		if (c->state != CONN_READY && torch_ready(c) < 0) {
+			drop_conn(c, "out of memory");
+			break;
+		}
+		handle_torch(c, &req);
+	}
+	return off;
+}
+
 static uint32_t max_payload(const struct conn *c)
 {
 	uint64_t max = c->srv->limits.max_conn_buffer - CRUN_WIRE_HEADER_LEN;
@@ -765,7 +960,16 @@ static size_t process(struct conn *c, const uint8_t *buf, size_t len)
 	while (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum) {
 		long n;
 
+		if (c->torch)
+			return off + process_torch(c, buf + off, len - off);
 		if (c->state == CONN_PREAMBLE) {
+			if (len - off == 0)
+				break;
+			if (!c->preamble_sent && buf[off] != CRUN_WIRE_MAGIC[0]) {
+				start_torch(c, buf[off]);
+				continue;
+			}
+			send_preamble(c);
 			if (len - off < CRUN_WIRE_CLIENT_PREAMBLE)
 				break;
 			handle_preamble(c, buf + off);
@@ -924,6 +1128,7 @@ static void flush_dirty(struct crun__server *srv)
 			crun__inbuf_finish(&c->in);
 			account(c);
 			c->final_error = true;
+			send_preamble(c);
 			reply_err(c, 0, c->refuse_errnum, "%s", c->refuse_why);
 			begin_close(c, true);
 		}
@@ -963,6 +1168,8 @@ static void on_conn_timer(uv_timer_t *t)
 			 crun__rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
 		crun__info("%s: dropped: %s", c->peer, why);
 		refuse_conn(c, ETIMEDOUT, why);
+	} else if (srv->tcpstore && !c->torch && !c->preamble_sent && !c->in.len) {
+		torch_silent(c);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
 			 srv->limits.handshake_timeout_ms);
@@ -977,6 +1184,8 @@ static uint64_t partial_len(const struct conn *c)
 {
 	const uint8_t *b = c->in.buf;
 
+	if (c->torch)
+		return c->in.len; /* no length up front: what came so far */
 	if (c->in.len < CRUN_WIRE_HEADER_LEN)
 		return 0;
 	return ((uint64_t)b[0] << 24) | ((uint64_t)b[1] << 16) | ((uint64_t)b[2] << 8) | b[3];
@@ -1011,6 +1220,8 @@ static void on_sweep(uv_timer_t *t)
 			refuse_conn(c, ETIMEDOUT, why);
 			continue;
 		}
+		if (c->torch)
+			continue; /* a TCPStore client never reconnects */
 		idle = (struct crun__idle_state){
 			.now_ms = now,
 			.last_ms = c->last_ms,
@@ -1042,8 +1253,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	(void)suggested;
 	if (c->in.len && room < cap)
 		cap = room;
-	crun__inbuf_alloc(&c->in, c->srv->scratch, SCRATCH_SIZE, cap, c->state != CONN_PREAMBLE,
-			  buf);
+	crun__inbuf_alloc(&c->in, c->srv->scratch, SCRATCH_SIZE, cap,
+			  c->state != CONN_PREAMBLE && !c->torch, buf);
 	account(c);
 	/* No room left for this connection's frame: on_read gets UV_ENOBUFS. */
 	c->over_budget = buf->len == 0 && c->in.len && cap == room;
@@ -1320,10 +1531,6 @@ static void accept_one(struct crun__server *srv)
 		begin_close(c, false);
 		return;
 	}
-	crun__wire_server_preamble(
-		preamble, (srv->token ? CRUN_WIRE_F_AUTH | CRUN_WIRE_F_AUTH_RUN : 0) | srv->caps,
-		srv->token ? c->nonce : NULL);
-	send_raw(c, preamble, sizeof(preamble));
 	log_lifecycle(c, "accepted connection from %s", c->peer);
 	uv_timer_start(&c->timer, on_conn_timer, srv->limits.handshake_timeout_ms, 0);
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
@@ -1478,6 +1685,7 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 		srv->quiet = opts->quiet;
 		srv->token_hint = opts->token_hint;
 		srv->require_token = opts->require_token;
+		srv->tcpstore = opts->tcpstore;
 	}
 	if (opts && opts->token && opts->token_len) {
 		srv->token = malloc(opts->token_len);
@@ -1564,6 +1772,14 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 		crun__warn("listening on %s without a token: anyone who can reach this port can "
 			   "join and change the job's keys; set %s",
 			   shown, srv->token_hint ? srv->token_hint : "--token-file or CRUN_TOKEN");
+	}
+	if (srv->tcpstore && !loopback) {
+		crun__format_endpoint(shown, sizeof(shown), host, srv->port);
+		crun__log(
+			srv->quiet ? CRUN_LOG_INFO : CRUN_LOG_WARN,
+			"serving PyTorch TCPStore clients on %s: they cannot authenticate; anyone "
+			"who can reach this port can read and change their keys (not crun's)",
+			shown);
 	}
 	return 0;
 }

@@ -7,6 +7,22 @@
  * misbehaving client without disturbing anyone else. The key-value
  * semantics are store.h's, which does no I/O; this server is its libuv edge.
  *
+ * The server sends its preamble once the client's first byte is in (a
+ * refusal at accept, out of descriptors or connections, sends it and its
+ * error at once): crun's clients send theirs without waiting, and a first
+ * byte other than crun's magic makes the connection a TCPStore one
+ * (opts.tcpstore), served in tcpstore.h's protocol in the namespace
+ * CRUN__TCPSTORE_RUN. Such a connection is unauthenticated (it counts
+ * against max_preauth and the handshake timeout, and its first request
+ * must fit the small frame cap of a HELLO, 8 KiB) until its first valid
+ * request, then counts as any other. A connection that sends nothing
+ * within the handshake timeout is taken, when TCPStore is served, for
+ * PyTorch 1.13's silent callback connection and kept, counting as any
+ * other too. Every budget below applies to TCPStore connections except
+ * the idle timeout (a TCPStore client never reconnects). A protocol error,
+ * an error of the store or an opcode crun does not serve closes one (the
+ * protocol has no error reply), with a rate-limited info line.
+ *
  * Logging: one info line per connection event (accepted, authenticated,
  * refused, closed); one debug line per request when the log level is
  * debug.

@@ -97,8 +97,10 @@ void crun__store_destroy(struct crun__store *st);
 /* Sets up c, in no run yet; name is used in log lines (not copied). */
 void crun__store_client_init(struct crun__store_client *c, const char *name);
 
-/* Puts c, which is in no run, into the run run_id (len bytes, no NUL
- * inside), creating the run. 0 or -ENOMEM. */
+/* Puts c, which is in no run, into the run run_id (len bytes), creating
+ * the run. HELLO refuses a run id with a NUL byte, so such an id is the
+ * edge's own namespace (tcpstore.h's); crun__store_run_id shows it cut at
+ * the NUL. 0 or -ENOMEM. */
 int crun__store_join(struct crun__store *st, struct crun__store_client *c, const uint8_t *run_id,
 		     uint32_t len);
 

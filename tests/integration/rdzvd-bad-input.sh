@@ -4,6 +4,8 @@
 # the wire, a wrong token; after each the daemon must still answer a
 # well-formed client, and SIGTERM must stop it with exit 0 within 2 s.
 # Frames are built by hand in python3, so this does not depend on crunctl.
+# The daemon serves crun's protocol only (--tcpstore off): a silent peer is
+# closed at the handshake timeout (TCPStore's are tcpstore-wire's).
 set -u
 
 : "${CRUN_RDZVD:?CRUN_RDZVD must name the crun-rdzvd binary}"
@@ -93,7 +95,7 @@ stop() {
 	grep -q "stopping on SIGTERM" "$tmp/$name.log" || fail "$name: no stop line in the log"
 }
 
-start main --host 127.0.0.1 --handshake-timeout 500ms
+start main --host 127.0.0.1 --handshake-timeout 500ms --tcpstore off
 main_pid=$pid main_port=$port
 [ "$(grep -c "^crun-rdzvd: listening on 127.0.0.1:$port\$" "$tmp/main.log")" = 1 ] ||
 	fail "no single 'listening on 127.0.0.1:$port' line"
@@ -191,8 +193,13 @@ def expect_error_close(s, errno_, what):
 def garbage():
     s = conn()
     s.sendall(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+    # not crun's first byte: closed without a word (nor crun's preamble)
+    assert s.recv(64) == b"", "http request: answered"
+    well_formed()
+    s = conn()
+    s.sendall(b"CRAP\0\1\0\0")                  # crun's first byte, bad magic
     recvn(s, 40)
-    expect_error_close(s, 71, "http request")      # EPROTO
+    expect_error_close(s, 71, "bad magic")         # EPROTO
     well_formed()
     s = conn()
     s.sendall(os.urandom(4096))
@@ -279,6 +286,8 @@ start open --host 0.0.0.0
 open_pid=$pid
 grep -q "^crun-rdzvd: warning: listening on 0.0.0.0:$port without a token" "$tmp/open.log" ||
 	fail "no warning for a tokenless listener on 0.0.0.0"
+grep -q "^crun-rdzvd: warning: serving PyTorch TCPStore clients on 0.0.0.0:$port: they cannot authenticate" \
+	"$tmp/open.log" || fail "no warning for TCPStore clients on 0.0.0.0"
 stop open "$open_pid"
 
 CRUN_TOKEN=from-env start envtok --host 0.0.0.0

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "rendezvous/server.h"
+#include "rendezvous/tcpstore.h"
 #include "rendezvous/wire.h"
 #include "store_harness.h"
 #include "wire_peer.h"
@@ -785,12 +786,19 @@ static void test_garbage(void **state)
 
 	(void)state;
 	assert_int_equal(harness_start(&h, 0, NULL), 0);
-	/* not a crun client at all */
+	/* not a crun client at all (nor TCPStore's, not served here): closed
+	 * without a word, since it reads neither protocol */
 	fd = tconnect(h.port);
-	read_server_preamble(fd, &flags, nonce);
 	tsend(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
-	expect_error_and_close(fd, EPROTO, "bad magic");
+	assert_true(closed_by_server(fd));
+	close(fd);
 	fresh_client_works(h.port);
+
+	/* crun's magic, then not */
+	fd = tconnect(h.port);
+	tsend(fd, "CRAP\0\1\0\0", 8);
+	read_server_preamble(fd, &flags, nonce);
+	expect_error_and_close(fd, EPROTO, "bad magic");
 
 	/* another version */
 	fd = tconnect(h.port);
@@ -1021,7 +1029,7 @@ static void test_preauth_and_timeouts(void **state)
 	struct crun__wire_item ev[2] = {its("mine"), its("v")};
 	struct crun__server_opts so;
 	struct harness h;
-	uint8_t nonce[32], hdr[5] = {0, 0, 0, 40, CRUN_WIRE_SET};
+	uint8_t nonce[32], hdr[5] = {0, 0, 0, 40, CRUN_WIRE_SET}, pre[CRUN_WIRE_CLIENT_PREAMBLE];
 	uint16_t flags;
 	struct rmsg r;
 	int idle, owner, a, b, c, slow;
@@ -1037,9 +1045,13 @@ static void test_preauth_and_timeouts(void **state)
 	owner = client(h.port, "q");
 	want_ok(owner, CRUN_WIRE_SET, CRUN_WIRE_FL_EPHEMERAL, 0, ev, 2);
 
+	/* The server answers a client's preamble: then it has accepted it. */
+	crun__wire_client_preamble(pre);
 	a = tconnect(h.port);
+	tsend(a, pre, sizeof(pre));
 	read_server_preamble(a, &flags, nonce);
 	b = tconnect(h.port);
+	tsend(b, pre, sizeof(pre));
 	read_server_preamble(b, &flags, nonce);
 	c = tconnect(h.port); /* a third from 127.0.0.1: the oldest goes */
 	expect_error_and_close(a, ECONNABORTED, "too many unauthenticated connections");
@@ -1241,26 +1253,116 @@ static void test_listen(void **state)
 	assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* The server's first read decides: nothing of crun's reaches a TCPStore
+ * client, which is closed without a word on every refusal. */
+static bool closed_silently(int fd)
+{
+	uint8_t b[64];
+	ssize_t r;
+
+	do
+		r = recv(fd, b, sizeof(b), 0);
+	while (r < 0 && errno == EINTR);
+	if (r > 0)
+		fail_msg("%zd bytes where a silent close was due (first 0x%02x)", r, b[0]);
+	return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* VALIDATE and PING of a modern TCPStore client; true when the nonce came
+ * back. */
+static bool torch_greet(int fd, uint32_t nonce)
+{
+	uint8_t req[10] = {0};
+	uint32_t magic = CRUN__TCPSTORE_MAGIC, back = 0;
+
+	memcpy(req + 1, &magic, 4);
+	req[5] = 13;
+	memcpy(req + 6, &nonce, 4);
+	tsend(fd, req, sizeof(req));
+	return recv_all(fd, &back, sizeof(back)) == 0 && back == nonce;
+}
+
+/* TCPStore connections: unauthenticated until their first valid request
+ * (the handshake timeout and the preauth quota apply, silently), then
+ * ordinary connections; with tcpstore off, closed at their first byte. */
+static void test_tcpstore_edge(void **state)
+{
+	struct crun__server_opts so;
+	struct harness h;
+	uint8_t pre[CRUN_WIRE_CLIENT_PREAMBLE], nonce[32];
+	uint16_t flags;
+	uint64_t t0;
+	int a, b, c, t, crun_fd;
+
+	(void)state;
+	harness_opts(&so, NULL);
+	so.tcpstore = true;
+	so.limits.handshake_timeout_ms = 300;
+	so.limits.max_preauth = 4;
+	so.limits.max_preauth_per_source = 2;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+
+	/* half a VALIDATE, then nothing: closed at the handshake timeout */
+	t0 = now_ms();
+	a = tconnect(h.port);
+	tsend(a, "\0\xce", 2);
+	assert_true(closed_silently(a));
+	assert_true(now_ms() - t0 >= 250);
+	close(a);
+
+	/* silent past the timeout: kept, as PyTorch 1.13's callback
+	 * connection must be, and served when it speaks */
+	t = tconnect(h.port);
+	usleep(600 * 1000);
+	assert_true(torch_greet(t, 0x99aabbcc));
+	close(t);
+
+	/* a greeted TCPStore client no longer counts as unauthenticated:
+	 * two strangers more do not evict it, a third stranger evicts the
+	 * oldest stranger, silently since it said nothing crun */
+	t = tconnect(h.port);
+	assert_true(torch_greet(t, 0x11223344));
+	a = tconnect(h.port);
+	tsend(a, "\0", 1);
+	b = tconnect(h.port);
+	crun__wire_client_preamble(pre);
+	tsend(b, pre, sizeof(pre));
+	read_server_preamble(b, &flags, nonce); /* b is in: a was before it */
+	c = tconnect(h.port);
+	tsend(c, pre, sizeof(pre));
+	read_server_preamble(c, &flags, nonce);
+	assert_true(closed_silently(a));
+	assert_true(torch_greet(t, 0x55667788));
+	close(a);
+	close(b);
+	close(c);
+	close(t);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* tcpstore off: a TCPStore client is closed, crun's are served */
+	harness_opts(&so, NULL);
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	t = tconnect(h.port);
+	tsend(t, "\0\xce\xf7\x85\x3c", 5);
+	assert_true(closed_silently(t));
+	close(t);
+	crun_fd = client(h.port, "still");
+	close(crun_fd);
+	assert_int_equal(harness_stop(&h), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_operations),
-		cmocka_unit_test(test_waiting_reads),
-		cmocka_unit_test(test_wait_timeout),
-		cmocka_unit_test(test_wait_deadlines),
-		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_runs_isolated),
-		cmocka_unit_test(test_limits),
-		cmocka_unit_test(test_auth),
-		cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_huge_lengths),
-		cmocka_unit_test(test_tiny_frames),
-		cmocka_unit_test(test_handshake_timeout),
-		cmocka_unit_test(test_preauth_and_timeouts),
-		cmocka_unit_test(test_slow_reader),
-		cmocka_unit_test(test_wait_bytes_capped),
-		cmocka_unit_test(test_destroy_busy),
-		cmocka_unit_test(test_listen),
+		cmocka_unit_test(test_operations),    cmocka_unit_test(test_waiting_reads),
+		cmocka_unit_test(test_wait_timeout),  cmocka_unit_test(test_wait_deadlines),
+		cmocka_unit_test(test_watch),	      cmocka_unit_test(test_runs_isolated),
+		cmocka_unit_test(test_limits),	      cmocka_unit_test(test_auth),
+		cmocka_unit_test(test_garbage),	      cmocka_unit_test(test_huge_lengths),
+		cmocka_unit_test(test_tiny_frames),   cmocka_unit_test(test_handshake_timeout),
+		cmocka_unit_test(test_tcpstore_edge), cmocka_unit_test(test_preauth_and_timeouts),
+		cmocka_unit_test(test_slow_reader),   cmocka_unit_test(test_wait_bytes_capped),
+		cmocka_unit_test(test_destroy_busy),  cmocka_unit_test(test_listen),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
