@@ -615,6 +615,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	}
 	a->spawner.store_env = a->store_env;
 	a->spawner.token_env = a->token_env;
+	if (spec->agent_store && !spec->rdzv.enabled)
+		a->spawner.agent_store = a->server;
 	if (crun__spawner_env_init(&a->spawner) < 0) {
 		crun__error("out of memory");
 		goto out_loop;

@@ -7,6 +7,7 @@
  * the current actions are done, so the step always sees one event at a
  * time. */
 #include "agent/group.h"
+#include "rendezvous/server.h"
 #include "agent/stackdump.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -192,6 +193,8 @@ static void spawn_all(struct group *g)
 	g->nworkers = 0;
 	g->attempts++;
 	next_attempt(g);
+	if (g->spawner->agent_store)
+		crun__server_tcpstore_clear(g->spawner->agent_store);
 	g->hang_lr = -1;
 	g->hang_recorded = false;
 	crun__straggler_watch_attempt(&g->stragglers, &g->core.place);

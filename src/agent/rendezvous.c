@@ -477,8 +477,10 @@ static int publish_master(struct agent_rdzv *r)
 
 	if (r->spec->agent_store && r->hosted) {
 		/* The store this agent hosts for the rendezvous, as torchrun's
-		 * agent shares its own: the workers need no other port. */
+		 * agent shares its own: the workers need no other port. The
+		 * round's workers expect a fresh store. */
 		port = crun__server_port(r->hosted);
+		crun__server_tcpstore_clear(r->hosted);
 	} else if (r->spec->agent_store) {
 		if (!r->worker_store) {
 			port = crun__agent_store_open(r->loop, r->spec, asg->nodes[0].addr,
@@ -489,6 +491,7 @@ static int publish_master(struct agent_rdzv *r)
 			}
 		}
 		port = crun__server_port(r->worker_store);
+		crun__server_tcpstore_clear(r->worker_store);
 	} else {
 		port = crun__free_port();
 	}

@@ -53,10 +53,13 @@ struct worker {
 struct crun__spawner {
 	uv_loop_t *loop;
 	const struct crun__agent_spec *spec;
-	const char *log_root;	 /* <log_dir>/<run_id>; NULL: no log files */
-	const char *tmp_dir;	 /* directory of error files without log_root */
-	const char *store_env;	 /* "CRUN_STORE=host:port"; NULL: no store */
-	const char *token_env;	 /* "CRUN_TOKEN=..."; NULL: none */
+	const char *log_root;  /* <log_dir>/<run_id>; NULL: no log files */
+	const char *tmp_dir;   /* directory of error files without log_root */
+	const char *store_env; /* "CRUN_STORE=host:port"; NULL: no store */
+	const char *token_env; /* "CRUN_TOKEN=..."; NULL: none */
+	/* One node's agent store (agent.h): its TCPStore keys are dropped
+	 * before each attempt's workers start. NULL: none. */
+	struct crun__server *agent_store;
 	struct console *console; /* [0] stdout, [1] stderr */
 	struct reaper *reaper;	 /* told each worker's process group */
 	/* Gives each worker its heartbeat channel (CRUN_HEARTBEAT_FD) and,

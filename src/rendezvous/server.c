@@ -1784,6 +1784,12 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 	return 0;
 }
 
+uint64_t crun__server_tcpstore_clear(struct crun__server *srv)
+{
+	return crun__store_clear_run(srv->store, (const uint8_t *)CRUN__TCPSTORE_RUN,
+				     CRUN__TCPSTORE_RUN_LEN);
+}
+
 int crun__server_port(const struct crun__server *srv)
 {
 	return srv && srv->listening ? srv->port : 0;

@@ -132,6 +132,11 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 int crun__server_listen(struct crun__server *srv, const char *host, int port, char *err,
 			size_t errlen);
 
+/* Deletes every key of the TCPStore namespace (opts.tcpstore): an agent
+ * store before the workers of a new attempt start, since PyTorch's clients
+ * expect a fresh store each attempt. Returns the number of keys deleted. */
+uint64_t crun__server_tcpstore_clear(struct crun__server *srv);
+
 /* The port actually bound (after listen), else 0. */
 int crun__server_port(const struct crun__server *srv);
 
