@@ -4,10 +4,13 @@
  * - Runs and keys are in intrusive hash tables (common/htable.h) keyed by
  *   the bytes themselves; an entry carries its key after the struct, so a
  *   key costs one allocation plus its value.
- * - Waiting requests sit in two lists (their run's, to be woken by a key;
- *   their client's, to be cancelled when it leaves) and in one binary heap
- *   ordered by deadline, so the edge needs a single timer for all of them
- *   and expiring is O(log n) per wait.
+ * - Waiting requests sit in two lists (their run's and their client's, to
+ *   be cancelled when it leaves), in the list of the first of their keys
+ *   that is missing (the run's table of awaited keys: a change to a key
+ *   looks only at the requests that wait for it, so N ranks waiting on
+ *   one barrier key while N others set their own keys cost O(N), not
+ *   O(N^2)), and in one binary heap ordered by deadline, so the edge needs
+ *   a single timer for all of them and expiring is O(log n) per wait.
  * - Replies go to ops->send as item arrays pointing into the entries or the
  *   request: nothing is copied or allocated to answer a request, except an
  *   MGET of more than 16 keys and a LIST.
@@ -42,17 +45,27 @@ struct entry {
 struct crun__store_run {
 	struct crun__hnode hn;
 	struct crun__htable keys;
-	struct crun__list waiters; /* struct waiter.run_link */
-	struct crun__list watches; /* struct watch.run_link */
-	void *data;		   /* the edge's (crun__store_run_data) */
+	struct crun__htable awaited; /* struct awaited: keys waiters miss */
+	struct crun__list waiters;   /* struct waiter.run_link */
+	struct crun__list watches;   /* struct watch.run_link */
+	void *data;		     /* the edge's (crun__store_run_data) */
 	uint32_t nclients;
 	char id[]; /* NUL-terminated; hn.key points here */
+};
+
+/* A key that waiters miss: the waiters whose first missing key it is. */
+struct awaited {
+	struct crun__hnode hn;	   /* first member: tables hold hnodes */
+	struct crun__list waiters; /* struct waiter.key_link */
+	uint8_t key[];
 };
 
 /* A GET, MGET or WAIT that waits for keys to exist. */
 struct waiter {
 	struct crun__store_client *client;
 	struct crun__list run_link, client_link;
+	struct crun__list key_link; /* in awaited->waiters */
+	struct awaited *awaited;    /* NULL: in no key's list */
 	uint64_t deadline;
 	uint64_t seq; /* ties between equal deadlines: first come first */
 	size_t slot;  /* index in the store's heap */
@@ -255,11 +268,18 @@ static void entry_node_free(struct crun__hnode *n, void *arg)
 	entry_free((struct entry *)n);
 }
 
+static void awaited_node_free(struct crun__hnode *n, void *arg)
+{
+	(void)arg;
+	free(n);
+}
+
 static void run_free(struct crun__store *st, struct crun__store_run *r)
 {
 	if (r->data && st->ops->run_freed)
 		st->ops->run_freed(st->ctx, r->data);
 	crun__htable_clear(&r->keys, entry_node_free, NULL);
+	crun__htable_clear(&r->awaited, awaited_node_free, NULL);
 	free(r);
 }
 
@@ -420,8 +440,24 @@ static void notify(struct crun__store *st, struct crun__store_run *r, const uint
 	}
 }
 
+/* Takes w out of the list of the key it waits for. */
+static void waiter_unindex(struct crun__store_run *r, struct waiter *w)
+{
+	struct awaited *a = w->awaited;
+
+	if (!a)
+		return;
+	crun__list_del(&w->key_link);
+	w->awaited = NULL;
+	if (crun__list_empty(&a->waiters)) {
+		crun__htable_remove(&r->awaited, &a->hn);
+		free(a);
+	}
+}
+
 static void waiter_remove(struct crun__store *st, struct waiter *w)
 {
+	waiter_unindex(w->client->run, w);
 	crun__list_del(&w->run_link);
 	crun__list_del(&w->client_link);
 	heap_remove(st, w);
@@ -476,22 +512,68 @@ static uint32_t first_missing(const struct crun__store *st, const struct crun__s
 	return count;
 }
 
-/* Answers every waiter of r that waits for key and now has all its keys. */
+/* Puts w in the list of its key keys[i], which is missing. 0 or -ENOMEM. */
+static int waiter_index(struct crun__store *st, struct crun__store_run *r, struct waiter *w,
+			uint32_t i)
+{
+	const struct crun__wire_item *k = &w->keys[i];
+	uint32_t h = hash_item(st, k);
+	struct crun__hnode *n = crun__htable_find(&r->awaited, k->data, k->len, h);
+	struct awaited *a = (struct awaited *)n;
+
+	if (!a) {
+		a = malloc(sizeof(*a) + k->len);
+		if (!a)
+			return -ENOMEM;
+		memcpy(a->key, k->data, k->len);
+		a->hn.key = a->key;
+		a->hn.klen = k->len;
+		a->hn.hash = h;
+		crun__list_init(&a->waiters);
+		if (crun__htable_insert(&r->awaited, &a->hn) < 0) {
+			free(a);
+			return -ENOMEM;
+		}
+	}
+	crun__list_add_tail(&a->waiters, &w->key_link);
+	w->awaited = a;
+	return 0;
+}
+
+/* The waiters that missed key, which now exists: those that have all their
+ * keys are answered, the others wait in the list of their next missing
+ * key. */
 static void wake_waiters(struct crun__store *st, struct crun__store_run *r, const uint8_t *key,
 			 uint32_t klen)
 {
-	struct crun__list *l, *next;
+	uint32_t h = crun__hash_bytes(st->seed, key, klen);
+	struct awaited *a = (struct awaited *)crun__htable_find(&r->awaited, key, klen, h);
+	struct crun__list woken;
 
-	for (l = r->waiters.next; l != &r->waiters; l = next) {
-		struct waiter *w = crun__container_of(l, struct waiter, run_link);
-		bool hit = false;
+	if (!a)
+		return;
+	/* Off the table first: the walk re-indexes waiters under other keys. */
+	crun__list_init(&woken);
+	while (!crun__list_empty(&a->waiters)) {
+		struct crun__list *l = a->waiters.next;
 
-		next = l->next;
-		for (uint32_t i = 0; i < w->count && !hit; i++)
-			hit = item_eq(&w->keys[i], key, klen);
-		if (!hit || first_missing(st, r, w->keys, w->count) < w->count)
+		crun__list_del(l);
+		crun__list_add_tail(&woken, l);
+		crun__container_of(l, struct waiter, key_link)->awaited = NULL;
+	}
+	crun__htable_remove(&r->awaited, &a->hn);
+	free(a);
+	while (!crun__list_empty(&woken)) {
+		struct waiter *w = crun__container_of(woken.next, struct waiter, key_link);
+		uint32_t i = first_missing(st, r, w->keys, w->count);
+
+		crun__list_del(&w->key_link);
+		if (i < w->count && waiter_index(st, r, w, i) == 0)
 			continue;
-		answer_read(st, w->client, w->type, w->id, w->keys, w->count);
+		if (i < w->count)
+			reply_oom(st, w->client, w->id);
+		else
+			answer_read(st, w->client, w->type, w->id, w->keys, w->count);
 		waiter_remove(st, w);
 	}
 }
@@ -581,7 +663,14 @@ static void add_waiter(struct crun__store *st, struct crun__store_client *c,
 	w->deadline =
 		(uint64_t)m->num < UINT64_MAX - 1 - now ? now + (uint64_t)m->num : UINT64_MAX - 1;
 	w->seq = st->next_seq++;
+	w->awaited = NULL;
 	if (heap_insert(st, w) < 0) {
+		free(w);
+		reply_oom(st, c, m->id);
+		return;
+	}
+	if (waiter_index(st, c->run, w, first_missing(st, c->run, w->keys, w->count)) < 0) {
+		heap_remove(st, w);
 		free(w);
 		reply_oom(st, c, m->id);
 		return;
