@@ -2,9 +2,9 @@
  * TCPStore protocol. One process opens one connection per simulated rank and
  * each rank runs what a PyTorch worker sends when it starts:
  *
- *   modern (torch 2.x, as torch 2.15's client sends it):
+ *   modern (torch 2.x; the bytes of torch 2.15's client, observed):
  *     VALIDATE magic, PING nonce          -> nonce      the TCPStore handshake
- *   both dialects:
+ *   both dialects (legacy: the bytes of torch 1.13's client, observed):
  *     ADD "init/" 1                       -> count      TCPStore's constructor
  *     SET "/<tag>/rank/<r>" address                     its own key
  *     ADD "/<tag>/num_members" 1          -> idx        the barrier
@@ -20,11 +20,19 @@
  *                  [--sources S] [--concurrency C] [--timeout SECONDS]
  *                  [--tag TAG]
  *
- * Prints one summary line of key=value pairs. Exit status: 0 every rank
- * released with the right answers, 1 a rank failed or the run timed out,
- * 2 usage error or the ranks do not fit the descriptors or ports,
- * 3 the store closed the connections before answering anything (it does not
- * speak this protocol). */
+ * Prints one summary line of key=value pairs: connections (established,
+ * retries included), released, failures, retries (connects tried again
+ * after ECONNREFUSED, EADDRNOTAVAIL or ETIMEDOUT, at most 5 tries each),
+ * total_s (first connect to last rank released), p50_ms, p99_ms and max_ms
+ * (per rank, from its first connect to its release). --sources S binds rank
+ * r to 127.0.0.(1 + r % S) before connecting; --concurrency C bounds the
+ * ranks between connect() and the answer to their ADD "init/" (their
+ * TCPStore constructor); --timeout ends a run that stalls.
+ *
+ * Exit status: 0 every rank released with the right answers, 1 a rank
+ * failed or the run timed out, 2 usage error or the ranks do not fit the
+ * descriptors or ports, 3 the store accepted connections but never answered
+ * a first request right (it does not speak this dialect). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -172,7 +180,7 @@ struct storm {
 	unsigned *retry_q; /* ranks to connect again, FIFO */
 	unsigned rq_head, rq_len;
 	unsigned in_flight; /* from connect() to the answer of ADD "init/" */
-	unsigned released, failed, retries;
+	unsigned connections, released, failed, retries;
 	bool connected_any;
 	bool understood; /* a rank's first request was answered right */
 	bool broken;	 /* a rank failed before its barrier ADD: nobody is released */
@@ -310,6 +318,7 @@ static void connected(struct storm *s, struct rank *k, int64_t now)
 		return;
 	}
 	s->connected_any = true;
+	s->connections++;
 	if (s->d->validate) {
 		uint32_t magic = VALIDATION_MAGIC, nonce = (uint32_t)(k - s->r) ^ 0x5a5a0000u;
 
@@ -677,11 +686,12 @@ int main(int argc, char **argv)
 	status = 0;
 	if (s.released != s.ranks)
 		status = s.connected_any && !s.understood ? 3 : 1;
-	printf("tcpstore-storm: ranks=%u dialect=%s sources=%u concurrency=%u released=%u "
+	printf("tcpstore-storm: ranks=%u dialect=%s sources=%u concurrency=%u connections=%u "
+	       "released=%u "
 	       "failures=%u retries=%u total_s=%.3f p50_ms=%.1f p99_ms=%.1f max_ms=%.1f "
 	       "status=%s\n",
-	       s.ranks, s.d->name, s.sources, s.concurrency, s.released, s.failed, s.retries,
-	       nlat == s.ranks ? (double)(t_last - s.t_first) / 1e9 : -1.0,
+	       s.ranks, s.d->name, s.sources, s.concurrency, s.connections, s.released, s.failed,
+	       s.retries, nlat == s.ranks ? (double)(t_last - s.t_first) / 1e9 : -1.0,
 	       nlat ? (double)lat[(nlat - 1) / 2] / 1e6 : -1.0,
 	       nlat ? (double)lat[(size_t)((nlat - 1) * 0.99)] / 1e6 : -1.0,
 	       nlat ? (double)lat[nlat - 1] / 1e6 : -1.0,

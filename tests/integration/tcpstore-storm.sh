@@ -23,6 +23,7 @@ summary() {
 released() {
 	[ "$2" = 0 ] || fail "$3: exit $2: $(cat "$1")"
 	[ "$(summary "$1" released)" = 256 ] || fail "$3: not 256 released: $(cat "$1")"
+	[ "$(summary "$1" connections)" -ge 256 ] || fail "$3: connections: $(cat "$1")"
 	[ "$(summary "$1" failures)" = 0 ] || fail "$3: failures: $(cat "$1")"
 	[ "$(summary "$1" status)" = ok ] || fail "$3: status: $(cat "$1")"
 }
