@@ -50,6 +50,7 @@ PY
 # namespace can be had, its resolv.conf names 127.0.0.1, so the lookup
 # fails at once rather than waiting on the machine's resolver.
 printf 'nameserver 127.0.0.1\n' >"$tmp/resolv.conf"
+# shellcheck disable=SC2016 # expanded by the inner sh
 bind='mount --bind "$0" /etc/resolv.conf && exec "$@"'
 ns=""
 unshare -m sh -c "$bind" "$tmp/resolv.conf" true 2>/dev/null && ns=1
