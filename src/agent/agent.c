@@ -590,6 +590,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		 * the address it is asked to connect to), the store's port. */
 		if (spec->agent_store)
 			place.master_port = crun__server_port(a->server);
+		place.agent_store = spec->agent_store;
 	}
 	err = crun__group_init(g, &place);
 	if (err < 0) {

@@ -11,11 +11,17 @@
 
 void crun__agent_store_limits(struct crun__server_limits *limits, int nworkers)
 {
-	uint64_t want = 2 * (uint64_t)(nworkers > 0 ? nworkers : 1) + 256;
+	/* Two TCPStore connections a worker at most (PyTorch 1.13 opens a
+	 * second, silent one), and room for crun's own clients besides. */
+	uint64_t torch = 2 * (uint64_t)(nworkers > 0 ? nworkers : 1) + 64;
+	uint64_t want = torch + 512;
 	struct rlimit rl;
 
+	if (want > UINT32_MAX / 2)
+		want = UINT32_MAX / 2;
 	if (want > limits->max_connections)
-		limits->max_connections = want > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)want;
+		limits->max_connections = (uint32_t)want;
+	limits->max_tcpstore = (uint32_t)(torch < want ? torch : want);
 	/* Half of the connections: the budget's own clamp (budget.h). */
 	limits->max_preauth = limits->max_connections / 2;
 	limits->max_preauth_per_source = limits->max_connections / 2;

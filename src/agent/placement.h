@@ -23,6 +23,10 @@ struct crun__placement {
 	 * spec's, or the rendezvous's until its next join). */
 	const char *master_addr;
 	int master_port;
+	/* TORCHELASTIC_USE_AGENT_STORE: MASTER_ADDR:MASTER_PORT is an agent
+	 * store (agent.h). With rendezvous group rank 0's agent decides, for
+	 * every node of the round. */
+	bool agent_store;
 };
 
 #endif

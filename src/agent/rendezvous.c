@@ -501,8 +501,14 @@ static int publish_master(struct agent_rdzv *r)
 	}
 	snprintf(r->master_addr, sizeof(r->master_addr), "%s", asg->nodes[0].addr);
 	r->master_port = port;
+	r->master_agent_store = r->spec->agent_store;
 	snprintf(key, sizeof(key), "rdzv/%" PRId64 "/master", asg->round);
-	crun__format_endpoint(value, sizeof(value), asg->nodes[0].addr, port);
+	/* "HOST:PORT", and " rank0" when rank 0's worker hosts the TCPStore:
+	 * every node's workers must agree on it, whatever each node's
+	 * --agent-store found. */
+	crun__format_endpoint(value, sizeof(value) - 8, asg->nodes[0].addr, port);
+	if (!r->spec->agent_store)
+		strcat(value, " rank0");
 	items[0] = str_item(key);
 	items[1] = str_item(value);
 	return send_req(r, REQ_SET_MASTER, &m, NULL);
@@ -539,6 +545,7 @@ static void ready(struct agent_rdzv *r)
 		.restart_count = (int)asg->restart_count,
 		.master_addr = r->master_addr,
 		.master_port = r->master_port,
+		.agent_store = r->master_agent_store,
 	};
 
 	crun__debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
@@ -600,6 +607,11 @@ static void got_master(struct agent_rdzv *r, const struct crun__wire_msg *reply)
 		return;
 	}
 	item_str(&reply->items[0], value, sizeof(value));
+	r->master_agent_store = true;
+	if (strlen(value) > 6 && !strcmp(value + strlen(value) - 6, " rank0")) {
+		value[strlen(value) - 6] = '\0';
+		r->master_agent_store = false;
+	}
 	if (crun__parse_endpoint(value, 0, host, sizeof(host), &port, err, sizeof(err)) < 0 ||
 	    port < 1) {
 		set_error(r, "bad MASTER_ADDR '%s' from the store: %s", value,

@@ -79,6 +79,7 @@ struct agent_rdzv {
 	struct crun__rdzv_assignment asg;
 	char master_addr[300];
 	int master_port;
+	bool master_agent_store; /* group rank 0's agent hosts MASTER_PORT */
 	/* With the agent store, the workers' store this agent hosts once it
 	 * has been group rank 0 (agent_store.h), kept until the end. */
 	struct crun__server *worker_store;

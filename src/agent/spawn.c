@@ -178,9 +178,6 @@ int crun__spawner_env_init(struct crun__spawner *a)
 	err = err ? err : add_own(a, "LOCAL_WORLD_SIZE=%d", spec->nproc_per_node);
 	err = err ? err : add_own(a, "TORCHELASTIC_MAX_RESTARTS=%d", spec->max_restarts);
 	err = err ? err : add_own(a, "TORCHELASTIC_RUN_ID=%s", spec->run_id);
-	err = err ? err
-		  : add_own(a, "TORCHELASTIC_USE_AGENT_STORE=%s",
-			    a->spec->agent_store ? "True" : "False");
 	if (a->heartbeat) {
 		err = err ? err : add_own(a, "%s=%d", CRUN__HEARTBEAT_ENV, CRUN__HEARTBEAT_FD);
 		if (a->heartbeat->timer_env)
@@ -472,6 +469,7 @@ static char **worker_env(const struct crun__spawner *a, const struct crun__place
 	ADD("MASTER_ADDR=%s", place->master_addr);
 	ADD("MASTER_PORT=%d", place->master_port);
 	ADD("TORCHELASTIC_RESTART_COUNT=%d", w->attempt);
+	ADD("TORCHELASTIC_USE_AGENT_STORE=%s", place->agent_store ? "True" : "False");
 	ADD("TORCHELASTIC_ERROR_FILE=%s", w->error_file);
 	if (a->store_env)
 		ADD("CRUN_ROUND=%lld", (long long)place->round);

@@ -215,7 +215,8 @@ void crun__torch_probe(const char *python, char **envp, struct crun__torch_found
 	const char *pythonpath = crun__launch_env_lookup(envp, "PYTHONPATH");
 	const char *home = crun__launch_env_lookup(envp, "HOME");
 	char exe[PATH_MAX], real[PATH_MAX], prefix[PATH_MAX], cfg[PATH_MAX + 16];
-	char ver[32], val[PATH_MAX];
+	char ver[32], val[PATH_MAX], vver[32] = "";
+	bool venv, system_site = true;
 
 	memset(out, 0, sizeof(*out));
 	for (const char *p = pythonpath ? pythonpath : ""; *p;) {
@@ -237,14 +238,15 @@ void crun__torch_probe(const char *python, char **envp, struct crun__torch_found
 		snprintf(real, sizeof(real), "%s", exe);
 	version_of_name(real, ver, sizeof(ver));
 
-	/* A virtual environment: bin/python with pyvenv.cfg one level up. */
+	/* A virtual environment: bin/python with pyvenv.cfg one level up.
+	 * Without the system's packages it has no user site either; with
+	 * them, the user's site comes before its own (site.py's order). */
 	snprintf(prefix, sizeof(prefix), "%s", exe);
 	parent(prefix);
 	parent(prefix);
 	snprintf(cfg, sizeof(cfg), "%s/pyvenv.cfg", prefix);
-	if (access(cfg, R_OK) == 0) {
-		char vver[32] = "";
-
+	venv = access(cfg, R_OK) == 0;
+	if (venv) {
 		if (venv_value(cfg, "version", val, sizeof(val)) ||
 		    venv_value(cfg, "version_info", val, sizeof(val))) {
 			int a, b;
@@ -252,11 +254,14 @@ void crun__torch_probe(const char *python, char **envp, struct crun__torch_found
 			if (sscanf(val, "%d.%d", &a, &b) == 2)
 				snprintf(vver, sizeof(vver), "%d.%d", a, b);
 		}
-		if (try_prefix(prefix, vver[0] ? vver : ver, out))
+		if (!ver[0])
+			snprintf(ver, sizeof(ver), "%s", vver);
+		system_site = venv_value(cfg, "include-system-site-packages", val, sizeof(val)) &&
+			      !strcasecmp(val, "true");
+		if (!system_site) {
+			try_prefix(prefix, vver[0] ? vver : ver, out);
 			return;
-		if (!venv_value(cfg, "include-system-site-packages", val, sizeof(val)) ||
-		    strcasecmp(val, "true"))
-			return;
+		}
 	}
 	if (home && *home) {
 		char dir[PATH_MAX];
@@ -271,6 +276,13 @@ void crun__torch_probe(const char *python, char **envp, struct crun__torch_found
 			   try_prefix(dir, ver, out)) {
 			return;
 		}
+	}
+	if (venv) {
+		snprintf(prefix, sizeof(prefix), "%s", exe);
+		parent(prefix);
+		parent(prefix);
+		if (try_prefix(prefix, vver[0] ? vver : ver, out))
+			return;
 	}
 	snprintf(prefix, sizeof(prefix), "%s", real);
 	parent(prefix);

@@ -43,6 +43,7 @@ enum {
 	OPT_REQUEST_TIMEOUT,
 	OPT_IDLE_TIMEOUT,
 	OPT_TCPSTORE,
+	OPT_MAX_TCPSTORE,
 };
 
 static const struct option long_opts[] = {
@@ -64,6 +65,7 @@ static const struct option long_opts[] = {
 	{"request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT},
 	{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
 	{"tcpstore", required_argument, NULL, OPT_TCPSTORE},
+	{"max-tcpstore-connections", required_argument, NULL, OPT_MAX_TCPSTORE},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -111,6 +113,9 @@ static void usage(FILE *out)
 		"                            (torchrun --rdzv-backend=c10d agents and torch\n"
 		"                            TCPStore clients, unauthenticated) (default: on,\n"
 		"                            off with --require-token)\n"
+		"  --max-tcpstore-connections N\n"
+		"                            TCPStore connections past their first request\n"
+		"                            (default: half of --max-connections)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -380,6 +385,11 @@ int main(int argc, char **argv)
 			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)
 				return EXIT_USAGE;
 			opts.limits.max_preauth = (uint32_t)v;
+			break;
+		case OPT_MAX_TCPSTORE:
+			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)
+				return EXIT_USAGE;
+			opts.limits.max_tcpstore = (uint32_t)v;
 			break;
 		case OPT_MAX_PREAUTH_SOURCE:
 			if (parse_u64_opt(name, optarg, false, 1, 1000000, &v) < 0)

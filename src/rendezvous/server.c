@@ -160,6 +160,7 @@ struct conn {
 	bool over_budget;   /* on_alloc found no room in the budget */
 	bool final_error;   /* its last error: past the budget */
 	bool torch;	    /* speaks TCPStore (tcpstore.h), not crun's wire */
+	bool torch_counted; /* in srv->ntorch */
 	bool preamble_sent;
 	struct crun__tcpstore_conn ts;
 	uint8_t nonce[CRUN_WIRE_NONCE_LEN];
@@ -180,6 +181,7 @@ struct crun__server {
 	struct crun__store *store;
 	struct crun__store_rdzv_env rdzv;
 	struct crun__server_limits limits;
+	uint32_t ntorch; /* TCPStore connections past their first request */
 	uint8_t *token;
 	size_t token_len;
 	bool quiet;
@@ -231,6 +233,7 @@ void crun__server_limits_default(struct crun__server_limits *limits)
 	limits->max_preauth_per_source = 256;
 	limits->request_timeout_ms = 30000;
 	limits->idle_timeout_ms = 3600000;
+	limits->max_tcpstore = 0;
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -842,13 +845,20 @@ static int torch_ready(struct conn *c)
 {
 	struct crun__server *srv = c->srv;
 
+	if (srv->ntorch >= srv->limits.max_tcpstore)
+		return -EUSERS;
 	if (crun__store_join(srv->store, &c->sc, (const uint8_t *)CRUN__TCPSTORE_RUN,
 			     CRUN__TCPSTORE_RUN_LEN) < 0)
 		return -ENOMEM;
+	srv->ntorch++;
+	c->torch_counted = true;
 	c->state = CONN_READY;
 	preauth_leave(c);
 	uv_timer_stop(&c->timer);
 	uv_tcp_nodelay(&c->tcp, 1);
+	/* No idle timeout (a TCPStore client never reconnects): the kernel
+	 * finds the peers that vanished. */
+	uv_tcp_keepalive(&c->tcp, 1, 60);
 	log_lifecycle(c, "%s: TCPStore client, %s dialect", c->peer,
 		      crun__tcpstore_dialect_name(c->ts.dialect));
 	return 0;
@@ -858,15 +868,17 @@ static int torch_ready(struct conn *c)
  * preamble at once, but PyTorch 1.13's TCPStore opens a second connection
  * per store for watch callbacks that stays silent until a watch (and
  * dies with its process when closed under it): with TCPStore served, c
- * is such a connection. It is a TCPStore connection from now on, as it
- * would be after one valid request. */
+ * is taken for such a connection and kept, but as an unauthenticated one:
+ * the quotas of those (max_preauth, per source) still bound how many a
+ * stranger holds, and a flood closes the oldest. Its timer runs again, for
+ * a request it starts and does not finish. */
 static void torch_silent(struct conn *c)
 {
+	if (!c->torch)
+		log_lifecycle(c, "%s: silent for %u ms: taken for a TCPStore connection", c->peer,
+			      c->srv->limits.handshake_timeout_ms);
 	c->torch = true;
-	log_lifecycle(c, "%s: silent for %u ms: taken for a TCPStore connection", c->peer,
-		      c->srv->limits.handshake_timeout_ms);
-	if (torch_ready(c) < 0)
-		drop_conn(c, "out of memory");
+	uv_timer_start(&c->timer, on_conn_timer, c->srv->limits.handshake_timeout_ms, 0);
 }
 
 static void handle_torch(struct conn *c, const struct crun__tcpstore_req *req)
@@ -912,16 +924,20 @@ static size_t process_torch(struct conn *c, const uint8_t *buf, size_t len)
 	struct crun__tcpstore_limits lim = {
 		.max_key_size = srv->limits.max_key_size,
 		.max_value_size = srv->limits.max_value_size,
-		.max_request = c->state == CONN_READY ? srv->limits.max_conn_buffer
-						      : HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN,
 	};
 	struct crun__tcpstore_req req;
 	size_t off = 0;
 	char err[200];
 
 	while (c->state != CONN_CLOSING && !c->drop && !c->refuse_errnum && off < len) {
-		long n = crun__tcpstore_parse(&c->ts, buf + off, len - off, &lim, &req, &srv->items,
-					      &srv->items_cap, err, sizeof(err));
+		long n;
+
+		/* The first request is small; the connection is READY after it,
+		 * also for the requests that follow it in this read. */
+		lim.max_request = c->state == CONN_READY ? srv->limits.max_conn_buffer
+							 : HELLO_MAX_PAYLOAD + CRUN_WIRE_HEADER_LEN;
+		n = crun__tcpstore_parse(&c->ts, buf + off, len - off, &lim, &req, &srv->items,
+					 &srv->items_cap, err, sizeof(err));
 
 		if (n == 0)
 			break;
@@ -930,9 +946,20 @@ static size_t process_torch(struct conn *c, const uint8_t *buf, size_t len)
 			break;
 		}
 		off += (size_t)n;
-		if (c->state != CONN_READY && torch_ready(c) < 0) {
-			drop_conn(c, "out of memory");
-			break;
+		if (c->state != CONN_READY) {
+			int rc = torch_ready(c);
+
+			if (rc == -EUSERS) {
+				snprintf(err, sizeof(err),
+					 "too many TCPStore connections (limit %u)",
+					 srv->limits.max_tcpstore);
+				torch_close(c, err);
+				break;
+			}
+			if (rc < 0) {
+				drop_conn(c, "out of memory");
+				break;
+			}
 		}
 		handle_torch(c, &req);
 	}
@@ -1064,6 +1091,10 @@ static void begin_close(struct conn *c, bool graceful)
 		srv->nconns--;
 		c->counted = false;
 	}
+	if (c->torch_counted) {
+		srv->ntorch--;
+		c->torch_counted = false;
+	}
 	crun__store_detach(srv->store, &c->sc);
 	if (c->alive_expired)
 		snprintf(why, sizeof(why), "no keep-alive for %s",
@@ -1168,7 +1199,7 @@ static void on_conn_timer(uv_timer_t *t)
 			 crun__rdzv_format_ms(c->keepalive_ms, ms, sizeof(ms)));
 		crun__info("%s: dropped: %s", c->peer, why);
 		refuse_conn(c, ETIMEDOUT, why);
-	} else if (srv->tcpstore && !c->torch && !c->preamble_sent && !c->in.len) {
+	} else if (srv->tcpstore && !c->preamble_sent && !c->in.len) {
 		torch_silent(c);
 	} else {
 		snprintf(why, sizeof(why), "no handshake within %u ms",
@@ -1442,6 +1473,7 @@ static bool admit(struct crun__server *srv, struct conn *c)
 			 srv->limits.max_connections);
 	log_refusal(srv, REF_PREAUTH, "%s: closed to admit %s: %s", victim->peer, c->peer, why);
 	victim->final_error = true;
+	send_preamble(victim); /* a crun client reads it before the error */
 	reply_err(victim, 0, ECONNABORTED, "%s", why);
 	begin_close(victim, true);
 	return true;
@@ -1654,6 +1686,10 @@ struct crun__server *crun__server_create(uv_loop_t *loop, const struct crun__ser
 	if (srv->limits.max_conn_buffer > srv->limits.max_total_buffer)
 		srv->limits.max_conn_buffer = srv->limits.max_total_buffer;
 	srv->budget.limit = srv->limits.max_total_buffer;
+	if (!srv->limits.max_tcpstore || srv->limits.max_tcpstore > srv->limits.max_connections)
+		srv->limits.max_tcpstore = srv->limits.max_tcpstore
+						   ? srv->limits.max_connections
+						   : srv->limits.max_connections / 2;
 	crun__admit_clamp(srv->limits.max_connections, srv->limits.max_total_buffer,
 			  PREAUTH_CONN_BYTES, &srv->limits.max_preauth,
 			  &srv->limits.max_preauth_per_source);
@@ -1786,8 +1822,11 @@ int crun__server_listen(struct crun__server *srv, const char *host, int port, ch
 
 uint64_t crun__server_tcpstore_clear(struct crun__server *srv)
 {
-	return crun__store_clear_run(srv->store, (const uint8_t *)CRUN__TCPSTORE_RUN,
-				     CRUN__TCPSTORE_RUN_LEN);
+	uint64_t n = crun__store_clear_run(srv->store, (const uint8_t *)CRUN__TCPSTORE_RUN,
+					   CRUN__TCPSTORE_RUN_LEN);
+
+	flush_dirty(srv); /* what the deletes told watchers, if any */
+	return n;
 }
 
 int crun__server_port(const struct crun__server *srv)

@@ -79,6 +79,11 @@ struct crun__server_limits {
 	 * keep-alive is closed after this long without a frame; default
 	 * 3600000 (libcrun reconnects on its next call); 0: never. */
 	uint32_t idle_timeout_ms;
+	/* TCPStore connections (opts.tcpstore) past their first request, at
+	 * most; one more is closed at its first request. 0 (the default):
+	 * half of max_connections, so that crun's own clients always keep
+	 * the other half; clamped to max_connections. */
+	uint32_t max_tcpstore;
 };
 
 /* Fills limits with the defaults above. */

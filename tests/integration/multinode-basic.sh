@@ -96,6 +96,28 @@ check_node "$tmp/d1.out" 4
 	fail "expected exactly one host: $(cat "$tmp/d0.err" "$tmp/d1.err")"
 wait_none "$marker"
 
+# The agent store is group rank 0's call for the whole round: nodes whose
+# --agent-store differ (mixed images) give every worker the same
+# TORCHELASTIC_USE_AGENT_STORE, that of node rank 0 (static).
+for mode in off on; do
+	other=$([ $mode = off ] && echo on || echo off)
+	port=$(free_port)
+	common=(--nnodes=2 --nproc-per-node=2 --rdzv-backend=static --master-addr=127.0.0.1
+		--master-port="$port" --rdzv-id=as-$mode --max-restarts=0)
+	agent a0 "${common[@]}" --node-rank=0 --agent-store=$mode sh -c 'echo "as rank=$RANK $TORCHELASTIC_USE_AGENT_STORE $MASTER_PORT"'
+	agent a1 "${common[@]}" --node-rank=1 --agent-store="$other" sh -c 'echo "as rank=$RANK $TORCHELASTIC_USE_AGENT_STORE $MASTER_PORT"'
+	expect_rc a0 0
+	expect_rc a1 0
+	want=$([ $mode = off ] && echo False || echo True)
+	[ "$(cat "$tmp/a0.out" "$tmp/a1.out" | grep -c "as rank=[0-3] $want ")" = 4 ] ||
+		fail "node 0 --agent-store=$mode: want $want on all 4 workers: $(cat "$tmp/a0.out" "$tmp/a1.out")"
+	[ "$(cat "$tmp/a0.out" "$tmp/a1.out" | grep -oE '[0-9]+$' | sort -u | wc -l)" = 1 ] ||
+		fail "MASTER_PORT differs: $(cat "$tmp/a0.out" "$tmp/a1.out")"
+	if [ $mode = on ]; then
+		grep -q " $port\$" "$tmp/a1.out" || fail "static with the agent store: MASTER_PORT is not the store's $port: $(cat "$tmp/a1.out")"
+	fi
+done
+
 # Heterogeneous: 2 + 3 workers, world size 5.
 port=$(free_port)
 common=(--nnodes=2 --rdzv-endpoint="localhost:$port" --rdzv-id=het1 --max-restarts=0)

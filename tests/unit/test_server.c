@@ -1337,6 +1337,51 @@ static void test_tcpstore_edge(void **state)
 	close(b);
 	close(c);
 	close(t);
+
+	/* a silent connection kept past the timeout is still an
+	 * unauthenticated one: strangers from its address evict it */
+	t = tconnect(h.port);
+	usleep(600 * 1000);
+	a = tconnect(h.port);
+	tsend(a, pre, sizeof(pre));
+	read_server_preamble(a, &flags, nonce);
+	b = tconnect(h.port);
+	tsend(b, pre, sizeof(pre));
+	read_server_preamble(b, &flags, nonce);
+	assert_true(closed_silently(t));
+	close(a);
+	close(b);
+	close(t);
+	assert_int_equal(harness_stop(&h), 0);
+
+	/* TCPStore connections have a limit of their own: one more is
+	 * closed at its first request, and crun's clients still get in */
+	harness_opts(&so, NULL);
+	so.tcpstore = true;
+	so.limits.max_tcpstore = 1;
+	assert_int_equal(harness_start(&h, 0, &so), 0);
+	t = tconnect(h.port);
+	assert_true(torch_greet(t, 0x01020304));
+	a = tconnect(h.port);
+	tsend(a, "\0\xce\xf7\x85\x3c", 5);
+	assert_true(closed_silently(a));
+	close(a);
+	crun_fd = client(h.port, "still");
+	close(crun_fd);
+	assert_true(torch_greet(t, 0x05060708));
+	close(t);
+	/* the slot is free again, once the server has seen t go */
+	for (int i = 0;; i++) {
+		bool ok;
+
+		a = tconnect(h.port);
+		ok = torch_greet(a, 0x090a0b0c);
+		close(a);
+		if (ok)
+			break;
+		assert_true(i < 100);
+		usleep(20 * 1000);
+	}
 	assert_int_equal(harness_stop(&h), 0);
 
 	/* tcpstore off: a TCPStore client is closed, crun's are served */

@@ -134,7 +134,7 @@ static void test_probe(void **state)
 	envp[2] = NULL;
 
 	/* A virtual environment without the system's packages hides them
-	 * and the user's; with them, its own come first. */
+	 * and the user's; with them, the user's come first, then its own. */
 	put("venv/pyvenv.cfg",
 	    "home = /usr/bin\ninclude-system-site-packages = false\n"
 	    "version = 3.11.2\n",
@@ -152,6 +152,9 @@ static void test_probe(void **state)
 	assert_string_equal(t.version, "2.5.0");
 	put("venv/lib/python3.11/site-packages/torch/version.py", "__version__ = '2.15.0+cpu'\n",
 	    0644);
+	crun__torch_probe(py, envp, &t);
+	assert_string_equal(t.version, "2.5.0"); /* the user's site */
+	envp[1] = NULL;
 	crun__torch_probe(py, envp, &t);
 	assert_string_equal(t.version, "2.15.0+cpu");
 	assert_non_null(strstr(t.dir, "/venv/lib/python3.11/site-packages/torch"));
