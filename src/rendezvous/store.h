@@ -22,14 +22,13 @@
  * values apart from the keys, as PyTorch's TCPStore has them. GET, MGET,
  * COUNT, LIST, DELETE and WATCH see keys only; CHECK and WAIT count a
  * non-empty queue as a present key. A queue exists while it holds a
- * value. PUSH [key, value] appends and answers OK, then wakes the first
- * WAIT (in the order they began) whose keys are all present now: one per
- * value pushed, so that of several clients blocked on one queue only one
- * pops each value. POP [key] answers INT 0 when the queue is empty, else
- * VALUE [the first value] with num = the queue's length before the pop
- * (what TCPStore sends); LEN [key] answers INT the length. A run holds at
- * most max_keys_per_run keys and queued values together; a queued value
- * is at most max_value_size bytes.
+ * value. PUSH [key, value] appends and answers OK, then wakes one WAIT
+ * on key whose keys are all present now (of WAITs on key alone, the one
+ * that began first): one per value pushed, so that of several clients
+ * blocked on one queue only one pops each value. POP [key] answers INT 0 when the queue is empty,
+ * else VALUE [the first value] with num = the queue's length before the pop (what TCPStore sends);
+ * LEN [key] answers INT the length. A run holds at most max_keys_per_run keys and queued values
+ * together; a queued value is at most max_value_size bytes.
  *
  * Everything runs on one thread; nothing is locked. */
 #ifndef CRUN_RENDEZVOUS_STORE_H

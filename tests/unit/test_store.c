@@ -1042,8 +1042,9 @@ static void test_queues(void **state)
 	fixture_stop(&fx); /* "other" still queued: freed with the store */
 }
 
-/* A push answers one WAIT: the first that waits for its key and has all
- * its keys then; GET and MGET go on waiting for a key. */
+/* A push answers one WAIT that waits for its key and has all its keys
+ * then (of two waiting for it alone, the first); GET and MGET go on
+ * waiting for a key. */
 static void test_queue_wakes(void **state)
 {
 	struct fixture fx;
@@ -1065,28 +1066,31 @@ static void test_queue_wakes(void **state)
 	no_more_frames(&fx.rec);
 	req(&fx, &fx.b, CRUN_WIRE_QUEUE_POP, 0, 6, 0, 20, "q", NULL);
 	want_value(&fx.rec, &fx.b, 6, 1, "v1");
-	/* with k set, c's WAIT is complete once something is queued */
-	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 7, 0, 30, "k", "1", NULL);
+	/* the next push: a's WAIT */
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 7, 0, 30, "q", "v2", NULL);
 	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 7, 0);
-	no_more_frames(&fx.rec);
-	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 8, 0, 40, "q", "v2", NULL);
-	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 8, 0);
-	want(&fx.rec, &c, CRUN_WIRE_OK, 2, 0);
-	no_more_frames(&fx.rec);
-	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 9, 0, 50, "q", "v3", NULL);
-	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 9, 0);
 	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 4, 0);
 	no_more_frames(&fx.rec);
-	/* nobody waits but the GET: a push answers nothing more */
-	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 10, 0, 60, "q", "v4", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 8, 0, 40, "q", NULL);
+	want_value(&fx.rec, &fx.a, 8, 1, "v2");
+	/* with k set, c's WAIT is complete once something is queued */
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 9, 0, 50, "k", "1", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 9, 0);
+	no_more_frames(&fx.rec);
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 10, 0, 60, "q", "v3", NULL);
 	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 10, 0);
+	want(&fx.rec, &c, CRUN_WIRE_OK, 2, 0);
+	no_more_frames(&fx.rec);
+	/* nobody waits but the GET: a push answers nothing more */
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 11, 0, 65, "q", "v4", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 11, 0);
 	no_more_frames(&fx.rec);
 	/* a SET of the key answers the GET; a WAIT on a queued key at once */
-	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 11, 0, 70, "q", "key", NULL);
-	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 11, 0);
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 12, 0, 70, "q", "key", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 12, 0);
 	want_value(&fx.rec, &fx.a, 1, 0, "key");
-	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 12, 0, 80, "q", NULL);
-	want_int(&fx.rec, &fx.b, 12, 1);
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 15, 0, 80, "q", NULL);
+	want_int(&fx.rec, &fx.b, 15, 1);
 	req(&fx, &c, CRUN_WIRE_WAIT, 0, 13, 5000, 90, "q", NULL);
 	want(&fx.rec, &c, CRUN_WIRE_OK, 13, 0);
 	/* a WAIT on an empty queue times out as any WAIT */
