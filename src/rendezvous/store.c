@@ -15,7 +15,10 @@
  *   request: nothing is copied or allocated to answer a request, except an
  *   MGET of more than 16 keys and a LIST.
  * - Code inside a walk (notifying watchers, waking waiters) never frees a
- *   client: ops->drop only asks the edge to close one later. */
+ *   client: ops->drop only asks the edge to close one later.
+ * - A queue is a singly linked list of values with a tail pointer, in a
+ *   table of its own per run; it goes when its last value is popped, so
+ *   a present queue is a non-empty one. */
 #include "rendezvous/store.h"
 
 #include <errno.h>
@@ -42,10 +45,26 @@ struct entry {
 	uint8_t key[];
 };
 
+/* One queued value. */
+struct qval {
+	struct qval *next;
+	uint32_t len;
+	uint8_t data[];
+};
+
+struct queue {
+	struct crun__hnode hn; /* first member: tables hold hnodes */
+	struct qval *head, **tail;
+	uint64_t len;
+	uint8_t key[];
+};
+
 struct crun__store_run {
 	struct crun__hnode hn;
 	struct crun__htable keys;
 	struct crun__htable awaited; /* struct awaited: keys waiters miss */
+	struct crun__htable queues;  /* struct queue, never empty */
+	uint64_t nqueued;	     /* values in all of them */
 	struct crun__list waiters;   /* struct waiter.run_link */
 	struct crun__list watches;   /* struct watch.run_link */
 	void *data;		     /* the edge's (crun__store_run_data) */
@@ -274,19 +293,48 @@ static void awaited_node_free(struct crun__hnode *n, void *arg)
 	free(n);
 }
 
+static void queue_free(struct queue *q)
+{
+	while (q->head) {
+		struct qval *v = q->head;
+
+		q->head = v->next;
+		free(v);
+	}
+	free(q);
+}
+
+static void queue_node_free(struct crun__hnode *n, void *arg)
+{
+	(void)arg;
+	queue_free((struct queue *)n);
+}
+
+/* Drops every queue of r; returns the number of values they held. */
+static uint64_t drop_queues(struct crun__store_run *r)
+{
+	uint64_t n = r->nqueued;
+
+	crun__htable_clear(&r->queues, queue_node_free, NULL);
+	r->nqueued = 0;
+	return n;
+}
+
 static void run_free(struct crun__store *st, struct crun__store_run *r)
 {
 	if (r->data && st->ops->run_freed)
 		st->ops->run_freed(st->ctx, r->data);
 	crun__htable_clear(&r->keys, entry_node_free, NULL);
 	crun__htable_clear(&r->awaited, awaited_node_free, NULL);
+	drop_queues(r);
 	free(r);
 }
 
-/* Frees r once nothing refers to it any more: no keys, no clients. */
+/* Frees r once nothing refers to it any more: no keys, no queued values,
+ * no clients. */
 static void run_maybe_free(struct crun__store *st, struct crun__store_run *r)
 {
-	if (r->nclients || r->keys.count)
+	if (r->nclients || r->keys.count || r->queues.count)
 		return;
 	crun__htable_remove(&st->runs, &r->hn);
 	run_free(st, r);
@@ -296,6 +344,12 @@ static struct entry *entry_find(const struct crun__store_run *r, const struct cr
 				uint32_t hash)
 {
 	return (struct entry *)crun__htable_find(&r->keys, key->data, key->len, hash);
+}
+
+static struct queue *queue_find(const struct crun__store_run *r, const struct crun__wire_item *key,
+				uint32_t hash)
+{
+	return (struct queue *)crun__htable_find(&r->queues, key->data, key->len, hash);
 }
 
 static struct entry *entry_create(struct crun__store_run *r, const struct crun__wire_item *key,
@@ -502,12 +556,26 @@ static void answer_read(struct crun__store *st, struct crun__store_client *c, ui
 	}
 }
 
-/* Index of the first key that does not exist, or count when all do. */
+/* Whether key is there for a request of this type: a key, or for CHECK
+ * and WAIT also a (non-empty) queue. */
+static bool present(const struct crun__store *st, const struct crun__store_run *r,
+		    const struct crun__wire_item *key, uint8_t type)
+{
+	uint32_t h = hash_item(st, key);
+
+	if (entry_find(r, key, h))
+		return true;
+	return (type == CRUN_WIRE_CHECK || type == CRUN_WIRE_WAIT) && r->queues.count &&
+	       queue_find(r, key, h);
+}
+
+/* Index of the first key that is not there for a request of this type,
+ * or count when all are. */
 static uint32_t first_missing(const struct crun__store *st, const struct crun__store_run *r,
-			      const struct crun__wire_item *keys, uint32_t count)
+			      const struct crun__wire_item *keys, uint32_t count, uint8_t type)
 {
 	for (uint32_t i = 0; i < count; i++)
-		if (!entry_find(r, &keys[i], hash_item(st, &keys[i])))
+		if (!present(st, r, &keys[i], type))
 			return i;
 	return count;
 }
@@ -565,7 +633,7 @@ static void wake_waiters(struct crun__store *st, struct crun__store_run *r, cons
 	free(a);
 	while (!crun__list_empty(&woken)) {
 		struct waiter *w = crun__container_of(woken.next, struct waiter, key_link);
-		uint32_t i = first_missing(st, r, w->keys, w->count);
+		uint32_t i = first_missing(st, r, w->keys, w->count, w->type);
 
 		crun__list_del(&w->key_link);
 		if (i < w->count && waiter_index(st, r, w, i) == 0)
@@ -575,6 +643,44 @@ static void wake_waiters(struct crun__store *st, struct crun__store_run *r, cons
 		else
 			answer_read(st, w->client, w->type, w->id, w->keys, w->count);
 		waiter_remove(st, w);
+	}
+}
+
+/* After a push to the queue key: answers the first WAIT in key's list
+ * that now has all its keys, if any; WAITs on the way that miss another
+ * key move to that key's list; GET and MGET wait on for a key. */
+static void wake_one(struct crun__store *st, struct crun__store_run *r,
+		     const struct crun__wire_item *key)
+{
+	struct awaited *a = (struct awaited *)crun__htable_find(&r->awaited, key->data, key->len,
+								hash_item(st, key));
+	struct crun__list *l, *next;
+
+	if (!a)
+		return;
+	for (l = a->waiters.next; l != &a->waiters; l = next) {
+		struct waiter *w = crun__container_of(l, struct waiter, key_link);
+		uint32_t i;
+
+		next = l->next;
+		if (w->type != CRUN_WIRE_WAIT)
+			continue;
+		i = first_missing(st, r, w->keys, w->count, w->type);
+		if (i == w->count) {
+			answer_read(st, w->client, w->type, w->id, w->keys, w->count);
+			waiter_remove(st, w); /* may free a: stop here */
+			return;
+		}
+		crun__list_del(&w->key_link);
+		w->awaited = NULL;
+		if (waiter_index(st, r, w, i) < 0) {
+			reply_oom(st, w->client, w->id);
+			waiter_remove(st, w);
+		}
+	}
+	if (crun__list_empty(&a->waiters)) {
+		crun__htable_remove(&r->awaited, &a->hn);
+		free(a);
 	}
 }
 
@@ -669,7 +775,8 @@ static void add_waiter(struct crun__store *st, struct crun__store_client *c,
 		reply_oom(st, c, m->id);
 		return;
 	}
-	if (waiter_index(st, c->run, w, first_missing(st, c->run, w->keys, w->count)) < 0) {
+	if (waiter_index(st, c->run, w, first_missing(st, c->run, w->keys, w->count, w->type)) <
+	    0) {
 		heap_remove(st, w);
 		free(w);
 		reply_oom(st, c, m->id);
@@ -691,7 +798,7 @@ void crun__store_expire(struct crun__store *st, uint64_t now)
 	while (st->nheap && st->heap[0]->deadline <= now) {
 		struct waiter *w = st->heap[0];
 		struct crun__store_client *c = w->client;
-		uint32_t i = first_missing(st, c->run, w->keys, w->count);
+		uint32_t i = first_missing(st, c->run, w->keys, w->count, w->type);
 		char k[300];
 
 		if (i == w->count)
@@ -734,11 +841,12 @@ static bool check_room(struct crun__store *st, struct crun__store_client *c, uin
 	uint64_t max = st->limits.max_keys_per_run;
 	char r[300];
 
-	if (c->run->keys.count + new_keys <= max)
+	if (c->run->keys.count + c->run->nqueued + new_keys <= max)
 		return true;
 	crun__store_refuse(
-		st, c, id, ENOSPC, "run '%s' holds the limit of %" PRIu64 " keys",
-		crun__store_show(r, sizeof(r), (const uint8_t *)c->run->id, c->run->hn.klen), max);
+		st, c, id, ENOSPC, "run '%s' holds the limit of %" PRIu64 " keys%s",
+		crun__store_show(r, sizeof(r), (const uint8_t *)c->run->id, c->run->hn.klen), max,
+		c->run->nqueued ? " and queued values" : "");
 	return false;
 }
 
@@ -806,7 +914,7 @@ static void op_set(struct crun__store *st, struct crun__store_client *c,
 static void op_read(struct crun__store *st, struct crun__store_client *c,
 		    const struct crun__wire_msg *m, uint64_t now)
 {
-	uint32_t miss = first_missing(st, c->run, m->items, m->count);
+	uint32_t miss = first_missing(st, c->run, m->items, m->count, m->type);
 	char k[300];
 
 	if (miss == m->count) {
@@ -1165,10 +1273,100 @@ static void op_unwatch(struct crun__store *st, struct crun__store_client *c,
 	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
 }
 
+static void op_queue_push(struct crun__store *st, struct crun__store_client *c,
+			  const struct crun__wire_msg *m)
+{
+	const struct crun__wire_item *key = &m->items[0], *val = &m->items[1];
+	struct crun__store_run *r = c->run;
+	uint32_t h = hash_item(st, key);
+	struct queue *q = queue_find(r, key, h);
+	struct qval *v;
+
+	if (!check_value(st, c, m->id, val->len) || !check_room(st, c, m->id, 1))
+		return;
+	v = malloc(sizeof(*v) + val->len);
+	if (!v) {
+		reply_oom(st, c, m->id);
+		return;
+	}
+	v->next = NULL;
+	v->len = val->len;
+	if (val->len)
+		memcpy(v->data, val->data, val->len);
+	if (!q) {
+		q = calloc(1, sizeof(*q) + key->len);
+		if (!q) {
+			free(v);
+			reply_oom(st, c, m->id);
+			return;
+		}
+		memcpy(q->key, key->data, key->len);
+		q->hn.key = q->key;
+		q->hn.klen = key->len;
+		q->hn.hash = h;
+		q->tail = &q->head;
+		if (crun__htable_insert(&r->queues, &q->hn) < 0) {
+			free(q);
+			free(v);
+			reply_oom(st, c, m->id);
+			return;
+		}
+	}
+	*q->tail = v;
+	q->tail = &v->next;
+	q->len++;
+	r->nqueued++;
+	emit(st, c, CRUN_WIRE_OK, m->id, 0, NULL, 0);
+	if (!crun__list_empty(&r->waiters))
+		wake_one(st, r, key);
+}
+
+static void op_queue_pop(struct crun__store *st, struct crun__store_client *c,
+			 const struct crun__wire_msg *m)
+{
+	struct crun__store_run *r = c->run;
+	struct queue *q = queue_find(r, &m->items[0], hash_item(st, &m->items[0]));
+	struct crun__wire_item it;
+	struct qval *v;
+
+	if (!q) {
+		emit(st, c, CRUN_WIRE_INT, m->id, 0, NULL, 0);
+		return;
+	}
+	v = q->head;
+	it = item(v->data, v->len);
+	/* A value too large to send stays queued. */
+	if (emit(st, c, CRUN_WIRE_VALUE, m->id, (int64_t)q->len, &it, 1) == -ENOBUFS) {
+		reply_too_big(st, c, m->id);
+		return;
+	}
+	q->head = v->next;
+	free(v);
+	r->nqueued--;
+	if (--q->len == 0) {
+		crun__htable_remove(&r->queues, &q->hn);
+		free(q);
+	}
+}
+
+static void op_queue_len(struct crun__store *st, struct crun__store_client *c,
+			 const struct crun__wire_msg *m)
+{
+	struct queue *q = queue_find(c->run, &m->items[0], hash_item(st, &m->items[0]));
+
+	emit(st, c, CRUN_WIRE_INT, m->id, q ? (int64_t)q->len : 0, NULL, 0);
+}
+
+static bool is_store_request(uint8_t type)
+{
+	return (type >= CRUN_WIRE_SET && type <= CRUN_WIRE_UNWATCH) ||
+	       (type >= CRUN_WIRE_QUEUE_PUSH && type <= CRUN_WIRE_QUEUE_LEN);
+}
+
 int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
 		      const struct crun__wire_msg *m, uint64_t now)
 {
-	if (m->type < CRUN_WIRE_SET || m->type > CRUN_WIRE_UNWATCH)
+	if (!is_store_request(m->type))
 		return -EINVAL;
 	if (!check_keys(st, c, m))
 		return 0;
@@ -1183,7 +1381,7 @@ int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
 		break;
 	case CRUN_WIRE_CHECK:
 		emit(st, c, CRUN_WIRE_INT, m->id,
-		     first_missing(st, c->run, m->items, m->count) == m->count, NULL, 0);
+		     first_missing(st, c->run, m->items, m->count, m->type) == m->count, NULL, 0);
 		break;
 	case CRUN_WIRE_ADD:
 		op_add(st, c, m);
@@ -1217,6 +1415,15 @@ int crun__store_apply(struct crun__store *st, struct crun__store_client *c,
 		break;
 	case CRUN_WIRE_UNWATCH:
 		op_unwatch(st, c, m);
+		break;
+	case CRUN_WIRE_QUEUE_PUSH:
+		op_queue_push(st, c, m);
+		break;
+	case CRUN_WIRE_QUEUE_POP:
+		op_queue_pop(st, c, m);
+		break;
+	case CRUN_WIRE_QUEUE_LEN:
+		op_queue_len(st, c, m);
 		break;
 	}
 	return 0;
@@ -1272,8 +1479,11 @@ uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, ui
 	if (!n)
 		return 0;
 	r = (struct crun__store_run *)n;
-	if (!r->keys.count)
-		return 0;
+	if (!r->keys.count) {
+		count = drop_queues(r);
+		run_maybe_free(st, r);
+		return count;
+	}
 	/* The table forbids removal during a walk: walk first. */
 	all = malloc(r->keys.count * sizeof(*all));
 	if (!all) {
@@ -1289,6 +1499,7 @@ uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, ui
 			entry_delete(st, r, all[i]);
 		free(all);
 	}
+	count += drop_queues(r);
 	run_maybe_free(st, r);
 	return count;
 }

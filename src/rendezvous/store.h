@@ -15,7 +15,20 @@
  * client that set it last; a later plain SET or MSET of the key by anyone
  * makes it an ordinary key again. When the owner leaves, its keys are
  * deleted and watchers get a delete NOTIFY. A run is freed once it has no
- * keys and no clients.
+ * keys, no queued values and no clients.
+ *
+ * Queues (the requests QUEUE_PUSH, QUEUE_POP and QUEUE_LEN, which only
+ * the TCPStore edge sends, tcpstore.h): per run, a map of FIFO queues of
+ * values apart from the keys, as PyTorch's TCPStore has them. GET, MGET,
+ * COUNT, LIST, DELETE and WATCH see keys only; CHECK and WAIT count a
+ * non-empty queue as a present key. A queue exists while it holds a
+ * value. PUSH [key, value] appends and answers OK, then wakes one WAIT
+ * on key whose keys are all present now (of WAITs on key alone, the one
+ * that began first): one per value pushed, so that of several clients
+ * blocked on one queue only one pops each value. POP [key] answers INT 0 when the queue is empty,
+ * else VALUE [the first value] with num = the queue's length before the pop (what TCPStore sends);
+ * LEN [key] answers INT the length. A run holds at most max_keys_per_run keys and queued values
+ * together; a queued value is at most max_value_size bytes.
  *
  * Everything runs on one thread; nothing is locked. */
 #ifndef CRUN_RENDEZVOUS_STORE_H
@@ -115,8 +128,9 @@ void crun__store_leave(struct crun__store *st, struct crun__store_client *c);
 
 /* Deletes every key of the run run_id (len bytes), as a DELETE of each
  * would (its watchers are told; waiters go on waiting for the keys to come
- * again); frees the run when no client is in it. Returns the number of
- * keys deleted (0 when there is no such run). */
+ * again), and drops its queues; frees the run when no client is in it.
+ * Returns the number of keys deleted plus the number of queued values
+ * dropped (0 when there is no such run). */
 uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, uint32_t len);
 
 /* c's run id, NUL-terminated, and its length in *len (may be NULL); NULL
@@ -128,7 +142,8 @@ const char *crun__store_run_id(const struct crun__store_client *c, uint32_t *len
  * c's run, or NULL for a client in no run. */
 void **crun__store_run_data(struct crun__store_client *c);
 
-/* Number of keys in c's run (0 for a client in no run). */
+/* Number of keys in c's run, queues not counted (0 for a client in no
+ * run). */
 uint64_t crun__store_run_keys(const struct crun__store_client *c);
 
 /* Applies one request of c, which must be in a run; m must have passed

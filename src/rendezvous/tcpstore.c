@@ -173,15 +173,13 @@ long crun__tcpstore_parse(struct crun__tcpstore_conn *ts, const uint8_t *buf, si
 	case CRUN__TS_CANCEL_WAIT:
 		goto done;
 	case CRUN__TS_WATCH_KEY:
-	case CRUN__TS_QUEUE_PUSH:
-	case CRUN__TS_QUEUE_POP:
-	case CRUN__TS_QUEUE_LEN:
 		crun__seterr(err, errlen,
 			     "TCPStore %s (opcode %u, %s dialect) is not served by crun",
 			     op_names[req->op], buf[0], crun__tcpstore_dialect_name(d));
 		return -EOPNOTSUPP;
 	case CRUN__TS_SET:
 	case CRUN__TS_APPEND:
+	case CRUN__TS_QUEUE_PUSH:
 		nvals = 1;
 		break;
 	case CRUN__TS_COMPARE_SET:
@@ -190,6 +188,8 @@ long crun__tcpstore_parse(struct crun__tcpstore_conn *ts, const uint8_t *buf, si
 	case CRUN__TS_GET:
 	case CRUN__TS_ADD:
 	case CRUN__TS_DELETE_KEY:
+	case CRUN__TS_QUEUE_POP:
+	case CRUN__TS_QUEUE_LEN:
 		break;
 	case CRUN__TS_CHECK:
 	case CRUN__TS_WAIT:
@@ -309,6 +309,12 @@ static uint8_t store_type(enum crun__tcpstore_op op)
 		return CRUN_WIRE_MGET;
 	case CRUN__TS_MULTI_SET:
 		return CRUN_WIRE_MSET;
+	case CRUN__TS_QUEUE_PUSH:
+		return CRUN_WIRE_QUEUE_PUSH;
+	case CRUN__TS_QUEUE_POP:
+		return CRUN_WIRE_QUEUE_POP;
+	case CRUN__TS_QUEUE_LEN:
+		return CRUN_WIRE_QUEUE_LEN;
 	default:
 		return 0;
 	}
@@ -412,6 +418,7 @@ long crun__tcpstore_reply(struct crun__tcpstore_conn *ts, uint8_t type, uint32_t
 	case CRUN__TS_SET:
 	case CRUN__TS_APPEND:
 	case CRUN__TS_MULTI_SET:
+	case CRUN__TS_QUEUE_PUSH:
 		if (type != CRUN_WIRE_OK)
 			goto bad;
 		break;
@@ -421,9 +428,22 @@ long crun__tcpstore_reply(struct crun__tcpstore_conn *ts, uint8_t type, uint32_t
 			goto bad;
 		put_bytes(out, cap, &len, items[0].data, items[0].len);
 		break;
+	case CRUN__TS_QUEUE_POP:
+		/* i64 0 when empty, else the length before the pop (> 0) and
+		 * the value. */
+		if (type == CRUN_WIRE_INT && num == 0) {
+			put(out, cap, &len, &num, sizeof(num));
+			break;
+		}
+		if (type != CRUN_WIRE_VALUE || count != 1 || num <= 0)
+			goto bad;
+		put(out, cap, &len, &num, sizeof(num));
+		put_bytes(out, cap, &len, items[0].data, items[0].len);
+		break;
 	case CRUN__TS_ADD:
 	case CRUN__TS_GETNUMKEYS:
 	case CRUN__TS_DELETE_KEY:
+	case CRUN__TS_QUEUE_LEN:
 		if (type != CRUN_WIRE_INT)
 			goto bad;
 		put(out, cap, &len, &num, sizeof(num));

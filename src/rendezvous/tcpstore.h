@@ -41,15 +41,19 @@
  *     CANCEL_WAIT   12 (2.1)               12 -; reply u8 1 WAIT_CANCELED
  *     PING          -                      13 u32 nonce; reply the nonce
  *                                             (2.4 ..)
- *     QUEUE_PUSH    -                      14 key, value; no reply (not
- *                                             served)
- *     QUEUE_POP     -                      15 key; reply u64 0, or u64 1 +
- *                                             value (not served)
- *     QUEUE_LEN     -                      16 key; reply i64 (not served)
- *   (2.15's queues: a map apart from the keys; CHECK and WAIT count a
- *   non-empty queue as a present key, GETNUMKEYS does not; a blocking
- *   QUEUE_POP is WAIT on the key, then QUEUE_POP, whose reply is i64 0
- *   when empty, else i64 1 and the value.)
+ *     QUEUE_PUSH    -                      14 key, value; no reply
+ *     QUEUE_POP     -                      15 key; reply i64 0 when
+ *                                             empty, else i64 the length
+ *                                             before the pop + value
+ *     QUEUE_LEN     -                      16 key; reply i64
+ *   (the queues, of recent releases: FIFO queues of values in a map apart from the
+ *   keys; CHECK and WAIT count a non-empty queue as a present key; GET,
+ *   GETNUMKEYS and DELETE_KEY do not see queues. A blocking queue_pop is
+ *   WAIT on the key, then QUEUE_POP; a push wakes one WAIT on its key,
+ *   so of clients blocked on one queue only one pops each value. The
+ *   client raises QueueEmptyError on a 0. Observed between 2.15's client
+ *   and server: three pushes, then pops answered 3, 2 and 1 before each
+ *   value. crun's store has these semantics, store.h.)
  *   1.13 and 2.0 stop at DELETE_KEY (8). Opcodes 8 .. 12 mean the same in
  *   both dialects; 0 .. 7 are shifted by VALIDATE and WATCH_KEY.
  *

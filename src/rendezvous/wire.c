@@ -68,6 +68,7 @@ struct type_rule {
 	uint8_t flags;
 	enum num_rule num;
 	bool key_first; /* item 0 is a key (or an id): must not be empty */
+	bool internal;	/* built by the server for itself, never a frame */
 };
 
 static const struct type_rule rules[256] = {
@@ -95,6 +96,10 @@ static const struct type_rule rules[256] = {
 	[CRUN_WIRE_RDZV_DONE] = {"RDZV_DONE", 0, 0, 0, NUM_ROUND, false},
 	/* RESUME: a JOIN's 14 items and an assignment of one node or more */
 	[CRUN_WIRE_RDZV_RESUME] = {"RDZV_RESUME", 22, CRUN_WIRE_MAX_ITEMS, 0, NUM_POSITIVE, true},
+	/* The TCPStore clients' queues (store.h): [key, value], [key], [key]. */
+	[CRUN_WIRE_QUEUE_PUSH] = {"QUEUE_PUSH", 2, 2, 0, NUM_ZERO, true, true},
+	[CRUN_WIRE_QUEUE_POP] = {"QUEUE_POP", 1, 1, 0, NUM_ZERO, true, true},
+	[CRUN_WIRE_QUEUE_LEN] = {"QUEUE_LEN", 1, 1, 0, NUM_ZERO, true, true},
 	[CRUN_WIRE_OK] = {"OK", 0, CRUN_WIRE_MAX_ITEMS, 0, NUM_ANY, false},
 	[CRUN_WIRE_ERROR] = {"ERROR", 1, 1, 0, NUM_ANY, false},
 	[CRUN_WIRE_VALUE] = {"VALUE", 1, 1, 0, NUM_ANY, false},
@@ -128,7 +133,7 @@ int crun__wire_check_header(const uint8_t *hdr, uint32_t max_payload, uint32_t *
 
 	if (max_payload > CRUN_WIRE_MAX_PAYLOAD)
 		max_payload = CRUN_WIRE_MAX_PAYLOAD;
-	if (!rules[type].name) {
+	if (!rules[type].name || rules[type].internal) {
 		crun__seterr(err, errlen, "unknown frame type %u", type);
 		return -EPROTO;
 	}

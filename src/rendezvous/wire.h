@@ -112,6 +112,10 @@
  *           the first (node id) not empty, num = its wait > 0; RDZV_EVENT 3
  *           items, the first (reason) not empty, num = a round >= 0.
  *
+ *   QUEUE_PUSH, QUEUE_POP, QUEUE_LEN: internal requests of the store's
+ *           TCPStore clients (store.h has their semantics); no frame of
+ *           these types is valid: the decoder refuses them as unknown.
+ *
  * Requests on one connection are answered in any order (a waiting GET does
  * not hold up a later SET); clients match replies by id. */
 #ifndef CRUN_RENDEZVOUS_WIRE_H
@@ -173,6 +177,12 @@ enum crun__wire_type {
 	CRUN_WIRE_RDZV_FAIL = 18,
 	CRUN_WIRE_RDZV_DONE = 19,
 	CRUN_WIRE_RDZV_RESUME = 20,
+	/* Queues, for the store's TCPStore clients only (tcpstore.h): never
+	 * on the wire. crun__wire_check_header refuses these types as
+	 * unknown, so a crun client cannot send them. */
+	CRUN_WIRE_QUEUE_PUSH = 0x40,
+	CRUN_WIRE_QUEUE_POP = 0x41,
+	CRUN_WIRE_QUEUE_LEN = 0x42,
 
 	CRUN_WIRE_OK = 0x80,
 	CRUN_WIRE_ERROR = 0x81,

@@ -67,4 +67,36 @@ if hasattr(s, "append"):
 if hasattr(s, "multi_set"):
     s.multi_set(["p", "q"], [b"1", b"22"])
     same("multi_get", s.multi_get(["p", "q"]), [b"1", b"22"])
+if hasattr(s, "queue_push"):
+    # queues (torch 2.x's queue_push/pop/len): a blocking pop here (it lets
+    # go of the GIL), woken by pushes of the other client, which come later
+    import time
+
+    keys_before = s.num_keys()
+
+    def push():
+        other.queue_push("jobs", b"first")
+        other.queue_push("jobs", "second")
+
+    threading.Timer(0.3, push).start()
+    t0 = time.monotonic()
+    got = s.queue_pop("jobs")
+    waited = time.monotonic() - t0
+    same("blocking queue_pop woken by another client's push", got, b"first")
+    print("  (after %.2f s)" % waited, flush=True)
+    same("blocking queue_pop, the next value", s.queue_pop("jobs"), b"second")
+    # "queue": no key of that name ("q" is one, from multi_set)
+    for v in (b"a", b"", b"c"):
+        s.queue_push("queue", v)
+    same("queue_len", s.queue_len("queue"), 3)
+    same("num_keys does not count queues", s.num_keys(), keys_before)
+    same("check sees a queue", s.check(["queue"]), True)
+    same("queue_pop FIFO", [s.queue_pop("queue", False) for _ in range(3)], [b"a", b"", b"c"])
+    same("queue_len emptied", s.queue_len("queue"), 0)
+    same("check of an emptied queue", s.check(["queue"]), False)
+    try:
+        s.queue_pop("queue", False)
+        fail("queue_pop of an empty queue returned")
+    except Exception as e:  # torch.distributed.QueueEmptyError
+        same("queue_pop of an empty queue raises", type(e).__name__, "QueueEmptyError")
 print("done", flush=True)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # torch's own TCPStore client, then two unmodified torchrun agents
 # (python -m torch.distributed.run, --rdzv_backend c10d, is_host=0),
-# against crun-rdzvd: every store call the installed torch has, and a gloo
+# against crun-rdzvd: every store call the installed torch has (queues
+# with 2.x's queue_push, a blocking pop woken by a push), and a gloo
 # all_reduce across the two agents' workers, both agents exit 0. The torch
 # is the first of python3, /usr/bin/python3 that imports it (CI: Debian's
 # python3-torch 1.13); none: skipped. TCPSTORE_PYTHON picks another

@@ -240,7 +240,8 @@ def malformed():
         ("unknown opcode", "legacy", bytes([99])),
         ("WATCH_KEY", "legacy", bytes([7]) + s_("/w")),
         ("bad magic", "modern", None),
-        ("QUEUE_PUSH", "modern", bytes([14]) + s_("/q") + s_("x")),
+        ("QUEUE_PUSH in the legacy dialect", "legacy", bytes([14]) + s_("/q") + s_("x")),
+        ("a queued value over the limit", "modern", bytes([14]) + s_("/q") + s_("x" * 1025)),
         ("newer opcode", "modern", bytes([40])),
     ]
     for name, dialect, data in cases:
@@ -285,6 +286,118 @@ def malformed():
     if not c.closed():
         raise Fail("ADD on text: connection still open")
     ok("malformed input closes the connection (%d cases), a truncated one waits" % len(cases))
+
+
+def queues():
+    a = Client("modern")
+    b = Client("modern")
+    a.send("GETNUMKEYS")
+    nkeys = a.i64()
+    a.send("QUEUE_LEN", s_("/q"))
+    same("QUEUE_LEN of no queue", a.i64(), 0)
+    a.send("QUEUE_POP", s_("/q"))
+    same("QUEUE_POP of no queue", a.i64(), 0)
+    for v in (b"one", b"", b"three"):
+        a.send("QUEUE_PUSH", s_("/q") + s_(v))
+    b.send("QUEUE_LEN", s_("/q"))
+    same("QUEUE_LEN", b.i64(), 3)
+    # apart from the keys, but CHECK and WAIT see a non-empty queue
+    b.send("GET", s_("/q"))
+    same("GET of a queue", b.value(), b"")
+    b.send("GETNUMKEYS")
+    same("GETNUMKEYS with queues", b.i64(), nkeys)
+    b.send("DELETE_KEY", s_("/q"))
+    same("DELETE_KEY of a queue", b.i64(), 0)
+    b.send("CHECK", keys("/q"))
+    same("CHECK of a queue", b.u8(), 0)
+    b.send("WAIT", keys("/q"))
+    same("WAIT on a queue", b.u8(), 0)
+    # FIFO; i64 the length before the pop, then the value
+    for n, v in ((3, b"one"), (2, b""), (1, b"three")):
+        b.send("QUEUE_POP", s_("/q"))
+        same("QUEUE_POP length", b.i64(), n)
+        same("QUEUE_POP value", b.value(), v)
+    b.send("QUEUE_POP", s_("/q"))
+    same("QUEUE_POP of an emptied queue", b.i64(), 0)
+    b.send("CHECK", keys("/q"))
+    same("CHECK of an emptied queue", b.u8(), 1)
+    # blocking pops, as torch's client does them (WAIT, then QUEUE_POP):
+    # a push wakes one of two waiting clients, the next push the other
+    c = Client("modern")
+    b.send("WAIT", keys("/bq"))
+    time.sleep(0.05)
+    c.send("WAIT", keys("/bq"))
+    time.sleep(0.05)
+    a.send("QUEUE_PUSH", s_("/bq") + s_(b"first"))
+    same("blocking pop woken", b.u8(), 0)
+    c.s.settimeout(0.3)
+    try:
+        got = c.s.recv(1)
+        raise Fail("one push woke two waiting clients: %r" % got)
+    except socket.timeout:
+        pass
+    c.s.settimeout(5)
+    b.send("QUEUE_POP", s_("/bq"))
+    same("blocking pop length", b.i64(), 1)
+    same("blocking pop value", b.value(), b"first")
+    a.send("QUEUE_PUSH", s_("/bq") + s_(b"second"))
+    same("second blocking pop woken", c.u8(), 0)
+    c.send("QUEUE_POP", s_("/bq"))
+    same("second blocking pop", (c.i64(), c.value()), (1, b"second"))
+    # a value at --max-value-size (1 KiB) is queued
+    a.send("QUEUE_PUSH", s_("/big") + s_(b"x" * 1024))
+    a.send("QUEUE_POP", s_("/big"))
+    same("a queued value at the limit", (a.i64(), len(a.value())), (1, 1024))
+    for x in (a, b, c):
+        x.close()
+    ok("queues: FIFO, apart from the keys, a blocking pop woken by a push (one per value)")
+
+
+def crun_frame(ftype, num, items, fid=1):
+    payload = struct.pack(">qI", num, len(items))
+    payload += b"".join(struct.pack(">I", len(i)) + i for i in items)
+    return struct.pack(">IBBHI", len(payload), ftype, 0, 0, fid) + payload
+
+
+def crun_queue_refused():
+    """The store's queue requests are the TCPStore edge's own: a crun
+    client that sends one gets an ERROR and is closed."""
+    s = socket.create_connection(("127.0.0.1", ON), timeout=5)
+    s.sendall(b"CRUN" + struct.pack(">HH", 1, 0))
+    s.sendall(crun_frame(1, 0, [b"r1", b"\0" * 32, b""]))
+
+    def recv(n):
+        b = b""
+        while len(b) < n:
+            c = s.recv(n - len(b))
+            if not c:
+                raise Fail("crun connection closed after %d of %d bytes" % (len(b), n))
+            b += c
+        return b
+
+    def frame():
+        ln, ftype, _, _, _ = struct.unpack(">IBBHI", recv(12))
+        num, count = struct.unpack(">qI", recv(12))
+        items = []
+        for _ in range(count):
+            items.append(recv(struct.unpack(">I", recv(4))[0]))
+        return ftype, num, items
+
+    recv(40)
+    same("HELLO", frame()[0], 0x80)
+    s.sendall(crun_frame(0x40, 0, [b"/q", b"x"], 2))
+    ftype, num, items = frame()
+    same("a crun QUEUE_PUSH: ERROR", ftype, 0x81)
+    if b"unknown frame type 64" not in items[0]:
+        raise Fail("a crun QUEUE_PUSH: %r" % items[0])
+    s.settimeout(3)
+    try:
+        if s.recv(1):
+            raise Fail("a crun QUEUE_PUSH: connection still open")
+    except ConnectionResetError:
+        pass
+    s.close()
+    ok("a crun client's queue request: ERROR unknown frame type, closed")
 
 
 def crunctl(*args):
@@ -336,6 +449,8 @@ try:
         every_op(d)
         wait_and_cancel(d)
     wait_1000()
+    queues()
+    crun_queue_refused()
     malformed()
     namespaces()
     off()

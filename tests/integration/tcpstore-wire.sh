@@ -2,8 +2,9 @@
 # PyTorch's TCPStore protocol on crun-rdzvd's port, frame by frame:
 # tcpstore-wire.py builds every request of both dialects itself (no torch
 # needed) and checks each reply, malformed input, CANCEL_WAIT racing
-# STOP_WAITING, a WAIT on 1,000 keys, crun and TCPStore clients side by
-# side unable to see each other's keys, and a daemon with --tcpstore off.
+# STOP_WAITING, a WAIT on 1,000 keys, queues (blocking pops woken by a
+# push), crun and TCPStore clients side by side unable to see each other's
+# keys, and a daemon with --tcpstore off.
 set -u
 . "$(dirname "$0")/rdzvd-lib.sh"
 rdzvd_test_init tcpstore-wire

@@ -970,6 +970,248 @@ static void test_clear_run(void **state)
 	fixture_stop(&fx);
 }
 
+/* ---- queues --------------------------------------------------------------------- */
+
+static void want_int(struct rec *r, struct crun__store_client *to, uint32_t id, int64_t num)
+{
+	want(r, to, CRUN_WIRE_INT, id, num);
+}
+
+/* PUSH, POP and LEN: first in first out, POP's num the length before it,
+ * and the queues apart from the keys. */
+static void test_queues(void **state)
+{
+	struct fixture fx;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_LEN, 0, 1, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 1, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 2, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 2, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 3, 0, 0, "q", "first", NULL);
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 4, 0, 0, "q", "", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 5, 0, 0, "q", "third", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 6, 0, 0, "other", "x", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 3, 0);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 4, 0);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 5, 0);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 6, 0);
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_LEN, 0, 7, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.b, 7, 3);
+	/* keys do not see queues, but CHECK and WAIT do */
+	req(&fx, &fx.a, CRUN_WIRE_GET, 0, 8, 0, 0, "q", NULL);
+	want_error(&fx.rec, &fx.a, 8, ENOENT, NULL);
+	req(&fx, &fx.a, CRUN_WIRE_MGET, 0, 9, 0, 0, "q", NULL);
+	want_error(&fx.rec, &fx.a, 9, ENOENT, NULL);
+	req(&fx, &fx.a, CRUN_WIRE_COUNT, 0, 10, 0, 0, NULL);
+	want_int(&fx.rec, &fx.a, 10, 0);
+	assert_int_equal(crun__store_run_keys(&fx.a), 0);
+	req(&fx, &fx.a, CRUN_WIRE_LIST, 0, 11, 0, 0, NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_VALUES, 11, 0);
+	req(&fx, &fx.a, CRUN_WIRE_DELETE, 0, 12, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 12, 0);
+	req(&fx, &fx.a, CRUN_WIRE_CHECK, 0, 13, 0, 0, "q", "other", NULL);
+	want_int(&fx.rec, &fx.a, 13, 1);
+	req(&fx, &fx.a, CRUN_WIRE_WAIT, 0, 14, 1000, 0, "q", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 14, 0);
+	/* a key of the queue's name is another thing */
+	req(&fx, &fx.a, CRUN_WIRE_SET, 0, 15, 0, 0, "q", "key", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 15, 0);
+	/* FIFO; num = the length before the pop */
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_POP, 0, 16, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.b, 16, 3, "first");
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 17, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.a, 17, 2, "");
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 18, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.a, 18, 1, "third");
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 19, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 19, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_LEN, 0, 20, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 20, 0);
+	req(&fx, &fx.a, CRUN_WIRE_GET, 0, 21, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.a, 21, 0, "key");
+	req(&fx, &fx.a, CRUN_WIRE_DELETE, 0, 22, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 22, 1);
+	/* an emptied queue is no present key */
+	req(&fx, &fx.a, CRUN_WIRE_CHECK, 0, 23, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 23, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_LEN, 0, 24, 0, 0, "other", NULL);
+	want_int(&fx.rec, &fx.a, 24, 1);
+	no_more_frames(&fx.rec);
+	fixture_stop(&fx); /* "other" still queued: freed with the store */
+}
+
+/* A push answers one WAIT that waits for its key and has all its keys
+ * then (of two waiting for it alone, the first); GET and MGET go on
+ * waiting for a key. */
+static void test_queue_wakes(void **state)
+{
+	struct fixture fx;
+	struct crun__store_client c;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	crun__store_client_init(&c, "c");
+	assert_int_equal(crun__store_join(fx.st, &c, (const uint8_t *)"run", 3), 0);
+	req(&fx, &fx.a, CRUN_WIRE_GET, 0, 1, 5000, 0, "q", NULL);
+	req(&fx, &c, CRUN_WIRE_WAIT, 0, 2, 5000, 0, "q", "k", NULL);
+	req(&fx, &fx.b, CRUN_WIRE_WAIT, 0, 3, 5000, 0, "q", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_WAIT, 0, 4, 5000, 0, "q", NULL);
+	no_more_frames(&fx.rec);
+	/* the GET waits for a key; c's WAIT for k too: b's WAIT is first */
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 5, 0, 10, "q", "v1", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 5, 0);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 3, 0);
+	no_more_frames(&fx.rec);
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_POP, 0, 6, 0, 20, "q", NULL);
+	want_value(&fx.rec, &fx.b, 6, 1, "v1");
+	/* the next push: a's WAIT */
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 7, 0, 30, "q", "v2", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 7, 0);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 4, 0);
+	no_more_frames(&fx.rec);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 8, 0, 40, "q", NULL);
+	want_value(&fx.rec, &fx.a, 8, 1, "v2");
+	/* with k set, c's WAIT is complete once something is queued */
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 9, 0, 50, "k", "1", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 9, 0);
+	no_more_frames(&fx.rec);
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 10, 0, 60, "q", "v3", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 10, 0);
+	want(&fx.rec, &c, CRUN_WIRE_OK, 2, 0);
+	no_more_frames(&fx.rec);
+	/* nobody waits but the GET: a push answers nothing more */
+	req(&fx, &fx.b, CRUN_WIRE_QUEUE_PUSH, 0, 11, 0, 65, "q", "v4", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 11, 0);
+	no_more_frames(&fx.rec);
+	/* a SET of the key answers the GET; a WAIT on a queued key at once */
+	req(&fx, &fx.b, CRUN_WIRE_SET, 0, 12, 0, 70, "q", "key", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 12, 0);
+	want_value(&fx.rec, &fx.a, 1, 0, "key");
+	req(&fx, &fx.b, CRUN_WIRE_DELETE, 0, 15, 0, 80, "q", NULL);
+	want_int(&fx.rec, &fx.b, 15, 1);
+	req(&fx, &c, CRUN_WIRE_WAIT, 0, 13, 5000, 90, "q", NULL);
+	want(&fx.rec, &c, CRUN_WIRE_OK, 13, 0);
+	/* a WAIT on an empty queue times out as any WAIT */
+	req(&fx, &c, CRUN_WIRE_WAIT, 0, 14, 100, 100, "empty", NULL);
+	crun__store_expire(fx.st, 200);
+	want_error(&fx.rec, &c, 14, ETIMEDOUT, "'empty'");
+	no_more_frames(&fx.rec);
+	assert_int_equal(crun__store_next_deadline(fx.st), UINT64_MAX);
+	crun__store_leave(fx.st, &c);
+	fixture_stop(&fx);
+}
+
+/* Queued values count against max_keys_per_run with the keys; each is at
+ * most max_value_size; popping makes room; a value too large for the
+ * edge stays queued. */
+static void test_queue_limits(void **state)
+{
+	struct crun__store_limits l;
+	struct fixture fx;
+	char key17[18], val65[66];
+
+	(void)state;
+	default_limits(&l);
+	l.max_key_size = 16;
+	l.max_value_size = 64;
+	l.max_keys_per_run = 3;
+	fixture_start(&fx, &l);
+	memset(key17, 'k', 17);
+	key17[17] = '\0';
+	memset(val65, 'v', 65);
+	val65[65] = '\0';
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 1, 0, 0, key17, "v", NULL);
+	want_error(&fx.rec, &fx.a, 1, E2BIG, "key of 17 bytes");
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 2, 0, 0, key17, NULL);
+	want_error(&fx.rec, &fx.a, 2, E2BIG, NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 3, 0, 0, "q", val65, NULL);
+	want_error(&fx.rec, &fx.a, 3, E2BIG, "value of 65 bytes");
+	req(&fx, &fx.a, CRUN_WIRE_SET, 0, 4, 0, 0, "k", "v", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 5, 0, 0, "q", "1", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 6, 0, 0, "r", "2", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 4, 0);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 5, 0);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 6, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 7, 0, 0, "q", "3", NULL);
+	want_error(&fx.rec, &fx.a, 7, ENOSPC, "holds the limit of 3 keys and queued values");
+	req(&fx, &fx.a, CRUN_WIRE_SET, 0, 8, 0, 0, "k2", "v", NULL);
+	want_error(&fx.rec, &fx.a, 8, ENOSPC, NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 9, 0, 0, "r", NULL);
+	want_value(&fx.rec, &fx.a, 9, 1, "2");
+	req(&fx, &fx.a, CRUN_WIRE_SET, 0, 10, 0, 0, "k2", "v", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 10, 0);
+	/* a value the edge cannot send: ENOBUFS, and it stays first */
+	fx.rec.max_frame = 0;
+	req(&fx, &fx.a, CRUN_WIRE_DELETE, 0, 11, 0, 0, "k2", NULL);
+	want_int(&fx.rec, &fx.a, 11, 1);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 12, 0, 0, "q", "a longer value", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 12, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 13, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.a, 13, 2, "1");
+	fx.rec.max_frame = 4;
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 14, 0, 0, "q", NULL);
+	want_error(&fx.rec, &fx.a, 14, ENOBUFS, NULL);
+	fx.rec.max_frame = 0;
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_POP, 0, 15, 0, 0, "q", NULL);
+	want_value(&fx.rec, &fx.a, 15, 1, "a longer value");
+	no_more_frames(&fx.rec);
+	fixture_stop(&fx);
+}
+
+/* A run with queued values outlives its clients; clearing it drops its
+ * queues and frees it. */
+static void test_queue_runs(void **state)
+{
+	static int marker;
+	struct fixture fx;
+	struct crun__store_client c;
+
+	(void)state;
+	fixture_start(&fx, NULL);
+	crun__store_client_init(&c, "c");
+	assert_int_equal(crun__store_join(fx.st, &c, (const uint8_t *)"qrun", 4), 0);
+	*crun__store_run_data(&c) = &marker;
+	req(&fx, &c, CRUN_WIRE_QUEUE_PUSH, 0, 1, 0, 0, "q", "v", NULL);
+	crun__store_leave(fx.st, &c);
+	assert_int_equal(fx.rec.nfreed, 0);
+	/* back in the run: the value is there; popped, the run goes */
+	assert_int_equal(crun__store_join(fx.st, &c, (const uint8_t *)"qrun", 4), 0);
+	req(&fx, &c, CRUN_WIRE_QUEUE_POP, 0, 2, 0, 0, "q", NULL);
+	crun__store_leave(fx.st, &c);
+	assert_int_equal(fx.rec.nfreed, 1);
+	assert_ptr_equal(fx.rec.freed[0], &marker);
+	/* clear: keys and queued values gone, waiters wait on */
+	req(&fx, &fx.a, CRUN_WIRE_SET, 0, 3, 0, 0, "k", "v", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 4, 0, 0, "q", "1", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 5, 0, 0, "q", "2", NULL);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 6, 0, 0, "r", "3", NULL);
+	rec_clear(&fx.rec);
+	req(&fx, &fx.b, CRUN_WIRE_WAIT, 0, 7, 5000, 0, "k", "q", "r", NULL);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 7, 0);
+	req(&fx, &fx.b, CRUN_WIRE_WAIT, 0, 8, 5000, 0, "gone", NULL);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"run", 3), 4);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_LEN, 0, 9, 0, 0, "q", NULL);
+	want_int(&fx.rec, &fx.a, 9, 0);
+	req(&fx, &fx.a, CRUN_WIRE_CHECK, 0, 10, 0, 0, "r", NULL);
+	want_int(&fx.rec, &fx.a, 10, 0);
+	req(&fx, &fx.a, CRUN_WIRE_QUEUE_PUSH, 0, 11, 0, 0, "gone", "x", NULL);
+	want(&fx.rec, &fx.a, CRUN_WIRE_OK, 11, 0);
+	want(&fx.rec, &fx.b, CRUN_WIRE_OK, 8, 0);
+	/* a run held by queued values alone is freed by the clear */
+	assert_int_equal(crun__store_join(fx.st, &c, (const uint8_t *)"qrun", 4), 0);
+	*crun__store_run_data(&c) = &marker;
+	req(&fx, &c, CRUN_WIRE_QUEUE_PUSH, 0, 12, 0, 0, "q", "v", NULL);
+	req(&fx, &c, CRUN_WIRE_QUEUE_PUSH, 0, 13, 0, 0, "q", "w", NULL);
+	crun__store_leave(fx.st, &c);
+	assert_int_equal(fx.rec.nfreed, 1);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"qrun", 4), 2);
+	assert_int_equal(fx.rec.nfreed, 2);
+	assert_int_equal(crun__store_clear_run(fx.st, (const uint8_t *)"qrun", 4), 0);
+	fixture_stop(&fx);
+}
+
 /* ---- limits and refusals ------------------------------------------------------ */
 
 static void test_limits(void **state)
@@ -1208,6 +1450,10 @@ int main(void)
 		cmocka_unit_test(test_leave_cleans),
 		cmocka_unit_test(test_runs_isolated),
 		cmocka_unit_test(test_clear_run),
+		cmocka_unit_test(test_queues),
+		cmocka_unit_test(test_queue_wakes),
+		cmocka_unit_test(test_queue_limits),
+		cmocka_unit_test(test_queue_runs),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_sub_limits),
 		cmocka_unit_test(test_too_big_for_edge),

@@ -410,6 +410,109 @@ static void one_dialect(enum crun__tcpstore_dialect d)
 	fx_finish(&x);
 }
 
+/* The queues of the modern dialect: a map apart from the keys, FIFO, and
+ * a blocking pop (WAIT, then QUEUE_POP) woken by a push. */
+static void test_queues(void **state)
+{
+	const enum crun__tcpstore_dialect d = CRUN__TCPSTORE_MODERN;
+	struct fx x;
+	struct frame f;
+
+	(void)state;
+	fx_init(&x, d);
+	/* QUEUE_LEN and QUEUE_POP of no queue: 0 */
+	key_req(&f, 16, "/q");
+	run(&x, &f);
+	want_u64(&x, 0);
+	key_req(&f, 15, "/q");
+	run(&x, &f);
+	want_u64(&x, 0);
+	/* a blocking pop begins: WAIT on the queue's key waits */
+	f.n = 0;
+	f_u8(&f, opc(d, CRUN__TS_WAIT));
+	f_u64(&f, 1);
+	f_str(&f, "/q");
+	run(&x, &f);
+	want(&x, NULL, 0);
+	/* QUEUE_PUSH: no reply of its own; the waiting WAIT is answered */
+	key_req(&f, 14, "/q");
+	f_str(&f, "one");
+	run(&x, &f);
+	want_u8(&x, 0);
+	key_req(&f, 14, "/q");
+	f_str(&f, "");
+	run(&x, &f);
+	want(&x, NULL, 0);
+	key_req(&f, 14, "/q");
+	f_str(&f, "three");
+	run(&x, &f);
+	want(&x, NULL, 0);
+	key_req(&f, 16, "/q");
+	run(&x, &f);
+	want_u64(&x, 3);
+	/* CHECK sees the queue; GET, GETNUMKEYS and DELETE_KEY do not */
+	f.n = 0;
+	f_u8(&f, opc(d, CRUN__TS_CHECK));
+	f_u64(&f, 1);
+	f_str(&f, "/q");
+	run(&x, &f);
+	want_u8(&x, 0);
+	key_req(&f, opc(d, CRUN__TS_GET), "/q");
+	run(&x, &f);
+	want_bytes(&x, "");
+	f.n = 0;
+	f_u8(&f, opc(d, CRUN__TS_GETNUMKEYS));
+	run(&x, &f);
+	want_u64(&x, 0);
+	key_req(&f, opc(d, CRUN__TS_DELETE_KEY), "/q");
+	run(&x, &f);
+	want_u64(&x, 0);
+	/* QUEUE_POP: the length before the pop, then the value, in order */
+	{
+		static const char *const vals[] = {"one", "", "three"};
+
+		for (int i = 0; i < 3; i++) {
+			struct frame w = {.n = 0};
+
+			key_req(&f, 15, "/q");
+			run(&x, &f);
+			f_u64(&w, (uint64_t)(3 - i));
+			f_str(&w, vals[i]);
+			want(&x, w.b, w.n);
+		}
+	}
+	key_req(&f, 15, "/q");
+	run(&x, &f);
+	want_u64(&x, 0);
+	/* an empty queue is no present key */
+	f.n = 0;
+	f_u8(&f, opc(d, CRUN__TS_CHECK));
+	f_u64(&f, 1);
+	f_str(&f, "/q");
+	run(&x, &f);
+	want_u8(&x, 1);
+	/* a key and a queue of one name are apart */
+	key_req(&f, opc(d, CRUN__TS_SET), "/q");
+	f_str(&f, "key");
+	run(&x, &f);
+	key_req(&f, 14, "/q");
+	f_str(&f, "queued");
+	run(&x, &f);
+	key_req(&f, opc(d, CRUN__TS_GET), "/q");
+	run(&x, &f);
+	want_bytes(&x, "key");
+	key_req(&f, 15, "/q");
+	run(&x, &f);
+	{
+		struct frame w = {.n = 0};
+
+		f_u64(&w, 1);
+		f_str(&w, "queued");
+		want(&x, w.b, w.n);
+	}
+	fx_finish(&x);
+}
+
 static void test_legacy(void **state)
 {
 	(void)state;
@@ -482,10 +585,11 @@ static void test_detect(void **state)
 static void cuts(enum crun__tcpstore_dialect d)
 {
 	static const enum crun__tcpstore_op all[] = {
-		CRUN__TS_SET,	   CRUN__TS_COMPARE_SET, CRUN__TS_GET,	      CRUN__TS_ADD,
-		CRUN__TS_CHECK,	   CRUN__TS_WAIT,	 CRUN__TS_GETNUMKEYS, CRUN__TS_DELETE_KEY,
-		CRUN__TS_APPEND,   CRUN__TS_MULTI_GET,	 CRUN__TS_MULTI_SET,  CRUN__TS_CANCEL_WAIT,
-		CRUN__TS_VALIDATE, CRUN__TS_PING,
+		CRUN__TS_SET,	    CRUN__TS_COMPARE_SET, CRUN__TS_GET,	       CRUN__TS_ADD,
+		CRUN__TS_CHECK,	    CRUN__TS_WAIT,	  CRUN__TS_GETNUMKEYS, CRUN__TS_DELETE_KEY,
+		CRUN__TS_APPEND,    CRUN__TS_MULTI_GET,	  CRUN__TS_MULTI_SET,  CRUN__TS_CANCEL_WAIT,
+		CRUN__TS_VALIDATE,  CRUN__TS_PING,	  CRUN__TS_QUEUE_PUSH, CRUN__TS_QUEUE_POP,
+		CRUN__TS_QUEUE_LEN,
 	};
 	struct crun__tcpstore_req req;
 	char err[200];
@@ -494,7 +598,8 @@ static void cuts(enum crun__tcpstore_dialect d)
 		enum crun__tcpstore_op op = all[i];
 		struct frame f = {.n = 0};
 
-		if (d == CRUN__TCPSTORE_LEGACY && (op == CRUN__TS_VALIDATE || op == CRUN__TS_PING))
+		if (d == CRUN__TCPSTORE_LEGACY &&
+		    (op == CRUN__TS_VALIDATE || op == CRUN__TS_PING || op >= CRUN__TS_QUEUE_PUSH))
 			continue;
 		f_u8(&f, opc(d, op));
 		switch (op) {
@@ -506,6 +611,7 @@ static void cuts(enum crun__tcpstore_dialect d)
 			break;
 		case CRUN__TS_SET:
 		case CRUN__TS_APPEND:
+		case CRUN__TS_QUEUE_PUSH:
 			f_str(&f, "/key");
 			f_str(&f, "value");
 			break;
@@ -516,6 +622,8 @@ static void cuts(enum crun__tcpstore_dialect d)
 			break;
 		case CRUN__TS_GET:
 		case CRUN__TS_DELETE_KEY:
+		case CRUN__TS_QUEUE_POP:
+		case CRUN__TS_QUEUE_LEN:
 			f_str(&f, "/key");
 			break;
 		case CRUN__TS_ADD:
@@ -618,11 +726,17 @@ static void test_malformed(void **state)
 	f.b[0] = 17;
 	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EOPNOTSUPP);
 	assert_non_null(strstr(err, "newer PyTorch"));
-	/* opcodes crun does not serve */
+	/* a queue value over the limit, said once its length is in */
+	key_req(&f, 14, "/q");
+	f_u64(&f, lim.max_value_size + 1);
+	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EMSGSIZE);
+	assert_non_null(strstr(err, "value"));
+	/* the queue opcodes do not exist in the legacy dialect (14 is past
+	 * its table), and crun does not serve its WATCH_KEY */
+	ts.dialect = CRUN__TCPSTORE_LEGACY;
 	key_req(&f, 14, "/q");
 	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EOPNOTSUPP);
-	assert_non_null(strstr(err, "QUEUE_PUSH"));
-	ts.dialect = CRUN__TCPSTORE_LEGACY;
+	assert_non_null(strstr(err, "opcode 14"));
 	key_req(&f, 7, "/w");
 	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EOPNOTSUPP);
 	assert_non_null(strstr(err, "WATCH_KEY"));
@@ -713,6 +827,7 @@ int main(void)
 		cmocka_unit_test(test_legacy),	  cmocka_unit_test(test_modern),
 		cmocka_unit_test(test_detect),	  cmocka_unit_test(test_cuts),
 		cmocka_unit_test(test_malformed), cmocka_unit_test(test_pending_and_errors),
+		cmocka_unit_test(test_queues),
 	};
 
 	crun__log_init("test_tcpstore", CRUN_LOG_ERROR);
