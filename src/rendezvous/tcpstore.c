@@ -139,6 +139,7 @@ long crun__tcpstore_parse(struct crun__tcpstore_conn *ts, const uint8_t *buf, si
 	const uint8_t *table;
 	size_t tlen;
 	uint64_t count = 0;
+	bool list = false; /* a request with a count of keys (maybe 0) */
 	int rc;
 
 	if (len == 0)
@@ -197,25 +198,22 @@ long crun__tcpstore_parse(struct crun__tcpstore_conn *ts, const uint8_t *buf, si
 	case CRUN__TS_MULTI_SET:
 		if (!take_u64(&c, &count))
 			return 0;
+		list = true;
 		per = req->op == CRUN__TS_MULTI_SET ? 2 : 1;
 		/* Each key takes at least 8 bytes: a count past what a request
-		 * may hold is refused before anything is allocated. */
-		if (count == 0 || count > CRUN_WIRE_MAX_ITEMS / per ||
-		    count * per * 8 > lim->max_request) {
-			if (count == 0)
-				crun__seterr(err, errlen, "%s of no keys", op_names[req->op]);
-			else
-				crun__seterr(err, errlen, "%s of %llu keys (at most %u)",
-					     op_names[req->op], (unsigned long long)count,
-					     CRUN_WIRE_MAX_ITEMS / per);
-			return count == 0 ? -EPROTO : -EMSGSIZE;
+		 * may hold is refused before anything is allocated. None is
+		 * fine: torch's servers answer it (crun__tcpstore_begin). */
+		if (count > CRUN_WIRE_MAX_ITEMS / per || count * per * 8 > lim->max_request) {
+			crun__seterr(err, errlen, "%s of %llu keys (at most %u)", op_names[req->op],
+				     (unsigned long long)count, CRUN_WIRE_MAX_ITEMS / per);
+			return -EMSGSIZE;
 		}
 		break;
 	default:
 		break;
 	}
-	if (count) {
-		if (grow(items, items_cap, (uint32_t)(count * per)) < 0) {
+	if (list) {
+		if (count && grow(items, items_cap, (uint32_t)(count * per)) < 0) {
 			crun__seterr(err, errlen, "out of memory");
 			return -ENOMEM;
 		}
@@ -326,6 +324,15 @@ int crun__tcpstore_begin(struct crun__tcpstore_conn *ts, const struct crun__tcps
 	uint8_t type = store_type(req->op);
 
 	*reply_len = 0;
+	if (!req->count && (req->op == CRUN__TS_CHECK || req->op == CRUN__TS_WAIT ||
+			    req->op == CRUN__TS_MULTI_GET || req->op == CRUN__TS_MULTI_SET)) {
+		/* No keys: what torch's servers answer, without the store
+		 * (whose requests name at least one key): READY, STOP_WAITING,
+		 * no values, nothing. */
+		if (req->op == CRUN__TS_CHECK || req->op == CRUN__TS_WAIT)
+			put_u8(reply, reply_len, 0);
+		return CRUN__TS_REPLY;
+	}
 	if (!type) {
 		if (req->op == CRUN__TS_PING) {
 			memcpy(reply, &req->u32, sizeof(req->u32));

@@ -235,7 +235,6 @@ def malformed():
         ("huge key length", "legacy", bytes([0]) + struct.pack("<Q", 1 << 62)),
         ("huge value length", "legacy", bytes([0]) + s_("/k") + struct.pack("<Q", 1 << 40)),
         ("huge list", "legacy", bytes([5]) + struct.pack("<Q", 1 << 50)),
-        ("empty list", "legacy", bytes([5]) + struct.pack("<Q", 0)),
         ("empty key", "legacy", bytes([2]) + s_("")),
         ("unknown opcode", "legacy", bytes([99])),
         ("WATCH_KEY", "legacy", bytes([7]) + s_("/w")),
@@ -254,6 +253,20 @@ def malformed():
         if not c.closed():
             raise Fail("%s: connection still open" % name)
         c.close()
+    # lists of no keys are answered as torch's servers do: CHECK READY,
+    # WAIT STOP_WAITING, MULTI_GET and MULTI_SET nothing
+    for dialect in ("legacy", "modern"):
+        c = Client(dialect)
+        c.send("CHECK", struct.pack("<Q", 0))
+        same(dialect + " CHECK of no keys", c.u8(), 0)
+        c.send("WAIT", struct.pack("<Q", 0))
+        same(dialect + " WAIT on no keys", c.u8(), 0)
+        c.send("MULTI_SET", struct.pack("<Q", 0))
+        c.send("MULTI_GET", struct.pack("<Q", 0))
+        c.send("ADD", s_("/after-empty-" + dialect) + struct.pack("<q", 7))
+        same(dialect + " served after empty lists", c.i64(), 7)
+        c.close()
+    ok("lists of no keys answered as torch's servers do")
     # a truncated request: no reply, the connection stays for the rest
     c = Client("legacy")
     c.s.sendall(bytes([2]) + struct.pack("<Q", 5) + b"/tr")

@@ -407,6 +407,23 @@ static void one_dialect(enum crun__tcpstore_dialect d)
 		f_str(&w, "xy");
 		want(&x, w.b, w.n);
 	}
+	/* No keys: CHECK READY, WAIT STOP_WAITING, MULTI_GET and MULTI_SET
+	 * nothing, as torch's servers answer */
+	{
+		static const enum crun__tcpstore_op none[] = {
+			CRUN__TS_CHECK, CRUN__TS_WAIT, CRUN__TS_MULTI_GET, CRUN__TS_MULTI_SET};
+
+		for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+			f.n = 0;
+			f_u8(&f, opc(d, none[i]));
+			f_u64(&f, 0);
+			run(&x, &f);
+			if (none[i] == CRUN__TS_CHECK || none[i] == CRUN__TS_WAIT)
+				want_u8(&x, 0);
+			else
+				want(&x, NULL, 0);
+		}
+	}
 	fx_finish(&x);
 }
 
@@ -702,11 +719,13 @@ static void test_malformed(void **state)
 	f_u8(&f, 10);
 	f_u64(&f, 1000);
 	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EMSGSIZE);
-	/* an empty list, an empty key */
+	/* an empty list is whole (answered without the store), an empty
+	 * key is not a key */
 	f.n = 0;
 	f_u8(&f, 5);
 	f_u64(&f, 0);
-	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EPROTO);
+	assert_int_equal(parse(&ts, &f, f.n, &req, err), (long)f.n);
+	assert_int_equal(req.count, 0);
 	key_req(&f, 2, "");
 	assert_int_equal(parse(&ts, &f, f.n, &req, err), -EPROTO);
 	/* a request that keeps growing past max_request without ending */
