@@ -1,13 +1,12 @@
 /* The agent store's server (agent_store.h). */
 #include "agent/agent_store.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 void crun__agent_store_limits(struct crun__server_limits *limits, int nworkers)
 {
@@ -39,18 +38,6 @@ void crun__agent_store_limits(struct crun__server_limits *limits, int nworkers)
 	}
 }
 
-static bool is_literal(const char *host)
-{
-	unsigned char buf[sizeof(struct in6_addr)];
-
-	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
-static void freed(void *arg)
-{
-	(void)arg;
-}
-
 int crun__agent_store_open(uv_loop_t *loop, const struct crun__agent_spec *spec, const char *addr,
 			   struct crun__server **out)
 {
@@ -61,7 +48,7 @@ int crun__agent_store_open(uv_loop_t *loop, const struct crun__agent_spec *spec,
 
 	/* An address that is not this machine's (NAT, a floating address):
 	 * every address. */
-	if (is_literal(addr))
+	if (crun__addr_is_literal(addr))
 		cand[n++] = addr;
 	cand[n++] = "::";
 	cand[n++] = "0.0.0.0";
@@ -85,7 +72,7 @@ int crun__agent_store_open(uv_loop_t *loop, const struct crun__agent_spec *spec,
 				    crun__server_port(*out));
 			return 0;
 		}
-		crun__server_destroy(*out, freed, NULL);
+		crun__server_destroy(*out, NULL, NULL);
 		*out = NULL;
 		if (rc != -EADDRNOTAVAIL && rc != -EAFNOSUPPORT)
 			break;

@@ -116,13 +116,6 @@ static struct crun__wire_item str_item(const char *s)
 
 /* ---- local addresses and hosting ---------------------------------------- */
 
-static bool is_literal(const char *host)
-{
-	unsigned char buf[sizeof(struct in6_addr)];
-
-	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
 static bool sockaddr_loopback(const struct sockaddr *sa)
 {
 	if (sa->sa_family == AF_INET)
@@ -204,7 +197,7 @@ static int host_store(struct agent_rdzv *r, bool forced, struct crun__server **s
 
 	if (!strcasecmp(host, "localhost"))
 		cand[n++] = "127.0.0.1";
-	else if (is_literal(host))
+	else if (crun__addr_is_literal(host))
 		cand[n++] = host;
 	if (!n || (forced && strcmp(cand[0], "127.0.0.1"))) {
 		cand[n++] = "::";

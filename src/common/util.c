@@ -292,6 +292,13 @@ out_close_fd:
 	return rc;
 }
 
+bool crun__addr_is_literal(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
 bool crun__addr_is_loopback(const char *host)
 {
 	struct in_addr a4;

@@ -55,6 +55,9 @@ int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *
  * "localhost"). */
 bool crun__addr_is_loopback(const char *host);
 
+/* True when host is an IPv4 or IPv6 address literal, not a name. */
+bool crun__addr_is_literal(const char *host);
+
 struct sockaddr;
 /* A socket address as "1.2.3.4:5678" or "[::1]:5678" ("unknown" for other
  * families) into out; the bare address ("?" when none) into ip, which

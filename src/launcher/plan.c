@@ -3,7 +3,6 @@
 #include "common/util.h"
 #include "rendezvous/wire.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -483,11 +482,9 @@ void crun__launch_plan_finish(struct crun__launch_plan *plan)
  * for a name (which may resolve to another of this host's addresses). */
 static const char *store_bind_host(const char *master_addr)
 {
-	unsigned char buf[sizeof(struct in6_addr)];
-
 	if (!strcmp(master_addr, "localhost"))
 		return "127.0.0.1";
-	if (inet_pton(AF_INET, master_addr, buf) == 1 || inet_pton(AF_INET6, master_addr, buf) == 1)
+	if (crun__addr_is_literal(master_addr))
 		return master_addr;
 	return "0.0.0.0";
 }
