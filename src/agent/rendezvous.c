@@ -468,14 +468,14 @@ static int publish_master(struct agent_rdzv *r)
 	char key[64], value[320];
 	int port;
 
-	if (r->spec->agent_store && r->hosted) {
+	if (r->spec->agent_store) {
 		/* The store this agent hosts for the rendezvous, as torchrun's
-		 * agent shares its own: the workers need no other port. The
-		 * round's workers expect a fresh store. */
-		port = crun__server_port(r->hosted);
-		crun__server_tcpstore_clear(r->hosted);
-	} else if (r->spec->agent_store) {
-		if (!r->worker_store) {
+		 * agent shares its own (the workers need no other port), else
+		 * one of its own, opened once. The round's workers expect a
+		 * fresh store. */
+		struct crun__server *store;
+
+		if (!r->hosted && !r->worker_store) {
 			port = crun__agent_store_open(r->loop, r->spec, asg->nodes[0].addr,
 						      &r->worker_store);
 			if (port < 0) {
@@ -483,8 +483,9 @@ static int publish_master(struct agent_rdzv *r)
 				return port;
 			}
 		}
-		port = crun__server_port(r->worker_store);
-		crun__server_tcpstore_clear(r->worker_store);
+		store = r->hosted ? r->hosted : r->worker_store;
+		port = crun__server_port(store);
+		crun__server_tcpstore_clear(store);
 	} else {
 		port = crun__free_port();
 	}

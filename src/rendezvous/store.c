@@ -1479,25 +1479,20 @@ uint64_t crun__store_clear_run(struct crun__store *st, const uint8_t *run_id, ui
 	if (!n)
 		return 0;
 	r = (struct crun__store_run *)n;
-	if (!r->keys.count) {
-		count = drop_queues(r);
-		run_maybe_free(st, r);
-		return count;
-	}
-	/* The table forbids removal during a walk: walk first. */
-	all = malloc(r->keys.count * sizeof(*all));
-	if (!all) {
-		while ((n = crun__htable_first(&r->keys, &b))) {
-			entry_delete(st, r, (struct entry *)n);
-			count++;
-		}
-	} else {
+	/* The table forbids removal during a walk: walk first, or, short of
+	 * memory for that, take the first key until none is left. */
+	all = r->keys.count ? malloc(r->keys.count * sizeof(*all)) : NULL;
+	if (all) {
 		for (n = crun__htable_first(&r->keys, &b); n;
 		     n = crun__htable_next(&r->keys, n, &b))
 			all[count++] = (struct entry *)n;
 		for (uint64_t i = 0; i < count; i++)
 			entry_delete(st, r, all[i]);
 		free(all);
+	}
+	while ((n = crun__htable_first(&r->keys, &b))) {
+		entry_delete(st, r, (struct entry *)n);
+		count++;
 	}
 	count += drop_queues(r);
 	run_maybe_free(st, r);
