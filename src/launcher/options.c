@@ -129,6 +129,13 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "off: rank 0's worker hosts its TCPStore there; auto: on unless the "
 	  "workers' PyTorch is not one of " CRUN_TORCH_RANGE " or "
 	  "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", G_NODES },
+	{ CRUN_OPT_SCHEDULER, "scheduler", 0, true, true, true,
+	  "auto|slurm|kubernetes|none", "auto",
+	  "read the job's shape (nodes, node rank, rendezvous endpoint, run id, "
+	  "workers) from the scheduler that started crun: Slurm's SLURM_* "
+	  "variables under srun, Kubernetes' (Kubeflow PyTorchJob, Trainer v2, "
+	  "Indexed Job); auto: whichever is found; flags, PET_ variables and the "
+	  "config file win over what is read", G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
 	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
@@ -219,6 +226,11 @@ static void config_key(enum crun__launch_opt id, char *buf, size_t len)
 	for (i = 0; optdefs[id].name[i] && i + 1 < len; i++)
 		buf[i] = optdefs[id].name[i] == '-' ? '_' : optdefs[id].name[i];
 	buf[i] = '\0';
+}
+
+void crun__launch_config_key(enum crun__launch_opt id, char *out, size_t outlen)
+{
+	config_key(id, out, outlen);
 }
 
 /* Looks a name up in either spelling; NULL when unknown. */
@@ -857,6 +869,20 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			return -EINVAL;
 		}
 		return 0;
+	case CRUN_OPT_SCHEDULER:
+		if (!strcmp(v, "auto")) {
+			o->sched_mode = CRUN_SCHED_MODE_AUTO;
+		} else if (!strcmp(v, "slurm")) {
+			o->sched_mode = CRUN_SCHED_MODE_SLURM;
+		} else if (!strcmp(v, "kubernetes") || !strcmp(v, "k8s")) {
+			o->sched_mode = CRUN_SCHED_MODE_KUBERNETES;
+		} else if (!strcmp(v, "none")) {
+			o->sched_mode = CRUN_SCHED_MODE_NONE;
+		} else {
+			crun__seterr(err, errlen, "expected auto, slurm, kubernetes or none");
+			return -EINVAL;
+		}
+		return 0;
 	case CRUN_OPT_LOG_DIR:
 		if (!*v) {
 			crun__seterr(err, errlen, "expected a directory");
@@ -927,6 +953,7 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->straggler_window = CRUN__STRAGGLER_WINDOW;
 	o->shutdown_timeout_ms = 30000;
 	o->min_attempt_ms = 60000;
+	crun__sched_init(&o->sched);
 	o->heartbeat.timeout_ms = 180000;
 	o->heartbeat.initial_timeout_ms = 600000;
 	o->signals[0] = SIGTERM;
@@ -969,6 +996,7 @@ static void format_invalid(enum crun__launch_source src, const char *env_name,
 		crun__seterr(err, errlen, "config '%s' line %d: invalid value '%s' for '%s': %s",
 			     config_path ? config_path : "?", line, value, key, reason);
 		break;
+	case CRUN_SRC_SCHED: /* crun__launch_opts_invalid names the variable */
 	case CRUN_SRC_CLI:
 	case CRUN_SRC_DEFAULT:
 		crun__seterr(err, errlen, "invalid value '%s' for --%s: %s", value,
@@ -981,12 +1009,51 @@ void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__lau
 			       const char *value, const char *reason, char *err, size_t errlen)
 {
 	const char *env = pet_name(id);
+	const struct crun__sched_value *sv = crun__sched_find(&o->sched, (int)id);
 
+	if (o->source[id] == CRUN_SRC_SCHED && sv) {
+		char key[48];
+
+		config_key(id, key, sizeof(key));
+		crun__seterr(err, errlen, "invalid value '%s' for %s from %s (%s): %s", value, key,
+			     sv->origin, crun__sched_kind_name(o->sched.kind), reason);
+		return;
+	}
 	if (id == CRUN_OPT_SHUTDOWN_TIMEOUT && o->source[id] == CRUN_SRC_ENV &&
 	    o->shutdown_timeout_from_torch_env)
 		env = torch_shutdown_env;
 	format_invalid(o->source[id], env, o->config_path, o->config_line[id], id, value, reason,
 		       err, errlen);
+}
+
+void crun__launch_opts_origin(const struct crun__launch_opts *o, enum crun__launch_opt id,
+			      char *out, size_t outlen)
+{
+	const struct crun__sched_value *sv;
+
+	switch (o->source[id]) {
+	case CRUN_SRC_CLI:
+		snprintf(out, outlen, "--%s", optdefs[id].name);
+		return;
+	case CRUN_SRC_ENV:
+		snprintf(out, outlen, "%s",
+			 id == CRUN_OPT_SHUTDOWN_TIMEOUT && o->shutdown_timeout_from_torch_env
+				 ? torch_shutdown_env
+				 : pet_name(id));
+		return;
+	case CRUN_SRC_CONFIG:
+		snprintf(out, outlen, "config %s line %d", o->config_path ? o->config_path : "?",
+			 o->config_line[id]);
+		return;
+	case CRUN_SRC_SCHED:
+		sv = crun__sched_find(&o->sched, (int)id);
+		snprintf(out, outlen, "%s %s", crun__sched_kind_name(o->sched.kind),
+			 sv ? sv->origin : "?");
+		return;
+	case CRUN_SRC_DEFAULT:
+		break;
+	}
+	snprintf(out, outlen, "default");
 }
 
 /* Checks text for option id without keeping it: apply() on a scratch set. */
@@ -1245,6 +1312,38 @@ static int config_cb(void *ctx, const char *key, int line, const struct crun__co
 	return 0;
 }
 
+/* The scheduler's values, offered below everything the user wrote. The
+ * mode is --scheduler's winning text, checked when it was read. */
+static int offer_sched(struct parse_ctx *c, char **envp, char *err, size_t errlen)
+{
+	struct crun__launch_opts *o = c->o;
+	char reason[256];
+	int rc;
+
+	if (c->value[CRUN_OPT_SCHEDULER]) {
+		rc = apply(o, CRUN_OPT_SCHEDULER, c->value[CRUN_OPT_SCHEDULER], reason,
+			   sizeof(reason));
+		if (rc) {
+			crun__launch_opts_invalid(o, CRUN_OPT_SCHEDULER,
+						  c->value[CRUN_OPT_SCHEDULER], reason, err,
+						  errlen);
+			return rc;
+		}
+	}
+	rc = crun__sched_detect(envp, o->sched_mode, &o->sched, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < o->sched.nvalues; i++) {
+		const struct crun__sched_value *v = &o->sched.values[i];
+		enum crun__launch_opt id = (enum crun__launch_opt)v->opt;
+
+		if (v->opt < 0 || v->opt >= CRUN_OPT_COUNT || o->source[id] > CRUN_SRC_SCHED)
+			continue;
+		offer(c, id, CRUN_SRC_SCHED, v->text, 0);
+	}
+	return 0;
+}
+
 int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, char **envp,
 			    char *err, size_t errlen)
 {
@@ -1266,6 +1365,9 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 		if (rc)
 			goto out_free;
 	}
+	rc = offer_sched(&c, envp, err, errlen);
+	if (rc)
+		goto out_free;
 	for (size_t i = 0; i < CRUN_OPT_COUNT; i++) {
 		if (!c.value[i] || i == CRUN_OPT_CONFIG)
 			continue;

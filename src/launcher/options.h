@@ -5,11 +5,12 @@
  * accepted), its PET_ variable, its config key, its default and its help
  * text; --help (help.c) and the checks of the man page come from it.
  *
- * A value may come from four places; the first that has it wins:
+ * A value may come from five places; the first that has it wins:
  *   1. the command line
  *   2. the PET_<NAME> environment variable (torchrun's fallback)
  *   3. the config file named by -c/--config (crun's own)
- *   4. the default
+ *   4. the scheduler that started crun (sched.h: Slurm, Kubernetes)
+ *   5. the default
  * Every value that is given anywhere is checked, also one that a higher
  * source overrides, so a bad config file is always reported.
  *
@@ -28,6 +29,7 @@
 #include <stdint.h>
 
 #include "agent/agent.h"
+#include "launcher/sched.h"
 
 #define CRUN_LAUNCH_MAX_NPROC 4096
 #define CRUN_LAUNCH_MAX_NNODES 65536
@@ -67,6 +69,7 @@ enum crun__agent_store_mode {
 /* Where the value of an option came from, in rising precedence. */
 enum crun__launch_source {
 	CRUN_SRC_DEFAULT = 0,
+	CRUN_SRC_SCHED,
 	CRUN_SRC_CONFIG,
 	CRUN_SRC_ENV,
 	CRUN_SRC_CLI,
@@ -99,6 +102,7 @@ enum crun__launch_opt {
 	CRUN_OPT_MASTER_PORT,
 	CRUN_OPT_LOCAL_ADDR,
 	CRUN_OPT_AGENT_STORE,
+	CRUN_OPT_SCHEDULER,
 	CRUN_OPT_LOG_DIR,
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
@@ -186,7 +190,11 @@ struct crun__launch_opts {
 	int master_port;			 /* 0: a free port on one node */
 	char *local_addr;			 /* NULL: none */
 	enum crun__agent_store_mode agent_store; /* auto */
-	char *log_dir;				 /* NULL: no log files */
+	enum crun__sched_mode sched_mode;	 /* --scheduler: auto */
+	/* What the scheduler's environment gave (sched.h); its values are
+	 * those whose source is CRUN_SRC_SCHED. */
+	struct crun__sched sched;
+	char *log_dir; /* NULL: no log files */
 	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;
@@ -232,6 +240,14 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
  * that gave the value (for checks made after parsing, such as plan.c's). */
 void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__launch_opt id,
 			       const char *value, const char *reason, char *err, size_t errlen);
+
+/* Where option id's value came from, for --dry-run: "--nnodes",
+ * "PET_NNODES", "config x.yaml line 3", "slurm SLURM_NNODES", "default". */
+void crun__launch_opts_origin(const struct crun__launch_opts *o, enum crun__launch_opt id,
+			      char *out, size_t outlen);
+
+/* The config key of option id ("nproc_per_node"). */
+void crun__launch_config_key(enum crun__launch_opt id, char *out, size_t outlen);
 
 /* Parsers of single values, also used by the tests. Each returns 0 or
  * -EINVAL with the reason (what is allowed) in err. */

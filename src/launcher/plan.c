@@ -680,4 +680,16 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 		print_word(f, plan->argv[i]);
 	}
 	fputc('\n', f);
+	fprintf(f, "scheduler=%s%s%s\n", crun__sched_kind_name(o->sched.kind),
+		o->sched.detail[0] ? ": " : "", o->sched.detail);
+	/* Where each value that is not a default came from. */
+	for (int id = 0; id < CRUN_OPT_COUNT; id++) {
+		char key[48], origin[CRUN_SCHED_ORIGIN_MAX + 320];
+
+		if (o->source[id] == CRUN_SRC_DEFAULT || id == CRUN_OPT_DRY_RUN)
+			continue;
+		crun__launch_config_key((enum crun__launch_opt)id, key, sizeof(key));
+		crun__launch_opts_origin(o, (enum crun__launch_opt)id, origin, sizeof(origin));
+		fprintf(f, "from.%s=%s\n", key, origin);
+	}
 }
