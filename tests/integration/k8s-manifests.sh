@@ -207,7 +207,9 @@ sys.exit(status)
 EOF
 
 dir=$CRUN_SOURCE_DIR/configs/k8s
-[ -f "$dir/pytorchjob.yaml" ] && [ -f "$dir/indexed-job.yaml" ] || fail "configs/k8s is incomplete"
+for f in pytorchjob.yaml indexed-job.yaml; do
+	[ -f "$dir/$f" ] || fail "configs/k8s/$f is missing"
+done
 "$py" "$tmp/check.py" "$shutdown" "$dir"/*.yaml >"$tmp/out" 2>&1 ||
 	fail "$(cat "$tmp/out")"
 cat "$tmp/out"
