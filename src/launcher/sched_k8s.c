@@ -58,7 +58,8 @@ static const char *var(char **envp, const char *name)
 	return v && *v ? v : NULL;
 }
 
-/* name's value as an integer in [min, max], or -EINVAL with one line. */
+/* name's value as an integer from min to INT32_MAX, or -EINVAL with one
+ * line. */
 static int var_int(char **envp, const char *name, int64_t min, int64_t *out, char *err,
 		   size_t errlen)
 {
@@ -119,7 +120,7 @@ static int elastic(char **envp, struct crun__sched *s)
 	int rc = 0;
 
 	snprintf(s->detail, sizeof(s->detail),
-		 "elastic PyTorchJob pod, rendezvous %s (%s), nodes %.32s",
+		 "elastic PyTorchJob pod, rendezvous %.96s (%.16s), nodes %.32s",
 		 var(envp, "PET_RDZV_ENDPOINT"), var(envp, "PET_RDZV_BACKEND"),
 		 var(envp, "PET_NNODES"));
 	if (nproc)
