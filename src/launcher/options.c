@@ -1386,6 +1386,21 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 		rc = -EINVAL;
 		goto out_free;
 	}
+	/* A scheduler that knows this node's rank but not the node count (an
+	 * Indexed Job's JOB_COMPLETION_INDEX) would otherwise make node 0 a
+	 * world of one. */
+	if (o->source[CRUN_OPT_NODE_RANK] == CRUN_SRC_SCHED &&
+	    o->source[CRUN_OPT_NNODES] == CRUN_SRC_DEFAULT) {
+		const struct crun__sched_value *sv =
+			crun__sched_find(&o->sched, CRUN_OPT_NODE_RANK);
+
+		crun__seterr(err, errlen,
+			     "node_rank from %s (%s) needs the number of nodes: set PET_NNODES "
+			     "(or --nnodes, or nnodes in the config file)",
+			     sv ? sv->origin : "?", crun__sched_kind_name(o->sched.kind));
+		rc = -EINVAL;
+		goto out_free;
+	}
 	if (o->node_rank >= o->nnodes_max) {
 		char v[16];
 
