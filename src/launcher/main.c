@@ -11,6 +11,7 @@
 #include "launcher/help.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/remote.h"
 
 #include "crun-config.h"
 
@@ -66,6 +67,11 @@ int main(int argc, char **argv)
 	case CRUN_LAUNCH_DRY_RUN:
 		break;
 	}
+	if (opts.hostfile && !crun__remote_agent_mode(environ)) {
+		status = crun__remote_launch(&opts, argc, argv, environ,
+					     opts.action == CRUN_LAUNCH_DRY_RUN);
+		goto out_finish_opts;
+	}
 	if (crun__launch_plan_make(&plan, &opts, environ, NULL, opts.action == CRUN_LAUNCH_RUN, err,
 				   sizeof(err)) < 0) {
 		crun__error("%s", err);
@@ -78,7 +84,8 @@ int main(int argc, char **argv)
 	}
 	crun__agent_spec_init(&spec);
 	crun__launch_plan_to_spec(&plan, &opts, &spec);
-	status = crun__agent_run(&spec);
+	status = crun__remote_agent_mode(environ) ? crun__remote_agent_run(&spec)
+						  : crun__agent_run(&spec);
 out_finish_plan:
 	crun__launch_plan_finish(&plan);
 out_finish_opts:
