@@ -77,13 +77,19 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 	for (;;) {
 		struct pollfd p[2] = {{.fd = sfd, .events = POLLIN}, {.fd = 0, .events = POLLIN}};
 		struct signalfd_siginfo si;
-		int wst;
+		int wst = 0;
 
 		if (poll(p, stdin_open ? 2 : 1, -1) < 0) {
 			if (errno == EINTR)
 				continue;
+			/* Nothing can be watched: stop the agent and wait. */
+			crun__error("cannot watch the controller's connection: %s",
+				    strerror(errno));
 			kill(pid, SIGTERM);
-			stdin_open = false;
+			while (waitpid(pid, &wst, 0) < 0 && errno == EINTR)
+				;
+			status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
+			break;
 		}
 		if (p[0].revents & POLLIN && read(sfd, &si, sizeof(si)) == sizeof(si)) {
 			if ((int)si.ssi_signo != SIGCHLD) {
