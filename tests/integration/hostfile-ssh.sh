@@ -35,6 +35,15 @@ for p in /usr/sbin/sshd ssh ssh-keygen unshare; do
 	}
 done
 
+unshare --mount true 2>/dev/null || {
+	echo "no mount namespaces (unshare --mount) for sshd's /run: skipping"
+	exit 77
+}
+# Without PAM, sshd refuses every login to an account whose password is
+# locked ('!'), keys included; with PAM it asks PAM's account stack.
+use_pam=no
+case $(getent shadow root | cut -d: -f2) in !*) use_pam=yes ;; esac
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-hostfile.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cluster_up 3
@@ -66,7 +75,7 @@ PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-UsePAM no
+UsePAM $use_pam
 StrictModes no
 PrintMotd no
 LogLevel ERROR
