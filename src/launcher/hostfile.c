@@ -314,7 +314,8 @@ int crun__hostfile_filter(struct crun__hostfile *hf, const char *include, const 
 	const char *filter = include ? include : exclude;
 	const char *flag = include ? "--include" : "--exclude";
 	struct filter_item *items;
-	bool *named = NULL, *keep = NULL;
+	int *item_of = NULL; /* per host: its item, or -1 */
+	bool *keep = NULL;
 	size_t kept = 0;
 	char reason[256];
 	int n, rc = -EINVAL;
@@ -326,13 +327,15 @@ int crun__hostfile_filter(struct crun__hostfile *hf, const char *include, const 
 	if (!filter)
 		return 0;
 	items = calloc(CRUN_HOSTFILE_MAX_HOSTS, sizeof(*items));
-	named = calloc(hf->nhosts, sizeof(*named));
+	item_of = calloc(hf->nhosts, sizeof(*item_of));
 	keep = calloc(CRUN_LAUNCH_MAX_NPROC, sizeof(*keep));
-	if (!items || !named || !keep) {
+	if (!items || !item_of || !keep) {
 		crun__seterr(err, errlen, "out of memory");
 		rc = -ENOMEM;
 		goto out_free;
 	}
+	for (size_t i = 0; i < hf->nhosts; i++)
+		item_of[i] = -1;
 	n = split_filter(filter, items, CRUN_HOSTFILE_MAX_HOSTS, reason, sizeof(reason));
 	if (n < 0) {
 		crun__seterr(err, errlen, "invalid value '%s' for %s: %s", filter, flag, reason);
@@ -349,21 +352,17 @@ int crun__hostfile_filter(struct crun__hostfile *hf, const char *include, const 
 				     flag, (int)items[i].hlen, items[i].host);
 			goto out_free;
 		}
-		if (named[h - hf->hosts]) {
+		if (item_of[h - hf->hosts] >= 0) {
 			crun__seterr(err, errlen, "invalid value for %s: host '%s' is named twice",
 				     flag, h->name);
 			goto out_free;
 		}
-		named[h - hf->hosts] = true;
+		item_of[h - hf->hosts] = i;
 	}
 	for (size_t hi = 0; hi < hf->nhosts; hi++) {
 		struct crun__hostfile_host *h = &hf->hosts[hi];
-		const struct filter_item *it = NULL;
+		const struct filter_item *it = item_of[hi] >= 0 ? &items[item_of[hi]] : NULL;
 		int count = 0;
-
-		for (int i = 0; i < n && !it; i++)
-			if (h == find_host(hf, items[i].host, items[i].hlen))
-				it = &items[i];
 		memset(keep, 0, (size_t)h->slots * sizeof(*keep));
 		if (include) {
 			if (!it)
@@ -415,7 +414,7 @@ int crun__hostfile_filter(struct crun__hostfile *hf, const char *include, const 
 	rc = 0;
 out_free:
 	free(keep);
-	free(named);
+	free(item_of);
 	free(items);
 	return rc;
 }
