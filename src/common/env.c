@@ -31,6 +31,8 @@ static const struct crun__env_param params[] = {
 	 " TCP"},
 	{"CRUN_COMM_SEND_THREAD", "0",
 	 "1: a second thread per worker sends while the first receives and reduces"},
+	{"CRUN_REMOTE_AGENT", NULL,
+	 "1: crun runs on a host for crun --hostfile and takes signals from its stdin"},
 };
 
 const struct crun__env_param *crun__env_params(size_t *count)

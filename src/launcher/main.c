@@ -11,6 +11,7 @@
 #include "launcher/help.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/remote.h"
 #include "launcher/sched_slurm.h"
 
 #include "crun-config.h"
@@ -67,6 +68,11 @@ int main(int argc, char **argv)
 	case CRUN_LAUNCH_DRY_RUN:
 		break;
 	}
+	if (opts.hostfile && !crun__remote_agent_mode(environ)) {
+		status = crun__remote_launch(&opts, argc, argv, environ,
+					     opts.action == CRUN_LAUNCH_DRY_RUN);
+		goto out_finish_opts;
+	}
 	if (crun__launch_plan_make(&plan, &opts, environ, NULL, opts.action == CRUN_LAUNCH_RUN, err,
 				   sizeof(err)) < 0) {
 		crun__error("%s", err);
@@ -82,7 +88,8 @@ int main(int argc, char **argv)
 	if (opts.sched.kind != CRUN_SCHED_NONE)
 		crun__info("scheduler %s: %s", crun__sched_kind_name(opts.sched.kind),
 			   opts.sched.detail);
-	status = crun__agent_run(&spec);
+	status = crun__remote_agent_mode(environ) ? crun__remote_agent_run(&spec)
+						  : crun__agent_run(&spec);
 	if (crun__slurm_exit_status(status, opts.slurm_requeue) != status) {
 		crun__info("ended by SIGTERM: exit %d for Slurm's RequeueExit (--slurm-requeue)",
 			   opts.slurm_requeue);

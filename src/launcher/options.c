@@ -6,6 +6,7 @@
 #include "launcher/options.h"
 #include "launcher/torch_probe.h"
 #include "launcher/config.h"
+#include "launcher/hostfile.h"
 #include "agent/straggler.h"
 #include "common/suggest.h"
 #include "common/util.h"
@@ -151,6 +152,20 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "when crun ends on SIGTERM (Slurm's preemption or time limit), exit "
 	  "STATUS (1-255), a value of slurm.conf's RequeueExit, instead of 143",
 	  G_NODES },
+	{ CRUN_OPT_HOSTFILE, "hostfile", 0, true, true, true, "FILE", "none",
+	  "start one agent per host of FILE over ssh (lines 'HOST slots=N', "
+	  "'HOST:N' or 'HOST'; slots are the host's workers), node 0 on the first "
+	  "host, and stream their output back prefixed with the host; see "
+	  "crun(1) HOSTFILE", G_NODES },
+	{ CRUN_OPT_INCLUDE, "include", 0, true, true, true, "HOST[:SLOTS]@...",
+	  "all", "--hostfile: only these hosts, and of a host with a list only "
+	  "those slots, e.g. node1@node2:0,2 (DeepSpeed's syntax)", G_NODES },
+	{ CRUN_OPT_EXCLUDE, "exclude", 0, true, true, true, "HOST[:SLOTS]@...",
+	  "none", "--hostfile: leave out these hosts, or of a host with a list "
+	  "those slots", G_NODES },
+	{ CRUN_OPT_SSH_OPTIONS, "ssh-options", 0, true, true, true, "K=V,...",
+	  "none", "--hostfile: ssh options given to every ssh as -o K=V, e.g. "
+	  "Port=2222,IdentityFile=/path/key; crun always adds BatchMode=yes", G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
 	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
@@ -341,6 +356,24 @@ static const struct crun__launch_optdef *find_short(char c)
 		if (optdefs[i].short_name && optdefs[i].short_name == c)
 			return &optdefs[i];
 	return NULL;
+}
+
+const struct crun__launch_optdef *crun__launch_cli_lookup(const char *arg, bool *inline_value)
+{
+	char scratch[256];
+
+	*inline_value = false;
+	if (arg[0] != '-' || !arg[1] || !strcmp(arg, "--"))
+		return NULL;
+	if (arg[1] == '-') {
+		const char *eq = strchr(arg + 2, '=');
+		size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+
+		*inline_value = eq != NULL;
+		return find_long_abbrev(arg + 2, len, arg, scratch, sizeof(scratch));
+	}
+	*inline_value = arg[2] != '\0';
+	return find_short(arg[1]);
 }
 
 /* ---- std specs, signals (rdzv conf: rdzv_conf.c) -------------------- */
@@ -666,6 +699,30 @@ bad:
 	return -EINVAL;
 }
 
+/* --ssh-options: Key=Value items, the key a word, the value not empty. */
+static int check_ssh_options(const char *v)
+{
+	const char *p = v;
+
+	if (strlen(v) > 4096)
+		return -EINVAL;
+	for (;;) {
+		size_t len = strcspn(p, ","), klen = strcspn(p, "=,");
+
+		if (!klen || klen + 1 >= len)
+			return -EINVAL;
+		for (size_t i = 0; i < klen; i++)
+			if (!isalnum((unsigned char)p[i]))
+				return -EINVAL;
+		for (size_t i = klen; i < len; i++)
+			if (!isprint((unsigned char)p[i]))
+				return -EINVAL;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
 /* Stores one option's value, given as text ("1"/"0" for flags), into o.
  * Returns 0 or -EINVAL with what is allowed in err. */
 static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const char *v, char *err,
@@ -919,6 +976,27 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			return -EINVAL;
 		}
 		return 0;
+	case CRUN_OPT_HOSTFILE:
+		if (!*v) {
+			crun__seterr(err, errlen, "expected a file name");
+			return -EINVAL;
+		}
+		return set_string(&o->hostfile, v, err, errlen);
+	case CRUN_OPT_INCLUDE:
+	case CRUN_OPT_EXCLUDE:
+		rc = crun__hostfile_check_filter(v, err, errlen);
+		if (rc)
+			return rc;
+		return set_string(id == CRUN_OPT_INCLUDE ? &o->include : &o->exclude, v, err,
+				  errlen);
+	case CRUN_OPT_SSH_OPTIONS:
+		if (check_ssh_options(v) < 0) {
+			crun__seterr(err, errlen,
+				     "expected ssh options as Key=Value,... like "
+				     "Port=2222,IdentityFile=/path/key");
+			return -EINVAL;
+		}
+		return set_string(&o->ssh_options, v, err, errlen);
 	case CRUN_OPT_LOG_DIR:
 		if (!*v) {
 			crun__seterr(err, errlen, "expected a directory");
@@ -1011,6 +1089,10 @@ void crun__launch_opts_finish(struct crun__launch_opts *o)
 	free(o->role);
 	free(o->master_addr);
 	free(o->local_addr);
+	free(o->hostfile);
+	free(o->include);
+	free(o->exclude);
+	free(o->ssh_options);
 	free(o->log_dir);
 	crun__std_spec_finish(&o->redirects);
 	crun__std_spec_finish(&o->tee);
@@ -1442,6 +1524,12 @@ int crun__launch_opts_parse(struct crun__launch_opts *o, int argc, char **argv, 
 			     "node_rank from %s (%s) needs the number of nodes: set PET_NNODES "
 			     "(or --nnodes, or nnodes in the config file)",
 			     sv ? sv->origin : "?", crun__sched_kind_name(o->sched.kind));
+		rc = -EINVAL;
+		goto out_free;
+	}
+	if ((o->include || o->exclude) && !o->hostfile) {
+		crun__seterr(err, errlen, "%s needs --hostfile",
+			     o->include ? "--include" : "--exclude");
 		rc = -EINVAL;
 		goto out_free;
 	}

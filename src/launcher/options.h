@@ -106,6 +106,10 @@ enum crun__launch_opt {
 	CRUN_OPT_SCHEDULER,
 	CRUN_OPT_SLURM_TASKS_AS_NODES,
 	CRUN_OPT_SLURM_REQUEUE,
+	CRUN_OPT_HOSTFILE,
+	CRUN_OPT_INCLUDE,
+	CRUN_OPT_EXCLUDE,
+	CRUN_OPT_SSH_OPTIONS,
 	CRUN_OPT_LOG_DIR,
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
@@ -197,6 +201,9 @@ struct crun__launch_opts {
 	/* What the scheduler's environment gave (sched.h); its values are
 	 * those whose source is CRUN_SRC_SCHED. */
 	struct crun__sched sched;
+	/* --hostfile, --include, --exclude, --ssh-options (hostfile.h);
+	 * NULL: none. */
+	char *hostfile, *include, *exclude, *ssh_options;
 	char *log_dir; /* NULL: no log files */
 	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
@@ -253,6 +260,12 @@ void crun__launch_opts_invalid(const struct crun__launch_opts *o, enum crun__lau
  * "PET_NNODES", "config x.yaml line 3", "slurm SLURM_NNODES", "default". */
 void crun__launch_opts_origin(const struct crun__launch_opts *o, enum crun__launch_opt id,
 			      char *out, size_t outlen);
+
+/* The option a command-line word names, as crun__launch_opts_parse
+ * reads it (either spelling, a unique prefix, a short name), or NULL when
+ * arg is not an option crun knows. *inline_value: the word holds the
+ * value too ("--nnodes=2", "-r3"). */
+const struct crun__launch_optdef *crun__launch_cli_lookup(const char *arg, bool *inline_value);
 
 /* The config key of option id ("nproc_per_node"). */
 void crun__launch_config_key(enum crun__launch_opt id, char *out, size_t outlen);
