@@ -9,7 +9,7 @@
  *   1. the command line
  *   2. the PET_<NAME> environment variable (torchrun's fallback)
  *   3. the config file named by -c/--config (crun's own)
- *   4. the scheduler that started crun (sched.h: Slurm, Kubernetes)
+ *   4. the scheduler that started crun (scheduler.h: Slurm, Kubernetes)
  *   5. the default
  * Every value that is given anywhere is checked, also one that a higher
  * source overrides, so a bad config file is always reported.
@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "agent/agent.h"
-#include "launcher/sched.h"
+#include "launcher/scheduler.h"
 
 #define CRUN_LAUNCH_MAX_NPROC 4096
 #define CRUN_LAUNCH_MAX_NNODES 65536
@@ -198,7 +198,7 @@ struct crun__launch_opts {
 	char *local_addr;			 /* NULL: none */
 	enum crun__agent_store_mode agent_store; /* auto */
 	enum crun__sched_mode sched_mode;	 /* --scheduler: auto */
-	/* What the scheduler's environment gave (sched.h); its values are
+	/* What the scheduler's environment gave (scheduler.h); its values are
 	 * those whose source is CRUN_SRC_SCHED. */
 	struct crun__sched sched;
 	/* --hostfile, --include, --exclude, --ssh-options (hostfile.h);

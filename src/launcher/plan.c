@@ -383,7 +383,7 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 	return 0;
 }
 
-/* A host the scheduler named (sched.h: resolve_host) must resolve when the
+/* A host the scheduler named (scheduler.h: resolve_host) must resolve when the
  * value it is part of won, or every node would wait for a store nobody
  * can reach. */
 static int check_sched_host(const struct crun__launch_opts *o, char *err, size_t errlen)

@@ -1,4 +1,4 @@
-/* Kubernetes' environment (sched.h): which kind of pod crun runs in, told
+/* Kubernetes' environment (scheduler.h): which kind of pod crun runs in, told
  * by the variables its controller gives the container.
  *
  * A pod is a container with KUBERNETES_SERVICE_HOST (the kubelet sets it
@@ -37,7 +37,7 @@
  * <job>-master-0 or <job>-worker-I, <job>-INDEX), the same on every pod.
  * No name is resolved at start (resolve_host stays empty): a pod's DNS
  * record appears when the pod is up, and the agents retry until it does. */
-#include "launcher/sched.h"
+#include "launcher/scheduler.h"
 #include "launcher/options.h"
 #include "common/util.h"
 

@@ -1,8 +1,8 @@
-/* Slurm's environment under srun (sched.h, sched_slurm.h). Every value
+/* Slurm's environment under srun (scheduler.h, sched_slurm.h). Every value
  * keeps the variable it came from, so that --dry-run and the errors name
  * it; a variable that is there but wrong is an error, never skipped. */
 #include "launcher/sched_slurm.h"
-#include "launcher/sched.h"
+#include "launcher/scheduler.h"
 #include "launcher/options.h"
 
 #include "common/hostlist.h"

@@ -1,4 +1,4 @@
-/* Slurm: what crun__sched_slurm (sched.h) reads, and the pure pieces
+/* Slurm: what crun__sched_slurm (scheduler.h) reads, and the pure pieces
  * around it that the launcher and the tests share. crun(1), SLURM, says
  * the same for users.
  *

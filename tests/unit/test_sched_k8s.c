@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "launcher/options.h"
-#include "launcher/sched.h"
+#include "launcher/scheduler.h"
 
 #define K8S "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443"
 

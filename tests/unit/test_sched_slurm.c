@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "launcher/options.h"
-#include "launcher/sched.h"
+#include "launcher/scheduler.h"
 #include "launcher/sched_slurm.h"
 
 /* srun -N2 --ntasks-per-node=1 in job 77: what every task has. */

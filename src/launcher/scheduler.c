@@ -1,5 +1,5 @@
-/* The scheduler detectors' dispatcher and their shared table (sched.h). */
-#include "launcher/sched.h"
+/* The scheduler detectors' dispatcher and their shared table (scheduler.h). */
+#include "launcher/scheduler.h"
 
 #include "common/util.h"
 
