@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdbool.h>
@@ -314,6 +315,63 @@ static int max_over_ranks(struct run *r, double x, double *out)
 	return rc;
 }
 
+/* SIGUSR1 or SIGUSR2: a scheduler's warning that the job will be stopped
+ * soon (Slurm's --signal=USR1@60, which crun forwards to its workers). The
+ * handler only notes it; the loop saves a checkpoint at the next logged
+ * step, when every rank has agreed that one of them was warned. */
+static volatile sig_atomic_t save_asked;
+
+static void on_save_signal(int sig)
+{
+	(void)sig;
+	save_asked = 1;
+}
+
+static void catch_save_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_save_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR2, &sa, NULL);
+}
+
+/* At a logged step: a checkpoint when any rank was warned (collective).
+ * saved: this step's checkpoint is already written. */
+static int save_if_warned(struct run *r, bool saved)
+{
+	double any;
+	int rc;
+
+	if (!r->cfg->checkpoint.dir[0]) {
+		if (save_asked) {
+			save_asked = 0;
+			out_line(r,
+				 "warned by a signal at step %lld: no checkpoint.dir, "
+				 "nothing saved",
+				 (long long)r->step);
+		}
+		return 0;
+	}
+	rc = max_over_ranks(r, save_asked ? 1.0 : 0.0, &any);
+	if (rc)
+		return comm_failed(r, "agreement on a warned checkpoint");
+	if (any <= 0)
+		return 0;
+	save_asked = 0;
+	if (!saved) {
+		rc = save(r);
+		if (rc)
+			return rc;
+	}
+	out_line(r, "checkpoint of step %lld saved: warned by a signal (SIGUSR1/SIGUSR2)",
+		 (long long)r->step);
+	return 0;
+}
+
 /* train.slow_rank's sleep in each step: a straggler for tests and demos. */
 static void slow_down(const struct run *r)
 {
@@ -337,7 +395,7 @@ static int train_loop(struct run *r)
 	while (r->step < steps) {
 		int64_t s = r->step;
 		double lr = crun__optim_lr(&r->optim, s, steps), loss, gnorm;
-		bool logged = false;
+		bool logged = false, saved;
 		double val = NAN, work;
 		/* The step's own work: its time less what it waited in the
 		 * collectives, which in lock-step training is the time the
@@ -406,10 +464,16 @@ static int train_loop(struct run *r)
 			if (logged)
 				fflush(r->csv);
 		}
-		if (cfg->checkpoint.dir[0] &&
-		    ((cfg->checkpoint.every && r->step % cfg->checkpoint.every == 0) ||
-		     r->step == steps || r->step == cfg->train.stop_at)) {
+		saved = cfg->checkpoint.dir[0] &&
+			((cfg->checkpoint.every && r->step % cfg->checkpoint.every == 0) ||
+			 r->step == steps || r->step == cfg->train.stop_at);
+		if (saved) {
 			rc = save(r);
+			if (rc)
+				return rc;
+		}
+		if (r->step % cfg->log.every == 0 && r->step < steps) {
+			rc = save_if_warned(r, saved);
 			if (rc)
 				return rc;
 		}
@@ -872,6 +936,7 @@ int main(int argc, char **argv)
 				  path ? path : "", path ? "'" : "", err);
 		goto out;
 	}
+	catch_save_signals();
 	rc = train(&cfg, &copts);
 out:
 	crun__train_config_finish(&cfg);
