@@ -55,6 +55,7 @@ SMALL=(--set model.context=16 --set model.embed_dim=8 --set model.width=48
 CRUN_SLURM=(bash -c 'exec "$0" --nnodes="$SLURM_NNODES" --node-rank="$SLURM_NODEID" \
 	--rdzv-endpoint=node1:29400 --rdzv-id="$SLURM_JOB_ID" "$@"' "$CRUN")
 CRUN_SBATCH_FLAGS="--nnodes=2 --rdzv-endpoint=node1:29400 --rdzv-id=sbatch"
+CRUN_REQUEUE_FLAGS=""
 # Slurm's variables of a job the test may run in are not the test cluster's.
 for v in $(compgen -e | grep -E '^SLURM_'); do
 	unset "$v"
@@ -108,7 +109,8 @@ SlurmctldHost=$slurm__ctl(${CLUSTER_ADDRS[0]})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$d/munge/socket
+# cred_expire: also how long a requeued job waits before it starts again
+AuthInfo=socket=$d/munge/socket,cred_expire=10
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
