@@ -172,7 +172,8 @@ static int check_spec(const struct crun__agent_spec *spec)
 	}
 	if (spec->max_restarts < 0 || spec->shutdown_timeout_ms < 0 || spec->kill_timeout_ms < 0 ||
 	    spec->min_attempt_ms < 0 || spec->nsignals < 0 ||
-	    spec->nsignals > CRUN_AGENT_MAX_SIGNALS || spec->master_port < 0 ||
+	    spec->nsignals > CRUN_AGENT_MAX_SIGNALS || spec->nforward_signals < 0 ||
+	    spec->nforward_signals > CRUN_AGENT_MAX_SIGNALS || spec->master_port < 0 ||
 	    spec->master_port > 65535 || spec->store_port < 0 || spec->store_port > 65535) {
 		crun__error("invalid agent settings (restarts, timeouts, signals or ports)");
 		return -EINVAL;
@@ -219,6 +220,15 @@ static void on_signal(uv_signal_t *h, int sig)
 		return;
 	}
 	crun__group_signal(&a->group, sig);
+}
+
+/* A signal that is only passed on: the group's state does not change. */
+static void on_forward(uv_signal_t *h, int sig)
+{
+	struct agent *a = h->data;
+
+	if (!a->lingering)
+		crun__group_forward(&a->group, sig);
 }
 
 static char *make_temp_dir(const char *what)
@@ -334,19 +344,22 @@ static int setup_signals(struct agent *a)
 {
 	const struct crun__agent_spec *spec = a->spec;
 
-	a->signals = calloc((size_t)spec->nsignals + 1, sizeof(*a->signals));
+	int n = spec->nsignals + spec->nforward_signals;
+
+	a->signals = calloc((size_t)n + 1, sizeof(*a->signals));
 	if (!a->signals)
 		return -ENOMEM;
-	for (int i = 0; i < spec->nsignals; i++) {
+	for (int i = 0; i < n; i++) {
+		bool forward = i >= spec->nsignals;
+		int sig = forward ? spec->forward_signals[i - spec->nsignals] : spec->signals[i];
 		int err = uv_signal_init(&a->loop, &a->signals[i]);
 		if (err < 0)
 			return err;
 		a->nsignals++;
 		a->signals[i].data = a;
-		err = uv_signal_start(&a->signals[i], on_signal, spec->signals[i]);
+		err = uv_signal_start(&a->signals[i], forward ? on_forward : on_signal, sig);
 		if (err < 0) {
-			crun__error("cannot handle signal %d: %s", spec->signals[i],
-				    uv_strerror(err));
+			crun__error("cannot handle signal %d: %s", sig, uv_strerror(err));
 			return err;
 		}
 	}

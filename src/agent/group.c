@@ -851,6 +851,17 @@ void crun__group_signal(struct group *g, int sig)
 	feed(g, &ev);
 }
 
+void crun__group_forward(struct group *g, int sig)
+{
+	int n = 0;
+
+	for (int i = 0; i < g->nworkers; i++)
+		n += g->workers[i]->spawned && g->workers[i]->running;
+	crun__info("signal %d (%s): forwarded to %d running worker%s", sig, strsignal(sig), n,
+		   n == 1 ? "" : "s");
+	signal_groups(g, sig, false);
+}
+
 int crun__group_status(const struct group *g)
 {
 	return crun__group_exit_status(&g->core);

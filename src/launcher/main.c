@@ -11,6 +11,7 @@
 #include "launcher/help.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/sched_slurm.h"
 
 #include "crun-config.h"
 
@@ -78,7 +79,15 @@ int main(int argc, char **argv)
 	}
 	crun__agent_spec_init(&spec);
 	crun__launch_plan_to_spec(&plan, &opts, &spec);
+	if (opts.sched.kind != CRUN_SCHED_NONE)
+		crun__info("scheduler %s: %s", crun__sched_kind_name(opts.sched.kind),
+			   opts.sched.detail);
 	status = crun__agent_run(&spec);
+	if (crun__slurm_exit_status(status, opts.slurm_requeue) != status) {
+		crun__info("ended by SIGTERM: exit %d for Slurm's RequeueExit (--slurm-requeue)",
+			   opts.slurm_requeue);
+		status = opts.slurm_requeue;
+	}
 out_finish_plan:
 	crun__launch_plan_finish(&plan);
 out_finish_opts:

@@ -75,6 +75,11 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "times the job's median or more; 0: never", G_WORKERS },
 	{ CRUN_OPT_STRAGGLER_WINDOW, "straggler-window", 0, true, true, true, "STEPS", "20",
 	  "steps over which a rank's step time is the median, 2 to 10000", G_WORKERS },
+	{ CRUN_OPT_SIGNALS_TO_FORWARD, "signals-to-forward", 0, true, true, true,
+	  "LIST|none", "SIGUSR1,SIGUSR2",
+	  "signals forwarded to every worker's process group while crun goes "
+	  "on (Slurm's --signal=USR1@60 warning); one also in "
+	  "--signals-to-handle ends crun instead", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
 	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "
@@ -136,6 +141,16 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "variables under srun, Kubernetes' (Kubeflow PyTorchJob, Trainer v2, "
 	  "Indexed Job); auto: whichever is found; flags, PET_ variables and the "
 	  "config file win over what is read", G_NODES },
+	{ CRUN_OPT_SLURM_TASKS_AS_NODES, "slurm-tasks-as-nodes", 0, false, true, true,
+	  NULL, NULL,
+	  "in a Slurm step of several tasks per node, each task is one node of "
+	  "the job (node rank SLURM_PROCID, its own GPUs); without it several "
+	  "tasks per node are an error", G_NODES },
+	{ CRUN_OPT_SLURM_REQUEUE, "slurm-requeue", 0, true, true, true,
+	  "STATUS|none", "none",
+	  "when crun ends on SIGTERM (Slurm's preemption or time limit), exit "
+	  "STATUS (1-255), a value of slurm.conf's RequeueExit, instead of 143",
+	  G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
 	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
@@ -752,6 +767,27 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		return 0;
 	case CRUN_OPT_SIGNALS_TO_HANDLE:
 		return crun__launch_parse_signals(v, o->signals, &o->nsignals, err, errlen);
+	case CRUN_OPT_SIGNALS_TO_FORWARD:
+		if (!strcmp(v, "none")) {
+			o->nforward_signals = 0;
+			return 0;
+		}
+		return crun__launch_parse_signals(v, o->forward_signals, &o->nforward_signals, err,
+						  errlen);
+	case CRUN_OPT_SLURM_TASKS_AS_NODES:
+		o->sched.ask.slurm_tasks_as_nodes = *v == '1';
+		return 0;
+	case CRUN_OPT_SLURM_REQUEUE:
+		if (!strcmp(v, "none")) {
+			o->slurm_requeue = 0;
+			return 0;
+		}
+		if (!isdigit((unsigned char)*v) || crun__parse_int64(v, 1, 255, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected an exit status from 1 to 255, or none");
+			return -EINVAL;
+		}
+		o->slurm_requeue = (int)n;
+		return 0;
 	case CRUN_OPT_HEARTBEAT_TIMEOUT:
 	case CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT:
 		rc = crun__parse_duration_ms(v, &n, NULL, 0);
@@ -961,6 +997,9 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->signals[2] = SIGHUP;
 	o->signals[3] = SIGQUIT;
 	o->nsignals = 4;
+	o->forward_signals[0] = SIGUSR1;
+	o->forward_signals[1] = SIGUSR2;
+	o->nforward_signals = 2;
 }
 
 void crun__launch_opts_finish(struct crun__launch_opts *o)
@@ -1210,7 +1249,9 @@ static int parse_env(struct parse_ctx *c, char **envp, char *err, size_t errlen)
 static int config_text(const struct crun__launch_optdef *d, const char *key,
 		       const struct crun__config_value *v, char **out, char *err, size_t errlen)
 {
-	bool joinable = d->id == CRUN_OPT_SIGNALS_TO_HANDLE || d->id == CRUN_OPT_LOCAL_RANKS_FILTER;
+	bool joinable = d->id == CRUN_OPT_SIGNALS_TO_HANDLE ||
+			d->id == CRUN_OPT_LOCAL_RANKS_FILTER ||
+			d->id == CRUN_OPT_SIGNALS_TO_FORWARD;
 	bool pairs =
 		d->id == CRUN_OPT_RDZV_CONF || d->id == CRUN_OPT_REDIRECTS || d->id == CRUN_OPT_TEE;
 	const char *forbidden;
@@ -1320,6 +1361,9 @@ static int offer_sched(struct parse_ctx *c, char **envp, char *err, size_t errle
 	char reason[256];
 	int rc;
 
+	if (c->value[CRUN_OPT_SLURM_TASKS_AS_NODES])
+		apply(o, CRUN_OPT_SLURM_TASKS_AS_NODES, c->value[CRUN_OPT_SLURM_TASKS_AS_NODES],
+		      reason, sizeof(reason));
 	if (c->value[CRUN_OPT_SCHEDULER]) {
 		rc = apply(o, CRUN_OPT_SCHEDULER, c->value[CRUN_OPT_SCHEDULER], reason,
 			   sizeof(reason));

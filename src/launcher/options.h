@@ -91,6 +91,7 @@ enum crun__launch_opt {
 	CRUN_OPT_START_METHOD,
 	CRUN_OPT_STRAGGLER_FACTOR,
 	CRUN_OPT_STRAGGLER_WINDOW,
+	CRUN_OPT_SIGNALS_TO_FORWARD,
 	CRUN_OPT_NNODES,
 	CRUN_OPT_NODE_RANK,
 	CRUN_OPT_RDZV_BACKEND,
@@ -103,6 +104,8 @@ enum crun__launch_opt {
 	CRUN_OPT_LOCAL_ADDR,
 	CRUN_OPT_AGENT_STORE,
 	CRUN_OPT_SCHEDULER,
+	CRUN_OPT_SLURM_TASKS_AS_NODES,
+	CRUN_OPT_SLURM_REQUEUE,
 	CRUN_OPT_LOG_DIR,
 	CRUN_OPT_REDIRECTS,
 	CRUN_OPT_TEE,
@@ -204,6 +207,11 @@ struct crun__launch_opts {
 	int64_t min_attempt_ms;	     /* 60 s */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
+	/* --signals-to-forward: SIGUSR1, SIGUSR2; those also in signals are
+	 * dropped by the plan */
+	int forward_signals[CRUN_AGENT_MAX_SIGNALS];
+	int nforward_signals;
+	int slurm_requeue; /* --slurm-requeue: the exit status; 0: none */
 	bool virtual_local_rank;
 	struct crun__liveness_config heartbeat; /* 180 s, 600 s, no sections, 0 */
 	char *config_path;			/* -c/--config; NULL: none */

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -382,6 +383,46 @@ static int resolve_rendezvous(struct crun__launch_plan *plan, const struct crun_
 	return 0;
 }
 
+/* A host the scheduler named (sched.h: resolve_host) must resolve when the
+ * value it is part of won, or every node would wait for a store nobody
+ * can reach. */
+static int check_sched_host(const struct crun__launch_opts *o, char *err, size_t errlen)
+{
+	const struct crun__sched *s = &o->sched;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+	int rc;
+
+	if (!s->resolve_host[0] || s->resolve_opt < 0 || s->resolve_opt >= CRUN_OPT_COUNT ||
+	    o->source[s->resolve_opt] != CRUN_SRC_SCHED)
+		return 0;
+	rc = getaddrinfo(s->resolve_host, NULL, &hints, &res);
+	if (rc) {
+		crun__seterr(err, errlen, "%s %s: host '%s' does not resolve: %s",
+			     crun__sched_kind_name(s->kind), s->resolve_origin, s->resolve_host,
+			     rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -EINVAL;
+	}
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* --signals-to-forward without the signals that --signals-to-handle
+ * names (those end crun). Returns the count written to out. */
+static int forward_signals(const struct crun__launch_opts *o, int *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < o->nforward_signals; i++) {
+		bool handled = false;
+
+		for (int j = 0; j < o->nsignals; j++)
+			handled |= o->signals[j] == o->forward_signals[i];
+		if (!handled)
+			out[n++] = o->forward_signals[i];
+	}
+	return n;
+}
+
 int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__launch_opts *o,
 			   char **envp, const struct crun__launch_host *host, bool pick_port,
 			   char *err, size_t errlen)
@@ -391,6 +432,9 @@ int crun__launch_plan_make(struct crun__launch_plan *plan, const struct crun__la
 
 	memset(plan, 0, sizeof(*plan));
 	rc = resolve_rendezvous(plan, o, err, errlen);
+	if (rc)
+		return rc;
+	rc = check_sched_host(o, err, errlen);
 	if (rc)
 		return rc;
 	rc = resolve_nproc(o, envp, host, &plan->nproc, err, errlen);
@@ -518,6 +562,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	for (int i = 0; i < o->nsignals; i++)
 		spec->signals[i] = o->signals[i];
 	spec->nsignals = o->nsignals;
+	spec->nforward_signals = forward_signals(o, spec->forward_signals);
 	spec->virtual_local_rank = o->virtual_local_rank;
 	spec->token = plan->token;
 	spec->token_len = plan->token_len;
@@ -660,6 +705,14 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	for (int i = 0; i < o->nsignals; i++)
 		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));
 	fputc('\n', f);
+	{
+		int fwd[CRUN_AGENT_MAX_SIGNALS], n = forward_signals(o, fwd);
+
+		fputs("signals_to_forward=", f);
+		for (int i = 0; i < n; i++)
+			fprintf(f, "%s%s", i ? "," : "", crun__signal_name(fwd[i]));
+		fprintf(f, "%s\n", n ? "" : "none");
+	}
 	fprintf(f, "virtual_local_rank=%d\n", o->virtual_local_rank);
 	fprintf(f, "log_dir=%s\n", o->log_dir ? o->log_dir : "");
 	print_std(f, "redirects", &o->redirects);
@@ -682,6 +735,13 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fputc('\n', f);
 	fprintf(f, "scheduler=%s%s%s\n", crun__sched_kind_name(o->sched.kind),
 		o->sched.detail[0] ? ": " : "", o->sched.detail);
+	fprintf(f, "slurm_tasks_as_nodes=%d\n", o->sched.ask.slurm_tasks_as_nodes);
+	if (o->slurm_requeue)
+		fprintf(f, "slurm_requeue=%d\n", o->slurm_requeue);
+	else
+		fputs("slurm_requeue=none\n", f);
+	if (o->sched.restart_count >= 0)
+		fprintf(f, "slurm_restart_count=%d\n", o->sched.restart_count);
 	/* Where each value that is not a default came from. */
 	for (int id = 0; id < CRUN_OPT_COUNT; id++) {
 		char key[48], origin[CRUN_SCHED_ORIGIN_MAX + 320];

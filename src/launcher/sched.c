@@ -62,9 +62,11 @@ const char *crun__sched_kind_name(enum crun__sched_kind kind)
 int crun__sched_detect(char **envp, enum crun__sched_mode mode, struct crun__sched *s, char *err,
 		       size_t errlen)
 {
+	struct crun__sched_ask ask = s->ask;
 	int rc = 0;
 
 	crun__sched_init(s);
+	s->ask = ask;
 	if (mode == CRUN_SCHED_MODE_NONE)
 		return 0;
 	if (mode == CRUN_SCHED_MODE_AUTO || mode == CRUN_SCHED_MODE_SLURM)
@@ -73,6 +75,7 @@ int crun__sched_detect(char **envp, enum crun__sched_mode mode, struct crun__sch
 		rc = crun__sched_kubernetes(envp, s, err, errlen);
 	if (rc < 0) {
 		crun__sched_init(s);
+		s->ask = ask;
 		return rc;
 	}
 	if (rc == 0 && mode == CRUN_SCHED_MODE_SLURM) {

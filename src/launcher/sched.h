@@ -40,7 +40,14 @@ struct crun__sched_value {
 	char origin[CRUN_SCHED_ORIGIN_MAX]; /* "SLURM_NNODES" */
 };
 
+/* What the user's options ask of the detectors: set by the caller before
+ * crun__sched_detect, which keeps it (see sched_slurm.h). */
+struct crun__sched_ask {
+	bool slurm_tasks_as_nodes; /* --slurm-tasks-as-nodes */
+};
+
 struct crun__sched {
+	struct crun__sched_ask ask;
 	enum crun__sched_kind kind;
 	/* For --dry-run and the start line: "slurm: job 77 step 0, 2 nodes
 	 * gpu[01-02]"; empty when none. */
