@@ -39,9 +39,6 @@
 #   TRAIN, TINY, SMALL
 #           crun-train, configs/tiny.yaml and --set overrides that make it
 #           a job of a few seconds on two ranks
-#   CRUN_SLURM, CRUN_SBATCH_FLAGS
-#           the crun command that srun starts on each node, in front of the
-#           program, and the crun flags train.sbatch is given (CRUN_FLAGS)
 # shellcheck shell=bash disable=SC2016,SC2034,SC2154 source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/cluster-lib.sh"
 
@@ -52,10 +49,6 @@ SMALL=(--set model.context=16 --set model.embed_dim=8 --set model.width=48
 	--set model.layers=2 --set data.generate_bytes=200000 --set train.batch_size=32
 	--set train.eval_samples=256 --set optim.warmup_steps=2 --set train.eval_every=0
 	--set train.steps=40 --set log.every=10)
-CRUN_SLURM=(bash -c 'exec "$0" --nnodes="$SLURM_NNODES" --node-rank="$SLURM_NODEID" \
-	--rdzv-endpoint=node1:29400 --rdzv-id="$SLURM_JOB_ID" "$@"' "$CRUN")
-CRUN_SBATCH_FLAGS="--nnodes=2 --rdzv-endpoint=node1:29400 --rdzv-id=sbatch"
-CRUN_REQUEUE_FLAGS=""
 # Slurm's variables of a job the test may run in are not the test cluster's.
 for v in $(compgen -e | grep -E '^SLURM_'); do
 	unset "$v"
@@ -110,7 +103,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # cred_expire: also how long a requeued job waits before it starts again
-AuthInfo=socket=$d/munge/socket,cred_expire=10
+AuthInfo=socket=$d/munge/socket,cred_expire=5
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc

@@ -17,7 +17,7 @@ slurm_up
 
 script=$CRUN_SOURCE_DIR/configs/slurm/train.sbatch
 mkdir "$tmp/job"
-CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt CRUN_FLAGS=$CRUN_SBATCH_FLAGS \
+CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
 	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
 	--time=2 "$script" "$TINY" "${SMALL[@]}" >"$tmp/sbatch.out" 2>&1 ||
 	fail "sbatch --wait of train.sbatch failed: $(cat "$tmp/sbatch.out")
