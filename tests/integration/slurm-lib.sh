@@ -113,6 +113,7 @@ AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# Every node is a network namespace of the test's own: these are free
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$d/state
@@ -171,6 +172,7 @@ slurm__wait_idle() {
 $(slurm_logs)"
 }
 
+# shellcheck disable=SC2120
 slurm_up() {
 	local d i
 	cluster_up 3
@@ -212,7 +214,8 @@ slurm_up() {
 slurm_down() {
 	local name=$CLUSTER_NAME left
 	cluster_teardown || fail "cannot take the Slurm cluster down"
-	left=$(pgrep -af -- "$SLURM_DIR" || true)
+	# the daemons name $SLURM_DIR, the tests' workers and jobs $tmp
+	left=$(pgrep -af -- "$tmp" || true)
 	[[ -z $left ]] || fail "processes of the Slurm cluster are left: $left"
 	left=$(ip netns list | grep -F -- "$name-" || true)
 	[[ -z $left ]] || fail "namespaces of the Slurm cluster are left: $left"
