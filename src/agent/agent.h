@@ -143,8 +143,9 @@ struct crun__agent_spec {
 	 * handled signal during that wait sends SIGKILL at once. */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
-	/* Signals that are only forwarded to every running worker's process
-	 * group: crun goes on, in whatever state the group is (Slurm's
+	/* Signals that are only forwarded to every running worker's own
+	 * process (not its group: the program decides what its children
+	 * get): crun goes on, in whatever state the group is (Slurm's
 	 * --signal=USR1@60 warning). None of them may be in signals. */
 	int forward_signals[CRUN_AGENT_MAX_SIGNALS];
 	int nforward_signals;

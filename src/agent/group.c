@@ -853,13 +853,22 @@ void crun__group_signal(struct group *g, int sig)
 
 void crun__group_forward(struct group *g, int sig)
 {
+	char name[32];
 	int n = 0;
 
-	for (int i = 0; i < g->nworkers; i++)
-		n += g->workers[i]->spawned && g->workers[i]->running;
-	crun__info("signal %d (%s): forwarded to %d running worker%s", sig, strsignal(sig), n,
-		   n == 1 ? "" : "s");
-	signal_groups(g, sig, false);
+	/* The worker's own process, not its group: its children (a shell's
+	 * commands, data loaders) must not die of a warning that only the
+	 * program itself handles. */
+	for (int i = 0; i < g->nworkers; i++) {
+		struct worker *w = g->workers[i];
+
+		if (!w->spawned || !w->running)
+			continue;
+		agent_kill(w->pid, sig);
+		n++;
+	}
+	crun__signal_format(name, sizeof(name), sig);
+	crun__info("got %s; forwarded to %d running worker%s", name, n, n == 1 ? "" : "s");
 }
 
 int crun__group_status(const struct group *g)

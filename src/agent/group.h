@@ -107,8 +107,9 @@ void crun__group_rdzv_hooks(struct group *g, struct crun__rdzv_hooks *hooks);
 void crun__group_start(struct group *g);
 /* A handled signal arrived. */
 void crun__group_signal(struct group *g, int sig);
-/* Passes sig to every running worker's process group, nothing else: no
- * event of the state machine, whose state it does not change. */
+/* Passes sig to every running worker's own process (not its process
+ * group), nothing else: no event of the state machine, whose state it
+ * does not change. */
 void crun__group_forward(struct group *g, int sig);
 /* crun's exit status (agent.h) once final, else -1. */
 int crun__group_status(const struct group *g);

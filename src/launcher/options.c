@@ -77,9 +77,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "steps over which a rank's step time is the median, 2 to 10000", G_WORKERS },
 	{ CRUN_OPT_SIGNALS_TO_FORWARD, "signals-to-forward", 0, true, true, true,
 	  "LIST|none", "SIGUSR1,SIGUSR2",
-	  "signals forwarded to every worker's process group while crun goes "
-	  "on (Slurm's --signal=USR1@60 warning); one also in "
-	  "--signals-to-handle ends crun instead", G_WORKERS },
+	  "signals forwarded to every worker's own process while crun goes on "
+	  "(Slurm's --signal=USR1@60 warning); one also in --signals-to-handle "
+	  "ends crun instead", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
 	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "

@@ -150,7 +150,7 @@ static int batch(char **envp, struct crun__sched *s, int64_t job, struct var lis
 	return 0;
 }
 
-int crun__sched_slurm(char **envp, struct crun__sched *s, char *err, size_t errlen)
+static int detect(char **envp, struct crun__sched *s, char *err, size_t errlen)
 {
 	static const char *const step_names[] = {"SLURM_STEP_ID", "SLURM_STEPID", NULL};
 	static const char *const list_names[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
@@ -293,7 +293,9 @@ int crun__sched_slurm(char **envp, struct crun__sched *s, char *err, size_t errl
 		char origin[64];
 
 		snprintf(origin, sizeof(origin), "%s, SLURM_JOB_ID", list.name);
-		rc = crun__sched_add(s, CRUN_OPT_RDZV_ENDPOINT, origin, "%s:%d", first,
+		/* An IPv6 address (NodeAddr as a name) takes brackets. */
+		rc = crun__sched_add(s, CRUN_OPT_RDZV_ENDPOINT, origin,
+				     strchr(first, ':') ? "[%s]:%d" : "%s:%d", first,
 				     crun__slurm_port((uint64_t)job, (uint64_t)step));
 		snprintf(s->resolve_host, sizeof(s->resolve_host), "%s", first);
 		snprintf(s->resolve_origin, sizeof(s->resolve_origin), "%s", list.name);
@@ -321,4 +323,14 @@ int crun__sched_slurm(char **envp, struct crun__sched *s, char *err, size_t errl
 			 (long long)step, list.value, (long long)nnodes, nnodes == 1 ? "" : "s",
 			 (long long)rank, restart);
 	return 1;
+}
+
+int crun__sched_slurm(char **envp, struct crun__sched *s, char *err, size_t errlen)
+{
+	int rc = detect(envp, s, err, errlen);
+
+	if (rc == -ENOSPC) /* a value longer than the table's texts */
+		crun__seterr(err, errlen, "slurm: a value is longer than %d bytes",
+			     CRUN_SCHED_TEXT_MAX - 1);
+	return rc == -ENOSPC ? -EINVAL : rc;
 }
