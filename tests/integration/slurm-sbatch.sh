@@ -1,0 +1,79 @@
+#!/bin/bash
+# configs/slurm/train.sbatch, the example of crun(1), submitted to a real
+# Slurm (slurm-lib.sh) with sbatch --wait on two nodes: the batch script
+# runs on node1, srun starts crun on both nodes, crun-train (tiny.yaml,
+# shortened by the script's arguments) runs to completion on two ranks and
+# writes its checkpoint to the script's checkpoint directory. Then the
+# script's own requeue before the time limit (SIGUSR1 to the batch shell):
+# the job comes back, resumes from its checkpoint and completes. Everything
+# the cluster started is gone at the end. Skips (77) where the machine cannot
+# host the cluster.
+# shellcheck source-path=SCRIPTDIR
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/crun-lib.sh"
+. "$here/slurm-lib.sh"
+slurm_skip_unless_available
+start=$EPOCHREALTIME
+slurm_up
+
+script=$CRUN_SOURCE_DIR/configs/slurm/train.sbatch
+mkdir "$tmp/job"
+CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
+	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
+	--time=10 "$script" "$TINY" "${SMALL[@]}" >"$tmp/sbatch.out" 2>&1 ||
+	fail "sbatch --wait of train.sbatch failed: $(cat "$tmp/sbatch.out")
+$(cat "$tmp"/job/*.out)
+$(slurm_logs)"
+id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$tmp/sbatch.out")
+[ -n "$id" ] || fail "sbatch printed no job id: $(cat "$tmp/sbatch.out")"
+out=$tmp/job/$id.out
+[ -f "$out" ] || fail "no output file $out: $(ls "$tmp/job")"
+has "$out" "job $id on node[1-2] (restart 0)"
+grep -Eq "^crun: round 1 of run '[^']+' closed with 2 nodes \(world size 2\)$" "$out" ||
+	fail "round 1 did not close with 2 nodes: $(cat "$out")"
+grep -Eq "^\[0\]:summary: steps=40 .* world_size=2 " "$out" ||
+	fail "crun-train's summary is not of 40 steps on 2 ranks: $(cat "$out")"
+has "$out" "job $id done"
+# the checkpoint after the last step, where the script put it
+[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] ||
+	fail "no checkpoint in $tmp/job/ckpt: $(find "$tmp/job")"
+
+# The script's requeue: SIGUSR1 to the batch shell (what --signal=B:USR1@120
+# sends before the time limit) once a checkpoint is there; the script
+# requeues the job, Slurm stops both crun with SIGTERM, and the job runs
+# again, resumes from the checkpoint and completes; sbatch --wait waits
+# for the end of it all. Rank 0 is slowed down (50 ms a step) so that the
+# signal comes in the middle of the first run.
+rm -rf "$tmp/job"
+mkdir "$tmp/job"
+CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
+	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
+	--time=10 "$script" "$TINY" "${SMALL[@]}" --set train.steps=60 --set checkpoint.every=5 \
+	--set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
+sbatch_pid=$!
+for _ in $(seq 300); do
+	[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] && break
+	sleep 0.1
+done
+[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] ||
+	fail "no checkpoint after 30 s: $(cat "$tmp"/job/*.out)"
+id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$tmp/sbatch.out")
+[ -n "$id" ] || fail "sbatch printed no job id: $(cat "$tmp/sbatch.out")"
+slurm_exec timeout 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
+wait "$sbatch_pid" || fail "sbatch --wait of the requeued job failed: $(cat "$tmp/sbatch.out")
+$(cat "$tmp"/job/*.out)
+$(slurm_logs)"
+out=$tmp/job/$id.out
+has "$out" "job $id on node[1-2] (restart 0)"
+has "$out" "job $id: the time limit is near; requeueing"
+has "$out" "job $id on node[1-2] (restart 1)"
+grep -q "^\[0\]:resuming from checkpoint " "$out" || fail "crun-train did not resume: $(cat "$out")"
+grep -Eq "^\[0\]:summary: steps=60 .* world_size=2 .* resumed_from=[1-9][0-9]*$" "$out" ||
+	fail "the requeued run did not finish from a checkpoint: $(cat "$out")"
+has "$out" "job $id done"
+[ "$(grep -c "^job $id done$" "$out")" = 1 ] || fail "the job completed twice: $(cat "$out")"
+
+slurm_down
+end=$EPOCHREALTIME
+echo "ok: sbatch train.sbatch on 2 slurmd nodes, and requeued by its trap; $(((${end/./} - ${start/./}) / 1000)) ms with the cluster's start and stop"
