@@ -41,6 +41,7 @@ has "$out" "job $id done"
 
 # The script's requeue: SIGUSR1 to the batch shell (what --signal=B:USR1@120
 # sends before the time limit) once a checkpoint is there; the script
+# passes the warning to the step (crun-train saves a checkpoint) and
 # requeues the job, Slurm stops both crun with SIGTERM, and the job runs
 # again, resumes from the checkpoint and completes; sbatch --wait waits
 # for the end of it all. Rank 0 is slowed down (50 ms a step) so that the
@@ -66,7 +67,10 @@ $(cat "$tmp"/job/*.out)
 $(slurm_logs)"
 out=$tmp/job/$id.out
 has "$out" "job $id on node[1-2] (restart 0)"
-has "$out" "job $id: the time limit is near; requeueing"
+has "$out" "job $id: the time limit is near; saving a checkpoint"
+grep -q "checkpoint of step [0-9]* saved: warned by a signal" "$out" ||
+	fail "crun-train saved no checkpoint on the warning: $(cat "$out")"
+has "$out" "job $id: requeueing"
 has "$out" "job $id on node[1-2] (restart 1)"
 grep -q "^\[0\]:resuming from checkpoint " "$out" || fail "crun-train did not resume: $(cat "$out")"
 grep -Eq "^\[0\]:summary: steps=60 .* world_size=2 .* resumed_from=[1-9][0-9]*$" "$out" ||
