@@ -1456,7 +1456,11 @@ static int offer_sched(struct parse_ctx *c, char **envp, char *err, size_t errle
 			return rc;
 		}
 	}
-	rc = crun__sched_detect(envp, o->sched_mode, &o->sched, err, errlen);
+	/* With --hostfile this crun starts the job's agents itself: the
+	 * hostfile, not the allocation it may run in, gives the job's shape. */
+	rc = crun__sched_detect(envp,
+				c->value[CRUN_OPT_HOSTFILE] ? CRUN_SCHED_MODE_NONE : o->sched_mode,
+				&o->sched, err, errlen);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < o->sched.nvalues; i++) {
@@ -1464,6 +1468,14 @@ static int offer_sched(struct parse_ctx *c, char **envp, char *err, size_t errle
 		enum crun__launch_opt id = (enum crun__launch_opt)v->opt;
 
 		if (v->opt < 0 || v->opt >= CRUN_OPT_COUNT || o->source[id] > CRUN_SRC_SCHED)
+			continue;
+		/* The user's static rendezvous (--master-addr, or
+		 * --rdzv-backend=static) is not overridden by the scheduler's
+		 * endpoint, which would make it c10d. */
+		if (id == CRUN_OPT_RDZV_ENDPOINT &&
+		    (o->source[CRUN_OPT_MASTER_ADDR] > CRUN_SRC_SCHED ||
+		     (o->source[CRUN_OPT_RDZV_BACKEND] > CRUN_SRC_SCHED &&
+		      !strcmp(c->value[CRUN_OPT_RDZV_BACKEND], "static"))))
 			continue;
 		offer(c, id, CRUN_SRC_SCHED, v->text, 0);
 	}

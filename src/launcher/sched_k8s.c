@@ -46,10 +46,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* What an agent sets in its workers and no pod has. */
-static const char *const worker_vars[] = {"TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_RANK",
-					  "CRUN_STORE"};
-
 /* The value of name, NULL when unset or empty. */
 static const char *var(char **envp, const char *name)
 {
@@ -207,9 +203,8 @@ int crun__sched_kubernetes(char **envp, struct crun__sched *s, char *err, size_t
 
 	if (!var(envp, "KUBERNETES_SERVICE_HOST"))
 		return 0;
-	for (size_t i = 0; i < sizeof(worker_vars) / sizeof(worker_vars[0]); i++)
-		if (var(envp, worker_vars[i]))
-			return 0;
+	if (crun__sched_in_worker(envp, NULL))
+		return 0; /* a worker's container, not a pod's agent */
 	crun__sched_init(&found);
 	found.kind = CRUN_SCHED_KUBERNETES;
 	if (var(envp, "PET_RDZV_ENDPOINT") && var(envp, "PET_RDZV_BACKEND") &&

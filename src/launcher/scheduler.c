@@ -1,5 +1,6 @@
 /* The scheduler detectors' dispatcher and their shared table (scheduler.h). */
 #include "launcher/scheduler.h"
+#include "launcher/options.h"
 
 #include "common/util.h"
 
@@ -59,6 +60,23 @@ const char *crun__sched_kind_name(enum crun__sched_kind kind)
 	return "none";
 }
 
+bool crun__sched_in_worker(char **envp, const char **which)
+{
+	static const char *const worker_vars[] = {"TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_RANK",
+						  "CRUN_STORE"};
+
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(worker_vars); i++) {
+		const char *v = crun__launch_env_lookup(envp, worker_vars[i]);
+
+		if (v && *v) {
+			if (which)
+				*which = worker_vars[i];
+			return true;
+		}
+	}
+	return false;
+}
+
 int crun__sched_detect(char **envp, enum crun__sched_mode mode, struct crun__sched *s, char *err,
 		       size_t errlen)
 {
@@ -67,7 +85,8 @@ int crun__sched_detect(char **envp, enum crun__sched_mode mode, struct crun__sch
 
 	crun__sched_init(s);
 	s->ask = ask;
-	if (mode == CRUN_SCHED_MODE_NONE)
+	if (mode == CRUN_SCHED_MODE_NONE ||
+	    (mode == CRUN_SCHED_MODE_AUTO && crun__sched_in_worker(envp, NULL)))
 		return 0;
 	if (mode == CRUN_SCHED_MODE_AUTO || mode == CRUN_SCHED_MODE_SLURM)
 		rc = crun__sched_slurm(envp, s, err, errlen);

@@ -91,6 +91,14 @@ int crun__sched_detect(char **envp, enum crun__sched_mode mode, struct crun__sch
 int crun__sched_slurm(char **envp, struct crun__sched *s, char *err, size_t errlen);
 int crun__sched_kubernetes(char **envp, struct crun__sched *s, char *err, size_t errlen);
 
+/* True when envp is a worker's of a crun (or torchrun) agent: it has one
+ * of the variables an agent gives its workers (TORCHELASTIC_RUN_ID,
+ * GROUP_RANK, LOCAL_RANK, CRUN_STORE), which no scheduler sets. A crun
+ * started there inherits the scheduler's variables of its parent's job
+ * and must not join that job again: auto detection finds no scheduler.
+ * *which (when not NULL) receives the variable found. */
+bool crun__sched_in_worker(char **envp, const char **which);
+
 /* "slurm", "kubernetes", "none". */
 const char *crun__sched_kind_name(enum crun__sched_kind kind);
 

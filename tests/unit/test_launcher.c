@@ -371,6 +371,77 @@ static void test_env_precedence(void **state)
 	}
 }
 
+/* The scheduler's values sit below everything the user wrote; a crun in a
+ * worker of a job reads no scheduler; the user's static rendezvous keeps
+ * the scheduler's endpoint out; a --hostfile controller reads none. */
+static void test_scheduler_source(void **state)
+{
+	const char *step[] = {"SLURM_JOB_ID=77", "SLURM_STEP_ID=0",	      "SLURM_NNODES=2",
+			      "SLURM_NODEID=1",	 "SLURM_JOB_NODELIST=n[1-2]", NULL};
+	const char *worker[] = {"SLURM_JOB_ID=77",
+				"SLURM_STEP_ID=0",
+				"SLURM_NNODES=2",
+				"SLURM_NODEID=1",
+				"SLURM_JOB_NODELIST=n[1-2]",
+				"LOCAL_RANK=0",
+				NULL};
+	const char *batch[] = {"SLURM_JOB_ID=77", "SLURM_NNODES=2", "SLURM_NODEID=0",
+			       "SLURM_JOB_NODELIST=n[1-2]", NULL};
+	char *cfg = write_file("sched.yaml", "nnodes: 3\n");
+	struct run *r;
+
+	(void)state;
+	r = parse_env(step, "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.sched.kind, CRUN_SCHED_SLURM);
+	assert_int_equal(r->o.nnodes_max, 2);
+	assert_int_equal(r->o.source[CRUN_OPT_NNODES], CRUN_SRC_SCHED);
+	assert_int_equal(r->o.source[CRUN_OPT_RDZV_ENDPOINT], CRUN_SRC_SCHED);
+	done(r);
+
+	/* config > scheduler */
+	r = parse_env(step, "-c", cfg, "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.nnodes_max, 3);
+	assert_int_equal(r->o.source[CRUN_OPT_NNODES], CRUN_SRC_CONFIG);
+	done(r);
+
+	/* inside a worker: no scheduler, unless asked for */
+	r = parse_env(worker, "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.sched.kind, CRUN_SCHED_NONE);
+	assert_int_equal(r->o.nnodes_max, 1);
+	done(r);
+	r = parse_env(worker, "--scheduler=slurm", "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.sched.kind, CRUN_SCHED_SLURM);
+	done(r);
+
+	/* the user's static rendezvous: no endpoint from the scheduler */
+	r = parse_env(step, "--master-addr=10.0.0.9", "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.source[CRUN_OPT_RDZV_ENDPOINT], CRUN_SRC_DEFAULT);
+	assert_int_equal(r->o.source[CRUN_OPT_NNODES], CRUN_SRC_SCHED);
+	done(r);
+	r = parse_env(step, "--rdzv-backend=static", "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.source[CRUN_OPT_RDZV_ENDPOINT], CRUN_SRC_DEFAULT);
+	done(r);
+	r = parse_env(step, "--rdzv-backend=c10d", "x", NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.source[CRUN_OPT_RDZV_ENDPOINT], CRUN_SRC_SCHED);
+	done(r);
+
+	/* a batch script of several nodes is an error, but not for a
+	 * --hostfile controller, which reads no scheduler */
+	expect_error(parse_env(batch, "x", NULL), "srun");
+	r = parse_env(batch, "--hostfile", write_file("hosts", "a slots=1\nb slots=1\n"), "x",
+		      NULL);
+	assert_int_equal(r->rc, 0);
+	assert_int_equal(r->o.sched.kind, CRUN_SCHED_NONE);
+	done(r);
+}
+
 static void test_std_spec(void **state)
 {
 	static const char *const bad[] = {
@@ -1105,6 +1176,7 @@ int main(void)
 		cmocka_unit_test(test_command_boundary),
 		cmocka_unit_test(test_bad_command_lines),
 		cmocka_unit_test(test_env_precedence),
+		cmocka_unit_test(test_scheduler_source),
 		cmocka_unit_test(test_std_spec),
 		cmocka_unit_test(test_rdzv_conf),
 		cmocka_unit_test(test_rdzv_conf_torchrun),
