@@ -21,9 +21,15 @@ fail() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# kubernetes-validate in a virtual environment of the build tree, made once.
-venv=$CRUN_BUILD_DIR/k8s-validate-venv
+# kubernetes-validate in a virtual environment made once and shared by the
+# build trees (the user's cache; the build tree's where it cannot be
+# written), under a lock so that two runs do not make it at once.
+cache=${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/crun-test
+mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] || cache=$CRUN_BUILD_DIR
+venv=$cache/k8s-validate-venv
 py=$venv/bin/python
+exec 9>"$cache/k8s-validate-venv.lock"
+flock -w 600 9 || fail "could not lock $cache/k8s-validate-venv.lock"
 if ! "$py" -c 'import kubernetes_validate, yaml, jsonschema' 2>/dev/null; then
 	rm -rf "$venv"
 	python3 -m venv "$venv" >"$tmp/venv.log" 2>&1 ||
@@ -39,6 +45,7 @@ urllib.request.urlopen("https://pypi.org/simple/kubernetes-validate/", timeout=1
 		fail "pip install kubernetes-validate: $(tail -n 5 "$tmp/pip.log")"
 	fi
 fi
+exec 9>&-
 
 # crun's default --shutdown-timeout, in seconds, from --help.
 shutdown=$("$CRUN" --help | grep -A3 -- '--shutdown-timeout' | grep -oE 'default: [0-9]+s' |
