@@ -36,15 +36,26 @@ bool crun__remote_agent_mode(char **envp)
 
 /* ---- the remote side ------------------------------------------------- */
 
+static bool handled(const struct crun__agent_spec *spec, int sig)
+{
+	for (int i = 0; i < spec->nsignals; i++)
+		if (spec->signals[i] == sig)
+			return true;
+	return false;
+}
+
 int crun__remote_agent_run(const struct crun__agent_spec *spec)
 {
 	static const int watched[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 	sigset_t mask, old;
 	char line[64];
 	size_t used = 0;
-	bool stdin_open = true;
+	bool stdin_open = true, stopping = false;
 	int sfd, status = 1;
 	pid_t pid;
+
+	/* The workers, and any crun they start, are not remote agents. */
+	unsetenv("CRUN_REMOTE_AGENT");
 
 	sigemptyset(&mask);
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(watched); i++)
@@ -103,8 +114,14 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 			ssize_t n = read(0, line + used, sizeof(line) - 1 - used);
 
 			if (n <= 0 && !(n < 0 && errno == EINTR)) {
-				/* The controller or the connection is gone. */
-				kill(pid, SIGTERM);
+				/* The controller or the connection is gone. After a
+				 * handled signal the agent is stopping already: a
+				 * second signal would cut its grace short. */
+				if (!stopping) {
+					crun__info("the controller's input ended "
+						   "(CRUN_REMOTE_AGENT=1); stopping the agent");
+					kill(pid, SIGTERM);
+				}
 				stdin_open = false;
 				continue;
 			}
@@ -115,8 +132,10 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 
 				*nl = '\0';
 				if (crun__launch_parse_signals(line, sigs, &nsigs, NULL, 0) == 0 &&
-				    nsigs == 1)
+				    nsigs == 1) {
 					kill(pid, sigs[0]);
+					stopping |= handled(spec, sigs[0]);
+				}
 				used -= (size_t)(nl + 1 - line);
 				memmove(line, nl + 1, used + 1);
 			}
@@ -265,8 +284,10 @@ static void maybe_done(struct host_proc *h)
 	if (status && status != 255 && (r->signal || r->tearing_down))
 		crun__info("host '%s' (node %zu) ended with status %d", h->host->name, h->rank,
 			   status);
-	if (status && !r->tearing_down) {
-		if (!r->signal && status != 255)
+	/* After a forwarded signal every host is stopping with its grace;
+	 * the kill timer bounds the wait. */
+	if (status && !r->tearing_down && !r->signal) {
+		if (status != 255)
 			crun__error("host '%s' (node %zu) ended with status %d; stopping the "
 				    "other hosts",
 				    h->host->name, h->rank, status);

@@ -14,6 +14,8 @@
 #   on node 1, 3 on node 2);
 # - SIGINT to the controller mid-run: it exits 130 and within 15 s no
 #   crun or crun-train process is left in any node;
+# - SIGINT with workers that save on it: every host's workers save;
+# - a crun started by a worker runs its own job;
 # - SIGKILL of the controller: within 15 s nothing is left either;
 # - a host where nothing answers: "is unreachable", exit 1, and the other
 #   host's agent is torn down;
@@ -184,6 +186,42 @@ for a in "$a0" "$a1" "$a2"; do # SIGINT reached each agent: 128+2
 		fail "the agent on $a did not end with 130"
 done
 echo "ok SIGINT: exit 130, nothing left on any host"
+
+# 2b. SIGINT gives every host its grace: workers that save on SIGINT all
+# save (no host takes the end of its input as a second signal).
+ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" --ssh-options "$sshopts" \
+	--max-restarts=0 --shutdown-timeout=10s sh -c \
+	'trap "sleep 1; echo saved; exit 0" INT; echo ready; while :; do sleep 0.1; done' \
+	>"$tmp/grace.out" 2>"$tmp/grace.err" &
+pid=$!
+for _ in $(seq 300); do
+	[ "$(grep -c ':ready$' "$tmp/grace.out")" = 4 ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+[ "$(grep -c ':ready$' "$tmp/grace.out")" = 4 ] || { kill -9 "$pid"; fail "not every worker started"; }
+kill -INT "$pid"
+for _ in $(seq 300); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "crun did not end within 30 s of SIGINT"; }
+wait "$pid"
+for want in "$a0: [0]:saved" "$a0: [1]:saved" "$a1: [2]:saved" "$a2: [3]:saved"; do
+	grep -qxF "$want" "$tmp/grace.out" || fail "no line '$want': a host's workers lost their grace"
+done
+grep -q "again" "$tmp/grace.err" && fail "a host took a second signal: $(grep again "$tmp/grace.err")"
+echo "ok SIGINT: every host's workers get their grace"
+
+# 2c. A worker's own crun is not a remote agent: it runs its job.
+timeout 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+	--ssh-options "$sshopts" --max-restarts=0 --include "$a1" \
+	sh -c '"$1" --standalone --nproc-per-node=1 sh -c "echo inner=\$RANK"' sh "$CRUN" \
+	>"$tmp/nested.out" 2>"$tmp/nested.err"
+rc=$?
+[ "$rc" = 0 ] || fail "a crun inside a hostfile worker: exit $rc, not 0"
+grep -q "^$a1: \[0\]:\[0\]:inner=0$" "$tmp/nested.out" || fail "no line from the inner crun's worker"
+echo "ok a crun inside a hostfile worker runs its job"
 
 # 3. SIGKILL of the controller: each ssh's stdin closes, each remote crun
 # stops its agent.
