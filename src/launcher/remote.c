@@ -3,6 +3,7 @@
  * and what the end means is decided in hostfile.c. */
 #include "launcher/remote.h"
 #include "launcher/hostfile.h"
+#include "launcher/plan.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -60,6 +61,10 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 	sigemptyset(&mask);
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(watched); i++)
 		sigaddset(&mask, watched[i]);
+	for (int i = 0; i < spec->nsignals; i++)
+		sigaddset(&mask, spec->signals[i]);
+	for (int i = 0; i < spec->nforward_signals; i++)
+		sigaddset(&mask, spec->forward_signals[i]);
 	if (sigprocmask(SIG_BLOCK, &mask, &old) < 0)
 		return 1;
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
@@ -179,7 +184,8 @@ struct remote {
 	struct host_proc *procs;
 	struct crun__remote_end *ends;
 	size_t nends;
-	uv_signal_t sigs[CRUN_AGENT_MAX_SIGNALS];
+	/* The handled signals, then the forwarded ones. */
+	uv_signal_t sigs[2 * CRUN_AGENT_MAX_SIGNALS];
 	int nsigs;
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
@@ -393,13 +399,11 @@ static void write_cb(uv_write_t *w, int status)
 	free(w);
 }
 
-static void signal_cb(uv_signal_t *s, int signum)
+/* Writes the signal's name to every host still connected. */
+static void send_signal(struct remote *r, int signum)
 {
-	struct remote *r = s->data;
 	const char *name = crun__signal_name(signum);
 
-	if (!r->signal)
-		r->signal = signum;
 	crun__info("%s: forwarding it to every host", name ? name : "signal");
 	for (size_t i = 0; name && i < r->hf.nhosts; i++) {
 		struct host_proc *h = &r->procs[i];
@@ -416,7 +420,23 @@ static void signal_cb(uv_signal_t *s, int signum)
 		if (uv_write(w, (uv_stream_t *)&h->in, &b, 1, write_cb) < 0)
 			free(w);
 	}
+}
+
+/* A handled signal: every host stops, within the kill timer. */
+static void signal_cb(uv_signal_t *s, int signum)
+{
+	struct remote *r = s->data;
+
+	if (!r->signal)
+		r->signal = signum;
+	send_signal(r, signum);
 	arm_kill_timer(r);
+}
+
+/* A forwarded signal (--signals-to-forward): the job goes on. */
+static void forward_cb(uv_signal_t *s, int signum)
+{
+	send_signal(s->data, signum);
 }
 
 static int read_hostfile(const struct crun__launch_opts *o, struct crun__hostfile *hf, char *err,
@@ -654,7 +674,7 @@ int crun__remote_launch(const struct crun__launch_opts *o, int argc, char **argv
 	struct remote r = {.o = o};
 	char ***cmds = NULL;
 	char err[1024];
-	int status = 2;
+	int fwd[CRUN_AGENT_MAX_SIGNALS], nfwd, status = 2;
 
 	if (check_conflicts(o, err, sizeof(err)) < 0 ||
 	    read_hostfile(o, &r.hf, err, sizeof(err)) < 0) {
@@ -682,10 +702,14 @@ int crun__remote_launch(const struct crun__launch_opts *o, int argc, char **argv
 		crun__error("cannot start the event loop");
 		goto out_free;
 	}
-	for (int i = 0; i < o->nsignals; i++) {
+	nfwd = crun__launch_forward_signals(o, fwd);
+	for (int i = 0; i < o->nsignals + nfwd; i++) {
+		bool stops = i < o->nsignals;
+
 		uv_signal_init(&r.loop, &r.sigs[i]);
 		r.sigs[i].data = &r;
-		uv_signal_start(&r.sigs[i], signal_cb, o->signals[i]);
+		uv_signal_start(&r.sigs[i], stops ? signal_cb : forward_cb,
+				stops ? o->signals[i] : fwd[i - o->nsignals]);
 		uv_unref((uv_handle_t *)&r.sigs[i]);
 		r.nsigs++;
 	}

@@ -16,6 +16,7 @@
 #   crun or crun-train process is left in any node;
 # - SIGINT with workers that save on it: every host's workers save;
 # - a crun started by a worker runs its own job;
+# - SIGUSR1 to the controller reaches every worker, crun exits 0;
 # - SIGKILL of the controller: within 15 s nothing is left either;
 # - a host where nothing answers: "is unreachable", exit 1, and the other
 #   host's agent is torn down;
@@ -222,6 +223,32 @@ rc=$?
 [ "$rc" = 0 ] || fail "a crun inside a hostfile worker: exit $rc, not 0"
 grep -q "^$a1: \[0\]:\[0\]:inner=0$" "$tmp/nested.out" || fail "no line from the inner crun's worker"
 echo "ok a crun inside a hostfile worker runs its job"
+
+# 2d. SIGUSR1 (--signals-to-forward) reaches every worker; the job goes on.
+ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" --ssh-options "$sshopts" \
+	--max-restarts=0 sh -c \
+	'trap "echo warned; exit 0" USR1; echo ready; while :; do sleep 0.1; done' \
+	>"$tmp/usr1.out" 2>"$tmp/usr1.err" &
+pid=$!
+for _ in $(seq 300); do
+	[ "$(grep -c ':ready$' "$tmp/usr1.out")" = 4 ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+[ "$(grep -c ':ready$' "$tmp/usr1.out")" = 4 ] || { kill -9 "$pid"; fail "not every worker started"; }
+kill -USR1 "$pid"
+for _ in $(seq 300); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "crun did not end within 30 s of SIGUSR1"; }
+wait "$pid"
+rc=$?
+[ "$rc" = 0 ] || fail "crun exited $rc after SIGUSR1 reached the workers, not 0"
+for want in "$a0: [0]:warned" "$a0: [1]:warned" "$a1: [2]:warned" "$a2: [3]:warned"; do
+	grep -qxF "$want" "$tmp/usr1.out" || fail "no line '$want'"
+done
+echo "ok SIGUSR1: forwarded to every worker, the job goes on"
 
 # 3. SIGKILL of the controller: each ssh's stdin closes, each remote crun
 # stops its agent.
