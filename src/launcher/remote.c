@@ -27,6 +27,10 @@
 /* After a teardown or a forwarded signal, how long past the shutdown
  * timeout the hosts get before their ssh is killed. */
 #define TEARDOWN_SLACK_MS 15000
+/* After a host's ssh exits, how long its output may still come before
+ * its pipes are closed: an ssh connection master (ControlPersist) that
+ * the user's options start keeps them open for as long as it lives. */
+#define DRAIN_MS 2000
 
 bool crun__remote_agent_mode(char **envp)
 {
@@ -170,8 +174,9 @@ struct host_proc {
 	size_t rank;
 	uv_process_t proc;
 	uv_pipe_t in, out, err;
+	uv_timer_t drain; /* from ssh's exit until both pipes end */
 	struct linebuf obuf, ebuf;
-	bool spawned, exited, in_closed, out_eof, err_eof, done;
+	bool spawned, exited, in_closed, out_eof, err_eof, drain_on, done;
 	int64_t exit_status;
 	int term_signal;
 	char last_err[512]; /* the last line on stderr, for ssh's failures */
@@ -282,6 +287,10 @@ static void maybe_done(struct host_proc *h)
 	if (h->done || !h->exited || !h->out_eof || !h->err_eof)
 		return;
 	h->done = true;
+	if (h->drain_on) {
+		h->drain_on = false;
+		uv_close((uv_handle_t *)&h->drain, NULL);
+	}
 	r->ends[r->nends].exit_status = (int)h->exit_status;
 	r->ends[r->nends].term_signal = h->term_signal;
 	r->nends++;
@@ -314,6 +323,23 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 	*buf = uv_buf_init(chunk, sizeof(chunk));
 }
 
+/* The end of a host's stdout (is_out) or stderr: its last line out. */
+static void close_stream(struct host_proc *h, bool is_out)
+{
+	uv_stream_t *s = is_out ? (uv_stream_t *)&h->out : (uv_stream_t *)&h->err;
+	struct linebuf *lb = is_out ? &h->obuf : &h->ebuf;
+
+	if (lb->len)
+		emit(h, is_out ? 1 : 2, lb->buf, lb->len);
+	lb->len = 0;
+	uv_read_stop(s);
+	uv_close((uv_handle_t *)s, NULL);
+	if (is_out)
+		h->out_eof = true;
+	else
+		h->err_eof = true;
+}
+
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	struct host_proc *h = s->data;
@@ -326,15 +352,18 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 	if (n == 0)
 		return;
-	if (lb->len)
-		emit(h, is_out ? 1 : 2, lb->buf, lb->len);
-	lb->len = 0;
-	uv_read_stop(s);
-	uv_close((uv_handle_t *)s, NULL);
-	if (is_out)
-		h->out_eof = true;
-	else
-		h->err_eof = true;
+	close_stream(h, is_out);
+	maybe_done(h);
+}
+
+static void drain_cb(uv_timer_t *t)
+{
+	struct host_proc *h = t->data;
+
+	if (!h->out_eof)
+		close_stream(h, true);
+	if (!h->err_eof)
+		close_stream(h, false);
 	maybe_done(h);
 }
 
@@ -346,6 +375,12 @@ static void exit_cb(uv_process_t *p, int64_t status, int sig)
 	h->exit_status = sig ? -1 : status;
 	h->term_signal = sig;
 	uv_close((uv_handle_t *)p, NULL);
+	if (!h->out_eof || !h->err_eof) {
+		uv_timer_init(p->loop, &h->drain);
+		h->drain.data = h;
+		uv_timer_start(&h->drain, drain_cb, DRAIN_MS, 0);
+		h->drain_on = true;
+	}
 	maybe_done(h);
 }
 
@@ -497,8 +532,11 @@ static int check_conflicts(const struct crun__launch_opts *o, char *err, size_t 
 /* ssh's arguments for host h: the fixed ones, the user's, the command. */
 static char **ssh_argv(const struct crun__launch_opts *o, const char *host, char *command)
 {
+	/* No connection sharing: a master started for one host would keep
+	 * that host's pipes open after its ssh ends. */
 	static const char *const defaults[] = {"ConnectTimeout=10", "ServerAliveInterval=15",
-					       "LogLevel=ERROR"};
+					       "LogLevel=ERROR", "ControlMaster=no",
+					       "ControlPath=none"};
 	size_t n = 0, cap = 16 + CRUN_ARRAY_SIZE(defaults) * 2;
 	char **a;
 

@@ -24,9 +24,9 @@ env -i PATH="$PATH" PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=3 HO
 want="hostfile=hosts
 hostfile.nodes=2
 hostfile.node.0=node-a slots=2
-hostfile.ssh.0=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR node-a 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''
+hostfile.ssh.0=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-a 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''
 hostfile.node.1=node-b slots=2 cuda_visible_devices=0,2
-hostfile.ssh.1=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR node-b 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,2 CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''"
+hostfile.ssh.1=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-b 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,2 CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''"
 [ "$(cat plan)" = "$want" ] || fail "the plan differs:
 $(diff <(echo "$want") plan)"
 echo "ok --dry-run: two nodes, their ssh commands"

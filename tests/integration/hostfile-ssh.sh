@@ -17,6 +17,7 @@
 # - SIGINT with workers that save on it: every host's workers save;
 # - a crun started by a worker runs its own job;
 # - SIGUSR1 to the controller reaches every worker, crun exits 0;
+# - a process that holds an ssh's output open does not keep crun waiting;
 # - SIGKILL of the controller: within 15 s nothing is left either;
 # - a host where nothing answers: "is unreachable", exit 1, and the other
 #   host's agent is torn down;
@@ -249,6 +250,20 @@ for want in "$a0: [0]:warned" "$a0: [1]:warned" "$a1: [2]:warned" "$a2: [3]:warn
 	grep -qxF "$want" "$tmp/usr1.out" || fail "no line '$want'"
 done
 echo "ok SIGUSR1: forwarded to every worker, the job goes on"
+
+# 2e. A process that outlives its ssh and holds its output open (as a
+# connection master of ControlPersist does) does not keep crun waiting.
+mkdir "$tmp/bin" || fail "mkdir"
+printf '#!/bin/sh\nsleep 20 &\necho $! >>"%s/sleepers"\nexec %s "$@"\n' "$tmp" \
+	"$(command -v ssh)" >"$tmp/bin/ssh"
+chmod +x "$tmp/bin/ssh"
+PATH="$tmp/bin:$PATH" timeout 15 ip netns exec "$CLUSTER_NAME-0" "$CRUN" \
+	--hostfile "$tmp/hosts" --ssh-options "$sshopts" --max-restarts=0 true \
+	>"$tmp/held.out" 2>"$tmp/held.err"
+rc=$?
+xargs kill <"$tmp/sleepers" 2>/dev/null
+[ "$rc" = 0 ] || fail "a job whose ssh leaves its output held open: exit $rc, not 0"
+echo "ok an ssh whose output stays held: crun ends with its hosts"
 
 # 3. SIGKILL of the controller: each ssh's stdin closes, each remote crun
 # stops its agent.
