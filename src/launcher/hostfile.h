@@ -75,7 +75,10 @@ int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s);
 /* The environment variables forwarded to every host: names that start
  * with one of these prefixes (NULL-terminated list). */
 extern const char *const crun__hostfile_env_prefixes[];
-/* True when the variable NAME=VALUE is forwarded. */
+/* True when the variable NAME=VALUE is forwarded: it has such a prefix
+ * and is none of CRUN_REMOTE_AGENT and the PET_ variables of the options
+ * the hosts do not get (PET_HOSTFILE, PET_INCLUDE, PET_EXCLUDE,
+ * PET_SSH_OPTIONS). */
 bool crun__hostfile_env_forwarded(const char *entry);
 
 /* One host's command as the remote shell runs it:

@@ -2,7 +2,7 @@
 # crun --hostfile without ssh: --dry-run prints each node's host, slots
 # and the exact ssh command (user options before crun's, BatchMode first,
 # the hostfile options left out of what each host runs, the variables
-# forwarded), and every misuse is one line with exit status 2 and nothing
+# forwarded, PET_SSH_OPTIONS not), and every misuse is one line with exit status 2 and nothing
 # started. hostfile-ssh.sh runs the real thing.
 # shellcheck disable=SC2016
 set -u
@@ -17,7 +17,7 @@ fail() {
 cd "$tmp" || fail "cd $tmp"
 printf '# hosts\nnode-a slots=2\nnode-b:4 # gpu box\n\nnode-c\n' >hosts
 
-env -i PATH="$PATH" PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=3 HOME=/nowhere \
+env -i PATH="$PATH" PET_MAX_RESTARTS=1 PET_SSH_OPTIONS=Port=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=3 HOME=/nowhere \
 	"$CRUN" --hostfile hosts --exclude node-b:1,3@node-c --ssh-options Port=2222,User=t \
 	--rdzv-id=job7 --dry-run --tee 3 sh -c 'echo "$RANK"' >plan 2>err ||
 	fail "--dry-run exited $?: $(cat err)"

@@ -270,6 +270,13 @@ static void test_env(void **state)
 	assert_false(crun__hostfile_env_forwarded("CRUN_REMOTE_AGENT=1"));
 	assert_false(crun__hostfile_env_forwarded("CUDA_VISIBLE_DEVICES=0"));
 	assert_false(crun__hostfile_env_forwarded("PATH=/bin"));
+	/* The controller's own options stay with it. */
+	assert_false(crun__hostfile_env_forwarded("PET_HOSTFILE=hosts"));
+	assert_false(crun__hostfile_env_forwarded("PET_INCLUDE=node1"));
+	assert_false(crun__hostfile_env_forwarded("PET_EXCLUDE=node1:0"));
+	assert_false(crun__hostfile_env_forwarded("PET_SSH_OPTIONS=Port=22"));
+	assert_true(crun__hostfile_env_forwarded("PET_INCLUDES=x"));
+	assert_true(crun__hostfile_env_forwarded("PET_MAX_RESTARTS=1"));
 }
 
 int main(void)
