@@ -621,6 +621,17 @@ out_nomem:
 	return NULL;
 }
 
+/* ---- the store's port ------------------------------------------------ */
+
+int crun__hostfile_rdzv_port(const char *run_id)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)run_id; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return CRUN_HOSTFILE_PORT_MIN + (int)(h % CRUN_HOSTFILE_PORT_COUNT);
+}
+
 /* ---- the job's end --------------------------------------------------- */
 
 int crun__remote_exit_status(const struct crun__remote_end *ends, size_t n, int signal)

@@ -2,10 +2,9 @@
  * to each. Pure: text in, hosts and command lines out; remote.c is the
  * edge that reads the file, runs ssh and streams the output.
  *
- * The file, one host a line (DeepSpeed's and Horovod's formats, mixed
- * freely):
- *   node1 slots=4      DeepSpeed, Open MPI
- *   node2:4            Horovod's -H form
+ * The file, one host a line (the forms below, mixed freely):
+ *   node1 slots=4      DeepSpeed, Open MPI, horovodrun --hostfile
+ *   node2:4            horovodrun -H's form
  *   node3              one slot
  *   # comment          also after a host; blank lines are skipped
  * A host is a name or IPv4 address of letters, digits, '.', '-' and '_'
@@ -101,6 +100,14 @@ char **crun__hostfile_agent_argv(const char *crun_path, int argc, char *const *a
 				 int command_index, size_t nnodes, size_t rank, int nslots,
 				 const char *endpoint, const char *run_id);
 void crun__hostfile_argv_free(char **argv);
+
+/* The port of the store on node 0 when --rdzv-endpoint is not given:
+ * from the job's run id, in [CRUN_HOSTFILE_PORT_MIN, +PORT_COUNT), below
+ * Linux's ephemeral ports, so that two jobs whose first host is the same
+ * (almost always) get stores of their own. */
+#define CRUN_HOSTFILE_PORT_MIN 29400
+#define CRUN_HOSTFILE_PORT_COUNT 1000
+int crun__hostfile_rdzv_port(const char *run_id);
 
 /* How one host's ssh ended, in the order the hosts ended. */
 struct crun__remote_end {

@@ -23,7 +23,6 @@
 #include <uv.h>
 
 #define LINE_MAX_BYTES 4096
-#define DEFAULT_RDZV_PORT 29400
 /* After a teardown or a forwarded signal, how long past the shutdown
  * timeout the hosts get before their ssh is killed. */
 #define TEARDOWN_SLACK_MS 15000
@@ -613,11 +612,12 @@ static int build_commands(struct remote *r, int argc, char **argv, char **envp, 
 		return -EIO;
 	}
 	self[n] = '\0';
-	snprintf(endpoint, sizeof(endpoint), "%s:%d", r->hf.hosts[0].name, DEFAULT_RDZV_PORT);
 	if (!o->rdzv_id && make_run_id(run_id, sizeof(run_id)) < 0) {
 		crun__seterr(err, errlen, "cannot make a run id: %s", strerror(errno));
 		return -EIO;
 	}
+	snprintf(endpoint, sizeof(endpoint), "%s:%d", r->hf.hosts[0].name,
+		 crun__hostfile_rdzv_port(o->rdzv_id ? o->rdzv_id : run_id));
 	for (size_t i = 0; i < r->hf.nhosts; i++) {
 		const struct crun__hostfile_host *h = &r->hf.hosts[i];
 		char cvd[CRUN_LAUNCH_MAX_NPROC * 6 + 32] = "", *command = NULL;

@@ -4,10 +4,10 @@
  * and for node rank i runs, in a session of its own,
  *   ssh -T -o BatchMode=yes [-o OPT]... HOST 'cd DIR && exec env VARS
  *       CRUN_REMOTE_AGENT=1 CRUN OPTIONS --nnodes=N --node-rank=i
- *       --nproc-per-node=SLOTS --rdzv-endpoint=HOST0:29400 --rdzv-id=ID
+ *       --nproc-per-node=SLOTS --rdzv-endpoint=HOST0:PORT --rdzv-id=ID
  *       -- COMMAND'
- * and copies each host's stdout and stderr lines to its own, prefixed
- * "HOST: ". It runs no workers itself.
+ * (PORT from the run id, crun__hostfile_rdzv_port) and copies each
+ * host's stdout and stderr lines to its own, prefixed "HOST: ". It runs no workers itself.
  *
  * Signals: ssh gives the remote command no signal when its client ends,
  * so the ssh connection's standard input is the control channel. The

@@ -24,9 +24,9 @@ env -i PATH="$PATH" PET_MAX_RESTARTS=1 PET_SSH_OPTIONS=Port=1 NCCL_DEBUG=INFO CU
 want="hostfile=hosts
 hostfile.nodes=2
 hostfile.node.0=node-a slots=2
-hostfile.ssh.0=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-a 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''
+hostfile.ssh.0=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-a 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-endpoint=node-a:29465 -- sh -c '\\''echo \"\$RANK\"'\\'''
 hostfile.node.1=node-b slots=2 cuda_visible_devices=0,2
-hostfile.ssh.1=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-b 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,2 CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint=node-a:29400 -- sh -c '\\''echo \"\$RANK\"'\\'''"
+hostfile.ssh.1=ssh -T -o BatchMode=yes -o Port=2222 -o User=t -o ConnectTimeout=10 -o ServerAliveInterval=15 -o LogLevel=ERROR -o ControlMaster=no -o ControlPath=none node-b 'cd $tmp && exec env PET_MAX_RESTARTS=1 NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,2 CRUN_REMOTE_AGENT=1 $CRUN --rdzv-id=job7 --tee 3 --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint=node-a:29465 -- sh -c '\\''echo \"\$RANK\"'\\'''"
 [ "$(cat plan)" = "$want" ] || fail "the plan differs:
 $(diff <(echo "$want") plan)"
 echo "ok --dry-run: two nodes, their ssh commands"
@@ -35,6 +35,10 @@ echo "ok --dry-run: two nodes, their ssh commands"
 "$CRUN" --hostfile hosts --dry-run true >plan2 || fail "--dry-run without --rdzv-id"
 ids=$(grep -o -- '--rdzv-id=hostfile-[0-9a-f]*' plan2 | sort -u | wc -l)
 [ "$ids" = 1 ] || fail "not one generated run id for the three hosts: $ids"
+# Its store's port comes from the run id: 29400 to 30399.
+port=$(grep -o -- '--rdzv-endpoint=node-a:[0-9]*' plan2 | sort -u)
+[ "$(echo "$port" | wc -l)" = 1 ] || fail "not one endpoint for the three hosts: $port"
+[ "${port##*:}" -ge 29400 ] && [ "${port##*:}" -le 30399 ] || fail "the store's port: $port"
 
 # expect_error ARGS... -- LINE: crun ARGS exits 2 with LINE on stderr only
 expect_error() {

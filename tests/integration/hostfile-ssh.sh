@@ -121,7 +121,7 @@ crun_left() {
 }
 
 a0=${CLUSTER_ADDRS[0]} a1=${CLUSTER_ADDRS[1]} a2=${CLUSTER_ADDRS[2]}
-printf '# three test hosts\n%s slots=2\n%s:1  # Horovod'\''s form\n\n%s\n' \
+printf '# three test hosts\n%s slots=2\n%s:1  # horovodrun -H'\''s form\n\n%s\n' \
 	"$a0" "$a1" "$a2" >"$tmp/hosts"
 cfg="$CRUN_SOURCE_DIR/configs/tiny.yaml"
 short=(--set train.steps=20 --set optim.warmup_steps=5 --set train.eval_every=0

@@ -279,13 +279,27 @@ static void test_env(void **state)
 	assert_true(crun__hostfile_env_forwarded("PET_MAX_RESTARTS=1"));
 }
 
+static void test_rdzv_port(void **state)
+{
+	const char *ids[] = {"job7", "hostfile-0123456789abcdef", "hostfile-0123456789abcdee", ""};
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(ids); i++) {
+		int p = crun__hostfile_rdzv_port(ids[i]);
+
+		assert_in_range(p, 29400, 30399);
+		assert_int_equal(p, crun__hostfile_rdzv_port(ids[i]));
+	}
+	assert_int_not_equal(crun__hostfile_rdzv_port(ids[1]), crun__hostfile_rdzv_port(ids[2]));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rows),	    cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_quote),	    cmocka_unit_test(test_agent_argv),
 		cmocka_unit_test(test_exit_status), cmocka_unit_test(test_ssh_failure),
-		cmocka_unit_test(test_env),
+		cmocka_unit_test(test_env),	    cmocka_unit_test(test_rdzv_port),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
