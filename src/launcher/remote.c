@@ -566,22 +566,30 @@ static char **ssh_argv(const struct crun__launch_opts *o, const char *host, char
 	a[n++] = strdup(host);
 	a[n++] = command;
 	for (size_t i = 0; i < n; i++) {
-		if (!a[i]) {
-			crun__hostfile_argv_free(a);
-			return NULL;
-		}
+		if (!a[i])
+			goto out_free;
 	}
 	return a;
+out_free:
+	/* By index: a failed strdup left a NULL among the strings. */
+	for (size_t i = 0; i < n; i++)
+		free(a[i]);
+	free(a);
+	return NULL;
 }
 
 static void print_argv(FILE *f, char **a)
 {
 	for (size_t i = 0; a[i]; i++) {
-		char buf[CRUN_HOSTFILE_MAX_COMMAND];
-		size_t used = 0;
+		/* Quoted, a byte takes at most 4 ('\''), plus the quotes. */
+		size_t cap = 4 * strlen(a[i]) + 3, used = 0;
+		char *buf = malloc(cap);
 
-		if (crun__shell_quote(buf, sizeof(buf), &used, a[i]) == 0)
+		if (buf && crun__shell_quote(buf, cap, &used, a[i]) == 0)
 			fprintf(f, "%s%s", i ? " " : "", buf);
+		else
+			fprintf(f, "%s<out of memory>", i ? " " : "");
+		free(buf);
 	}
 	fputc('\n', f);
 }

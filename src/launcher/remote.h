@@ -7,7 +7,8 @@
  *       --nproc-per-node=SLOTS --rdzv-endpoint=HOST0:PORT --rdzv-id=ID
  *       -- COMMAND'
  * (PORT from the run id, crun__hostfile_rdzv_port) and copies each
- * host's stdout and stderr lines to its own, prefixed "HOST: ". It runs no workers itself.
+ * host's stdout and stderr lines to its own, prefixed "HOST: ". It runs
+ * no workers itself.
  *
  * Signals: ssh gives the remote command no signal when its client ends,
  * so the ssh connection's standard input is the control channel. The
