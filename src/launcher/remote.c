@@ -113,6 +113,7 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 		if (p[0].revents & POLLIN && read(sfd, &si, sizeof(si)) == sizeof(si)) {
 			if ((int)si.ssi_signo != SIGCHLD) {
 				kill(pid, (int)si.ssi_signo);
+				stopping |= handled(spec, (int)si.ssi_signo);
 			} else if (waitpid(pid, &wst, WNOHANG) == pid) {
 				status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 				break;
