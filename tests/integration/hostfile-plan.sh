@@ -38,7 +38,9 @@ ids=$(grep -o -- '--rdzv-id=hostfile-[0-9a-f]*' plan2 | sort -u | wc -l)
 # Its store's port comes from the run id: 29400 to 30399.
 port=$(grep -o -- '--rdzv-endpoint=node-a:[0-9]*' plan2 | sort -u)
 [ "$(echo "$port" | wc -l)" = 1 ] || fail "not one endpoint for the three hosts: $port"
-[ "${port##*:}" -ge 29400 ] && [ "${port##*:}" -le 30399 ] || fail "the store's port: $port"
+if [ "${port##*:}" -lt 29400 ] || [ "${port##*:}" -gt 30399 ]; then
+	fail "the store's port: $port"
+fi
 
 # expect_error ARGS... -- LINE: crun ARGS exits 2 with LINE on stderr only
 expect_error() {
