@@ -460,9 +460,34 @@ const char *const crun__hostfile_env_prefixes[] = {
 	"PET_", "CRUN_", "TORCH", "NCCL_", "GLOO_", "PYTHON", "OMP_NUM_THREADS=", NULL,
 };
 
+static bool stripped(enum crun__launch_opt id);
+
+/* True when entry is PET_<NAME>=... of an option that only the
+ * controller reads (--hostfile, --include...): the hosts get none. */
+static bool controller_only(const char *entry)
+{
+	size_t count;
+	const struct crun__launch_optdef *defs = crun__launch_optdefs(&count);
+
+	if (strncmp(entry, "PET_", 4))
+		return false;
+	for (size_t i = 0; i < count; i++) {
+		const char *n = defs[i].name, *e = entry + 4;
+
+		if (!defs[i].pet || !stripped(defs[i].id))
+			continue;
+		for (; *n && *e == (*n == '-' ? '_' : toupper((unsigned char)*n)); n++, e++)
+			;
+		if (!*n && *e == '=')
+			return true;
+	}
+	return false;
+}
+
 bool crun__hostfile_env_forwarded(const char *entry)
 {
-	if (!strchr(entry, '=') || !strncmp(entry, "CRUN_REMOTE_AGENT=", 18))
+	if (!strchr(entry, '=') || !strncmp(entry, "CRUN_REMOTE_AGENT=", 18) ||
+	    controller_only(entry))
 		return false;
 	for (size_t i = 0; crun__hostfile_env_prefixes[i]; i++)
 		if (!strncmp(entry, crun__hostfile_env_prefixes[i],
@@ -594,6 +619,17 @@ char **crun__hostfile_agent_argv(const char *crun_path, int argc, char *const *a
 out_nomem:
 	crun__hostfile_argv_free(out);
 	return NULL;
+}
+
+/* ---- the store's port ------------------------------------------------ */
+
+int crun__hostfile_rdzv_port(const char *run_id)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)run_id; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return CRUN_HOSTFILE_PORT_MIN + (int)(h % CRUN_HOSTFILE_PORT_COUNT);
 }
 
 /* ---- the job's end --------------------------------------------------- */

@@ -2,10 +2,9 @@
  * to each. Pure: text in, hosts and command lines out; remote.c is the
  * edge that reads the file, runs ssh and streams the output.
  *
- * The file, one host a line (DeepSpeed's and Horovod's formats, mixed
- * freely):
- *   node1 slots=4      DeepSpeed, Open MPI
- *   node2:4            Horovod's -H form
+ * The file, one host a line (the forms below, mixed freely):
+ *   node1 slots=4      DeepSpeed, Open MPI, horovodrun --hostfile
+ *   node2:4            horovodrun -H's form
  *   node3              one slot
  *   # comment          also after a host; blank lines are skipped
  * A host is a name or IPv4 address of letters, digits, '.', '-' and '_'
@@ -75,7 +74,10 @@ int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s);
 /* The environment variables forwarded to every host: names that start
  * with one of these prefixes (NULL-terminated list). */
 extern const char *const crun__hostfile_env_prefixes[];
-/* True when the variable NAME=VALUE is forwarded. */
+/* True when the variable NAME=VALUE is forwarded: it has such a prefix
+ * and is none of CRUN_REMOTE_AGENT and the PET_ variables of the options
+ * the hosts do not get (PET_HOSTFILE, PET_INCLUDE, PET_EXCLUDE,
+ * PET_SSH_OPTIONS). */
 bool crun__hostfile_env_forwarded(const char *entry);
 
 /* One host's command as the remote shell runs it:
@@ -98,6 +100,14 @@ char **crun__hostfile_agent_argv(const char *crun_path, int argc, char *const *a
 				 int command_index, size_t nnodes, size_t rank, int nslots,
 				 const char *endpoint, const char *run_id);
 void crun__hostfile_argv_free(char **argv);
+
+/* The port of the store on node 0 when --rdzv-endpoint is not given:
+ * from the job's run id, in [CRUN_HOSTFILE_PORT_MIN, +PORT_COUNT), below
+ * Linux's ephemeral ports, so that two jobs whose first host is the same
+ * (almost always) get stores of their own. */
+#define CRUN_HOSTFILE_PORT_MIN 29400
+#define CRUN_HOSTFILE_PORT_COUNT 1000
+int crun__hostfile_rdzv_port(const char *run_id);
 
 /* How one host's ssh ended, in the order the hosts ended. */
 struct crun__remote_end {

@@ -153,10 +153,10 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "STATUS (1-255), a value of slurm.conf's RequeueExit, instead of 143",
 	  G_NODES },
 	{ CRUN_OPT_HOSTFILE, "hostfile", 0, true, true, true, "FILE", "none",
-	  "start one agent per host of FILE over ssh (lines 'HOST slots=N', "
-	  "'HOST:N' or 'HOST'; slots are the host's workers), node 0 on the first "
-	  "host, and stream their output back prefixed with the host; see "
-	  "crun(1) HOSTFILE", G_NODES },
+	  "start one agent per host of FILE over ssh (lines 'HOST slots=N' as "
+	  "DeepSpeed's, 'HOST:N' as horovodrun -H's, or 'HOST'; slots are the "
+	  "host's workers), node 0 on the first host, and stream their output "
+	  "back prefixed with the host; see crun(1) HOSTFILE", G_NODES },
 	{ CRUN_OPT_INCLUDE, "include", 0, true, true, true, "HOST[:SLOTS]@...",
 	  "all", "--hostfile: only these hosts, and of a host with a list only "
 	  "those slots, e.g. node1@node2:0,2 (DeepSpeed's syntax)", G_NODES },

@@ -406,9 +406,7 @@ static int check_sched_host(const struct crun__launch_opts *o, char *err, size_t
 	return 0;
 }
 
-/* --signals-to-forward without the signals that --signals-to-handle
- * names (those end crun). Returns the count written to out. */
-static int forward_signals(const struct crun__launch_opts *o, int *out)
+int crun__launch_forward_signals(const struct crun__launch_opts *o, int *out)
 {
 	int n = 0;
 
@@ -562,7 +560,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	for (int i = 0; i < o->nsignals; i++)
 		spec->signals[i] = o->signals[i];
 	spec->nsignals = o->nsignals;
-	spec->nforward_signals = forward_signals(o, spec->forward_signals);
+	spec->nforward_signals = crun__launch_forward_signals(o, spec->forward_signals);
 	spec->virtual_local_rank = o->virtual_local_rank;
 	spec->token = plan->token;
 	spec->token_len = plan->token_len;
@@ -706,7 +704,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));
 	fputc('\n', f);
 	{
-		int fwd[CRUN_AGENT_MAX_SIGNALS], n = forward_signals(o, fwd);
+		int fwd[CRUN_AGENT_MAX_SIGNALS], n = crun__launch_forward_signals(o, fwd);
 
 		fputs("signals_to_forward=", f);
 		for (int i = 0; i < n; i++)

@@ -86,6 +86,11 @@ void crun__launch_plan_finish(struct crun__launch_plan *plan);
 void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 			       const struct crun__launch_opts *o, struct crun__agent_spec *spec);
 
+/* --signals-to-forward without the signals that --signals-to-handle
+ * names (those end crun). out holds CRUN_AGENT_MAX_SIGNALS; returns the
+ * count written. */
+int crun__launch_forward_signals(const struct crun__launch_opts *o, int *out);
+
 /* --dry-run: the resolved configuration as key=value lines. */
 void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 			     const struct crun__launch_opts *o);

@@ -3,6 +3,7 @@
  * and what the end means is decided in hostfile.c. */
 #include "launcher/remote.h"
 #include "launcher/hostfile.h"
+#include "launcher/plan.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -22,10 +23,13 @@
 #include <uv.h>
 
 #define LINE_MAX_BYTES 4096
-#define DEFAULT_RDZV_PORT 29400
 /* After a teardown or a forwarded signal, how long past the shutdown
  * timeout the hosts get before their ssh is killed. */
 #define TEARDOWN_SLACK_MS 15000
+/* After a host's ssh exits, how long its output may still come before
+ * its pipes are closed: an ssh connection master (ControlPersist) that
+ * the user's options start keeps them open for as long as it lives. */
+#define DRAIN_MS 2000
 
 bool crun__remote_agent_mode(char **envp)
 {
@@ -36,19 +40,34 @@ bool crun__remote_agent_mode(char **envp)
 
 /* ---- the remote side ------------------------------------------------- */
 
+static bool handled(const struct crun__agent_spec *spec, int sig)
+{
+	for (int i = 0; i < spec->nsignals; i++)
+		if (spec->signals[i] == sig)
+			return true;
+	return false;
+}
+
 int crun__remote_agent_run(const struct crun__agent_spec *spec)
 {
 	static const int watched[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 	sigset_t mask, old;
 	char line[64];
 	size_t used = 0;
-	bool stdin_open = true;
+	bool stdin_open = true, stopping = false;
 	int sfd, status = 1;
 	pid_t pid;
+
+	/* The workers, and any crun they start, are not remote agents. */
+	unsetenv("CRUN_REMOTE_AGENT");
 
 	sigemptyset(&mask);
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(watched); i++)
 		sigaddset(&mask, watched[i]);
+	for (int i = 0; i < spec->nsignals; i++)
+		sigaddset(&mask, spec->signals[i]);
+	for (int i = 0; i < spec->nforward_signals; i++)
+		sigaddset(&mask, spec->forward_signals[i]);
 	if (sigprocmask(SIG_BLOCK, &mask, &old) < 0)
 		return 1;
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
@@ -94,6 +113,7 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 		if (p[0].revents & POLLIN && read(sfd, &si, sizeof(si)) == sizeof(si)) {
 			if ((int)si.ssi_signo != SIGCHLD) {
 				kill(pid, (int)si.ssi_signo);
+				stopping |= handled(spec, (int)si.ssi_signo);
 			} else if (waitpid(pid, &wst, WNOHANG) == pid) {
 				status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
 				break;
@@ -103,8 +123,14 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 			ssize_t n = read(0, line + used, sizeof(line) - 1 - used);
 
 			if (n <= 0 && !(n < 0 && errno == EINTR)) {
-				/* The controller or the connection is gone. */
-				kill(pid, SIGTERM);
+				/* The controller or the connection is gone. After a
+				 * handled signal the agent is stopping already: a
+				 * second signal would cut its grace short. */
+				if (!stopping) {
+					crun__info("the controller's input ended "
+						   "(CRUN_REMOTE_AGENT=1); stopping the agent");
+					kill(pid, SIGTERM);
+				}
 				stdin_open = false;
 				continue;
 			}
@@ -115,8 +141,10 @@ int crun__remote_agent_run(const struct crun__agent_spec *spec)
 
 				*nl = '\0';
 				if (crun__launch_parse_signals(line, sigs, &nsigs, NULL, 0) == 0 &&
-				    nsigs == 1)
+				    nsigs == 1) {
 					kill(pid, sigs[0]);
+					stopping |= handled(spec, sigs[0]);
+				}
 				used -= (size_t)(nl + 1 - line);
 				memmove(line, nl + 1, used + 1);
 			}
@@ -146,8 +174,9 @@ struct host_proc {
 	size_t rank;
 	uv_process_t proc;
 	uv_pipe_t in, out, err;
+	uv_timer_t drain; /* from ssh's exit until both pipes end */
 	struct linebuf obuf, ebuf;
-	bool spawned, exited, in_closed, out_eof, err_eof, done;
+	bool spawned, exited, in_closed, out_eof, err_eof, drain_on, done;
 	int64_t exit_status;
 	int term_signal;
 	char last_err[512]; /* the last line on stderr, for ssh's failures */
@@ -160,7 +189,8 @@ struct remote {
 	struct host_proc *procs;
 	struct crun__remote_end *ends;
 	size_t nends;
-	uv_signal_t sigs[CRUN_AGENT_MAX_SIGNALS];
+	/* The handled signals, then the forwarded ones. */
+	uv_signal_t sigs[2 * CRUN_AGENT_MAX_SIGNALS];
 	int nsigs;
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
@@ -257,6 +287,10 @@ static void maybe_done(struct host_proc *h)
 	if (h->done || !h->exited || !h->out_eof || !h->err_eof)
 		return;
 	h->done = true;
+	if (h->drain_on) {
+		h->drain_on = false;
+		uv_close((uv_handle_t *)&h->drain, NULL);
+	}
 	r->ends[r->nends].exit_status = (int)h->exit_status;
 	r->ends[r->nends].term_signal = h->term_signal;
 	r->nends++;
@@ -265,8 +299,10 @@ static void maybe_done(struct host_proc *h)
 	if (status && status != 255 && (r->signal || r->tearing_down))
 		crun__info("host '%s' (node %zu) ended with status %d", h->host->name, h->rank,
 			   status);
-	if (status && !r->tearing_down) {
-		if (!r->signal && status != 255)
+	/* After a forwarded signal every host is stopping with its grace;
+	 * the kill timer bounds the wait. */
+	if (status && !r->tearing_down && !r->signal) {
+		if (status != 255)
 			crun__error("host '%s' (node %zu) ended with status %d; stopping the "
 				    "other hosts",
 				    h->host->name, h->rank, status);
@@ -287,6 +323,23 @@ static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 	*buf = uv_buf_init(chunk, sizeof(chunk));
 }
 
+/* The end of a host's stdout (is_out) or stderr: its last line out. */
+static void close_stream(struct host_proc *h, bool is_out)
+{
+	uv_stream_t *s = is_out ? (uv_stream_t *)&h->out : (uv_stream_t *)&h->err;
+	struct linebuf *lb = is_out ? &h->obuf : &h->ebuf;
+
+	if (lb->len)
+		emit(h, is_out ? 1 : 2, lb->buf, lb->len);
+	lb->len = 0;
+	uv_read_stop(s);
+	uv_close((uv_handle_t *)s, NULL);
+	if (is_out)
+		h->out_eof = true;
+	else
+		h->err_eof = true;
+}
+
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	struct host_proc *h = s->data;
@@ -299,15 +352,18 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 	if (n == 0)
 		return;
-	if (lb->len)
-		emit(h, is_out ? 1 : 2, lb->buf, lb->len);
-	lb->len = 0;
-	uv_read_stop(s);
-	uv_close((uv_handle_t *)s, NULL);
-	if (is_out)
-		h->out_eof = true;
-	else
-		h->err_eof = true;
+	close_stream(h, is_out);
+	maybe_done(h);
+}
+
+static void drain_cb(uv_timer_t *t)
+{
+	struct host_proc *h = t->data;
+
+	if (!h->out_eof)
+		close_stream(h, true);
+	if (!h->err_eof)
+		close_stream(h, false);
 	maybe_done(h);
 }
 
@@ -319,6 +375,12 @@ static void exit_cb(uv_process_t *p, int64_t status, int sig)
 	h->exit_status = sig ? -1 : status;
 	h->term_signal = sig;
 	uv_close((uv_handle_t *)p, NULL);
+	if (!h->out_eof || !h->err_eof) {
+		uv_timer_init(p->loop, &h->drain);
+		h->drain.data = h;
+		uv_timer_start(&h->drain, drain_cb, DRAIN_MS, 0);
+		h->drain_on = true;
+	}
 	maybe_done(h);
 }
 
@@ -372,13 +434,11 @@ static void write_cb(uv_write_t *w, int status)
 	free(w);
 }
 
-static void signal_cb(uv_signal_t *s, int signum)
+/* Writes the signal's name to every host still connected. */
+static void send_signal(struct remote *r, int signum)
 {
-	struct remote *r = s->data;
 	const char *name = crun__signal_name(signum);
 
-	if (!r->signal)
-		r->signal = signum;
 	crun__info("%s: forwarding it to every host", name ? name : "signal");
 	for (size_t i = 0; name && i < r->hf.nhosts; i++) {
 		struct host_proc *h = &r->procs[i];
@@ -395,7 +455,23 @@ static void signal_cb(uv_signal_t *s, int signum)
 		if (uv_write(w, (uv_stream_t *)&h->in, &b, 1, write_cb) < 0)
 			free(w);
 	}
+}
+
+/* A handled signal: every host stops, within the kill timer. */
+static void signal_cb(uv_signal_t *s, int signum)
+{
+	struct remote *r = s->data;
+
+	if (!r->signal)
+		r->signal = signum;
+	send_signal(r, signum);
 	arm_kill_timer(r);
+}
+
+/* A forwarded signal (--signals-to-forward): the job goes on. */
+static void forward_cb(uv_signal_t *s, int signum)
+{
+	send_signal(s->data, signum);
 }
 
 static int read_hostfile(const struct crun__launch_opts *o, struct crun__hostfile *hf, char *err,
@@ -456,8 +532,11 @@ static int check_conflicts(const struct crun__launch_opts *o, char *err, size_t 
 /* ssh's arguments for host h: the fixed ones, the user's, the command. */
 static char **ssh_argv(const struct crun__launch_opts *o, const char *host, char *command)
 {
+	/* No connection sharing: a master started for one host would keep
+	 * that host's pipes open after its ssh ends. */
 	static const char *const defaults[] = {"ConnectTimeout=10", "ServerAliveInterval=15",
-					       "LogLevel=ERROR"};
+					       "LogLevel=ERROR", "ControlMaster=no",
+					       "ControlPath=none"};
 	size_t n = 0, cap = 16 + CRUN_ARRAY_SIZE(defaults) * 2;
 	char **a;
 
@@ -488,22 +567,30 @@ static char **ssh_argv(const struct crun__launch_opts *o, const char *host, char
 	a[n++] = strdup(host);
 	a[n++] = command;
 	for (size_t i = 0; i < n; i++) {
-		if (!a[i]) {
-			crun__hostfile_argv_free(a);
-			return NULL;
-		}
+		if (!a[i])
+			goto out_free;
 	}
 	return a;
+out_free:
+	/* By index: a failed strdup left a NULL among the strings. */
+	for (size_t i = 0; i < n; i++)
+		free(a[i]);
+	free(a);
+	return NULL;
 }
 
 static void print_argv(FILE *f, char **a)
 {
 	for (size_t i = 0; a[i]; i++) {
-		char buf[CRUN_HOSTFILE_MAX_COMMAND];
-		size_t used = 0;
+		/* Quoted, a byte takes at most 4 ('\''), plus the quotes. */
+		size_t cap = 4 * strlen(a[i]) + 3, used = 0;
+		char *buf = malloc(cap);
 
-		if (crun__shell_quote(buf, sizeof(buf), &used, a[i]) == 0)
+		if (buf && crun__shell_quote(buf, cap, &used, a[i]) == 0)
 			fprintf(f, "%s%s", i ? " " : "", buf);
+		else
+			fprintf(f, "%s<out of memory>", i ? " " : "");
+		free(buf);
 	}
 	fputc('\n', f);
 }
@@ -534,11 +621,12 @@ static int build_commands(struct remote *r, int argc, char **argv, char **envp, 
 		return -EIO;
 	}
 	self[n] = '\0';
-	snprintf(endpoint, sizeof(endpoint), "%s:%d", r->hf.hosts[0].name, DEFAULT_RDZV_PORT);
 	if (!o->rdzv_id && make_run_id(run_id, sizeof(run_id)) < 0) {
 		crun__seterr(err, errlen, "cannot make a run id: %s", strerror(errno));
 		return -EIO;
 	}
+	snprintf(endpoint, sizeof(endpoint), "%s:%d", r->hf.hosts[0].name,
+		 crun__hostfile_rdzv_port(o->rdzv_id ? o->rdzv_id : run_id));
 	for (size_t i = 0; i < r->hf.nhosts; i++) {
 		const struct crun__hostfile_host *h = &r->hf.hosts[i];
 		char cvd[CRUN_LAUNCH_MAX_NPROC * 6 + 32] = "", *command = NULL;
@@ -633,7 +721,7 @@ int crun__remote_launch(const struct crun__launch_opts *o, int argc, char **argv
 	struct remote r = {.o = o};
 	char ***cmds = NULL;
 	char err[1024];
-	int status = 2;
+	int fwd[CRUN_AGENT_MAX_SIGNALS], nfwd, status = 2;
 
 	if (check_conflicts(o, err, sizeof(err)) < 0 ||
 	    read_hostfile(o, &r.hf, err, sizeof(err)) < 0) {
@@ -661,10 +749,14 @@ int crun__remote_launch(const struct crun__launch_opts *o, int argc, char **argv
 		crun__error("cannot start the event loop");
 		goto out_free;
 	}
-	for (int i = 0; i < o->nsignals; i++) {
+	nfwd = crun__launch_forward_signals(o, fwd);
+	for (int i = 0; i < o->nsignals + nfwd; i++) {
+		bool stops = i < o->nsignals;
+
 		uv_signal_init(&r.loop, &r.sigs[i]);
 		r.sigs[i].data = &r;
-		uv_signal_start(&r.sigs[i], signal_cb, o->signals[i]);
+		uv_signal_start(&r.sigs[i], stops ? signal_cb : forward_cb,
+				stops ? o->signals[i] : fwd[i - o->nsignals]);
 		uv_unref((uv_handle_t *)&r.sigs[i]);
 		r.nsigs++;
 	}

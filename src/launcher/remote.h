@@ -4,10 +4,11 @@
  * and for node rank i runs, in a session of its own,
  *   ssh -T -o BatchMode=yes [-o OPT]... HOST 'cd DIR && exec env VARS
  *       CRUN_REMOTE_AGENT=1 CRUN OPTIONS --nnodes=N --node-rank=i
- *       --nproc-per-node=SLOTS --rdzv-endpoint=HOST0:29400 --rdzv-id=ID
+ *       --nproc-per-node=SLOTS --rdzv-endpoint=HOST0:PORT --rdzv-id=ID
  *       -- COMMAND'
- * and copies each host's stdout and stderr lines to its own, prefixed
- * "HOST: ". It runs no workers itself.
+ * (PORT from the run id, crun__hostfile_rdzv_port) and copies each
+ * host's stdout and stderr lines to its own, prefixed "HOST: ". It runs
+ * no workers itself.
  *
  * Signals: ssh gives the remote command no signal when its client ends,
  * so the ssh connection's standard input is the control channel. The
@@ -15,10 +16,12 @@
  * in a child and reads lines from stdin: a signal name ("SIGINT") is
  * sent to the agent, which handles it as if typed on that host; end of
  * input (the controller ended, was killed, or the connection dropped) is
- * SIGTERM. The controller writes the name of every handled signal
- * (--signals-to-handle) it receives to every host, and closes every
- * host's stdin (teardown) when a host ends other than with 0 or after
- * its own signal's grace. */
+ * SIGTERM, unless a handled signal came first (the agent is stopping
+ * already). The controller writes the name of every handled
+ * (--signals-to-handle) and forwarded (--signals-to-forward) signal it
+ * receives to every host; after a handled one it waits for every host,
+ * bounded by a kill timer. It closes every host's stdin (teardown) when
+ * a host ends other than with 0 and no handled signal came. */
 #ifndef CRUN_LAUNCHER_REMOTE_H
 #define CRUN_LAUNCHER_REMOTE_H
 
@@ -39,7 +42,8 @@ int crun__remote_launch(const struct crun__launch_opts *o, int argc, char **argv
  * (CRUN_REMOTE_AGENT=1): the hostfile options are then ignored. */
 bool crun__remote_agent_mode(char **envp);
 
-/* Runs crun__agent_run(spec) in a child whose stdin is /dev/null, and
+/* Runs crun__agent_run(spec) in a child whose stdin is /dev/null and
+ * whose environment lacks CRUN_REMOTE_AGENT (unset in this process), and
  * feeds it the signals read from this process's stdin (above) and those
  * this process receives. Returns the agent's exit status (128+N when a
  * signal N ended it). */

@@ -14,6 +14,10 @@
 #   on node 1, 3 on node 2);
 # - SIGINT to the controller mid-run: it exits 130 and within 15 s no
 #   crun or crun-train process is left in any node;
+# - SIGINT with workers that save on it: every host's workers save;
+# - a crun started by a worker runs its own job;
+# - SIGUSR1 to the controller reaches every worker, crun exits 0;
+# - a process that holds an ssh's output open does not keep crun waiting;
 # - SIGKILL of the controller: within 15 s nothing is left either;
 # - a host where nothing answers: "is unreachable", exit 1, and the other
 #   host's agent is torn down;
@@ -117,7 +121,7 @@ crun_left() {
 }
 
 a0=${CLUSTER_ADDRS[0]} a1=${CLUSTER_ADDRS[1]} a2=${CLUSTER_ADDRS[2]}
-printf '# three test hosts\n%s slots=2\n%s:1  # Horovod'\''s form\n\n%s\n' \
+printf '# three test hosts\n%s slots=2\n%s:1  # horovodrun -H'\''s form\n\n%s\n' \
 	"$a0" "$a1" "$a2" >"$tmp/hosts"
 cfg="$CRUN_SOURCE_DIR/configs/tiny.yaml"
 short=(--set train.steps=20 --set optim.warmup_steps=5 --set train.eval_every=0
@@ -184,6 +188,82 @@ for a in "$a0" "$a1" "$a2"; do # SIGINT reached each agent: 128+2
 		fail "the agent on $a did not end with 130"
 done
 echo "ok SIGINT: exit 130, nothing left on any host"
+
+# 2b. SIGINT gives every host its grace: workers that save on SIGINT all
+# save (no host takes the end of its input as a second signal).
+ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" --ssh-options "$sshopts" \
+	--max-restarts=0 --shutdown-timeout=10s sh -c \
+	'trap "sleep 1; echo saved; exit 0" INT; echo ready; while :; do sleep 0.1; done' \
+	>"$tmp/grace.out" 2>"$tmp/grace.err" &
+pid=$!
+for _ in $(seq 300); do
+	[ "$(grep -c ':ready$' "$tmp/grace.out")" = 4 ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+[ "$(grep -c ':ready$' "$tmp/grace.out")" = 4 ] || { kill -9 "$pid"; fail "not every worker started"; }
+kill -INT "$pid"
+for _ in $(seq 300); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "crun did not end within 30 s of SIGINT"; }
+wait "$pid"
+for want in "$a0: [0]:saved" "$a0: [1]:saved" "$a1: [2]:saved" "$a2: [3]:saved"; do
+	grep -qxF "$want" "$tmp/grace.out" || fail "no line '$want': a host's workers lost their grace"
+done
+grep -q "again" "$tmp/grace.err" && fail "a host took a second signal: $(grep again "$tmp/grace.err")"
+echo "ok SIGINT: every host's workers get their grace"
+
+# 2c. A worker's own crun is not a remote agent: it runs its job.
+timeout 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+	--ssh-options "$sshopts" --max-restarts=0 --include "$a1" \
+	sh -c '"$1" --standalone --nproc-per-node=1 sh -c "echo inner=\$RANK"' sh "$CRUN" \
+	>"$tmp/nested.out" 2>"$tmp/nested.err"
+rc=$?
+[ "$rc" = 0 ] || fail "a crun inside a hostfile worker: exit $rc, not 0"
+grep -q "^$a1: \[0\]:\[0\]:inner=0$" "$tmp/nested.out" || fail "no line from the inner crun's worker"
+echo "ok a crun inside a hostfile worker runs its job"
+
+# 2d. SIGUSR1 (--signals-to-forward) reaches every worker; the job goes on.
+ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" --ssh-options "$sshopts" \
+	--max-restarts=0 sh -c \
+	'trap "echo warned; exit 0" USR1; echo ready; while :; do sleep 0.1; done' \
+	>"$tmp/usr1.out" 2>"$tmp/usr1.err" &
+pid=$!
+for _ in $(seq 300); do
+	[ "$(grep -c ':ready$' "$tmp/usr1.out")" = 4 ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+[ "$(grep -c ':ready$' "$tmp/usr1.out")" = 4 ] || { kill -9 "$pid"; fail "not every worker started"; }
+kill -USR1 "$pid"
+for _ in $(seq 300); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; fail "crun did not end within 30 s of SIGUSR1"; }
+wait "$pid"
+rc=$?
+[ "$rc" = 0 ] || fail "crun exited $rc after SIGUSR1 reached the workers, not 0"
+for want in "$a0: [0]:warned" "$a0: [1]:warned" "$a1: [2]:warned" "$a2: [3]:warned"; do
+	grep -qxF "$want" "$tmp/usr1.out" || fail "no line '$want'"
+done
+echo "ok SIGUSR1: forwarded to every worker, the job goes on"
+
+# 2e. A process that outlives its ssh and holds its output open (as a
+# connection master of ControlPersist does) does not keep crun waiting.
+mkdir "$tmp/bin" || fail "mkdir"
+printf '#!/bin/sh\nsleep 20 &\necho $! >>"%s/sleepers"\nexec %s "$@"\n' "$tmp" \
+	"$(command -v ssh)" >"$tmp/bin/ssh"
+chmod +x "$tmp/bin/ssh"
+PATH="$tmp/bin:$PATH" timeout 15 ip netns exec "$CLUSTER_NAME-0" "$CRUN" \
+	--hostfile "$tmp/hosts" --ssh-options "$sshopts" --max-restarts=0 true \
+	>"$tmp/held.out" 2>"$tmp/held.err"
+rc=$?
+xargs kill <"$tmp/sleepers" 2>/dev/null
+[ "$rc" = 0 ] || fail "a job whose ssh leaves its output held open: exit $rc, not 0"
+echo "ok an ssh whose output stays held: crun ends with its hosts"
 
 # 3. SIGKILL of the controller: each ssh's stdin closes, each remote crun
 # stops its agent.

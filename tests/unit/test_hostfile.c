@@ -270,6 +270,27 @@ static void test_env(void **state)
 	assert_false(crun__hostfile_env_forwarded("CRUN_REMOTE_AGENT=1"));
 	assert_false(crun__hostfile_env_forwarded("CUDA_VISIBLE_DEVICES=0"));
 	assert_false(crun__hostfile_env_forwarded("PATH=/bin"));
+	/* The controller's own options stay with it. */
+	assert_false(crun__hostfile_env_forwarded("PET_HOSTFILE=hosts"));
+	assert_false(crun__hostfile_env_forwarded("PET_INCLUDE=node1"));
+	assert_false(crun__hostfile_env_forwarded("PET_EXCLUDE=node1:0"));
+	assert_false(crun__hostfile_env_forwarded("PET_SSH_OPTIONS=Port=22"));
+	assert_true(crun__hostfile_env_forwarded("PET_INCLUDES=x"));
+	assert_true(crun__hostfile_env_forwarded("PET_MAX_RESTARTS=1"));
+}
+
+static void test_rdzv_port(void **state)
+{
+	const char *ids[] = {"job7", "hostfile-0123456789abcdef", "hostfile-0123456789abcdee", ""};
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(ids); i++) {
+		int p = crun__hostfile_rdzv_port(ids[i]);
+
+		assert_in_range(p, 29400, 30399);
+		assert_int_equal(p, crun__hostfile_rdzv_port(ids[i]));
+	}
+	assert_int_not_equal(crun__hostfile_rdzv_port(ids[1]), crun__hostfile_rdzv_port(ids[2]));
 }
 
 int main(void)
@@ -278,7 +299,7 @@ int main(void)
 		cmocka_unit_test(test_rows),	    cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_quote),	    cmocka_unit_test(test_agent_argv),
 		cmocka_unit_test(test_exit_status), cmocka_unit_test(test_ssh_failure),
-		cmocka_unit_test(test_env),
+		cmocka_unit_test(test_env),	    cmocka_unit_test(test_rdzv_port),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
