@@ -32,7 +32,7 @@ pids=""
 [ $rc -eq 1 ] || fail "rank 0 exited $rc after its peer died, want 1"
 [ $(($(date +%s) - t0)) -le 10 ] || fail "rank 0 took more than 10 s to notice"
 # the step's collectives or the checkpoint's, whichever ran into the gap
-grep -Eq "^crun-train: (training step|checkpoint of step [0-9]+) failed: .*rank 1 " \
+grep -Eq "^crun-train: (training step|checkpoint of step [0-9]+|agreement on a warned checkpoint) failed: .*rank 1 " \
 	"$tmp/cut.0.out" || fail "rank 0 did not name the dead rank: $(tail -n 1 "$tmp/cut.0.out")"
 
 TORCHELASTIC_RESTART_COUNT=1 run_ranks 2 again $args --set checkpoint.dir="$tmp/cut" ||
