@@ -16,12 +16,13 @@
  *   nproc_per_node  SLURM_GPUS_ON_NODE when set (0: no value), else the
  *                   devices of CUDA_VISIBLE_DEVICES; else no value
  *   restart_count   SLURM_RESTART_COUNT
- * One Slurm task per node is the rule: SLURM_STEP_NUM_TASKS (else
- * SLURM_NTASKS) above the nodes, or SLURM_NTASKS_PER_NODE above 1, is an
- * error unless ask.slurm_tasks_as_nodes: then every task is one node of
- * the job, nnodes SLURM_STEP_NUM_TASKS, node_rank SLURM_PROCID, and
- * nproc_per_node the task's CUDA_VISIBLE_DEVICES, else
- * SLURM_GPUS_PER_TASK.
+ * One Slurm task per node is the rule: a count above 1 in
+ * SLURM_STEP_TASKS_PER_NODE (Slurm's "2(x3),1"), or without it
+ * SLURM_STEP_NUM_TASKS (else SLURM_NTASKS) above the nodes, is an error
+ * (never SLURM_NTASKS_PER_NODE, which a step inherits from sbatch) unless
+ * ask.slurm_tasks_as_nodes: then every task is one node of the job,
+ * nnodes SLURM_STEP_NUM_TASKS, node_rank SLURM_PROCID, and nproc_per_node
+ * the task's CUDA_VISIBLE_DEVICES, else SLURM_GPUS_PER_TASK.
  *
  * Without a step id (a batch script or salloc's shell, or a step id of
  * Slurm's own special steps, 4294967290 and above) crun runs on one node
