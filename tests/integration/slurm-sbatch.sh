@@ -34,7 +34,7 @@ grep -Eq "^crun: round 1 of run '[^']+' closed with 2 nodes \(world size 2\)$" "
 	fail "round 1 did not close with 2 nodes: $(cat "$out")"
 grep -Eq "^\[0\]:summary: steps=40 .* world_size=2 " "$out" ||
 	fail "crun-train's summary is not of 40 steps on 2 ranks: $(cat "$out")"
-has "$out" "job $id done"
+has "$out" "job $id done (status 0)"
 # the checkpoint after the last step, where the script put it
 [ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] ||
 	fail "no checkpoint in $tmp/job/ckpt: $(find "$tmp/job")"
@@ -51,7 +51,7 @@ mkdir "$tmp/job"
 CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
 	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
 	--time=10 "$script" "$TINY" "${SMALL[@]}" --set train.steps=60 --set checkpoint.every=5 \
-	--set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
+	--set log.every=5 --set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
 sbatch_pid=$!
 for _ in $(seq 300); do
 	[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] && break
@@ -71,12 +71,16 @@ has "$out" "job $id: the time limit is near; saving a checkpoint"
 grep -q "checkpoint of step [0-9]* saved: warned by a signal" "$out" ||
 	fail "crun-train saved no checkpoint on the warning: $(cat "$out")"
 has "$out" "job $id: requeueing"
+# the script waited for the warned checkpoint, not any checkpoint
+warned=$(grep -n "saved: warned by a signal" "$out" | head -n 1 | cut -d: -f1)
+requeued=$(grep -n "^job $id: requeueing$" "$out" | head -n 1 | cut -d: -f1)
+[ "$warned" -lt "$requeued" ] || fail "requeued before the warned checkpoint: $(cat "$out")"
 has "$out" "job $id on node[1-2] (restart 1)"
 grep -q "^\[0\]:resuming from checkpoint " "$out" || fail "crun-train did not resume: $(cat "$out")"
 grep -Eq "^\[0\]:summary: steps=60 .* world_size=2 .* resumed_from=[1-9][0-9]*$" "$out" ||
 	fail "the requeued run did not finish from a checkpoint: $(cat "$out")"
-has "$out" "job $id done"
-[ "$(grep -c "^job $id done$" "$out")" = 1 ] || fail "the job completed twice: $(cat "$out")"
+has "$out" "job $id done (status 0)"
+[ "$(grep -c "^job $id done (status 0)$" "$out")" = 1 ] || fail "the job completed twice: $(cat "$out")"
 
 slurm_down
 end=$EPOCHREALTIME
