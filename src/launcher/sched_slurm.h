@@ -44,10 +44,10 @@
 int crun__slurm_port(uint64_t job_id, uint64_t step_id);
 
 /* crun's exit status given the agent's (status) and --slurm-requeue
- * (requeue_status, 0: off): a job ended by SIGTERM, which is how Slurm
- * ends a step on preemption and at its time limit, exits requeue_status
- * (the value of slurm.conf's RequeueExit) instead of 143. Other statuses
- * are kept. */
+ * (requeue_status, 0: off): a job ended by SIGTERM exits requeue_status
+ * (a value of slurm.conf's RequeueExit) instead of 143. Other statuses
+ * are kept. RequeueExit requeues a batch job whose script exits with it,
+ * never one Slurm ended (time limit, scancel): see crun(1) SLURM. */
 int crun__slurm_exit_status(int status, int requeue_status);
 
 #endif
