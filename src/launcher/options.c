@@ -79,8 +79,8 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	{ CRUN_OPT_SIGNALS_TO_FORWARD, "signals-to-forward", 0, true, true, true,
 	  "LIST|none", "SIGUSR1,SIGUSR2",
 	  "signals forwarded to every worker's own process while crun goes on "
-	  "(Slurm's --signal=USR1@60 warning); one also in --signals-to-handle "
-	  "ends crun instead", G_WORKERS },
+	  "(Slurm's --signal=USR1@60 warning, which may reach the workers from "
+	  "Slurm too); one also in --signals-to-handle ends crun instead", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
 	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "
@@ -149,8 +149,9 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "tasks per node are an error", G_NODES },
 	{ CRUN_OPT_SLURM_REQUEUE, "slurm-requeue", 0, true, true, true,
 	  "STATUS|none", "none",
-	  "when crun ends on SIGTERM (Slurm's preemption or time limit), exit "
-	  "STATUS (1-255), a value of slurm.conf's RequeueExit, instead of 143",
+	  "when crun ends on SIGTERM, exit STATUS (1-255) instead of 143: a "
+	  "value of slurm.conf's RequeueExit, which requeues a job whose batch "
+	  "script exits with it; never one Slurm ended (time limit, scancel)",
 	  G_NODES },
 	{ CRUN_OPT_HOSTFILE, "hostfile", 0, true, true, true, "FILE", "none",
 	  "start one agent per host of FILE over ssh (lines 'HOST slots=N' as "

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Step ids from here up are Slurm's own steps (batch, extern,
@@ -109,6 +110,46 @@ static int add_nproc(char **envp, struct crun__sched *s, bool per_task, int64_t 
 	return 0;
 }
 
+/* The most tasks on one node in v, Slurm's list of tasks per node:
+ * comma-separated counts, each followed by (xN) when N nodes in a row
+ * have it ("2(x3),1"). */
+static int most_per_node(struct var v, int64_t *most, char *err, size_t errlen)
+{
+	const char *p = v.value;
+
+	*most = 0;
+	for (;;) {
+		char *end;
+		long long n, times = 1;
+
+		if (*p < '0' || *p > '9')
+			break;
+		errno = 0;
+		n = strtoll(p, &end, 10);
+		if (errno || n < 1)
+			break;
+		p = end;
+		if (!strncmp(p, "(x", 2)) {
+			if (p[2] < '0' || p[2] > '9')
+				break;
+			times = strtoll(p + 2, &end, 10);
+			if (errno || times < 1 || *end != ')')
+				break;
+			p = end + 1;
+		}
+		*most = n > *most ? n : *most;
+		if (!*p)
+			return 0;
+		if (*p++ != ',')
+			break;
+	}
+	crun__seterr(err, errlen,
+		     "invalid value '%.128s' for %s: expected counts of tasks per node such as "
+		     "'2(x3),1'",
+		     v.value, v.name);
+	return -EINVAL;
+}
+
 int crun__slurm_port(uint64_t job_id, uint64_t step_id)
 {
 	return CRUN_SLURM_PORT_BASE + (int)(job_id % 1000) * 10 + (int)(step_id % 10);
@@ -161,13 +202,13 @@ static int detect(char **envp, struct crun__sched *s, char *err, size_t errlen)
 	struct var job_v = one(envp, "SLURM_JOB_ID"), step_v = first_of(envp, step_names);
 	struct var list = first_of(envp, list_names), count = first_of(envp, count_names);
 	struct var tasks_v = first_of(envp, task_names);
-	struct var per_node_v = one(envp, "SLURM_NTASKS_PER_NODE");
+	struct var per_node_v = one(envp, "SLURM_STEP_TASKS_PER_NODE");
 	struct var restart_v = one(envp, "SLURM_RESTART_COUNT");
 	struct var rank_v;
 	bool as_nodes = s->ask.slurm_tasks_as_nodes;
 	struct crun__hostlist *hl = NULL;
 	char first[CRUN_HOSTLIST_NAME_MAX + 1], reason[160], restart[40] = "";
-	int64_t job, step = -1, nnodes, nlisted, tasks = 0, per_node = 1, restarts = -1, rank;
+	int64_t job, step = -1, nnodes, nlisted, tasks = 0, per_node = 0, restarts = -1, rank;
 	int64_t nodes, gpus;
 	int rc;
 
@@ -235,18 +276,21 @@ static int detect(char **envp, struct crun__sched *s, char *err, size_t errlen)
 		if (rc)
 			return rc;
 	}
+	/* The step's own tasks per node decide; without them, its tasks
+	 * against its nodes. Never SLURM_NTASKS_PER_NODE: sbatch's
+	 * --ntasks-per-node, which a step started with other counts inherits. */
 	if (per_node_v.name) {
-		rc = number(per_node_v, 1, INT64_MAX, &per_node, err, errlen);
+		rc = most_per_node(per_node_v, &per_node, err, errlen);
 		if (rc)
 			return rc;
 	}
-	if (!as_nodes && (tasks > nnodes || per_node > 1)) {
-		if (tasks > nnodes)
+	if (!as_nodes && (per_node_v.name ? per_node > 1 : tasks > nnodes)) {
+		if (per_node_v.name)
+			snprintf(reason, sizeof(reason), "%s=%.64s", per_node_v.name,
+				 per_node_v.value);
+		else
 			snprintf(reason, sizeof(reason), "%s=%lld on %lld nodes", tasks_v.name,
 				 (long long)tasks, (long long)nnodes);
-		else
-			snprintf(reason, sizeof(reason), "SLURM_NTASKS_PER_NODE=%lld",
-				 (long long)per_node);
 		crun__seterr(err, errlen,
 			     "slurm: several tasks per node (%s): crun wants one per node (srun "
 			     "--ntasks-per-node=1), or --slurm-tasks-as-nodes to make each task a "

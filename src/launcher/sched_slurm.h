@@ -16,12 +16,13 @@
  *   nproc_per_node  SLURM_GPUS_ON_NODE when set (0: no value), else the
  *                   devices of CUDA_VISIBLE_DEVICES; else no value
  *   restart_count   SLURM_RESTART_COUNT
- * One Slurm task per node is the rule: SLURM_STEP_NUM_TASKS (else
- * SLURM_NTASKS) above the nodes, or SLURM_NTASKS_PER_NODE above 1, is an
- * error unless ask.slurm_tasks_as_nodes: then every task is one node of
- * the job, nnodes SLURM_STEP_NUM_TASKS, node_rank SLURM_PROCID, and
- * nproc_per_node the task's CUDA_VISIBLE_DEVICES, else
- * SLURM_GPUS_PER_TASK.
+ * One Slurm task per node is the rule: a count above 1 in
+ * SLURM_STEP_TASKS_PER_NODE (Slurm's "2(x3),1"), or without it
+ * SLURM_STEP_NUM_TASKS (else SLURM_NTASKS) above the nodes, is an error
+ * (never SLURM_NTASKS_PER_NODE, which a step inherits from sbatch) unless
+ * ask.slurm_tasks_as_nodes: then every task is one node of the job,
+ * nnodes SLURM_STEP_NUM_TASKS, node_rank SLURM_PROCID, and nproc_per_node
+ * the task's CUDA_VISIBLE_DEVICES, else SLURM_GPUS_PER_TASK.
  *
  * Without a step id (a batch script or salloc's shell, or a step id of
  * Slurm's own special steps, 4294967290 and above) crun runs on one node
@@ -43,10 +44,10 @@
 int crun__slurm_port(uint64_t job_id, uint64_t step_id);
 
 /* crun's exit status given the agent's (status) and --slurm-requeue
- * (requeue_status, 0: off): a job ended by SIGTERM, which is how Slurm
- * ends a step on preemption and at its time limit, exits requeue_status
- * (the value of slurm.conf's RequeueExit) instead of 143. Other statuses
- * are kept. */
+ * (requeue_status, 0: off): a job ended by SIGTERM exits requeue_status
+ * (a value of slurm.conf's RequeueExit) instead of 143. Other statuses
+ * are kept. RequeueExit requeues a batch job whose script exits with it,
+ * never one Slurm ended (time limit, scancel): see crun(1) SLURM. */
 int crun__slurm_exit_status(int status, int requeue_status);
 
 #endif

@@ -124,7 +124,7 @@ has "$tmp/requeued.out" slurm_requeue=85
 has "$tmp/requeued.out" "scheduler=slurm: job 4242 step 0 on 127.0.0.[1-2] (2 nodes), node 1, restart 2"
 
 # Several tasks per node with the flag: each task a node.
-dry tasks 4242 1 SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4 SLURM_PROCID=3 -- --slurm-tasks-as-nodes
+dry tasks 4242 1 SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4 'SLURM_STEP_TASKS_PER_NODE=2(x2)' SLURM_PROCID=3 -- --slurm-tasks-as-nodes
 has "$tmp/tasks.out" nnodes=4
 has "$tmp/tasks.out" node_rank=3
 has "$tmp/tasks.out" "from.node_rank=slurm SLURM_PROCID"
@@ -134,8 +134,8 @@ bad unresolved "slurm SLURM_STEP_NODELIST: host 'crun-no-such-host1' does not re
 	'SLURM_STEP_NODELIST=crun-no-such-host[1-2]' 'SLURM_JOB_NODELIST=crun-no-such-host[1-2]' --
 bad disagree "slurm: SLURM_STEP_NUM_NODES=3 disagrees with SLURM_STEP_NODELIST '127.0.0.[1-2]' (2 hosts)" \
 	SLURM_STEP_NUM_NODES=3 --
-bad tasks "slurm: several tasks per node (SLURM_STEP_NUM_TASKS=4 on 2 nodes): crun wants one per node" \
-	SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4 --
+bad tasks "slurm: several tasks per node (SLURM_STEP_TASKS_PER_NODE=2(x2)): crun wants one per node" \
+	SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4 'SLURM_STEP_TASKS_PER_NODE=2(x2)' --
 bad batch "slurm: SLURM_JOB_ID 77 has no SLURM_STEP_ID: crun runs in the batch script, on one of 2 nodes" \
 	SLURM_STEP_ID= SLURM_STEPID= SLURM_STEP_NODELIST= SLURM_STEP_NUM_NODES= --
 bad hostlist "invalid value '127.0.0.[2-1]' for SLURM_STEP_NODELIST: reversed range '2-1' at byte 9" \

@@ -5,8 +5,9 @@
 # completion as one job of two ranks over both nodes: each crun reads the
 # step from Slurm's variables, and the agents of node1 and node2 join one
 # round of run <job id>.<step id> on the store of node1 (the first host of
-# the node list), at the port of the job id.
-# Everything the cluster started is gone at the end. Skips (77) where the
+# the node list), at the port of the job id. A stale
+# SLURM_NTASKS_PER_NODE (sbatch's) does not make a step of one task per
+# node one of several. Everything the cluster started is gone at the end. Skips (77) where the
 # machine cannot host the cluster.
 # shellcheck source-path=SCRIPTDIR
 set -u
@@ -44,6 +45,21 @@ grep -Eq "^0: \[0\]:summary: steps=40 .* world_size=2 " "$out" ||
 has "$out" "0: crun: run '$job.0' is closed: the job has finished (round 1, 0 restarts)"
 # No task exited non-zero (srun says "error: ... exited with exit code")
 lacks "$out" "exited with exit code"
+
+# sbatch --ntasks-per-node=2 leaves SLURM_NTASKS_PER_NODE=2 to every srun
+# of the job: a step of one task per node (srun -N2 -n2) is still one,
+# from the step's SLURM_STEP_TASKS_PER_NODE=1(x2); one of two per node is
+# refused, naming it.
+slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout 30 srun -N2 -n2 -l "$CRUN" --dry-run true \
+	>"$tmp/stale.out" 2>&1 || fail "srun -N2 -n2 crun --dry-run failed: $(cat "$tmp/stale.out")"
+for t in 0 1; do
+	grep -Eq "^$t: scheduler=slurm: job [0-9]+ step 0 on node\[1-2\] \(2 nodes\), node $t$" \
+		"$tmp/stale.out" || fail "task $t of srun -N2 -n2 was refused: $(cat "$tmp/stale.out")"
+done
+slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout 30 srun -N2 -n4 -l "$CRUN" --dry-run true \
+	>"$tmp/two.out" 2>&1 && fail "srun -N2 -n4 crun --dry-run succeeded: $(cat "$tmp/two.out")"
+grep -Fq "0: crun: slurm: several tasks per node (SLURM_STEP_TASKS_PER_NODE=2(x2)): crun wants one per node" \
+	"$tmp/two.out" || fail "srun -N2 -n4: not refused for its tasks per node: $(cat "$tmp/two.out")"
 
 slurm_down
 end=$EPOCHREALTIME
