@@ -1,6 +1,7 @@
 /* The hostfile's formats and filters, the command sent to each host, and
  * the exit status of a job of several hosts (hostfile.h). */
 #include "launcher/hostfile.h"
+#include "common/fnv.h"
 #include "launcher/options.h"
 #include "common/util.h"
 
@@ -625,10 +626,8 @@ out_nomem:
 
 int crun__hostfile_rdzv_port(const char *run_id)
 {
-	uint32_t h = 2166136261u; /* FNV-1a */
+	uint32_t h = crun__fnv1a32(CRUN__FNV1A32_INIT, run_id, strlen(run_id));
 
-	for (const unsigned char *p = (const unsigned char *)run_id; *p; p++)
-		h = (h ^ *p) * 16777619u;
 	return CRUN_HOSTFILE_PORT_MIN + (int)(h % CRUN_HOSTFILE_PORT_COUNT);
 }
 
