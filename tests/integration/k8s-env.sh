@@ -16,33 +16,8 @@ set -u
 : "${CRUN_RDZVD:?}"
 : "${CRUN_SOURCE_DIR:?}"
 
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do
-		kill -9 "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-
-free_port() {
-	local pf="$tmp/port.$RANDOM"
-	"$CRUN_RDZVD" --host 127.0.0.1 --port 0 --port-file "$pf" -q 2>/dev/null &
-	local p=$!
-	for _ in $(seq 100); do
-		[ -s "$pf" ] && break
-		sleep 0.02
-	done
-	kill "$p" 2>/dev/null
-	wait "$p" 2>/dev/null
-	[ -s "$pf" ] || fail "cannot find a free port"
-	cat "$pf"
-}
+# tmp, fail, cleanup of stray_pids (crun-lib.sh) and free_port.
+. "$(dirname "$0")/multinode-lib.sh"
 
 # What every container gets from the kubelet.
 base="PATH=/usr/bin:/bin KUBERNETES_SERVICE_HOST=10.96.0.1 KUBERNETES_SERVICE_PORT=443 \
@@ -218,7 +193,7 @@ run_pair() {
 	pod "$kind" 0 "$port" "$CRUN_TRAIN" "$CRUN_SOURCE_DIR/configs/tiny.yaml" $small \
 		--set checkpoint.dir="$tmp/$kind-0" >"$tmp/$kind-0.out" 2>&1 &
 	p0=$!
-	pids="$pids $p0"
+	stray_pids="$stray_pids $p0"
 	# The manifests' readiness probe, against pod 0 before pod 1 starts.
 	"$CRUN_CTL" --endpoint=127.0.0.1:"$port" --connect-timeout=10s --timeout=2s ping \
 		>"$tmp/ping" 2>&1 || fail "$kind: pod 0's store does not answer: $(cat "$tmp/ping")

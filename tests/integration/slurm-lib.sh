@@ -33,6 +33,12 @@
 #           bound it yourself (timeout(1))
 #   slurm_logs
 #           the end of every daemon's log, for a failure message
+#   slurm_job_id FILE
+#           sets id to the job id sbatch printed into FILE ("Submitted
+#           batch job N"); fails when there is none
+#   slurm_wait_checkpoint DIR
+#           up to 30 s for a crun-train checkpoint (a MANIFEST) under DIR;
+#           fails with the jobs' output in $tmp/job when none comes
 #   slurm_down
 #           take the cluster down now and fail unless no process of it
 #           (daemon, job step, worker) is left and its namespaces are gone
@@ -90,6 +96,20 @@ slurm_logs() {
 		[[ -f $f ]] || continue
 		printf -- '--- %s\n%s\n' "${f##*/}" "$(tail -n 15 "$f")"
 	done
+}
+
+slurm_job_id() {
+	id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$1")
+	[ -n "$id" ] || fail "sbatch printed no job id: $(cat "$1")"
+}
+
+slurm_wait_checkpoint() {
+	for _ in $(seq 300); do
+		[ -n "$(find "$1" -name MANIFEST 2>/dev/null)" ] && return 0
+		sleep 0.1
+	done
+	fail "no checkpoint after 30 s: $(cat "$tmp"/job/*.out 2>/dev/null)
+$(slurm_logs)"
 }
 
 # slurm__conf LINE...: slurm.conf and cgroup.conf for the cluster

@@ -34,8 +34,7 @@ for _ in $(seq 300); do
 	grep -q '^\[0\]:step ' "$tmp"/job/*.out 2>/dev/null && break
 	sleep 0.1
 done
-id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$tmp/sbatch.out")
-[ -n "$id" ] || fail "sbatch printed no job id: $(cat "$tmp/sbatch.out")"
+slurm_job_id "$tmp/sbatch.out"
 out=$tmp/job/$id.out
 grep -q '^\[0\]:step ' "$out" || fail "crun-train logged no step in 30 s: $(cat "$out")"
 slurm_exec timeout 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
@@ -71,14 +70,8 @@ CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
 	--time=10 "$script" "$TINY" "${SMALL[@]}" --set train.steps=60 --set checkpoint.every=5 \
 	--set log.every=5 --set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
 sbatch_pid=$!
-for _ in $(seq 300); do
-	[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] && break
-	sleep 0.1
-done
-[ -n "$(find "$tmp/job/ckpt" -name MANIFEST 2>/dev/null)" ] ||
-	fail "no checkpoint after 30 s: $(cat "$tmp"/job/*.out)"
-id=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$tmp/sbatch.out")
-[ -n "$id" ] || fail "sbatch printed no job id: $(cat "$tmp/sbatch.out")"
+slurm_wait_checkpoint "$tmp/job/ckpt"
+slurm_job_id "$tmp/sbatch.out"
 slurm_exec timeout 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
 wait "$sbatch_pid" || fail "sbatch --wait of the requeued job failed: $(cat "$tmp/sbatch.out")
 $(cat "$tmp"/job/*.out)
