@@ -364,3 +364,38 @@ int crun__write_all(int fd, const void *buf, size_t len)
 	}
 	return 0;
 }
+
+int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s)
+{
+	static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+				   "-_=./:,@+%";
+	size_t u = *used;
+
+	if (*s && strspn(s, safe) == strlen(s)) {
+		if (u + strlen(s) + 1 > outlen)
+			return -ENOSPC;
+		memcpy(out + u, s, strlen(s) + 1);
+		*used = u + strlen(s);
+		return 0;
+	}
+#define PUT(c)                          \
+	do {                            \
+		if (u + 1 >= outlen)    \
+			return -ENOSPC; \
+		out[u++] = (c);         \
+	} while (0)
+	PUT('\'');
+	for (const char *p = s; *p; p++) {
+		if (*p == '\'') {
+			PUT('\'');
+			PUT('\\');
+			PUT('\'');
+		}
+		PUT(*p);
+	}
+	PUT('\'');
+#undef PUT
+	out[u] = '\0';
+	*used = u;
+	return 0;
+}

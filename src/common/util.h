@@ -67,6 +67,11 @@ void crun__format_addr(const struct sockaddr *sa, char *out, size_t outlen, char
  * address (has a ':'), into out. */
 void crun__format_endpoint(char *out, size_t outlen, const char *host, int port);
 
+/* Appends s to out (size outlen, NUL-terminated, used bytes *used) as one
+ * POSIX shell word: as it is when it holds only letters, digits and
+ * -_=./:,@+%, else in single quotes. -ENOSPC when it does not fit. */
+int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s);
+
 /* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
 int crun__write_all(int fd, const void *buf, size_t len);
 

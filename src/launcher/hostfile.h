@@ -66,11 +66,6 @@ void crun__hostfile_finish(struct crun__hostfile *hf);
 
 /* ---- what is sent to a host ------------------------------------------ */
 
-/* Appends s to out (size outlen, NUL-terminated, used bytes *used) as one
- * POSIX shell word: as it is when it holds only letters, digits and
- * -_=./:,@+%, else in single quotes. -ENOSPC when it does not fit. */
-int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s);
-
 /* The environment variables forwarded to every host: names that start
  * with one of these prefixes (NULL-terminated list). */
 extern const char *const crun__hostfile_env_prefixes[];

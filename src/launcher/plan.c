@@ -604,24 +604,17 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 }
 
 /* Single-quotes a word for a shell when it needs it. */
-static void print_word(FILE *f, const char *w)
+void crun__launch_print_word(FILE *f, const char *w)
 {
-	bool plain = *w != '\0';
+	/* Quoted, a byte takes at most 4 ('\''), plus the quotes. */
+	size_t cap = 4 * strlen(w) + 3, used = 0;
+	char *buf = malloc(cap);
 
-	for (const char *p = w; *p && plain; p++)
-		plain = isalnum((unsigned char)*p) || strchr("-_./=:,+@%", *p);
-	if (plain) {
-		fputs(w, f);
-		return;
-	}
-	fputc('\'', f);
-	for (const char *p = w; *p; p++) {
-		if (*p == '\'')
-			fputs("'\\''", f);
-		else
-			fputc(*p, f);
-	}
-	fputc('\'', f);
+	if (buf && crun__shell_quote(buf, cap, &used, w) == 0)
+		fputs(buf, f);
+	else
+		fputs("<out of memory>", f);
+	free(buf);
 }
 
 static void print_std(FILE *f, const char *key, const struct crun__std_spec *spec)
@@ -728,7 +721,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	for (int i = 0; i < plan->argc; i++) {
 		if (i)
 			fputc(' ', f);
-		print_word(f, plan->argv[i]);
+		crun__launch_print_word(f, plan->argv[i]);
 	}
 	fputc('\n', f);
 	fprintf(f, "scheduler=%s%s%s\n", crun__sched_kind_name(o->sched.kind),

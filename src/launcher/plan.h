@@ -95,4 +95,8 @@ int crun__launch_forward_signals(const struct crun__launch_opts *o, int *out);
 void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 			     const struct crun__launch_opts *o);
 
+/* Prints w as one POSIX shell word (crun__shell_quote), for commands that
+ * --dry-run shows. */
+void crun__launch_print_word(FILE *f, const char *w);
+
 #endif

@@ -198,20 +198,6 @@ struct remote {
 	bool tearing_down;
 };
 
-static void write_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		buf += n;
-		len -= (size_t)n;
-	}
-}
-
 /* "HOST: LINE\n" in one write, so that hosts' lines do not mix. */
 static void emit(struct host_proc *h, int fd, const char *line, size_t len)
 {
@@ -220,7 +206,7 @@ static void emit(struct host_proc *h, int fd, const char *line, size_t len)
 
 	memcpy(out + n, line, len);
 	out[n + (int)len] = '\n';
-	write_all(fd, out, (size_t)n + len + 1);
+	(void)crun__write_all(fd, out, (size_t)n + len + 1);
 	if (fd == 2 && len) {
 		size_t k = len < sizeof(h->last_err) - 1 ? len : sizeof(h->last_err) - 1;
 
@@ -582,15 +568,9 @@ out_free:
 static void print_argv(FILE *f, char **a)
 {
 	for (size_t i = 0; a[i]; i++) {
-		/* Quoted, a byte takes at most 4 ('\''), plus the quotes. */
-		size_t cap = 4 * strlen(a[i]) + 3, used = 0;
-		char *buf = malloc(cap);
-
-		if (buf && crun__shell_quote(buf, cap, &used, a[i]) == 0)
-			fprintf(f, "%s%s", i ? " " : "", buf);
-		else
-			fprintf(f, "%s<out of memory>", i ? " " : "");
-		free(buf);
+		if (i)
+			fputc(' ', f);
+		crun__launch_print_word(f, a[i]);
 	}
 	fputc('\n', f);
 }
