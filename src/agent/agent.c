@@ -24,6 +24,7 @@
  *   reaper.c       the guard process that kills workers if crun dies */
 #include "agent/agent_store.h"
 #include "agent/group.h"
+#include "agent/monitor.h"
 #include "agent/output.h"
 #include "agent/reaper.h"
 #include "agent/rendezvous.h"
@@ -103,6 +104,9 @@ struct agent {
 	struct agent_rdzv rdzv;
 	struct crun__spawner spawner;
 	struct crun__heartbeat heartbeat;
+	/* What an operator sees of this node (monitor.h): its readers are the
+	 * status in the store, the metrics endpoint and the events file. */
+	struct crun__monitor monitor;
 	struct group group;
 };
 
@@ -557,6 +561,12 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		g->own_error_file = NULL;
 	g->finished = group_finished;
 	g->arg = a;
+	if (crun__monitor_init(&a->monitor, spec->run_id, a->hostname, spec->nproc_per_node,
+			       spec->max_restarts, crun__wall_ms()) < 0) {
+		crun__error("out of memory");
+		goto out_free;
+	}
+	g->monitor = &a->monitor;
 	if (fixed_placement(spec, &place) < 0)
 		goto out_free;
 	if (setup_dirs(a) < 0)
@@ -664,6 +674,7 @@ out_dirs:
 out_free:
 	crun__group_finish(g);
 	crun__heartbeat_finish(&a->heartbeat);
+	crun__monitor_finish(&a->monitor);
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);
 	free(a->store_env);

@@ -18,6 +18,7 @@
 #include "agent/agent.h"
 #include "agent/group_step.h"
 #include "agent/heartbeat.h"
+#include "agent/monitor.h"
 #include "agent/placement.h"
 #include "agent/rendezvous.h"
 #include "agent/repeat.h"
@@ -33,6 +34,7 @@ struct group {
 	struct agent_rdzv *rdzv; /* NULL without rendezvous */
 	struct reaper *reaper;
 	struct crun__heartbeat *heartbeat; /* NULL: workers are not watched */
+	struct crun__monitor *monitor;	   /* what it records; NULL: nothing */
 	/* Runs from the loop for every `step N [WORK]` beat of a local
 	 * worker, after max_step is updated (NULL: none); for a straggler
 	 * detector. work_s: WORK, -1 when the beat has none. */
