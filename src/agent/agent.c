@@ -16,6 +16,8 @@
  *                  step summaries
  *   straggler_watch.c  step beats to the straggler detector, its lines
  *   straggler.c    step times and stragglers (pure)
+ *   gpu_watch.c    the GPUs through NVML (nvml.c): samples, the wait for
+ *                  the dead workers' GPUs before a restart; gpu.c (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)

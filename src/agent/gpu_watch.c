@@ -28,7 +28,8 @@ static void map_ranks(struct crun__gpu_watch *w)
 				crun__debug("local rank %d: its GPU is unknown", lr);
 		}
 		w->mapped[lr] = gpu;
-		crun__monitor_worker_gpu(w->monitor, lr, gpu);
+		if (w->interval_ms > 0)
+			crun__monitor_worker_gpu(w->monitor, lr, gpu);
 	}
 }
 
@@ -45,8 +46,7 @@ static void sample(struct crun__gpu_watch *w)
 		crun__gpu_from_reading(
 			&r, crun__nvml_watches_xids(w->nvml, i) ? w->xids[i] : UINT64_MAX, now,
 			&w->gpus[i]);
-		if (xids && w->gpus[i].xid_total != UINT64_MAX &&
-		    w->gpus[i].xid_total != (w->sampled ? before : 0))
+		if (xids && w->gpus[i].xid_total != UINT64_MAX && w->gpus[i].xid_total != before)
 			crun__warn("GPU %d (%s) reported XID %llu (%llu so far)", w->gpus[i].index,
 				   w->gpus[i].uuid[0] ? w->gpus[i].uuid : "no uuid", w->last_xid[i],
 				   (unsigned long long)w->xids[i]);
@@ -56,7 +56,8 @@ static void sample(struct crun__gpu_watch *w)
 			    w->gpus[i].uuid, w->gpus[i].name, (long long)w->gpus[i].mem_used,
 			    (long long)w->gpus[i].mem_total);
 	w->sampled = true;
-	if (crun__monitor_set_gpus(w->monitor, w->gpus, w->ngpus) < 0)
+	/* Without sampling the readings only serve the release wait. */
+	if (w->interval_ms > 0 && crun__monitor_set_gpus(w->monitor, w->gpus, w->ngpus) < 0)
 		crun__debug("out of memory recording the GPUs");
 	map_ranks(w);
 }
@@ -225,7 +226,7 @@ static void on_poll(uv_timer_t *t)
 
 	if (n > 0 && uv_now(w->loop) - w->wait_start < (uint64_t)w->release_timeout_ms)
 		return;
-	end_wait(w, n <= 0, NULL);
+	end_wait(w, n == 0, n < 0 ? "NVML cannot list the GPUs' processes" : NULL);
 	w->released(w->released_arg);
 }
 

@@ -5,7 +5,9 @@
  * NVML sees is read (nvml.h), its XID events taken, and the monitor gets
  * them (crun__monitor_set_gpus) along with each local rank's GPU
  * (crun__monitor_worker_gpu, gpu.h's mapping). A new XID is one warning
- * line. Without NVML nothing is sampled and the monitor has no GPUs.
+ * line. Without NVML nothing is sampled and the monitor has no GPUs;
+ * with interval_ms 0 the GPUs are read once, at init, for the release
+ * wait's mapping only, and the monitor gets none.
  *
  * Release wait (crun__gpu_watch_wait): a restart's workers must not find
  * their GPUs still full of the dead workers' memory (the driver frees it

@@ -9,11 +9,15 @@
 #   worker fails once waits before its restart until the double stops
 #   listing the dead workers (1 s after their death), then restarts;
 # - when a dead worker's pid never leaves, --gpu-release-timeout=1s waits
-#   about 1 s, says so, and restarts anyway.
+#   about 1 s, says so, and restarts anyway; 0 does not wait; a SIGTERM
+#   during the wait ends crun at once (143);
+# - with rendezvous (one node on loopback) the wait comes between the
+#   round and the workers' start;
+# - the flags' bad values, PET_ names and config keys.
 # Each worker lists itself on its GPU in the double's file, as a CUDA
 # context would appear in NVML.
 set -u
-. "$(dirname "$0")/crun-lib.sh"
+. "$(dirname "$0")/multinode-lib.sh"
 : "${CRUN_NVML_FAKE_LIB:?CRUN_NVML_FAKE_LIB must name the NVML test double}"
 unset CRUN_NVML_LIBRARY CRUN_NVML_FAKE
 
@@ -121,10 +125,11 @@ awk '/the GPUs released the dead workers/ { r = NR } /attempt 1$/ && !a { a = NR
 [ "$took" -lt 15000 ] || fail "the job took $took ms"
 echo "ok the GPUs are read, and the restart waits ${s}s for the dead workers' GPUs"
 
-# 3. A pid that never leaves: --gpu-release-timeout bounds the wait.
+# 3. A pid that never leaves: --gpu-release-timeout bounds the wait (which
+# needs no sampling).
 fake_conf "$CRUN_NVML_FAKE" -1
 crun --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms --gpu-release-timeout=1s \
-	"$tmp/worker.sh" >"$tmp/stuck.log" 2>&1
+	--gpu-sample-interval=0 "$tmp/worker.sh" >"$tmp/stuck.log" 2>&1
 rc=$?
 [ "$rc" = 0 ] || fail "a pid that stays: exit $rc: $(cat "$tmp/stuck.log")"
 grep -qE "^crun: waiting up to 1\.0s for GPU 0 \(pid [0-9]+\), GPU 1 \(pid [0-9]+\)" \
@@ -144,3 +149,49 @@ crun --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms --gpu-release-t
 lacks "$tmp/off.log" "waiting up to"
 has "$tmp/off.log" "[1]:attempt 1"
 echo "ok --gpu-release-timeout=0 does not wait"
+
+# 5. A signal during the wait: it ends, and so does crun, at once.
+fake_conf "$CRUN_NVML_FAKE" -1
+"$CRUN" --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms "$tmp/worker.sh" \
+	>"$tmp/sig.log" 2>&1 &
+pid=$!
+stray_pids="$stray_pids $pid"
+wait_lines "$tmp/sig.log" "waiting up to 50.0s" 1
+kill -TERM "$pid"
+for _ in $(seq 100); do
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.05
+done
+kill -0 "$pid" 2>/dev/null && fail "crun still runs 5 s after SIGTERM: $(cat "$tmp/sig.log")"
+wait "$pid"
+rc=$?
+[ "$rc" = 143 ] || fail "SIGTERM during the wait: exit $rc: $(cat "$tmp/sig.log")"
+has "$tmp/sig.log" "crun: got SIGTERM; stopping the workers"
+grep -qE "^crun: stopped waiting for the GPUs after [0-9.]+s: signal$" "$tmp/sig.log" ||
+	fail "no line on the wait's end: $(cat "$tmp/sig.log")"
+echo "ok a signal ends the wait and crun"
+
+# 6. Rendezvous: the next round is formed, then the wait, then the workers.
+fake_conf "$CRUN_NVML_FAKE" 500
+port=$(free_port)
+crun --nnodes=1 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=gpu-nvml \
+	--max-restarts=1 --min-attempt-time=50ms "$tmp/worker.sh" >"$tmp/rdzv.log" 2>&1 ||
+	fail "with rendezvous: exit $?: $(cat "$tmp/rdzv.log")"
+awk '/round 2 of run .gpu-nvml. closed/ { c = NR } /^crun: waiting up to 50.0s for GPU 0/ { w = NR }
+	/the GPUs released the dead workers. memory after/ { r = NR } /attempt 1$/ && !a { a = NR }
+	END { exit !(c && w && r && a && c < w && w < r && r < a) }' "$tmp/rdzv.log" ||
+	fail "with rendezvous, not round, wait, workers: $(cat "$tmp/rdzv.log")"
+echo "ok with rendezvous the wait comes between the round and the workers"
+
+# 7. The flags: a bad value is one line and exit 2; PET_ and config keys.
+"$CRUN" --gpu-release-timeout=soon true >"$tmp/bad.out" 2>"$tmp/bad.err"
+[ $? = 2 ] || fail "--gpu-release-timeout=soon did not exit 2"
+has "$tmp/bad.err" "crun: invalid value 'soon' for --gpu-release-timeout: expected a duration up to 24h like 5, 2.5s, 500ms or 1m"
+PET_GPU_RELEASE_TIMEOUT=1.5s "$CRUN" --dry-run true >"$tmp/dry" || fail "dry run"
+has "$tmp/dry" "gpu_release_timeout_ms=1500"
+has "$tmp/dry" "gpu_sample_interval_ms=5000"
+printf 'gpu_sample_interval: 0\ngpu_release_timeout: 2m\n' >"$tmp/c.yaml"
+"$CRUN" -c "$tmp/c.yaml" --dry-run true >"$tmp/dry" || fail "dry run with a config"
+has "$tmp/dry" "gpu_sample_interval_ms=0"
+has "$tmp/dry" "gpu_release_timeout_ms=120000"
+echo "ok --gpu-sample-interval and --gpu-release-timeout from flags, PET_ and config"
