@@ -10,8 +10,10 @@
  * makes its field unknown (crun__gpu_reading's has_*), nothing more.
  *
  * Every call blocks in the driver for as long as NVML takes (well under
- * a millisecond per device and call on a healthy GPU); the agent calls
- * from its loop, a handful of calls per GPU per sample. */
+ * a millisecond per device and call on a healthy GPU; nvmlInit can take
+ * a second or more where the driver's persistence mode is off); the agent
+ * calls from its loop: the open once, a handful of calls per GPU per
+ * sample. */
 #ifndef CRUN_AGENT_NVML_H
 #define CRUN_AGENT_NVML_H
 
