@@ -6,6 +6,8 @@
  * read again on every call, so that a test (and its workers) can change
  * it while crun runs. Lines, blank-separated, '#' a comment:
  *   init_fails                      nvmlInit_v2 fails (driver not loaded)
+ *   no_processes                    the process listing is not supported
+ *                                   (memory still counts the processes)
  *   gpu IDX UUID UTIL% USED TOTAL TEMP POWER_MW ECC_CORR ECC_UNCORR NAME...
  *                                   one device (IDX 0, 1, ... in order);
  *                                   USED: bytes besides the processes'
@@ -52,6 +54,7 @@ struct proc {
 
 struct state {
 	bool init_fails;
+	bool no_processes;
 	int ngpus;
 	struct gpu gpus[MAX_GPUS];
 	int nprocs;
@@ -98,6 +101,8 @@ static void load(struct state *s)
 		line[strcspn(line, "\n")] = '\0';
 		if (!strcmp(line, "init_fails")) {
 			s->init_fails = true;
+		} else if (!strcmp(line, "no_processes")) {
+			s->no_processes = true;
 		} else if (sscanf(line, "gpu %d %95s %u %llu %llu %u %u %llu %llu %n", &idx, g.uuid,
 				  &g.util, &g.used, &g.total, &g.temp, &g.power_mw, &g.ecc_c,
 				  &g.ecc_u, &n) == 9 &&
@@ -312,6 +317,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsi
 
 	if (i < 0)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	if (s.no_processes)
+		return NVML_ERROR_NOT_SUPPORTED;
 	for (int p = 0; p < s.nprocs; p++) {
 		if (s.procs[p].gpu != i || !listed(&s, s.procs[p].pid))
 			continue;

@@ -14,6 +14,10 @@
  * process listing is cheap, and a restart should not wait longer than
  * the memory takes). */
 #define POLL_MS 200
+/* Where NVML cannot list a GPU's processes, its memory is back when its
+ * used memory is at most what it was at the agent's start plus this
+ * (ft_launcher's gpu_memory_tolerance_mb). */
+#define MEMORY_TOLERANCE (512LL << 20)
 
 static void map_ranks(struct crun__gpu_watch *w)
 {
@@ -51,6 +55,8 @@ static void sample(struct crun__gpu_watch *w)
 				   w->gpus[i].uuid[0] ? w->gpus[i].uuid : "no uuid", w->last_xid[i],
 				   (unsigned long long)w->xids[i]);
 	}
+	for (int i = 0; i < w->ngpus && !w->sampled; i++)
+		w->base_used[i] = w->gpus[i].mem_used;
 	for (int i = 0; i < w->ngpus && !w->sampled; i++)
 		crun__debug("GPU %d: %s '%s', %lld of %lld bytes used", w->gpus[i].index,
 			    w->gpus[i].uuid, w->gpus[i].name, (long long)w->gpus[i].mem_used,
@@ -97,12 +103,13 @@ int crun__gpu_watch_init(struct crun__gpu_watch *w, uv_loop_t *loop, struct crun
 	w->gpus = calloc((size_t)w->ngpus + 1, sizeof(*w->gpus));
 	w->xids = calloc((size_t)w->ngpus + 1, sizeof(*w->xids));
 	w->last_xid = calloc((size_t)w->ngpus + 1, sizeof(*w->last_xid));
+	w->base_used = calloc((size_t)w->ngpus + 1, sizeof(*w->base_used));
 	w->wait_pids = calloc((size_t)nproc, sizeof(*w->wait_pids));
 	w->wait_gpus = calloc((size_t)nproc, sizeof(*w->wait_gpus));
 	w->held = calloc((size_t)nproc, sizeof(*w->held));
 	w->mapped = calloc((size_t)nproc, sizeof(*w->mapped));
-	if (!w->refs || !w->gpus || !w->xids || !w->last_xid || !w->wait_pids || !w->wait_gpus ||
-	    !w->held || !w->mapped)
+	if (!w->refs || !w->gpus || !w->xids || !w->last_xid || !w->base_used || !w->wait_pids ||
+	    !w->wait_gpus || !w->held || !w->mapped)
 		return -ENOMEM;
 	for (int lr = 0; lr < nproc; lr++)
 		w->mapped[lr] = -2; /* none said yet */
@@ -139,8 +146,21 @@ static void describe(const struct crun__gpu_watch *w, const bool *held, char *bu
 	}
 }
 
-/* Whether pid is among the compute processes of GPU gpu. -ENOTSUP when
- * NVML cannot tell. */
+/* Whether GPU gpu uses more memory than at the start (with the
+ * tolerance). -ENOTSUP when NVML cannot tell. */
+static int memory_held(struct crun__gpu_watch *w, int gpu)
+{
+	struct crun__gpu_reading r;
+
+	if (w->base_used[gpu] < 0 || crun__nvml_read(w->nvml, gpu, &r) < 0 || !r.has_mem ||
+	    r.mem_used > INT64_MAX)
+		return -ENOTSUP;
+	return (int64_t)r.mem_used > w->base_used[gpu] + MEMORY_TOLERANCE;
+}
+
+/* Whether pid is among the compute processes of GPU gpu; where NVML
+ * cannot list them, whether the GPU's memory is not back yet. -ENOTSUP
+ * when NVML can tell neither. */
 static int holds(struct crun__gpu_watch *w, int gpu, pid_t pid)
 {
 	pid_t small[64], *pids = small;
@@ -161,6 +181,8 @@ static int holds(struct crun__gpu_watch *w, int gpu, pid_t pid)
 		found |= pids[i] == pid;
 	if (pids != small)
 		free(pids);
+	if (n == -ENOTSUP)
+		return memory_held(w, gpu);
 	return n < 0 ? n : found;
 }
 
@@ -249,7 +271,8 @@ bool crun__gpu_watch_wait(struct crun__gpu_watch *w, const pid_t *pids, int n,
 	}
 	nheld = w->nwait ? still_held(w, held) : 0;
 	if (nheld == -ENOTSUP)
-		crun__debug("NVML cannot list the GPUs' processes: not waiting for them");
+		crun__debug("NVML can tell neither the GPUs' processes nor their memory: not "
+			    "waiting for them");
 	if (nheld <= 0)
 		return false;
 	describe(w, held, what, sizeof(what));
@@ -287,6 +310,8 @@ void crun__gpu_watch_finish(struct crun__gpu_watch *w)
 	free(w->gpus);
 	free(w->xids);
 	free(w->last_xid);
+	free(w->base_used);
+	w->base_used = NULL;
 	free(w->wait_pids);
 	free(w->wait_gpus);
 	free(w->held);

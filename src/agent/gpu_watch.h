@@ -14,10 +14,12 @@
  * some time after the process is reaped, as NVIDIA's ft_launcher knows).
  * The wait polls NVML on the loop every 200 ms, never blocking, until no
  * pid of the dead workers is among the compute processes of their GPUs
- * (every GPU when a worker's is unknown), or timeout_ms passed. One line
- * says what it waits for, one how long it waited; the monitor records it
- * (crun__monitor_gpu_wait). No NVML, a timeout of 0, or a library that
- * cannot list processes: no wait at all.
+ * (every GPU when a worker's is unknown), or timeout_ms passed; on a GPU
+ * whose processes NVML cannot list, until its used memory is back to
+ * what it was at init (within 512 MiB, as ft_launcher's tolerance). One
+ * line says what it waits for, one how long it waited; the monitor
+ * records it (crun__monitor_gpu_wait). No NVML, a timeout of 0, or NVML
+ * that can tell neither: no wait at all.
  *
  * Owns: its two timers, the NVML handle, the sampled GPUs. */
 #ifndef CRUN_AGENT_GPU_WATCH_H
@@ -44,8 +46,9 @@ struct crun__gpu_watch {
 	struct crun__mon_gpu *gpus;
 	uint64_t *xids;
 	unsigned long long *last_xid;
-	int *mapped;  /* per local rank: its GPU as last sampled (-2: none yet) */
-	bool sampled; /* once */
+	int64_t *base_used; /* per GPU: used bytes at the first sample (-1) */
+	int *mapped;	    /* per local rank: its GPU as last sampled (-2: none yet) */
+	bool sampled;	    /* once */
 
 	uv_timer_t sample;
 	uv_timer_t poll;

@@ -10,7 +10,8 @@
 #   listing the dead workers (1 s after their death), then restarts;
 # - when a dead worker's pid never leaves, --gpu-release-timeout=1s waits
 #   about 1 s, says so, and restarts anyway; 0 does not wait; a SIGTERM
-#   during the wait ends crun at once (143);
+#   during the wait ends crun at once (143); where NVML cannot list a
+#   GPU's processes, its used memory back to the start's decides;
 # - with rendezvous (one node on loopback) the wait comes between the
 #   round and the workers' start;
 # - the flags' bad values, PET_ names and config keys.
@@ -141,6 +142,17 @@ s=$(secs "$tmp/stuck.log" "still held after")
 between "$s" 0.9 3 || fail "waited '$s' s with --gpu-release-timeout=1s"
 has "$tmp/stuck.log" "[1]:attempt 1"
 echo "ok a GPU that keeps a dead worker: ${s}s, then the restart"
+
+# 3b. A GPU whose processes NVML cannot list: its used memory decides.
+fake_conf "$CRUN_NVML_FAKE" 800
+echo no_processes >>"$CRUN_NVML_FAKE"
+crun --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms "$tmp/worker.sh" \
+	>"$tmp/mem.log" 2>&1 || fail "no process listing: exit $?: $(cat "$tmp/mem.log")"
+grep -qE "^crun: waiting up to 50\.0s for GPU 0 \(pid [0-9]+\), GPU 1 \(pid [0-9]+\)" \
+	"$tmp/mem.log" || fail "no line on the wait: $(cat "$tmp/mem.log")"
+s=$(secs "$tmp/mem.log" "the GPUs released the dead workers' memory after")
+between "$s" 0.5 5 || fail "waited '$s' s for memory back after 0.8 s: $(cat "$tmp/mem.log")"
+echo "ok without a process listing, the wait lasts until the memory is back (${s}s)"
 
 # 4. --gpu-release-timeout=0: no wait at all.
 fake_conf "$CRUN_NVML_FAKE" -1
