@@ -16,6 +16,8 @@
  *                  step summaries
  *   straggler_watch.c  step beats to the straggler detector, its lines
  *   straggler.c    step times and stragglers (pure)
+ *   gpu_watch.c    the GPUs through NVML (nvml.c): samples, the wait for
+ *                  the dead workers' GPUs before a restart; gpu.c (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
@@ -23,6 +25,7 @@
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
  *   reaper.c       the guard process that kills workers if crun dies */
 #include "agent/agent_store.h"
+#include "agent/gpu_watch.h"
 #include "agent/group.h"
 #include "agent/monitor.h"
 #include "agent/output.h"
@@ -43,6 +46,8 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+extern char **environ;
 
 void crun__agent_spec_init(struct crun__agent_spec *spec)
 {
@@ -78,6 +83,8 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.cooldown_min_ms = 30000;
 	spec->rdzv.cooldown_max_ms = 300000;
 	spec->rdzv.reconnect_timeout_ms = 60000;
+	spec->gpu_sample_interval_ms = 5000;
+	spec->gpu_release_timeout_ms = 50000;
 }
 
 struct agent {
@@ -107,6 +114,7 @@ struct agent {
 	/* What an operator sees of this node (monitor.h): its readers are the
 	 * status in the store, the metrics endpoint and the events file. */
 	struct crun__monitor monitor;
+	struct crun__gpu_watch gpus; /* NVML: samples, release waits */
 	struct group group;
 };
 
@@ -396,6 +404,7 @@ static void close_handles(struct agent *a)
 	uv_close((uv_handle_t *)&a->linger, NULL);
 	uv_close((uv_handle_t *)&a->alive, NULL);
 	crun__group_close(&a->group);
+	crun__gpu_watch_close(&a->gpus);
 	crun__heartbeat_close(&a->heartbeat);
 	for (int i = 0; i < a->nsignals; i++)
 		uv_close((uv_handle_t *)&a->signals[i], NULL);
@@ -615,6 +624,16 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 			place.master_port = crun__server_port(a->server);
 		place.agent_store = spec->agent_store;
 	}
+	err = crun__gpu_watch_init(&a->gpus, &a->loop, &a->monitor, spec->nproc_per_node,
+				   spec->gpu_sample_interval_ms, spec->gpu_release_timeout_ms,
+				   spec->nvml_library ? spec->nvml_library
+						      : crun__env_get("CRUN_NVML_LIBRARY"),
+				   environ, spec->extra_env, spec->virtual_local_rank);
+	if (err < 0) {
+		crun__error("cannot set up the GPU monitor: %s", strerror(-err));
+		goto out_loop;
+	}
+	g->gpus = &a->gpus;
 	err = crun__group_init(g, &place);
 	if (err < 0) {
 		crun__error("cannot set up the worker group: %s", uv_strerror(err));
@@ -674,6 +693,7 @@ out_dirs:
 out_free:
 	crun__group_finish(g);
 	crun__heartbeat_finish(&a->heartbeat);
+	crun__gpu_watch_finish(&a->gpus);
 	crun__monitor_finish(&a->monitor);
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);

@@ -238,6 +238,17 @@ struct crun__agent_spec {
 	 * crun's environment the agent also serves torch's FileTimer. */
 	struct crun__liveness_config heartbeat;
 
+	/* GPUs through NVML (gpu_watch.h), loaded at run time from
+	 * nvml_library (NULL: $CRUN_NVML_LIBRARY, else libnvidia-ml.so.1).
+	 * Every gpu_sample_interval_ms the GPUs are read into the monitor (0:
+	 * never; default 5000). Before a restart's workers start, the agent
+	 * waits up to gpu_release_timeout_ms for the GPUs to drop the dead
+	 * workers' processes (0: no wait; default 50000). Without NVML
+	 * neither happens. */
+	int64_t gpu_sample_interval_ms;
+	int64_t gpu_release_timeout_ms;
+	const char *nvml_library;
+
 	/* Extra KEY=VALUE pairs for every worker's environment, applied after
 	 * the inherited environment and before the torchrun variables.
 	 * NULL-terminated; may be NULL. */

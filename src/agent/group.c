@@ -489,7 +489,12 @@ static void worker_step(void *arg, int lr, int64_t step, double work_s, uint64_t
 
 static void release_workers(struct group *g)
 {
+	if (g->dead_pids)
+		memset(g->dead_pids, 0, (size_t)g->spec->nproc_per_node * sizeof(*g->dead_pids));
 	for (int i = 0; i < g->nworkers; i++) {
+		if (g->dead_pids)
+			g->dead_pids[g->workers[i]->local_rank] =
+				g->workers[i]->spawned ? g->workers[i]->pid : 0;
 		crun__worker_detach(g->workers[i]);
 		g->workers[i] = NULL;
 	}
@@ -601,6 +606,43 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 	}
 }
 
+/* ---- the GPUs of the dead workers ---- */
+
+/* The next queued event (there is one: an action queued it). */
+static struct crun__group_event take_next(struct group *g)
+{
+	struct crun__group_event ev = g->next[g->next_head];
+
+	g->next_head = (g->next_head + 1) % CRUN__GROUP_MAX_ACTIONS;
+	g->next_n--;
+	return ev;
+}
+
+static void gpus_released(void *arg)
+{
+	struct group *g = arg;
+	struct crun__group_event ev;
+
+	g->gpu_waiting = false;
+	spawn_all(g);
+	ev = take_next(g);
+	feed(g, &ev);
+}
+
+/* SPAWN_ALL after the previous attempt's workers: first wait for their
+ * GPUs (gpu_watch.h), unless nothing is to be waited for or other events
+ * are queued behind this one. */
+static void spawn_after_gpus(struct group *g)
+{
+	if (!g->next_n && g->gpus &&
+	    crun__gpu_watch_wait(g->gpus, g->dead_pids, g->spec->nproc_per_node, gpus_released,
+				 g)) {
+		g->gpu_waiting = true;
+		return;
+	}
+	spawn_all(g);
+}
+
 static void carry_out(struct group *g, const struct crun__group_event *ev,
 		      const struct crun__group_action *a)
 {
@@ -609,7 +651,7 @@ static void carry_out(struct group *g, const struct crun__group_event *ev,
 		say(g, ev, (enum crun__group_note)a->arg);
 		return;
 	case CRUN__GACT_SPAWN_ALL:
-		spawn_all(g);
+		spawn_after_gpus(g);
 		return;
 	case CRUN__GACT_SIGNAL_RUNNING:
 		crun__straggler_watch_stop(&g->stragglers);
@@ -682,6 +724,16 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		then(g, first); /* from inside an action: after it */
 		return;
 	}
+	if (g->gpu_waiting) {
+		/* Something happened before the GPUs were free: the workers
+		 * start now and the event finds them, as any event that
+		 * follows SPAWN_ALL does. */
+		g->gpu_waiting = false;
+		crun__gpu_watch_stop(g->gpus, crun__group_event_name(first->kind));
+		spawn_all(g);
+		then(g, first);
+		ev = take_next(g);
+	}
 	g->busy = true;
 	for (;;) {
 		struct crun__group_facts f = {
@@ -714,9 +766,7 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		}
 		if (!g->next_n)
 			break;
-		ev = g->next[g->next_head];
-		g->next_head = (g->next_head + 1) % CRUN__GROUP_MAX_ACTIONS;
-		g->next_n--;
+		ev = take_next(g);
 	}
 	g->busy = false;
 }
@@ -805,7 +855,8 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	g->max_step = -1;
 	g->prev_attempt.max_step = g->this_attempt.max_step = -1;
 	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));
-	if (!g->workers)
+	g->dead_pids = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->dead_pids));
+	if (!g->workers || !g->dead_pids)
 		return -ENOMEM;
 	err = uv_timer_init(g->loop, &g->timer);
 	if (err < 0)
@@ -894,4 +945,6 @@ void crun__group_finish(struct group *g)
 	forget_round_end(g);
 	free(g->workers);
 	g->workers = NULL;
+	free(g->dead_pids);
+	g->dead_pids = NULL;
 }

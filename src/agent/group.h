@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/gpu_watch.h"
 #include "agent/group_step.h"
 #include "agent/heartbeat.h"
 #include "agent/monitor.h"
@@ -35,6 +36,9 @@ struct group {
 	struct reaper *reaper;
 	struct crun__heartbeat *heartbeat; /* NULL: workers are not watched */
 	struct crun__monitor *monitor;	   /* what it records; NULL: nothing */
+	/* Waits for the GPUs to release an attempt's dead workers before the
+	 * next attempt spawns (NULL: never waits). */
+	struct crun__gpu_watch *gpus;
 	/* Runs from the loop for every `step N [WORK]` beat of a local
 	 * worker, after max_step is updated (NULL: none); for a straggler
 	 * detector. work_s: WORK, -1 when the beat has none. */
@@ -82,6 +86,11 @@ struct group {
 	enum crun__group_timer timer_kind;
 	bool timer_open;
 	struct crun__failures failures;
+	/* The pids of the last attempt's workers (by local rank; 0: none),
+	 * for the GPU release wait; gpu_waiting: SPAWN_ALL is held until the
+	 * wait ends, and an event that comes first ends it. */
+	pid_t *dead_pids;
+	bool gpu_waiting;
 	/* Step times of the attempt's workers: fed their step beats. */
 	struct straggler_watch stragglers;
 	/* The store's word on the end of the assigned round (until the next

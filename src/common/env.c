@@ -31,6 +31,8 @@ static const struct crun__env_param params[] = {
 	 " TCP"},
 	{"CRUN_COMM_SEND_THREAD", "0",
 	 "1: a second thread per worker sends while the first receives and reduces"},
+	{"CRUN_NVML_LIBRARY", "libnvidia-ml.so.1",
+	 "the NVML library crun loads to watch the GPUs (a path, or a name the loader finds)"},
 	{"CRUN_REMOTE_AGENT", NULL,
 	 "1: crun runs on a host for crun --hostfile and takes signals from its stdin"},
 };

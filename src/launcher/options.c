@@ -81,6 +81,14 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "signals forwarded to every worker's own process while crun goes on "
 	  "(Slurm's --signal=USR1@60 warning, which may reach the workers from "
 	  "Slurm too); one also in --signals-to-handle ends crun instead", G_WORKERS },
+	{ CRUN_OPT_GPU_SAMPLE_INTERVAL, "gpu-sample-interval", 0, true, true, true,
+	  "DURATION", "5s",
+	  "how often the GPUs are read through NVML (when it is installed) for "
+	  "crun status and the metrics; 0: never", G_WORKERS },
+	{ CRUN_OPT_GPU_RELEASE_TIMEOUT, "gpu-release-timeout", 0, true, true, true,
+	  "DURATION", "50s",
+	  "before a restart, wait at most this long for the GPUs to drop the "
+	  "failed attempt's processes (NVML); 0: do not wait", G_WORKERS },
 
 	{ CRUN_OPT_NNODES, "nnodes", 0, true, true, true, "N|MIN:MAX", "1",
 	  "number of nodes, or MIN:MAX for an elastic job that runs with MIN to "
@@ -805,6 +813,19 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		}
 		o->shutdown_timeout_ms = n;
 		return 0;
+	case CRUN_OPT_GPU_SAMPLE_INTERVAL:
+	case CRUN_OPT_GPU_RELEASE_TIMEOUT:
+		rc = crun__parse_duration_ms(v, &n, NULL, 0);
+		if (rc < 0 || n > 86400000) {
+			crun__seterr(err, errlen,
+				     "expected a duration up to 24h like 5, 2.5s, 500ms or 1m");
+			return -EINVAL;
+		}
+		if (id == CRUN_OPT_GPU_SAMPLE_INTERVAL)
+			o->gpu_sample_interval_ms = n;
+		else
+			o->gpu_release_timeout_ms = n;
+		return 0;
 	case CRUN_OPT_MONITOR_INTERVAL:
 		if (crun__parse_duration_ms(v, &n, NULL, 0) < 0) {
 			crun__seterr(err, errlen, "expected a duration like 0.1, 5s or 500ms");
@@ -1066,6 +1087,8 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->monitor_interval_ms = 100;
 	o->straggler_factor = CRUN__STRAGGLER_FACTOR;
 	o->straggler_window = CRUN__STRAGGLER_WINDOW;
+	o->gpu_sample_interval_ms = 5000;
+	o->gpu_release_timeout_ms = 50000;
 	o->shutdown_timeout_ms = 30000;
 	o->min_attempt_ms = 60000;
 	crun__sched_init(&o->sched);

@@ -92,6 +92,8 @@ enum crun__launch_opt {
 	CRUN_OPT_STRAGGLER_FACTOR,
 	CRUN_OPT_STRAGGLER_WINDOW,
 	CRUN_OPT_SIGNALS_TO_FORWARD,
+	CRUN_OPT_GPU_SAMPLE_INTERVAL,
+	CRUN_OPT_GPU_RELEASE_TIMEOUT,
 	CRUN_OPT_NNODES,
 	CRUN_OPT_NODE_RANK,
 	CRUN_OPT_RDZV_BACKEND,
@@ -189,6 +191,10 @@ struct crun__launch_opts {
 	double straggler_factor;     /* 1.5; 0: no straggler warnings */
 	int straggler_window;	     /* 20 steps */
 	char *role;		     /* "default" */
+	/* --gpu-sample-interval: 5 s, 0: no sampling; --gpu-release-timeout:
+	 * 50 s, 0: no wait before a restart */
+	int64_t gpu_sample_interval_ms;
+	int64_t gpu_release_timeout_ms;
 	/* runpy.run_path; wins over module and no_python */
 	bool run_path;
 	bool module;

@@ -545,6 +545,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->max_restarts = o->max_restarts;
 	spec->straggler_factor = o->straggler_factor;
 	spec->straggler_window = o->straggler_window;
+	spec->gpu_sample_interval_ms = o->gpu_sample_interval_ms;
+	spec->gpu_release_timeout_ms = o->gpu_release_timeout_ms;
 	spec->shutdown_timeout_ms = o->shutdown_timeout_ms;
 	spec->min_attempt_ms = o->min_attempt_ms;
 	spec->heartbeat = o->heartbeat;
@@ -692,6 +694,8 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "start_method=%s\n", o->start_method ? o->start_method : "spawn");
 	fprintf(f, "straggler_factor=%g\n", o->straggler_factor);
 	fprintf(f, "straggler_window=%d\n", o->straggler_window);
+	fprintf(f, "gpu_sample_interval_ms=%lld\n", (long long)o->gpu_sample_interval_ms);
+	fprintf(f, "gpu_release_timeout_ms=%lld\n", (long long)o->gpu_release_timeout_ms);
 	fputs("signals_to_handle=", f);
 	for (int i = 0; i < o->nsignals; i++)
 		fprintf(f, "%s%s", i ? "," : "", crun__signal_name(o->signals[i]));
