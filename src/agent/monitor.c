@@ -60,7 +60,7 @@ enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
 		return CRUN_MON_CAUSE_NODE_JOINED;
 	if (node_left)
 		return CRUN_MON_CAUSE_NODE_LEFT;
-	if (message && strstr(message, ") hung: "))
+	if (message && strstr(message, " hung: "))
 		return CRUN_MON_CAUSE_WORKER_HUNG;
 	return CRUN_MON_CAUSE_WORKER_FAILED;
 }
