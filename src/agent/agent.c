@@ -386,9 +386,18 @@ static void say_alive(uv_timer_t *t)
 {
 	struct agent *a = t->data;
 	const struct crun__agent_rdzv *r = &a->spec->rdzv;
+	uint64_t now = uv_now(&a->loop), window = (uint64_t)a->group.frozen_after_ms;
+	char why[96];
 
+	/* The first tick after a stop longer than the window: the store has
+	 * dropped this node (what the loss and the workers' exits say next). */
+	if (window && now - a->group.last_alive_ms >= window) {
+		snprintf(why, sizeof(why), "this agent was stopped for %.1fs",
+			 (double)(now - a->group.last_alive_ms) / 1000.0);
+		crun__monitor_member_evicted(&a->monitor, crun__wall_ms(), NULL, why);
+	}
 	agent_reaper_alive(&a->reaper, r->keep_alive_interval_ms * r->keep_alive_max_attempt);
-	a->group.last_alive_ms = uv_now(&a->loop);
+	a->group.last_alive_ms = now;
 }
 
 static void close_handles(struct agent *a)
@@ -670,6 +679,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		crun__group_rdzv_hooks(g, &hooks);
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
+		snprintf(a->monitor.node_id, sizeof(a->monitor.node_id), "%s", a->rdzv.node_id);
 		/* Twice per interval: never at the window's edge. */
 		g->frozen_after_ms =
 			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt;

@@ -91,6 +91,8 @@ static void kind_fields(json_t *o, const struct crun__monitor *m, const struct c
 		break;
 	case CRUN_MON_RESTART:
 		set(o, "cause", json_string(crun__mon_cause_name(ev->cause)));
+		if (ev->step >= 0)
+			set(o, "step", json_integer(ev->step));
 		break;
 	case CRUN_MON_STRAGGLER:
 		worker_fields(o, ev);
@@ -129,6 +131,8 @@ char *crun__events_line(const struct crun__monitor *m, const struct crun__mon_ev
 	set(o, "run", str_or_null(m->run_id));
 	set(o, "round", int_or_null(ev->round));
 	set(o, "node", str_or_null(m->node));
+	if (m->node_id[0])
+		set(o, "node_id", json_string(m->node_id));
 	set(o, "group_rank", int_or_null(ev->group_rank));
 	set(o, "restart_count", int_or_null(ev->restart_count));
 	kind_fields(o, m, ev);

@@ -9,7 +9,8 @@
  * (null before a round) and "restart_count"; the others only where the
  * event says them: "rank", "local_rank", "pid", "exit_code", "signal",
  * "cause", "step", "ratio", "seconds", "member", "members", "nnodes",
- * "world_size", "message".
+ * "world_size", "message", and "node_id" (with rendezvous: this agent's
+ * id in the store, which tells apart two agents of one host).
  *
  * crun__events_line() is pure; the rest is the file's thin edge: opened
  * once at the start, each line written with one write(2) on an O_APPEND

@@ -264,6 +264,21 @@ static const char *last_line(const struct worker *w)
 	return w->out[0].last_line[0] ? w->out[0].last_line : NULL;
 }
 
+/* The attempt's first failure, as the summary names its root cause,
+ * with the worker's last line. */
+static void note_root_cause(struct group *g)
+{
+	const struct crun__failure *f = &g->failures.v[0];
+	char line[CRUN_MON_TEXT];
+	size_t n;
+
+	crun__failure_describe(f, g->hostname, line, sizeof(line));
+	n = strlen(line);
+	if (f->last_line && !f->hang && n < sizeof(line))
+		snprintf(line + n, sizeof(line) - n, ": %s", f->last_line);
+	crun__monitor_failure(g->monitor, crun__wall_ms(), line);
+}
+
 /* A pipe of w closed: its last line is final now (the exit may have been
  * recorded before the pipe was read to its end). */
 static void update_last_line(struct group *g, const struct worker *w)
@@ -282,22 +297,9 @@ static void update_last_line(struct group *g, const struct worker *w)
 			continue;
 		free(f->last_line);
 		f->last_line = copy;
+		if (i == 0)
+			note_root_cause(g);
 	}
-}
-
-/* The attempt's first failure, as the summary names its root cause,
- * with the worker's last line. */
-static void note_root_cause(struct group *g)
-{
-	const struct crun__failure *f = &g->failures.v[0];
-	char line[CRUN_MON_TEXT];
-	size_t n;
-
-	crun__failure_describe(f, g->hostname, line, sizeof(line));
-	n = strlen(line);
-	if (f->last_line && !f->hang && n < sizeof(line))
-		snprintf(line + n, sizeof(line) - n, ": %s", f->last_line);
-	crun__monitor_failure(g->monitor, crun__wall_ms(), line);
 }
 
 static void record_failure(struct group *g, int lr)

@@ -353,6 +353,9 @@ void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__
 	m->restart_count = restart_count;
 	struct crun__mon_event ev = event(m, CRUN_MON_RESTART, now_ms);
 	ev.cause = cause;
+	for (int lr = 0; lr < m->nproc; lr++)
+		if (m->workers[lr].step > ev.step)
+			ev.step = m->workers[lr].step;
 	ev.restart_count = restart_count;
 	emit(m, &ev);
 }

@@ -128,7 +128,8 @@ struct crun__mon_event {
 	int term_signal;	    /* WORKER_EXITED */
 	enum crun__mon_cause cause; /* RESTART */
 	int64_t restart_count;	    /* RESTART: after it */
-	int64_t step;		    /* STRAGGLER, WORKER_HUNG; -1: none */
+	int64_t step;		    /* STRAGGLER, WORKER_HUNG, RESTART (the
+				     * highest a local worker beat); -1: none */
 	double value;		    /* STRAGGLER: ratio; GPU_WAIT: seconds */
 	const char *node;	    /* MEMBER_*: that node's host; else NULL
 				     * (this node) */

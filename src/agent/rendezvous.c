@@ -1123,7 +1123,6 @@ void crun__rdzv_lose(struct agent_rdzv *r, const char *why)
 {
 	if (!r->client || r->lost)
 		return;
-	crun__monitor_member_evicted(r->monitor, crun__wall_ms(), NULL, why);
 	drop_client(r);
 	report_lost(r, why);
 }

@@ -184,9 +184,8 @@ int crun__rdzv_fetch_steps(struct agent_rdzv *r, crun__rdzv_steps_cb cb, void *a
  * fail, the failed hook runs with lost (at once, from inside this call)
  * and the next join connects again. For an agent that finds it was
  * stopped for longer than the keep-alive window, so that the store has
- * dropped it already (why: "..." in the loss line); the monitor records
- * this node as evicted. Nothing when there is no connection or it is
- * lost already. */
+ * dropped it already (why: "..." in the loss line). Nothing when there is
+ * no connection or it is lost already. */
 void crun__rdzv_lose(struct agent_rdzv *r, const char *why);
 /* The line that says why the last join or barrier could not be sent. */
 const char *crun__rdzv_error(const struct agent_rdzv *r);

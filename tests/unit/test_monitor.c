@@ -566,6 +566,12 @@ static void test_lines(void **state)
 	assert_true(json_is_null(json_object_get(o, "group_rank")));
 	json_decref(o);
 
+	/* No worker beat a step: the restart says none. */
+	crun__monitor_restart(&m, T0 + 400, CRUN_MON_CAUSE_STORE_LOST, 0);
+	o = line_of(&m, &last);
+	has_keys(o, "cause");
+	json_decref(o);
+
 	members_of("host-a,host-b", mem, &nmem);
 	crun__monitor_round_formed(&m, T0 + 2500, 4, 1, 2, 4, 0, mem, nmem, T0 + 1000);
 	o = line_of(&m, &last);
@@ -628,7 +634,8 @@ static void test_lines(void **state)
 
 	crun__monitor_restart(&m, T0 + 3400, CRUN_MON_CAUSE_NODE_LEFT, 1);
 	o = line_of(&m, &last);
-	has_keys(o, "cause");
+	has_keys(o, "cause,step"); /* local rank 1 beat step 12 */
+	assert_int_equal(json_integer_value(json_object_get(o, "step")), 12);
 	assert_string_equal(json_string_value(json_object_get(o, "cause")), "node_left");
 	assert_int_equal(json_integer_value(json_object_get(o, "restart_count")), 1);
 	json_decref(o);
