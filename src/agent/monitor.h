@@ -143,8 +143,10 @@ typedef void (*crun__mon_observer)(void *arg, const struct crun__monitor *m,
 struct crun__monitor {
 	/* Fixed at init. */
 	char run_id[256];
-	char node[256]; /* this host's name */
-	char node_id[330];
+	char node[256];	   /* this host's name */
+	char node_id[330]; /* with rendezvous, this agent's id in the store
+			    * (agent.c sets it after the rendezvous's
+			    * setup); empty without */
 	int max_restarts;
 	int nproc;
 	uint64_t started_ms;

@@ -15,7 +15,7 @@
 # - the pictures: scripts/plot-job draws the events as a PNG, when gnuplot
 #   is there.
 # Every line of every file must parse as JSON (python3's json.loads).
-# shellcheck disable=SC2016,SC2154 source-path=SCRIPTDIR
+# shellcheck disable=SC2016,SC2054,SC2154 source-path=SCRIPTDIR
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/multinode-lib.sh"
