@@ -12,6 +12,7 @@
 #   first's events show the round closed, member_evicted, a restart with
 #   cause node_left, member_left and a round of one node, and the stopped
 #   agent's own show its eviction once it runs again;
+# - a straggler: one line with its rank, step, ratio and step time;
 # - the pictures: scripts/plot-job draws the events as a PNG, when gnuplot
 #   is there.
 # Every line of every file must parse as JSON (python3's json.loads).
@@ -109,6 +110,20 @@ has "$tmp/b.err" "crun: cannot open the events file '$tmp/no/such/dir/e.jsonl': 
 [ ! -e "$tmp/started" ] || fail "a worker started with a bad events path"
 crun --events= true >/dev/null 2>"$tmp/b.err"
 [ $? = 2 ] || fail "an empty events path must exit 2"
+
+# --- a straggler (tests/helpers/step_worker.py: rank 1 at 3x the step time)
+crun --standalone --nproc-per-node=2 --max-restarts=0 --straggler-window=3 \
+	--events "$tmp/s.jsonl" "$CRUN_TEST_HELPERS_SRC/step_worker.py" 8 0.05 1 0.15 \
+	>"$tmp/s.out" 2>"$tmp/s.err" || fail "straggler run: $(cat "$tmp/s.err")"
+check "$tmp/s.jsonl" '
+s = ev[first("straggler")]
+assert s["rank"] == 1 and s["local_rank"] == 1 and s["pid"] > 0 and s["step"] >= 2, s
+assert 1.5 <= s["ratio"] < 10 and 0.1 < s["seconds"] < 1, s
+assert names().count("straggler") == 1, names()
+r = ev[first("round_formed")]
+assert r["nnodes"] == 1 and r["world_size"] == 2 and "members" not in r, r
+assert ev[-1]["event"] == "job_finished" and ev[-1]["exit_code"] == 0, ev[-1]
+'
 
 # --- an eviction: the host goes on alone -----------------------------------
 port=$(free_port)
