@@ -20,12 +20,15 @@
  *                  the dead workers' GPUs before a restart; gpu.c (pure)
  *   output.c       output pipes: lines, prefixes, console, log files
  *   summary.c      failure records, the summary, error files (JSON)
+ *   monitor.c      what an operator sees of this node (pure)
+ *   events.c       the events file: the monitor's events as JSON lines
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
  *   liveness.c     who is hung and why (pure)
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
  *   reaper.c       the guard process that kills workers if crun dies */
 #include "agent/agent_store.h"
 #include "agent/gpu_watch.h"
+#include "agent/events.h"
 #include "agent/group.h"
 #include "agent/monitor.h"
 #include "agent/output.h"
@@ -115,6 +118,7 @@ struct agent {
 	 * status in the store, the metrics endpoint and the events file. */
 	struct crun__monitor monitor;
 	struct crun__gpu_watch gpus; /* NVML: samples, release waits */
+	struct crun__events events; /* --events; fd -1: none */
 	struct group group;
 };
 
@@ -390,9 +394,18 @@ static void say_alive(uv_timer_t *t)
 {
 	struct agent *a = t->data;
 	const struct crun__agent_rdzv *r = &a->spec->rdzv;
+	uint64_t now = uv_now(&a->loop), window = (uint64_t)a->group.frozen_after_ms;
+	char why[96];
 
+	/* The first tick after a stop longer than the window: the store has
+	 * dropped this node (what the loss and the workers' exits say next). */
+	if (window && now - a->group.last_alive_ms >= window) {
+		snprintf(why, sizeof(why), "this agent was stopped for %.1fs",
+			 (double)(now - a->group.last_alive_ms) / 1000.0);
+		crun__monitor_member_evicted(&a->monitor, crun__wall_ms(), NULL, why);
+	}
 	agent_reaper_alive(&a->reaper, r->keep_alive_interval_ms * r->keep_alive_max_attempt);
-	a->group.last_alive_ms = uv_now(&a->loop);
+	a->group.last_alive_ms = now;
 }
 
 static void close_handles(struct agent *a)
@@ -468,8 +481,35 @@ static void free_token_env(struct agent *a)
 	}
 }
 
+/* The job's end as the events file and the status tell it. */
+static void record_end(struct agent *a, enum crun__group_end end)
+{
+	char msg[CRUN_MON_TEXT + 32], sig[32];
+
+	switch (end) {
+	case CRUN__GEND_SUCCEEDED:
+		snprintf(msg, sizeof(msg), "succeeded");
+		break;
+	case CRUN__GEND_STOPPED:
+		crun__signal_format(sig, sizeof(sig), a->group.core.stop_signal);
+		snprintf(msg, sizeof(msg), "stopped by %s", sig);
+		break;
+	case CRUN__GEND_NOT_FOUND:
+	case CRUN__GEND_NOT_EXECUTABLE:
+		snprintf(msg, sizeof(msg), "cannot execute '%s'", a->spec->argv[0]);
+		break;
+	default:
+		snprintf(msg, sizeof(msg), "failed%s%s", a->monitor.last_failure[0] ? ": " : "",
+			 a->monitor.last_failure);
+		break;
+	}
+	crun__monitor_job_finished(&a->monitor, crun__wall_ms(), crun__group_status(&a->group),
+				   msg);
+}
+
 static void group_finished(void *arg, enum crun__group_end end)
 {
+	record_end(arg, end);
 	/* Not after a signal or an exec failure: then crun goes now. */
 	agent_shutdown(arg, end == CRUN__GEND_SUCCEEDED || end == CRUN__GEND_FAILED ||
 				    end == CRUN__GEND_AGENT_ERROR);
@@ -551,6 +591,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		return 1;
 	}
 	g = &a->group;
+	a->events.fd = -1;
 	/* A console nobody reads must not kill the agent: writes fail with
 	 * EPIPE instead, and workers get their default back from libuv. */
 	signal(SIGPIPE, SIG_IGN);
@@ -576,6 +617,18 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		goto out_free;
 	}
 	g->monitor = &a->monitor;
+	a->heartbeat.monitor = &a->monitor;
+	a->rdzv.monitor = &a->monitor;
+	if (spec->events_path) {
+		err = crun__events_open(&a->events, spec->events_path);
+		if (err < 0) {
+			crun__error("cannot open the events file '%s': %s", spec->events_path,
+				    strerror(-err));
+			status = 2;
+			goto out_free;
+		}
+		crun__monitor_observe(&a->monitor, crun__events_observe, &a->events);
+	}
 	if (fixed_placement(spec, &place) < 0)
 		goto out_free;
 	if (setup_dirs(a) < 0)
@@ -645,6 +698,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		crun__group_rdzv_hooks(g, &hooks);
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
+		snprintf(a->monitor.node_id, sizeof(a->monitor.node_id), "%s", a->rdzv.node_id);
 		/* Twice per interval: never at the window's edge. */
 		g->frozen_after_ms =
 			spec->rdzv.keep_alive_interval_ms * spec->rdzv.keep_alive_max_attempt;
@@ -665,6 +719,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		goto out_loop;
 	}
 
+	crun__monitor_job_started(&a->monitor, crun__wall_ms());
 	crun__group_start(g);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	status = crun__group_status(g);
@@ -694,6 +749,7 @@ out_free:
 	crun__group_finish(g);
 	crun__heartbeat_finish(&a->heartbeat);
 	crun__gpu_watch_finish(&a->gpus);
+	crun__events_close(&a->events);
 	crun__monitor_finish(&a->monitor);
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);

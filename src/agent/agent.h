@@ -120,6 +120,10 @@ struct crun__agent_spec {
 	 * and keeps it (as torchrun does). Error files then live in a private
 	 * temporary directory that the agent removes at the end. */
 	const char *log_dir;
+	/* The events file (events.h), appended to from the start; NULL:
+	 * none. One that cannot be opened stops the agent before anything
+	 * starts (exit status 2). */
+	const char *events_path;
 	/* Per local rank (index < nproc_per_node; arrays of that length owned
 	 * by the caller): redirect = to the file only, tee = file and console
 	 * (a stream in both is teed, as in torchrun).

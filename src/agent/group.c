@@ -198,6 +198,11 @@ static void spawn_all(struct group *g)
 	g->hang_lr = -1;
 	g->hang_recorded = false;
 	crun__straggler_watch_attempt(&g->stragglers, &g->core.place);
+	if (!g->rdzv) /* one round per attempt, numbered as the restarts */
+		crun__monitor_round_formed(g->monitor, crun__wall_ms(), g->core.place.round,
+					   g->core.place.group_rank, g->core.place.nnodes,
+					   g->core.place.world_size, g->core.place.restart_count,
+					   NULL, 0, 0);
 	for (int lr = 0; lr < spec->nproc_per_node; lr++) {
 		int err;
 		struct worker *w =
@@ -210,6 +215,8 @@ static void spawn_all(struct group *g)
 		}
 		g->workers[g->nworkers++] = w;
 		if (w->spawned) {
+			crun__monitor_worker_started(g->monitor, crun__wall_ms(), lr, w->rank,
+						     w->pid);
 			g->running++;
 			g->open_pipes += 2;
 			continue;
@@ -257,6 +264,21 @@ static const char *last_line(const struct worker *w)
 	return w->out[0].last_line[0] ? w->out[0].last_line : NULL;
 }
 
+/* The attempt's first failure, as the summary names its root cause,
+ * with the worker's last line. */
+static void note_root_cause(struct group *g)
+{
+	const struct crun__failure *f = &g->failures.v[0];
+	char line[CRUN_MON_TEXT];
+	size_t n;
+
+	crun__failure_describe(f, g->hostname, line, sizeof(line));
+	n = strlen(line);
+	if (f->last_line && !f->hang && n < sizeof(line))
+		snprintf(line + n, sizeof(line) - n, ": %s", f->last_line);
+	crun__monitor_failure(g->monitor, crun__wall_ms(), line);
+}
+
 /* A pipe of w closed: its last line is final now (the exit may have been
  * recorded before the pipe was read to its end). */
 static void update_last_line(struct group *g, const struct worker *w)
@@ -275,6 +297,8 @@ static void update_last_line(struct group *g, const struct worker *w)
 			continue;
 		free(f->last_line);
 		f->last_line = copy;
+		if (i == 0)
+			note_root_cause(g);
 	}
 }
 
@@ -303,6 +327,8 @@ static void record_failure(struct group *g, int lr)
 
 	if (crun__failures_add(&g->failures, &f) < 0)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
+	else if (g->failures.n == 1)
+		note_root_cause(g);
 	g->attempt_failed = true;
 }
 
@@ -470,6 +496,7 @@ static void worker_hung(void *arg, const struct crun__liveness_hang *h)
 	g->hang_lr = h->worker;
 	g->hang = *h;
 	crun__liveness_describe(h, g->hang_msg, sizeof(g->hang_msg));
+	crun__monitor_worker_hung(g->monitor, crun__wall_ms(), h->worker, g->hang_msg);
 	crun__error("rank %d (local rank %d, pid %d) hung: %s; taking its stack, then "
 		    "stopping the workers",
 		    w->rank, w->local_rank, (int)w->pid, g->hang_msg);
@@ -566,6 +593,11 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		}
 		return;
 	case CRUN__GNOTE_RESTARTING:
+		crun__monitor_restart(g->monitor, crun__wall_ms(),
+				      g->failures.n && g->failures.v[0].hang
+					      ? CRUN_MON_CAUSE_WORKER_HUNG
+					      : CRUN_MON_CAUSE_WORKER_FAILED,
+				      g->core.place.restart_count);
 		if (!g->failures.n) {
 			crun__warn("worker group failed; restarting (restart %d of %d)",
 				   g->core.place.restart_count, g->spec->max_restarts);
@@ -586,6 +618,11 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		const char *why = g->round_end ? g->round_end : "?";
 		long long round = (long long)g->round_end_round;
 
+		if (!g->core.exhausted)
+			crun__monitor_restart(g->monitor, crun__wall_ms(), g->round_end_cause,
+					      g->round_end_count >= 0
+						      ? g->round_end_count
+						      : g->core.place.restart_count);
 		if (g->core.exhausted)
 			crun__error("round %lld ended: %s", round, why);
 		else if (g->round_end_joined)
@@ -764,6 +801,9 @@ static void feed(struct group *g, const struct crun__group_event *first)
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}
+		if (g->core.state != was)
+			crun__monitor_group_state(g->monitor,
+						  crun__group_state_name(g->core.state));
 		if (!g->next_n)
 			break;
 		ev = take_next(g);
@@ -784,6 +824,8 @@ static void worker_exited(struct worker *w, void *arg)
 	};
 
 	g->running--;
+	crun__monitor_worker_exited(g->monitor, crun__wall_ms(), w->local_rank, w->exit_code,
+				    w->term_signal);
 	if (g->rdzv && g->frozen_after_ms > 0 &&
 	    uv_now(g->loop) - g->last_alive_ms >= (uint64_t)g->frozen_after_ms) {
 		char why[96];
@@ -825,6 +867,15 @@ static void rdzv_ended(void *arg, const struct crun__round_end *end)
 	g->round_end_round = end->round;
 	g->round_end_count = end->restart_count;
 	g->round_end_joined = end->node_joined;
+	g->round_end_cause =
+		crun__mon_round_end_cause(end->node_joined, end->node_left, end->message);
+	crun__monitor_round_closed(g->monitor, crun__wall_ms(), end->message);
+	if (end->node_left)
+		crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
+					     end->left_host ? end->left_host : "unknown",
+					     end->message);
+	if (!end->node_joined && !g->failures.n) /* another node's, as the summary says */
+		crun__monitor_failure(g->monitor, crun__wall_ms(), end->message);
 	feed(g, &ev);
 }
 
@@ -839,10 +890,16 @@ static void rdzv_failed(void *arg, bool lost, const char *message)
 {
 	struct group *g = arg;
 	struct crun__group_event ev = {.kind = lost ? CRUN__GEV_STORE_LOST : CRUN__GEV_RDZV_ERROR};
+	enum crun__group_stop was = g->core.stop;
 
 	g->rdzv_msg = message;
 	feed(g, &ev);
 	g->rdzv_msg = NULL;
+	/* The attempt ends for the loss: the workers start again in a new
+	 * round. */
+	if (lost && was != CRUN__GSTOP_LOST && g->core.stop == CRUN__GSTOP_LOST)
+		crun__monitor_restart(g->monitor, crun__wall_ms(), CRUN_MON_CAUSE_STORE_LOST,
+				      g->core.place.restart_count);
 }
 
 /* ---- lifecycle ---- */
@@ -866,6 +923,7 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	err = crun__straggler_watch_init(&g->stragglers, g->loop, g->spec, g->rdzv, g->hostname);
 	if (err < 0)
 		return err;
+	g->stragglers.monitor = g->monitor;
 	g->spawner->exited = worker_exited;
 	g->spawner->pipe_closed = pipe_closed;
 	g->spawner->arg = g;

@@ -99,6 +99,7 @@ struct group {
 	int64_t round_end_round;
 	int64_t round_end_count;
 	bool round_end_joined;
+	enum crun__mon_cause round_end_cause; /* of the restart that follows */
 	const char *rdzv_msg;
 	/* Events the actions of a step caused (spawned, a join that failed),
 	 * stepped in order after it: a ring of at most one per action. */

@@ -6,6 +6,7 @@
  * understood change nothing; the first one is said at debug level. */
 #include "agent/heartbeat.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -177,6 +178,7 @@ static void chan_line(struct beat_chan *c, const char *line, size_t len)
 	default:
 		break;
 	}
+	crun__monitor_worker_beat(hb->monitor, crun__wall_ms(), c->lr, step);
 }
 
 static void chan_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

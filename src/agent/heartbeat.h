@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "agent/liveness.h"
+#include "agent/monitor.h"
 
 /* The descriptor a worker's channel has, and its variable. */
 #define CRUN__HEARTBEAT_FD 3
@@ -46,6 +47,7 @@ struct crun__heartbeat {
 	void (*hung)(void *arg, const struct crun__liveness_hang *h);
 	void (*on_step)(void *arg, int local_rank, int64_t step, double work_s, uint64_t now_ms);
 	void *arg;
+	struct crun__monitor *monitor; /* records every beat; NULL: none */
 
 	/* The edge's own. */
 	struct crun__liveness core;

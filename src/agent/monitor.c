@@ -53,6 +53,18 @@ const char *crun__mon_worker_state_name(enum crun__mon_worker_state s)
 	return (unsigned)s < CRUN_MON_W_NSTATES ? worker_state_names[s] : "unknown";
 }
 
+enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
+					       const char *message)
+{
+	if (node_joined)
+		return CRUN_MON_CAUSE_NODE_JOINED;
+	if (node_left)
+		return CRUN_MON_CAUSE_NODE_LEFT;
+	if (message && strstr(message, " hung: "))
+		return CRUN_MON_CAUSE_WORKER_HUNG;
+	return CRUN_MON_CAUSE_WORKER_FAILED;
+}
+
 static void reset_worker(struct crun__mon_worker *w, int local_rank)
 {
 	int gpu = w->gpu;
@@ -341,13 +353,16 @@ void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__
 	m->restart_count = restart_count;
 	struct crun__mon_event ev = event(m, CRUN_MON_RESTART, now_ms);
 	ev.cause = cause;
+	for (int lr = 0; lr < m->nproc; lr++)
+		if (m->workers[lr].step > ev.step)
+			ev.step = m->workers[lr].step;
 	ev.restart_count = restart_count;
 	emit(m, &ev);
 }
 
 void crun__monitor_store_lost(struct crun__monitor *m, uint64_t now_ms, const char *why)
 {
-	if (!m)
+	if (!m || m->store_lost)
 		return;
 	m->store_lost = true;
 	struct crun__mon_event ev = event(m, CRUN_MON_STORE_LOST, now_ms);

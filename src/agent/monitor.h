@@ -128,7 +128,8 @@ struct crun__mon_event {
 	int term_signal;	    /* WORKER_EXITED */
 	enum crun__mon_cause cause; /* RESTART */
 	int64_t restart_count;	    /* RESTART: after it */
-	int64_t step;		    /* STRAGGLER, WORKER_HUNG; -1: none */
+	int64_t step;		    /* STRAGGLER, WORKER_HUNG, RESTART (the
+				     * highest a local worker beat); -1: none */
 	double value;		    /* STRAGGLER: ratio; GPU_WAIT: seconds */
 	const char *node;	    /* MEMBER_*: that node's host; else NULL
 				     * (this node) */
@@ -142,8 +143,10 @@ typedef void (*crun__mon_observer)(void *arg, const struct crun__monitor *m,
 struct crun__monitor {
 	/* Fixed at init. */
 	char run_id[256];
-	char node[256]; /* this host's name */
-	char node_id[330];
+	char node[256];	   /* this host's name */
+	char node_id[330]; /* with rendezvous, this agent's id in the store
+			    * (agent.c sets it after the rendezvous's
+			    * setup); empty without */
 	int max_restarts;
 	int nproc;
 	uint64_t started_ms;
@@ -199,6 +202,12 @@ int crun__monitor_observe(struct crun__monitor *m, crun__mon_observer fn, void *
 const char *crun__mon_event_name(enum crun__mon_event_kind k);
 const char *crun__mon_cause_name(enum crun__mon_cause c);
 const char *crun__mon_worker_state_name(enum crun__mon_worker_state s);
+/* The cause of the restart that follows a round the store ended: a node
+ * joined, a node left (or the store dropped it), a worker hung (the
+ * store's message of a hang, "rank 5 (local rank 1) on b hung: ..."),
+ * else a worker failed. */
+enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
+					       const char *message);
 
 /* What the agent's parts record. Each updates the state above and, where
  * an operator cares, emits one event. */
@@ -237,6 +246,8 @@ void crun__monitor_worker_pace(struct crun__monitor *m, uint64_t now_ms, int loc
 void crun__monitor_failure(struct crun__monitor *m, uint64_t now_ms, const char *line);
 void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__mon_cause cause,
 			   int64_t restart_count);
+/* Emits STORE_LOST once per outage (again only after a recovery), and
+ * STORE_RECOVERED only while lost. */
 void crun__monitor_store_lost(struct crun__monitor *m, uint64_t now_ms, const char *why);
 void crun__monitor_store_recovered(struct crun__monitor *m, uint64_t now_ms);
 /* The NVML sampler's GPUs (copied; ngpus <= what init allows: any). 0 or

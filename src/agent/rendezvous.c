@@ -377,6 +377,7 @@ int crun__rdzv_join(struct agent_rdzv *r)
 	int rc;
 
 	r->gen++;
+	r->join_ms = crun__wall_ms();
 	if (r->assigned) {
 		crun__rdzv_assignment_finish(&r->asg);
 		r->assigned = false;
@@ -526,6 +527,37 @@ static void fail_event(struct agent_rdzv *r)
 	r->hooks.failed(r->hooks.arg, false, r->error_msg);
 }
 
+/* The assigned round's members, for the monitor. */
+static void record_round(struct agent_rdzv *r)
+{
+	const struct crun__rdzv_assignment *asg = &r->asg;
+	struct crun__mon_member *m = calloc((size_t)asg->nnodes, sizeof(*m));
+
+	for (int i = 0; m && i < asg->nnodes; i++) {
+		m[i].group_rank = i;
+		snprintf(m[i].node_id, sizeof(m[i].node_id), "%s", asg->nodes[i].node_id);
+		snprintf(m[i].host, sizeof(m[i].host), "%s", asg->nodes[i].host);
+		snprintf(m[i].addr, sizeof(m[i].addr), "%s", asg->nodes[i].addr);
+		m[i].local_world_size = asg->nodes[i].nproc;
+	}
+	crun__monitor_round_formed(r->monitor, crun__wall_ms(), asg->round, asg->group_rank,
+				   asg->nnodes, asg->world_size, asg->restart_count, m,
+				   m ? asg->nnodes : 0, r->join_ms);
+	free(m);
+}
+
+/* The host of the member a round's end names ("node 1 (b) left: ..."),
+ * or NULL. */
+static const char *left_host(const struct agent_rdzv *r, const char *text)
+{
+	int rank, n = 0;
+
+	if (sscanf(text, "node %d (%n", &rank, &n) != 1 || !n || rank < 0 ||
+	    rank >= r->asg.nnodes || !strstr(text, ") left"))
+		return NULL;
+	return r->asg.nodes[rank].host;
+}
+
 /* The round is assigned and MASTER_ADDR/PORT known: the attempt's place. */
 static void ready(struct agent_rdzv *r)
 {
@@ -548,6 +580,8 @@ static void ready(struct agent_rdzv *r)
 		    asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
 		    place.restart_count, place.master_addr, place.master_port);
 	r->placed = true;
+	record_round(r);
+	crun__monitor_store_recovered(r->monitor, crun__wall_ms());
 	if (r->rejoining) {
 		r->rejoining = false;
 		uv_timer_stop(&r->rejoin_timer);
@@ -1011,6 +1045,8 @@ static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 		.round = r->asg.round,
 		.exhausted = !strcmp(reason, "exhausted"),
 		.node_joined = !strcmp(reason, "join"),
+		.node_left = !strcmp(reason, "left"),
+		.left_host = left_host(r, text),
 		.restart_count = n,
 		.message = text,
 	};
@@ -1056,6 +1092,7 @@ static void report_lost(struct agent_rdzv *r, const char *why)
 	}
 	set_error(r, "lost the rendezvous store at '%s' (%s); rejoining within %s", r->endpoint,
 		  why, crun__rdzv_format_ms(r->spec->rdzv.rejoin_timeout_ms, t, sizeof(t)));
+	crun__monitor_store_lost(r->monitor, crun__wall_ms(), r->error_msg);
 	r->hooks.failed(r->hooks.arg, true, r->error_msg);
 }
 
@@ -1135,6 +1172,7 @@ static void begin_resume(struct agent_rdzv *r, const char *why)
 		r->resume_since = uv_now(r->loop);
 		r->resume_by = r->resume_since + (uint64_t)r->spec->rdzv.reconnect_timeout_ms;
 		snprintf(r->resume_why, sizeof(r->resume_why), "%s", why);
+		crun__monitor_store_lost(r->monitor, crun__wall_ms(), why);
 		crun__warn("lost the rendezvous store at '%s' (%s); the workers keep running; "
 			   "reconnecting for up to %s",
 			   r->endpoint, why,
@@ -1201,6 +1239,8 @@ static void resumed_round_over(struct agent_rdzv *r, const char *message)
 	r->ended = true;
 	end = (struct crun__round_end){
 		.round = r->asg.round,
+		.node_left = left_host(r, text) != NULL,
+		.left_host = left_host(r, text),
 		.restart_count = -1,
 		.message = text,
 	};
@@ -1228,6 +1268,7 @@ static void got_resume(struct agent_rdzv *r, int status, const char *message,
 		r->connected = true;
 		crun__info("resumed round %" PRId64 " with the store at '%s' after %.1fs",
 			   r->asg.round, r->endpoint, away);
+		crun__monitor_store_recovered(r->monitor, crun__wall_ms());
 		if (r->fail_msg)
 			send_fail(r);
 		if (r->done_sent && send_done(r) < 0)
@@ -1279,6 +1320,7 @@ static void store_gone(struct agent_rdzv *r, const char *why)
 		  "cannot go on without it; a job that must survive the loss of node 0 uses a "
 		  "standalone crun-rdzvd (crun-rdzvd(8))",
 		  r->endpoint, why);
+	crun__monitor_store_lost(r->monitor, crun__wall_ms(), r->error_msg);
 	fail_event(r);
 }
 

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/monitor.h"
 #include "agent/placement.h"
 #include "rendezvous/rdzv.h"
 
@@ -23,6 +24,9 @@ struct crun__round_end {
 	int64_t round;
 	bool exhausted;	       /* the restarts are exhausted: the job ends */
 	bool node_joined;      /* a node joined: not counted as a restart */
+	bool node_left;	       /* a node left, or the store dropped it */
+	const char *left_host; /* that node's host when the message names a
+				* member of the round; else NULL */
 	int64_t restart_count; /* the run's restart count after it; -1:
 				* unknown (a resume refused because the round
 				* ended: the next assignment tells) */
@@ -64,6 +68,11 @@ struct agent_rdzv {
 	const struct crun__agent_spec *spec;
 	char hostname[256];
 	struct crun__rdzv_hooks hooks;
+	/* Set by the owner: records the rounds and the store's losses
+	 * (monitor.h); NULL: nothing. */
+	struct crun__monitor *monitor;
+	uint64_t join_ms; /* wall time of the last join, for the round's
+			   * duration */
 	struct crun__aclient *client;
 	bool connected;
 	bool join_wanted;   /* join as soon as connected */

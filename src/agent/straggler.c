@@ -390,6 +390,17 @@ int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_even
 	return out;
 }
 
+bool crun__straggler_pace(const struct crun__straggler *s, int local_rank, double *step_ms,
+			  double *median_ms)
+{
+	if (local_rank < 0 || local_rank >= s->nlocal || s->ranks[local_rank].step_ms < 0 ||
+	    !s->median_ok || s->median <= 0)
+		return false;
+	*step_ms = s->ranks[local_rank].step_ms;
+	*median_ms = s->median;
+	return true;
+}
+
 int crun__straggler_format(const struct crun__straggler_event *ev, const char *host, char *buf,
 			   size_t len)
 {

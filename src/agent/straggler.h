@@ -115,6 +115,11 @@ int crun__straggler_remote_add(struct crun__straggler *s, const char *text, size
  * sorting the whole job's step times: the other nodes' are sorted once
  * when they arrive, this node's on each change. */
 int crun__straggler_check(struct crun__straggler *s, struct crun__straggler_event *ev, int max);
+/* Local rank local_rank's step time (the median of its window, ms) and
+ * the job's median as the last crun__straggler_check() found it; false
+ * when either is unknown. */
+bool crun__straggler_pace(const struct crun__straggler *s, int local_rank, double *step_ms,
+			  double *median_ms);
 
 /* The event's line, host naming this node:
  *   "rank 5 on host-b is a straggler: 0.31 s/step, 1.9x the job's median

@@ -19,6 +19,7 @@
 #include "agent/straggler_watch.h"
 #include "agent/straggler.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ static void decide(struct straggler_watch *w)
 {
 	struct crun__straggler_event ev[8];
 	char line[512];
+	double step_ms, median_ms;
 	int n;
 
 	do {
@@ -38,8 +40,15 @@ static void decide(struct straggler_watch *w)
 				crun__warn("%s", line);
 			else
 				crun__info("%s", line);
+			crun__monitor_worker_pace(
+				w->monitor, crun__wall_ms(), ev[i].local_rank, ev[i].step_ms / 1e3,
+				ev[i].step_ms / ev[i].median_ms, ev[i].kind == CRUN_STRAGGLER_SLOW);
 		}
 	} while (n == 8);
+	for (int lr = 0; w->monitor && lr < w->nlocal; lr++)
+		if (crun__straggler_pace(w->core, lr, &step_ms, &median_ms))
+			crun__monitor_worker_pace(w->monitor, 0, lr, step_ms / 1e3,
+						  step_ms / median_ms, false);
 }
 
 static void got_steps(void *arg, int status, const char *message,
@@ -108,6 +117,7 @@ int crun__straggler_watch_init(struct straggler_watch *w, uv_loop_t *loop,
 	w->loop = loop;
 	w->rdzv = rdzv;
 	w->hostname = hostname;
+	w->nlocal = spec->nproc_per_node;
 	if (conf.factor == 0)
 		return 0;
 	w->core = crun__straggler_create(&conf, spec->nproc_per_node, 0);

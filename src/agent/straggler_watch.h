@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "agent/agent.h"
+#include "agent/monitor.h"
 #include "agent/placement.h"
 #include "agent/rendezvous.h"
 
@@ -33,6 +34,10 @@ struct straggler_watch {
 	uv_loop_t *loop;
 	struct agent_rdzv *rdzv; /* NULL without rendezvous */
 	const char *hostname;
+	/* Set by the owner after init: gets each local rank's pace after a
+	 * decision, and the stragglers named; NULL: nothing. */
+	struct crun__monitor *monitor;
+	int nlocal;
 	struct crun__straggler *core; /* NULL: disabled */
 	uv_timer_t timer;
 	bool timer_open;

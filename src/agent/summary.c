@@ -469,6 +469,19 @@ static void remote_report(const struct crun__summary_job *job)
 	free(t.p);
 }
 
+void crun__failure_describe(const struct crun__failure *f, const char *hostname, char *buf,
+			    size_t len)
+{
+	char what[320];
+
+	if (f->hang)
+		snprintf(what, sizeof(what), "%s", f->hang);
+	else
+		agent_describe_exit(what, sizeof(what), f->exit_code, f->term_signal);
+	snprintf(buf, len, "rank %d (local_rank %d) on %s %s", f->rank, f->local_rank, hostname,
+		 what);
+}
+
 void crun__summary_report(const struct crun__summary_job *job, const struct crun__failures *fl)
 {
 	struct text t = {0};
@@ -504,7 +517,7 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 		crun__error("job failed (out of memory while writing the failure summary)");
 
 	if (job->own_error_file) {
-		char what[256];
+		char what[512];
 		char *text = NULL, *message = NULL;
 		size_t len = 0;
 		int code = root->hang	       ? 1
@@ -512,12 +525,8 @@ void crun__summary_report(const struct crun__summary_job *job, const struct crun
 					       : root->exit_code;
 		int err;
 
-		if (root->hang)
-			snprintf(what, sizeof(what), "%s", root->hang);
-		else
-			agent_describe_exit(what, sizeof(what), root->exit_code, root->term_signal);
-		if (asprintf(&message, "%s FAILED: rank %d (local_rank %d) on %s %s", job->name,
-			     root->rank, root->local_rank, job->hostname, what) < 0)
+		crun__failure_describe(root, job->hostname, what, sizeof(what));
+		if (asprintf(&message, "%s FAILED: %s", job->name, what) < 0)
 			message = NULL;
 		/* A hung worker wrote nothing that says why: crun's word. */
 		if (root->error_file && !root->hang && read_file(root->error_file, &text, &len) < 0)

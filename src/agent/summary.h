@@ -49,6 +49,12 @@ void agent_describe_exit(char *buf, size_t len, int exit_code, int term_signal);
 /* "SIGTERM", or "signal 70" for one without a name. */
 void crun__signal_format(char *buf, size_t len, int sig);
 
+/* The root cause as the summary and crun's error file name it: "rank 3
+ * (local_rank 1) on node2 exited with code 1", "... hung: no heartbeat
+ * for 30 s, last step 1184". */
+void crun__failure_describe(const struct crun__failure *f, const char *hostname, char *buf,
+			    size_t len);
+
 /* What the summary says about the job. */
 struct crun__summary_job {
 	const char *name; /* "train.py" in "train.py FAILED" */

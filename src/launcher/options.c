@@ -194,6 +194,10 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "prefix of each console line, torchrun's template: ${role_name}, "
 	  "${rank}, ${local_rank}, ${hostname} are substituted, other text kept "
 	  "(also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)", G_OUTPUT },
+	{ CRUN_OPT_EVENTS, "events", 0, true, true, true, "FILE", "none",
+	  "append the job's events (rounds, members, workers, restarts, the "
+	  "store, stragglers) to FILE, one JSON object per line; see crun(1) "
+	  "EVENTS", G_OUTPUT },
 
 	{ CRUN_OPT_HEARTBEAT_TIMEOUT, "heartbeat-timeout", 0, true, true, true,
 	  "DURATION", "180s",
@@ -1025,6 +1029,12 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 			return -EINVAL;
 		}
 		return set_string(&o->log_dir, v, err, errlen);
+	case CRUN_OPT_EVENTS:
+		if (!*v) {
+			crun__seterr(err, errlen, "expected a file");
+			return -EINVAL;
+		}
+		return set_string(&o->events, v, err, errlen);
 	case CRUN_OPT_REDIRECTS:
 	case CRUN_OPT_TEE: {
 		struct crun__std_spec *dst = id == CRUN_OPT_TEE ? &o->tee : &o->redirects;
@@ -1118,6 +1128,7 @@ void crun__launch_opts_finish(struct crun__launch_opts *o)
 	free(o->exclude);
 	free(o->ssh_options);
 	free(o->log_dir);
+	free(o->events);
 	crun__std_spec_finish(&o->redirects);
 	crun__std_spec_finish(&o->tee);
 	free(o->log_line_prefix_template);

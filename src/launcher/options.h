@@ -117,6 +117,7 @@ enum crun__launch_opt {
 	CRUN_OPT_TEE,
 	CRUN_OPT_LOCAL_RANKS_FILTER,
 	CRUN_OPT_LOG_LINE_PREFIX_TEMPLATE,
+	CRUN_OPT_EVENTS,
 	CRUN_OPT_HEARTBEAT_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_INITIAL_TIMEOUT,
 	CRUN_OPT_HEARTBEAT_SECTION_TIMEOUTS,
@@ -211,6 +212,7 @@ struct crun__launch_opts {
 	 * NULL: none. */
 	char *hostfile, *include, *exclude, *ssh_options;
 	char *log_dir; /* NULL: no log files */
+	char *events;  /* --events FILE; NULL: none */
 	struct crun__std_spec redirects, tee;
 	int *ranks_filter; /* --local-ranks-filter; NULL: all */
 	size_t nranks_filter;

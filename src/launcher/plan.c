@@ -555,6 +555,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->master_port = plan->master_port;
 	spec->local_addr = o->local_addr;
 	spec->log_dir = o->log_dir;
+	spec->events_path = o->events;
 	spec->redirects = plan->redirects;
 	spec->tee = plan->tee;
 	spec->console_ranks = plan->console_ranks;
@@ -710,6 +711,7 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	}
 	fprintf(f, "virtual_local_rank=%d\n", o->virtual_local_rank);
 	fprintf(f, "log_dir=%s\n", o->log_dir ? o->log_dir : "");
+	fprintf(f, "events=%s\n", o->events ? o->events : "");
 	print_std(f, "redirects", &o->redirects);
 	print_std(f, "tee", &o->tee);
 	fputs("local_ranks_filter=", f);
