@@ -279,7 +279,7 @@ static int save(struct run *r)
 	struct crun__ckpt_meta meta;
 	char path[PATH_MAX], human[32];
 	int64_t t0 = crun__trace_now_us(), dt;
-	uint64_t bytes = 0;
+	uint64_t start = crun__now_ns(), bytes = 0;
 	int rc;
 
 	memset(&meta, 0, sizeof(meta));
@@ -296,7 +296,7 @@ static int save(struct run *r)
 	if (rc)
 		return crun__train_fatal(EXIT_FAILED, "checkpoint of step %lld failed: %s",
 					 (long long)r->step, r->err);
-	dt = crun__trace_now_us() - t0;
+	dt = (int64_t)((crun__now_ns() - start) / 1000);
 	crun__ckpt_path(r->cfg->checkpoint.dir, r->step, path, sizeof(path));
 	if (r->trace) {
 		struct crun__trace_event ev = {

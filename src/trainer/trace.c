@@ -9,9 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+/* ev grows by doubling, up to capacity. */
 struct crun__trace {
 	int rank, world;
-	size_t capacity, n;
+	size_t capacity, n, alloc;
 	uint64_t dropped;
 	struct crun__trace_event *ev;
 };
@@ -33,11 +34,6 @@ struct crun__trace *crun__trace_create(int rank, int world, size_t capacity)
 	t->rank = rank;
 	t->world = world;
 	t->capacity = capacity;
-	t->ev = calloc(capacity ? capacity : 1, sizeof(*t->ev));
-	if (!t->ev) {
-		free(t);
-		return NULL;
-	}
 	return t;
 }
 
@@ -58,6 +54,19 @@ int crun__trace_add(struct crun__trace *t, const struct crun__trace_event *ev)
 	if (t->n >= t->capacity) {
 		t->dropped++;
 		return -ENOSPC;
+	}
+	if (t->n == t->alloc) {
+		size_t alloc = t->alloc ? 2 * t->alloc : 256;
+
+		if (alloc > t->capacity)
+			alloc = t->capacity;
+		e = realloc(t->ev, alloc * sizeof(*e));
+		if (!e) {
+			t->dropped++;
+			return -ENOMEM;
+		}
+		t->ev = e;
+		t->alloc = alloc;
 	}
 	e = &t->ev[t->n++];
 	*e = *ev;

@@ -57,9 +57,10 @@ struct crun__trace *crun__trace_create(int rank, int world, size_t capacity);
 /* Frees t; NULL is allowed. */
 void crun__trace_destroy(struct crun__trace *t);
 
-/* Records ev (its text copied). 0; -ENOSPC when the recorder is full (the
- * event is counted as dropped); -ENOMEM when its text could not be copied
- * (the event is kept without it). */
+/* Records ev (its text copied). 0; -ENOSPC when the recorder is full, or
+ * -ENOMEM when its memory could not grow (the event is counted as
+ * dropped); -ENOMEM also when the text could not be copied (the event is
+ * kept without it). Memory grows with the events, up to capacity. */
 int crun__trace_add(struct crun__trace *t, const struct crun__trace_event *ev);
 
 size_t crun__trace_count(const struct crun__trace *t);

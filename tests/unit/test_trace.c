@@ -169,6 +169,18 @@ static void test_bounds(void **state)
 	assert_int_equal(crun__trace_save(t, path), -ENOENT);
 	crun__trace_destroy(t);
 	crun__trace_destroy(NULL);
+
+	/* memory grows with the events, up to the capacity */
+	t = crun__trace_create(0, 1, 1000);
+	assert_non_null(t);
+	for (int i = 0; i < 1200; i++) {
+		ev.ts_us = i;
+		assert_int_equal(crun__trace_add(t, &ev), i < 1000 ? 0 : -ENOSPC);
+	}
+	doc = parse_trace(t);
+	assert_int_equal(count_x(doc, "forward"), 1000);
+	json_decref(doc);
+	crun__trace_destroy(t);
 }
 
 static struct crun__comm *single_comm(void)
