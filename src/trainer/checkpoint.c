@@ -367,7 +367,8 @@ static int comm_fail(struct crun__comm *comm, int rc, char *err, size_t errlen)
 }
 
 int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
-		    const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen)
+		    const struct crun__ckpt_meta *meta, int64_t keep, uint64_t *bytes, char *err,
+		    size_t errlen)
 {
 	int rank = crun__comm_rank(comm), world = crun__comm_size(comm);
 	char sdir[PATH_MAX], path[PATH_MAX];
@@ -431,6 +432,11 @@ int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const c
 		}
 	}
 
+	if (bytes) {
+		*bytes = 0;
+		for (int r = 0; r < world; r++)
+			*bytes += (uint64_t)status[4 * r + 1];
+	}
 	flag = 0;
 	if (rank == 0) {
 		rc = write_manifest(sdir, meta, status, world);

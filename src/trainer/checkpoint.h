@@ -45,10 +45,12 @@ struct crun__ckpt_meta {
 
 /* Writes the checkpoint of step (collective over comm) and then keeps only
  * the newest `keep` complete checkpoints in dir. 0 on every rank when the
- * checkpoint is complete, else a negative errno with the reason in err
- * (the same result on every rank unless the comm layer failed). */
+ * checkpoint is complete, with the bytes of all its shards in *bytes
+ * (NULL: not wanted), else a negative errno with the reason in err (the
+ * same result on every rank unless the comm layer failed). */
 int crun__ckpt_save(struct crun__parallel *par, struct crun__comm *comm, const char *dir,
-		    const struct crun__ckpt_meta *meta, int64_t keep, char *err, size_t errlen);
+		    const struct crun__ckpt_meta *meta, int64_t keep, uint64_t *bytes, char *err,
+		    size_t errlen);
 
 /* Step of the newest complete checkpoint in dir: 0 and *step, or -ENOENT
  * when there is none (also when dir does not exist). */

@@ -126,10 +126,18 @@ static const struct crun__config_key keys[] = {
 	 "steps between progress lines"},
 	{"log", "csv", CRUN_CONFIG_STRING, F(log.csv), "", 0, 0, false, NULL,
 	 "file that receives one line of metrics per step; empty: none"},
+
+	{"trace", "path", CRUN_CONFIG_STRING, F(trace.path), "", 0, 0, false, NULL,
+	 "Chrome trace file of the step timeline, per rank ({rank}, or .rank<N> appended); "
+	 "empty: none"},
+	{"trace", "warmup", CRUN_CONFIG_INT, F(trace.warmup), "1", 0, 1e12, false, NULL,
+	 "steps of the run before the traced ones"},
+	{"trace", "steps", CRUN_CONFIG_INT, F(trace.steps), "20", 1, 100000, false, NULL,
+	 "steps traced"},
 };
 
 static const char *const sections[] = {
-	"model", "data", "optim", "train", "parallel", "checkpoint", "log",
+	"model", "data", "optim", "train", "parallel", "checkpoint", "log", "trace",
 };
 
 const struct crun__config_key *crun__train_config_keys(size_t *count)
@@ -391,7 +399,7 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 	if (root->kind != CRUN__YAML_MAPPING) {
 		crun__seterr(err, errlen,
 			     "config '%s' line %d: expected a mapping of sections (model, data, "
-			     "optim, train, parallel, checkpoint, log)",
+			     "optim, train, parallel, checkpoint, log, trace)",
 			     path, root->line);
 		return -EINVAL;
 	}

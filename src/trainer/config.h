@@ -4,7 +4,7 @@
  * checks that the two agree.
  *
  * A config is a YAML mapping of sections (model, data, optim, train,
- * parallel, checkpoint, log), each a mapping of scalar keys. Loading and
+ * parallel, checkpoint, log, trace), each a mapping of scalar keys. Loading and
  * --set overrides check every key and value; errors name the key and, for
  * files, the line:
  *   "config 'x.yaml' line 4: unknown key 'model.widht'" */
@@ -75,6 +75,11 @@ struct crun__train_config {
 		int64_t every;
 		char *csv;
 	} log;
+	struct {
+		char *path; /* "": no trace */
+		int64_t warmup;
+		int64_t steps;
+	} trace;
 };
 
 enum crun__config_type {

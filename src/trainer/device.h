@@ -36,6 +36,7 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
+#include "trainer/trace.h"
 
 enum crun__queue {
 	CRUN__QUEUE_COMPUTE,
@@ -177,6 +178,15 @@ struct crun__device_ops {
 	 * 0, or a negative errno when communication failed meanwhile. */
 	int (*finish)(struct crun__device *d, double *loss, double *sumsq);
 
+	/* Timing for the step timeline (trace.h) on a device whose operations
+	 * return before they are done; both NULL on a synchronous device, whose
+	 * operations the host's clock times. stamp records a point in queue q's
+	 * order and returns its number in the step (0, 1, ...); stamp_times,
+	 * after the step's finish, converts the step's n stamps to wall-clock
+	 * microseconds (crun__trace_now_us's clock) and forgets them. */
+	int (*stamp)(struct crun__device *d, enum crun__queue q);
+	void (*stamp_times)(struct crun__device *d, int64_t *us, int n);
+
 	void (*memory)(const struct crun__device *d, struct crun__device_memory *out);
 	void (*times)(const struct crun__device *d, struct crun__device_times *out);
 	/* One line about the device for the log ("" for none). */
@@ -194,6 +204,10 @@ struct crun__device {
 	int gathered[2]; /* unit in each gather buffer; -1: none */
 	int gather_slot; /* the gather buffer in use */
 	int bucket_slot; /* the gradient bucket being filled */
+	/* Bytes per element of the compute type and of gradient reductions,
+	 * for the trace (4 unless the device's attach says otherwise). */
+	size_t compute_size, reduce_size;
+	struct crun__sched_trace *trace; /* schedule.c's: the step being traced */
 };
 
 extern const struct crun__device_ops crun__device_cpu_ops;
@@ -223,6 +237,16 @@ int crun__schedule_step(struct crun__device *d, const struct crun__optim *o, con
 			double *grad_norm);
 int crun__schedule_forward(struct crun__device *d, const uint8_t *tokens, int rows,
 			   double *loss_sum);
+/* The step timeline: the next crun__schedule_step (that one only; not
+ * crun__schedule_forward) records its operations into t (trace.h) as step
+ * `step`, on the tracks compute (forward and
+ * backward per unit), comm (each collective, with its elements and
+ * bytes), optimizer (gradient norm, AdamW) and step (the whole step);
+ * t NULL records nothing. t must outlive the step. 0, or -ENOMEM. */
+int crun__schedule_trace(struct crun__device *d, struct crun__trace *t, int64_t step);
+/* The most events one step of d records (for the recorder's capacity). */
+size_t crun__schedule_trace_events(const struct crun__device *d);
+
 /* The host's parameters and optimizer state to the device (after
  * init_params or loading a checkpoint); the device's to the host (before
  * saving or crun__parallel_param_l2). No-ops on a device that does not

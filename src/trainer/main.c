@@ -16,6 +16,7 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
+#include "trainer/trace.h"
 
 #include <cblas.h>
 #include <crun/worker.h>
@@ -83,6 +84,8 @@ struct run {
 	int64_t step; /* steps completed */
 	double last_loss;
 	double val_loss;
+	struct crun__trace *trace; /* trace.path's recorder; NULL: none */
+	char trace_path[PATH_MAX];
 	char err[512];
 };
 
@@ -258,9 +261,25 @@ static int resume(struct run *r)
 	return 0;
 }
 
+/* Writes the trace file as it stands (a failure is a warning: the trace
+ * is an aid, not the training). */
+static void save_trace(struct run *r)
+{
+	int rc;
+
+	if (!r->trace)
+		return;
+	rc = crun__trace_save(r->trace, r->trace_path);
+	if (rc)
+		crun__warn("cannot write trace '%s': %s", r->trace_path, strerror(-rc));
+}
+
 static int save(struct run *r)
 {
 	struct crun__ckpt_meta meta;
+	char path[PATH_MAX], human[32];
+	int64_t t0 = crun__trace_now_us(), dt;
+	uint64_t start = crun__now_ns(), bytes = 0;
 	int rc;
 
 	memset(&meta, 0, sizeof(meta));
@@ -272,13 +291,30 @@ static int save(struct run *r)
 	crun__schedule_download(r->dev, true);
 	crun_worker_heartbeat_section("checkpoint", 1);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
-			     r->cfg->checkpoint.keep, r->err, sizeof(r->err));
+			     r->cfg->checkpoint.keep, &bytes, r->err, sizeof(r->err));
 	crun_worker_heartbeat_section("checkpoint", 0);
 	if (rc)
 		return crun__train_fatal(EXIT_FAILED, "checkpoint of step %lld failed: %s",
 					 (long long)r->step, r->err);
-	if (crun__log_enabled(CRUN_LOG_DEBUG))
-		crun__debug("checkpoint of step %lld written", (long long)r->step);
+	dt = (int64_t)((crun__now_ns() - start) / 1000);
+	crun__ckpt_path(r->cfg->checkpoint.dir, r->step, path, sizeof(path));
+	if (r->trace) {
+		struct crun__trace_event ev = {
+			.name = "checkpoint",
+			.track = CRUN__TRACK_CHECKPOINT,
+			.ts_us = t0,
+			.dur_us = dt,
+			.step = r->step,
+			.unit = -1,
+			.bytes = bytes,
+			.text = path,
+		};
+
+		crun__trace_add(r->trace, &ev);
+	}
+	fmt_bytes((size_t)bytes, human, sizeof(human));
+	out_line(r, "checkpoint of step %lld saved to '%s' (%llu bytes, %s, %.2f s)",
+		 (long long)r->step, path, (unsigned long long)bytes, human, (double)dt * 1e-6);
 	return 0;
 }
 
@@ -390,6 +426,7 @@ static int train_loop(struct run *r)
 	int64_t steps = cfg->train.steps, first = r->step;
 	uint64_t t0 = crun__now_ns(), t_log = t0;
 	int64_t step_log = r->step;
+	int64_t trace_from = first + cfg->trace.warmup, trace_to = trace_from + cfg->trace.steps;
 	int rc;
 
 	while (r->step < steps) {
@@ -404,6 +441,9 @@ static int train_loop(struct run *r)
 
 		fill_batch(r, s);
 		slow_down(r);
+		if (r->trace && s >= trace_from && s < trace_to &&
+		    crun__schedule_trace(r->dev, r->trace, s + 1))
+			return crun__train_fatal(EXIT_FAILED, "out of memory for the trace");
 		rc = crun__schedule_step(r->dev, &r->optim, r->tokens, r->global_batch, s + 1, lr,
 					 &loss, &gnorm);
 		if (rc)
@@ -415,6 +455,8 @@ static int train_loop(struct run *r)
 						 loss, (long long)s + 1);
 		r->step = s + 1;
 		r->last_loss = loss;
+		if (r->trace && r->step == trace_to)
+			save_trace(r); /* the traced steps are done: the file need not wait */
 		waited = crun__comm_wait_ns(r->comm) - waited;
 		t_step = crun__now_ns() - t_step;
 		work = t_step > waited ? (double)(t_step - waited) * 1e-9 : 0;
@@ -636,6 +678,26 @@ static int setup(struct run *r)
 		 mem.gather_bytes ? xb : "", mem.gather_bytes ? " for the gathered unit)" : "", gb,
 		 ob);
 
+	if (cfg->trace.path[0]) {
+		size_t cap = (size_t)cfg->trace.steps * crun__schedule_trace_events(r->dev) + 1024;
+
+		if (crun__trace_path(cfg->trace.path, r->rank, r->world, r->trace_path,
+				     sizeof(r->trace_path)))
+			return crun__train_fatal(EXIT_USAGE, "trace.path '%s': name too long",
+						 cfg->trace.path);
+		r->trace = crun__trace_create(r->rank, r->world, cap);
+		if (!r->trace)
+			return crun__train_fatal(EXIT_FAILED, "out of memory for the trace");
+		/* an empty trace now: a path that cannot be written fails at once */
+		rc = crun__trace_save(r->trace, r->trace_path);
+		if (rc) {
+			crun__trace_destroy(r->trace);
+			r->trace = NULL;
+			return crun__train_fatal(EXIT_USAGE, "cannot write trace '%s': %s",
+						 r->trace_path, strerror(-rc));
+		}
+	}
+
 	r->optim.lr = cfg->optim.lr;
 	r->optim.schedule = (enum crun__lr_schedule)crun__lr_schedule_parse(cfg->optim.schedule);
 	r->optim.warmup_steps = cfg->optim.warmup_steps;
@@ -717,6 +779,8 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 			r.val_loss / M_LN2);
 	rc = summarize(&r, (double)(crun__now_ns() - t0) * 1e-9, trained);
 out:
+	save_trace(&r);
+	crun__trace_destroy(r.trace);
 	if (r.csv && fclose(r.csv) != 0 && !rc)
 		rc = crun__train_fatal(EXIT_FAILED, "cannot write metrics '%s': %s", cfg->log.csv,
 				       strerror(errno));

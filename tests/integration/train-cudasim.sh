@@ -9,7 +9,11 @@
 # - bf16 with activation checkpointing and bf16 reductions over nccl: the
 #   same loss as fp32 within 2%;
 # - resume on the device equals uninterrupted, bitwise (zero3 over nccl);
-# - a device too small for the model: one line, exit 78.
+# - a device too small for the model: one line, exit 78;
+# - trace.path on the device: the spans come from CUDA events on the
+#   compute and comm streams, in stream order, and tracing leaves the
+#   numbers bitwise unchanged (the traced run is the resume test's
+#   reference).
 # The jobs run under two stream schedules, so that a missing stream
 # dependency shows in one of them as wrong numbers: lazy (a stream runs
 # only when the host needs it: the comm stream runs late) and first-late
@@ -98,7 +102,34 @@ echo "ok out of device memory: $(cat "$tmp/oom.err")"
 export CUDASIM_SCHED=lazy
 par="--set train.device=cuda --set parallel.backend=nccl --set parallel.strategy=zero3"
 rargs="$SMALL --set train.steps=8 --set checkpoint.every=2 --set parallel.bucket_mb=0.05"
-run_ranks 2 full $rargs $par --set checkpoint.dir="$tmp/full" || fail "uninterrupted run failed"
+run_ranks 2 full $rargs $par --set checkpoint.dir="$tmp/full" \
+	--set trace.path="$tmp/full-{rank}.json" --set trace.steps=3 || fail "uninterrupted run failed"
+"$CRUN_SOURCE_DIR/scripts/trace-merge" "$tmp/full.json" "$tmp/full-0.json" "$tmp/full-1.json" \
+	>/dev/null || fail "trace-merge of the device's traces failed"
+python3 - "$tmp/full.json" <<'PY' || fail "the device's trace is wrong"
+import json, sys
+x = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for pid in (0, 1):
+    for s in (2, 3, 4):
+        es = [e for e in x if e["pid"] == pid and e["args"]["step"] == s
+              and e["cat"] != "checkpoint"]
+        fw = [e for e in es if e["name"] == "forward"]
+        bw = [e for e in es if e["name"] == "backward"]
+        assert len(fw) == len(bw) >= 3, (pid, s, len(fw), len(bw))
+        assert [e["args"]["unit"] for e in fw] == list(range(len(fw))), fw
+        for name in ("reduce-scatter", "all-gather", "adamw", "grad norm"):
+            assert any(e["name"] == name for e in es), (pid, s, name)
+        # one stream: each compute span starts after the one before ends
+        comp = sorted((e for e in es if e["cat"] in ("compute", "optimizer")),
+                      key=lambda e: e["ts"])
+        for a, b in zip(comp, comp[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + 1, (a, b)
+        step = [e for e in es if e["name"] == "step"][0]
+        for e in es:
+            assert e["dur"] >= 0 and step["ts"] <= e["ts"] + 1, (e, step)
+            assert e["ts"] + e["dur"] <= step["ts"] + step["dur"] + 1, (e, step)
+print("ok device trace: %d spans" % len(x))
+PY
 run_ranks 2 part $rargs $par --set checkpoint.dir="$tmp/part" --set train.stop_at=4 ||
 	fail "interrupted run failed"
 TORCHELASTIC_RESTART_COUNT=1 run_ranks 2 resumed $rargs $par --set checkpoint.dir="$tmp/part" ||

@@ -932,8 +932,17 @@ static void test_checkpoint(void **state)
 	meta.model = m->cfg;
 	meta.n_params = m->n_params;
 	for (int64_t s = 1; s <= 3; s++) {
+		uint64_t bytes = 0;
+		struct stat st;
+
 		meta.step = s;
-		assert_int_equal(crun__ckpt_save(a, comm, dir, &meta, 2, err, sizeof(err)), 0);
+		assert_int_equal(crun__ckpt_save(a, comm, dir, &meta, 2, &bytes, err, sizeof(err)),
+				 0);
+		/* the bytes of its one shard */
+		crun__ckpt_path(dir, s, path, sizeof(path));
+		strcat(path, "/shard-00000-of-00001.bin");
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(bytes, (uint64_t)st.st_size);
 	}
 	/* keep 2: step 1 is gone */
 	crun__ckpt_path(dir, 1, path, sizeof(path));

@@ -8,7 +8,12 @@
  * and z3_gathered/z3_freed[slot] (a gather buffer is full / may be
  * overwritten) guard the double buffers. Collectives are issued from this
  * thread in the schedule's order, which every rank shares, as NCCL
- * requires. */
+ * requires.
+ *
+ * The trace's stamps (device.h) are timing events recorded on cs or ms.
+ * The first stamp of a step records a reference event on cs and waits for
+ * it, so that the host's clock then is its wall time; after the step,
+ * cudaEventElapsedTime from the reference gives every stamp's. */
 #include "trainer/cuda/parallel.h"
 #include "common/util.h"
 
@@ -45,7 +50,12 @@ struct crun__cuda_parallel {
 	 * step end; and the sums of the phases over timed steps */
 	cudaEvent_t t_ev[4];
 	struct crun__device_times times;
-	int64_t seen;	 /* steps, timed or not */
+	int64_t seen; /* steps, timed or not */
+	/* the trace's stamps of this step, and their reference */
+	cudaEvent_t tr_ref, *tr_ev;
+	int tr_n, tr_cap;
+	bool tr_ref_set;
+	int64_t tr_ref_us;
 	float *g_full;	 /* grads_full: pad_len */
 	float *g_seg[2]; /* otherwise: W * max_chunk each */
 	float *g_shard;	 /* zero1-3: shard_len */
@@ -297,6 +307,11 @@ static void free_buffers(struct crun__cuda_parallel *pc)
 	for (int i = 0; i < 4; i++)
 		if (pc->t_ev[i])
 			cudaEventDestroy(pc->t_ev[i]);
+	if (pc->tr_ref)
+		cudaEventDestroy(pc->tr_ref);
+	for (int i = 0; i < pc->tr_cap; i++)
+		cudaEventDestroy(pc->tr_ev[i]);
+	free(pc->tr_ev);
 	if (pc->own_ms)
 		cudaStreamDestroy(pc->ms);
 	/* everything from the world size on is attach's */
@@ -319,6 +334,8 @@ static int cuda_attach(struct crun__device *d, char *err, size_t errlen)
 	pc->nccl = crun__comm_is_nccl(d->comm);
 	pc->reduce_bf16 = pc->t == CRUN_DTYPE_BF16 && !pc->copts.reduce_fp32 && pc->nccl;
 	W = (size_t)pc->world;
+	d->compute_size = pc->es;
+	d->reduce_size = pc->reduce_bf16 ? 2 : sizeof(float);
 
 	pc->cs = ctx->stream;
 	if (pc->nccl) {
@@ -727,6 +744,50 @@ static int cuda_finish(struct crun__device *d, double *loss, double *sumsq)
 	return 0;
 }
 
+static int cuda_stamp(struct crun__device *d, enum crun__queue q)
+{
+	struct crun__cuda_parallel *pc = cu(d);
+
+	if (!pc->tr_ref_set) {
+		if (!pc->tr_ref)
+			CRUN_CUDA_CHECK(cudaEventCreateWithFlags(&pc->tr_ref, cudaEventDefault));
+		CRUN_CUDA_CHECK(cudaEventRecord(pc->tr_ref, pc->cs));
+		CRUN_CUDA_CHECK(cudaEventSynchronize(pc->tr_ref));
+		pc->tr_ref_us = crun__trace_now_us();
+		pc->tr_ref_set = true;
+	}
+	if (pc->tr_n == pc->tr_cap) {
+		int cap = pc->tr_cap ? 2 * pc->tr_cap : 64;
+		cudaEvent_t *ev = realloc(pc->tr_ev, (size_t)cap * sizeof(*ev));
+
+		if (!ev)
+			return -1; /* a span without its time: not recorded */
+		pc->tr_ev = ev;
+		for (; pc->tr_cap < cap; pc->tr_cap++)
+			CRUN_CUDA_CHECK(
+				cudaEventCreateWithFlags(&pc->tr_ev[pc->tr_cap], cudaEventDefault));
+	}
+	CRUN_CUDA_CHECK(cudaEventRecord(pc->tr_ev[pc->tr_n], stream(pc, q)));
+	return pc->tr_n++;
+}
+
+static void cuda_stamp_times(struct crun__device *d, int64_t *us, int n)
+{
+	struct crun__cuda_parallel *pc = cu(d);
+
+	for (int i = 0; us && i < n; i++) {
+		float ms = 0;
+
+		if (i < pc->tr_n) {
+			CRUN_CUDA_CHECK(cudaEventSynchronize(pc->tr_ev[i]));
+			CRUN_CUDA_CHECK(cudaEventElapsedTime(&ms, pc->tr_ref, pc->tr_ev[i]));
+		}
+		us[i] = pc->tr_ref_us + (int64_t)llround((double)ms * 1000.0);
+	}
+	pc->tr_n = 0;
+	pc->tr_ref_set = false;
+}
+
 static void cuda_memory(const struct crun__device *d, struct crun__device_memory *out)
 {
 	const struct crun__cuda_parallel *pc = (const struct crun__cuda_parallel *)d;
@@ -786,6 +847,8 @@ const struct crun__device_ops crun__device_cuda_ops = {
 	.finish = cuda_finish,
 	.memory = cuda_memory,
 	.times = cuda_times,
+	.stamp = cuda_stamp,
+	.stamp_times = cuda_stamp_times,
 	.describe = cuda_describe,
 };
 
