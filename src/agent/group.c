@@ -561,6 +561,11 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		}
 		return;
 	case CRUN__GNOTE_RESTARTING:
+		crun__monitor_restart(g->monitor, crun__wall_ms(),
+				      g->failures.n && g->failures.v[0].hang
+					      ? CRUN_MON_CAUSE_WORKER_HUNG
+					      : CRUN_MON_CAUSE_WORKER_FAILED,
+				      g->core.place.restart_count);
 		if (!g->failures.n) {
 			crun__warn("worker group failed; restarting (restart %d of %d)",
 				   g->core.place.restart_count, g->spec->max_restarts);
@@ -581,6 +586,13 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		const char *why = g->round_end ? g->round_end : "?";
 		long long round = (long long)g->round_end_round;
 
+		if (!g->core.exhausted)
+			crun__monitor_restart(g->monitor, crun__wall_ms(),
+					      g->round_end_joined ? CRUN_MON_CAUSE_NODE_JOINED
+								  : CRUN_MON_CAUSE_WORKER_FAILED,
+					      g->round_end_count >= 0 || !g->monitor
+						      ? g->round_end_count
+						      : g->monitor->restart_count);
 		if (g->core.exhausted)
 			crun__error("round %lld ended: %s", round, why);
 		else if (g->round_end_joined)
