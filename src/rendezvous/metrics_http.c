@@ -22,10 +22,12 @@ struct mconn {
 	struct crun__metrics_http *m;
 	struct mconn *prev, *next;
 	uv_write_t wreq;
+	uv_shutdown_t sreq;
 	char *out;	  /* the reply being written */
 	size_t len, took; /* bytes in buf; of them, the request answered */
 	int open_handles;
 	bool reading, writing, close_after, closing;
+	bool draining; /* replied and shut down: reading to discard until EOF */
 	char buf[CRUN_HTTP_MAX_HEAD];
 };
 
@@ -103,6 +105,34 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void process(struct mconn *c);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct mconn *c = req->data;
+
+	if (status < 0 && !c->closing)
+		close_conn(c);
+}
+
+/* After the last reply: a close with unread bytes in the kernel (the
+ * rest of a refused request, pipelined ones after a close) would reset
+ * the connection and could destroy the reply before the client reads it
+ * (RFC 9112 9.6). So the write side is shut down and what comes is read
+ * and dropped until the client closes, for CRUN_METRICS_LINGER_MS at
+ * most. */
+static void linger(struct mconn *c)
+{
+	c->draining = true;
+	c->len = c->took = 0;
+	c->sreq.data = c;
+	if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+		close_conn(c);
+		return;
+	}
+	uv_timer_start(&c->timer, on_idle, CRUN_METRICS_LINGER_MS, 0);
+	if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, on_read) == 0)
+		c->reading = true;
+}
+
 static void on_written(uv_write_t *w, int status)
 {
 	struct mconn *c = w->data;
@@ -112,8 +142,12 @@ static void on_written(uv_write_t *w, int status)
 	c->writing = false;
 	if (c->closing)
 		return;
-	if (status < 0 || c->close_after) {
+	if (status < 0) {
 		close_conn(c);
+		return;
+	}
+	if (c->close_after) {
+		linger(c);
 		return;
 	}
 	memmove(c->buf, c->buf + c->took, c->len - c->took);
@@ -208,6 +242,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	struct mconn *c = s->data;
 
 	(void)buf;
+	if (c->draining) {
+		c->len = 0;
+		if (nread < 0)
+			close_conn(c);
+		return;
+	}
 	if (nread < 0) {
 		/* The peer is done sending: answer what is whole, then close. */
 		if (c->reading) {

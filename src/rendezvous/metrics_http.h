@@ -7,7 +7,10 @@
  * more gets a 503 and is closed), a request head of CRUN_HTTP_MAX_HEAD
  * bytes, one reply in flight per connection (pipelined requests wait
  * their turn, and the connection is not read meanwhile), and
- * CRUN_METRICS_IDLE_MS without a complete request closes a connection. */
+ * CRUN_METRICS_IDLE_MS without a complete request closes a connection.
+ * A reply that ends the connection is followed by a shutdown of the write
+ * side, and the connection closes when the client closes its side or
+ * CRUN_METRICS_LINGER_MS later. */
 #ifndef CRUN_RENDEZVOUS_METRICS_HTTP_H
 #define CRUN_RENDEZVOUS_METRICS_HTTP_H
 
@@ -16,6 +19,9 @@
 
 #define CRUN_METRICS_MAX_CONNS 64
 #define CRUN_METRICS_IDLE_MS 15000
+/* After a reply that closes the connection, how long the endpoint waits
+ * for the client to close first. */
+#define CRUN_METRICS_LINGER_MS 2000
 
 struct crun__prom;
 struct crun__metrics_http;
