@@ -56,7 +56,9 @@ struct crun__http_reply {
 /* The reply to a parse's result (crun__http_parse's return; req is read
  * only when it is > 0): GET or HEAD of path (exactly, e.g. "/metrics")
  * is the metrics, another path 404, another method 405, a parse error
- * its status; every error closes the connection. */
+ * its status. A parse error and a 405 close the connection (the rest of
+ * the bytes cannot be trusted to start a request); 200 and 404 keep it as
+ * the request asked. */
 void crun__http_route(int parsed, const struct crun__http_request *req, const char *path,
 		      struct crun__http_reply *reply);
 

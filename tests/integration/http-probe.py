@@ -5,12 +5,14 @@
       in one write, prints the status code of each reply until the server
       closes (or 3 s of silence), then "closed" or "open"
   http-probe.py split HOST PORT       one GET sent a byte at a time
-  http-probe.py many HOST PORT N      opens N connections at once, then
-      sends a GET on each; prints "200=A 503=B other=C"
+  http-probe.py many HOST PORT N      opens N connections at once, reads
+      the replies the server sends unasked, then sends a GET on each of the
+      others; prints "200=A 503=B other=C"
   http-probe.py idle HOST PORT SECS   connects, sends nothing; prints
       "closed after S" when the server closes within SECS, else "open"
 """
 import re
+import select
 import socket
 import sys
 import time
@@ -71,14 +73,19 @@ def main():
         codes, closed = replies(s)
         print(" ".join(map(str, codes)), "closed" if closed else "open")
     elif mode == "many":
+        # The endpoint answers a connection past its limit at once (503)
+        # and closes it: read those first, then send a GET on the others.
         n = int(sys.argv[4])
         conns = [socket.create_connection((host, port)) for _ in range(n)]
         count = {200: 0, 503: 0, "other": 0}
+        deadline = time.monotonic() + 1.0
+        early = set()
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([s for s in conns if s not in early], [], [], 0.1)
+            early.update(ready)
         for s in conns:
-            try:
+            if s not in early:
                 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            except OSError:
-                pass
         for s in conns:
             try:
                 codes, _ = replies(s, 5.0)
