@@ -87,12 +87,12 @@ if r.get("status") == "success" and len(res) == 1:
     print(res[0]["value"][1])'
 }
 # wait_query EXPR TEST SECS: until query EXPR gives a value v for which
-# the python expression TEST holds; sets qv to it
+# the awk expression TEST holds; sets qv to it
 wait_query() {
 	local v
 	for _ in $(seq $(($3 * 4))); do
 		v=$(query "$1")
-		if [ -n "$v" ] && python3 -c "v = float('$v'); import sys; sys.exit(0 if ($2) else 1)"; then
+		if [ -n "$v" ] && awk -v v="$v" "BEGIN { exit !($2) }"; then
 			qv=$v
 			return 0
 		fi
