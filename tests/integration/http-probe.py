@@ -52,6 +52,8 @@ def replies(s, deadline=3.0, methods=()):
                 break
             codes.append(code)
             buf = buf[total:]
+    if buf:
+        codes.append("junk")  # bytes that are no whole reply
     return codes, closed
 
 
