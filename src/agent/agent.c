@@ -25,11 +25,14 @@
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
  *   liveness.c     who is hung and why (pure)
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
- *   reaper.c       the guard process that kills workers if crun dies */
+ *   reaper.c       the guard process that kills workers if crun dies
+ *   metrics.c      the monitor as Prometheus metrics (pure); the endpoint
+ *                  is rendezvous/metrics_http.c */
 #include "agent/agent_store.h"
 #include "agent/gpu_watch.h"
 #include "agent/events.h"
 #include "agent/group.h"
+#include "agent/metrics.h"
 #include "agent/monitor.h"
 #include "agent/output.h"
 #include "agent/reaper.h"
@@ -37,8 +40,13 @@
 #include "agent/spawn.h"
 #include "common/log.h"
 #include "common/fs.h"
+#include "common/procstat.h"
+#include "common/prom.h"
 #include "common/util.h"
+#include "crun-config.h"
+#include "rendezvous/metrics_http.h"
 #include "rendezvous/server.h"
+#include "rendezvous/server_metrics.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -88,6 +96,7 @@ void crun__agent_spec_init(struct crun__agent_spec *spec)
 	spec->rdzv.reconnect_timeout_ms = 60000;
 	spec->gpu_sample_interval_ms = 5000;
 	spec->gpu_release_timeout_ms = 50000;
+	spec->metrics_port = -1;
 }
 
 struct agent {
@@ -106,10 +115,11 @@ struct agent {
 	struct console console[2];
 	struct reaper reaper;
 	struct crun__server *server;
-	char *store_env; /* CRUN_STORE=host:port */
-	char *token_env; /* CRUN_TOKEN=... */
-	char *log_root;	 /* <log_dir>/<run_id>, or NULL */
-	char *tmp_dir;	 /* private dir for error files, or NULL */
+	struct crun__metrics_http *metrics; /* --metrics-port; NULL: none */
+	char *store_env;		    /* CRUN_STORE=host:port */
+	char *token_env;		    /* CRUN_TOKEN=... */
+	char *log_root;			    /* <log_dir>/<run_id>, or NULL */
+	char *tmp_dir;			    /* private dir for error files, or NULL */
 
 	struct agent_rdzv rdzv;
 	struct crun__spawner spawner;
@@ -425,6 +435,47 @@ static void close_handles(struct agent *a)
 		crun__server_destroy(a->server, server_gone, NULL);
 		a->server = NULL;
 	}
+	crun__metrics_http_destroy(a->metrics);
+	a->metrics = NULL;
+}
+
+/* The endpoint's text: the agent's figures, the store's when this agent
+ * hosts one, the process's. */
+static int render_metrics(void *arg, struct crun__prom *out)
+{
+	struct agent *a = arg;
+	struct crun__procstat ps;
+
+	crun__metrics_build_info(out, CRUN_VERSION);
+	crun__agent_metrics_render(out, &a->monitor, crun__wall_ms());
+	if (a->server)
+		crun__server_metrics_render(out, crun__server_stats(a->server),
+					    crun__server_connections(a->server));
+	crun__procstat_read(&ps, a->monitor.started_ms);
+	crun__procstat_render(out, &ps);
+	return 0;
+}
+
+static int setup_metrics(struct agent *a)
+{
+	const char *host = a->spec->metrics_host ? a->spec->metrics_host : "0.0.0.0";
+	char err[512];
+	int rc;
+
+	a->metrics = crun__metrics_http_create(&a->loop, render_metrics, a);
+	if (!a->metrics) {
+		crun__error("out of memory");
+		return -ENOMEM;
+	}
+	rc = crun__metrics_http_listen(a->metrics, host, a->spec->metrics_port, err, sizeof(err));
+	if (rc < 0) {
+		crun__error("metrics: %s", err);
+		return rc;
+	}
+	crun__info(strchr(host, ':') ? "metrics at http://[%s]:%d/metrics"
+				     : "metrics at http://%s:%d/metrics",
+		   host, crun__metrics_http_port(a->metrics));
+	return 0;
 }
 
 static void linger_over(uv_timer_t *t)
@@ -693,6 +744,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 		goto out_loop;
 	}
 	if (setup_signals(a) < 0)
+		goto out_loop;
+	if (spec->metrics_port >= 0 && setup_metrics(a) < 0)
 		goto out_loop;
 	if (spec->rdzv.enabled) {
 		crun__group_rdzv_hooks(g, &hooks);

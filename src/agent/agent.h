@@ -257,6 +257,12 @@ struct crun__agent_spec {
 	 * the inherited environment and before the torchrun variables.
 	 * NULL-terminated; may be NULL. */
 	char **extra_env;
+
+	/* The metrics endpoint (rendezvous/metrics_http.h, agent/metrics.h):
+	 * http://metrics_host:metrics_port/metrics; port 0 picks a free one,
+	 * -1 (the default): none. metrics_host NULL: 0.0.0.0. */
+	int metrics_port;
+	const char *metrics_host;
 };
 
 /* The environment of worker local rank L, global rank R = node_rank *

@@ -227,6 +227,13 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "print this help and exit", G_CRUN },
 	{ CRUN_OPT_VERSION, "version", 0, false, false, false, NULL, NULL,
 	  "print the version and exit", G_CRUN },
+	{ CRUN_OPT_METRICS_PORT, "metrics-port", 0, true, true, true, "PORT", "off",
+	  "serve Prometheus metrics of this node at http://HOST:PORT/metrics "
+	  "(crun(1) METRICS); 0 picks a free port, printed at start", G_CRUN },
+	{ CRUN_OPT_METRICS_HOST, "metrics-host", 0, true, true, true, "ADDR",
+	  "0.0.0.0",
+	  "address the metrics endpoint listens on; 127.0.0.1 keeps it to this "
+	  "machine", G_CRUN },
 };
 /* clang-format on */
 
@@ -964,6 +971,18 @@ static int apply(struct crun__launch_opts *o, enum crun__launch_opt id, const ch
 		if (check_host(v, err, errlen) < 0)
 			return -EINVAL;
 		return set_string(&o->master_addr, v, err, errlen);
+	case CRUN_OPT_METRICS_PORT:
+		if (!isdigit((unsigned char)*v) ||
+		    crun__parse_int64(v, 0, 65535, &n, NULL, 0) < 0) {
+			crun__seterr(err, errlen, "expected a port from 0 to 65535");
+			return -EINVAL;
+		}
+		o->metrics_port = (int)n;
+		return 0;
+	case CRUN_OPT_METRICS_HOST:
+		if (check_host(v, err, errlen) < 0)
+			return -EINVAL;
+		return set_string(&o->metrics_host, v, err, errlen);
 	case CRUN_OPT_MASTER_PORT:
 		if (!isdigit((unsigned char)*v) ||
 		    crun__parse_int64(v, 1, 65535, &n, NULL, 0) < 0) {
@@ -1094,6 +1113,7 @@ void crun__launch_opts_init(struct crun__launch_opts *o)
 	o->rdzv_backend = CRUN_RDZV_C10D;
 	crun__rdzv_conf_init(&o->rdzv_conf);
 	o->max_restarts = 3;
+	o->metrics_port = -1;
 	o->monitor_interval_ms = 100;
 	o->straggler_factor = CRUN__STRAGGLER_FACTOR;
 	o->straggler_window = CRUN__STRAGGLER_WINDOW;
@@ -1123,6 +1143,7 @@ void crun__launch_opts_finish(struct crun__launch_opts *o)
 	free(o->role);
 	free(o->master_addr);
 	free(o->local_addr);
+	free(o->metrics_host);
 	free(o->hostfile);
 	free(o->include);
 	free(o->exclude);

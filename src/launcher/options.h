@@ -126,6 +126,8 @@ enum crun__launch_opt {
 	CRUN_OPT_DRY_RUN,
 	CRUN_OPT_HELP,
 	CRUN_OPT_VERSION,
+	CRUN_OPT_METRICS_PORT,
+	CRUN_OPT_METRICS_HOST,
 	CRUN_OPT_COUNT,
 };
 
@@ -230,6 +232,8 @@ struct crun__launch_opts {
 	bool virtual_local_rank;
 	struct crun__liveness_config heartbeat; /* 180 s, 600 s, no sections, 0 */
 	char *config_path;			/* -c/--config; NULL: none */
+	int metrics_port;			/* --metrics-port; -1: off */
+	char *metrics_host;			/* NULL: 0.0.0.0 */
 
 	/* The command and its arguments: pointers into the caller's argv,
 	 * valid as long as it is. */

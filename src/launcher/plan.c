@@ -543,6 +543,8 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->node_rank = o->node_rank;
 	spec->role = o->role ? o->role : "default";
 	spec->max_restarts = o->max_restarts;
+	spec->metrics_port = o->metrics_port;
+	spec->metrics_host = o->metrics_host;
 	spec->straggler_factor = o->straggler_factor;
 	spec->straggler_window = o->straggler_window;
 	spec->gpu_sample_interval_ms = o->gpu_sample_interval_ms;
@@ -680,6 +682,11 @@ void crun__launch_plan_print(FILE *f, const struct crun__launch_plan *plan,
 	fprintf(f, "agent_store=%s\n", plan->agent_store_why);
 	fprintf(f, "role=%s\n", o->role ? o->role : "default");
 	fprintf(f, "max_restarts=%d\n", o->max_restarts);
+	if (o->metrics_port >= 0)
+		fprintf(f, "metrics=%s:%d\n", o->metrics_host ? o->metrics_host : "0.0.0.0",
+			o->metrics_port);
+	else
+		fprintf(f, "metrics=off\n");
 	fprintf(f, "shutdown_timeout_ms=%lld\n", (long long)o->shutdown_timeout_ms);
 	fprintf(f, "min_attempt_time_ms=%lld\n", (long long)o->min_attempt_ms);
 	fprintf(f, "monitor_interval_ms=%lld\n", (long long)o->monitor_interval_ms);

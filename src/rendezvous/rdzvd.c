@@ -15,11 +15,15 @@
 
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/procstat.h"
+#include "common/prom.h"
 #include "common/util.h"
 #include "crun-config.h"
 #include "rendezvous/journal_file.h"
+#include "rendezvous/metrics_http.h"
 #include "rendezvous/notify.h"
 #include "rendezvous/server.h"
+#include "rendezvous/server_metrics.h"
 #include "rendezvous/wire.h"
 
 #define EXIT_USAGE 2
@@ -44,6 +48,8 @@ enum {
 	OPT_IDLE_TIMEOUT,
 	OPT_TCPSTORE,
 	OPT_MAX_TCPSTORE,
+	OPT_METRICS_PORT,
+	OPT_METRICS_HOST,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +72,8 @@ static const struct option long_opts[] = {
 	{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
 	{"tcpstore", required_argument, NULL, OPT_TCPSTORE},
 	{"max-tcpstore-connections", required_argument, NULL, OPT_MAX_TCPSTORE},
+	{"metrics-port", required_argument, NULL, OPT_METRICS_PORT},
+	{"metrics-host", required_argument, NULL, OPT_METRICS_HOST},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"version", no_argument, NULL, 'V'},
@@ -116,6 +124,10 @@ static void usage(FILE *out)
 		"  --max-tcpstore-connections N\n"
 		"                            TCPStore connections past their first request\n"
 		"                            (default: half of --max-connections)\n"
+		"  --metrics-port PORT       serve Prometheus metrics at\n"
+		"                            http://HOST:PORT/metrics, 0 picks a free port\n"
+		"                            (default: off)\n"
+		"  --metrics-host ADDR       address of the metrics endpoint (default 0.0.0.0)\n"
 		"  -v, --verbose             log every request\n"
 		"  -q, --quiet               log warnings and errors only\n"
 		"      --version             print the version and exit\n"
@@ -194,7 +206,23 @@ struct daemon {
 	uv_signal_t sigterm, sigint;
 	struct crun__server *srv;
 	struct crun__journal_file *journal; /* --state-dir; NULL: none */
+	struct crun__metrics_http *metrics; /* --metrics-port; NULL: none */
+	uint64_t started_ms;
 };
+
+static int render_metrics(void *arg, struct crun__prom *out)
+{
+	struct daemon *d = arg;
+	struct crun__procstat ps;
+
+	crun__metrics_build_info(out, CRUN_VERSION);
+	if (d->srv)
+		crun__server_metrics_render(out, crun__server_stats(d->srv),
+					    crun__server_connections(d->srv));
+	crun__procstat_read(&ps, d->started_ms);
+	crun__procstat_render(out, &ps);
+	return 0;
+}
 
 static void on_server_done(void *arg)
 {
@@ -209,6 +237,8 @@ static void stop(struct daemon *d)
 		uv_close((uv_handle_t *)&d->sigint, NULL);
 	/* The runs the server frees now are not over: the journal keeps them. */
 	crun__journal_file_stop(d->journal);
+	crun__metrics_http_destroy(d->metrics);
+	d->metrics = NULL;
 	crun__server_destroy(d->srv, on_server_done, NULL);
 	d->srv = NULL;
 }
@@ -279,6 +309,8 @@ int main(int argc, char **argv)
 {
 	struct crun__server_opts opts = {0};
 	const char *host = "0.0.0.0", *token_file = NULL, *port_file = NULL, *state_dir = NULL;
+	const char *metrics_host = "0.0.0.0";
+	int metrics_port = -1;
 	enum crun__log_level level;
 	struct daemon d;
 	int port = 29400, opt, rc, status = 0, tcpstore = -1;
@@ -314,6 +346,23 @@ int main(int argc, char **argv)
 			port = (int)p;
 			break;
 		}
+		case OPT_METRICS_PORT: {
+			int64_t p;
+
+			if (crun__parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
+				bad_value(name, optarg, "expected a port number from 0 to 65535");
+				return EXIT_USAGE;
+			}
+			metrics_port = (int)p;
+			break;
+		}
+		case OPT_METRICS_HOST:
+			if (!*optarg) {
+				bad_value(name, optarg, "expected an address or host name");
+				return EXIT_USAGE;
+			}
+			metrics_host = optarg;
+			break;
 		case OPT_PORT_FILE:
 			port_file = optarg;
 			break;
@@ -444,6 +493,8 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	opts.token = token;
 	d.journal = NULL;
+	d.metrics = NULL;
+	d.started_ms = crun__wall_ms();
 	if (state_dir) {
 		rc = crun__journal_file_open(state_dir, &d.journal, err, sizeof(err));
 		if (rc == -EPROTO) {
@@ -495,6 +546,21 @@ int main(int argc, char **argv)
 	crun__info(strchr(host, ':') ? "listening on [%s]:%d" : "listening on %s:%d", host, port);
 	crun__info("buffer budget: %llu MiB across all connections",
 		   (unsigned long long)(crun__server_total_buffer(d.srv) >> 20));
+	if (metrics_port >= 0) {
+		d.metrics = crun__metrics_http_create(&d.loop, render_metrics, &d);
+		rc = d.metrics ? crun__metrics_http_listen(d.metrics, metrics_host, metrics_port,
+							   err, sizeof(err))
+			       : -ENOMEM;
+		if (rc < 0) {
+			crun__error("metrics: %s", d.metrics ? err : "out of memory");
+			status = 1;
+			stop(&d);
+			goto out_run;
+		}
+		crun__info(strchr(metrics_host, ':') ? "metrics at http://[%s]:%d/metrics"
+						     : "metrics at http://%s:%d/metrics",
+			   metrics_host, crun__metrics_http_port(d.metrics));
+	}
 	if (port_file) {
 		rc = write_port_file(port_file, port);
 		if (rc < 0) {

@@ -119,6 +119,7 @@ struct crun__round {
 	struct prev *prev;
 	size_t nprev;
 	int64_t ended_round; /* the last round that ended (0: none) */
+	uint64_t open_since; /* OPEN: when its first joiner came (loop ms) */
 	char *ended_why;     /* "reason: message" of that round */
 	bool last_call_armed;
 	uint64_t last_call_deadline;
@@ -506,6 +507,8 @@ static void close_open(struct crun__round *r)
 	}
 	crun__info("round %" PRId64 " of run '%s' closed with %zu node%s (world size %d)", r->round,
 		   r->run_id, n, n == 1 ? "" : "s", r->world_size);
+	if (r->ops->formed)
+		r->ops->formed(r->ctx, uv_now(r->loop) - r->open_since);
 	send_assignments(r, NULL);
 }
 
@@ -539,6 +542,8 @@ static void maybe_close_open(struct crun__round *r)
  * and freed). */
 static bool open_add(struct crun__round *r, struct rnode *n)
 {
+	if (!r->joiners.n)
+		r->open_since = uv_now(r->loop);
 	if (nodes_push(&r->joiners, n) < 0) {
 		send_err(r, n->peer, n->join_id, ENOMEM, "out of memory");
 		free(n);

@@ -37,6 +37,9 @@ struct crun__round_ops {
 	 * counts them to know when its destroy is complete). */
 	void (*handle_opened)(void *ctx);
 	void (*handle_closed)(void *ctx);
+	/* NULL, or runs when an OPEN round closes with its members assigned:
+	 * ms from its first joiner's arrival to then (for the metrics). */
+	void (*formed)(void *ctx, uint64_t ms);
 };
 
 enum crun__round_event_type {

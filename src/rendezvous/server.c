@@ -199,6 +199,7 @@ struct crun__server {
 	uint32_t seed;		     /* of the sources' hashes */
 	struct crun__budget budget;
 	struct crun__ratelimit refuse_log[REF_KINDS];
+	struct crun__server_stats stats;
 	struct conn *dirty;
 	uint8_t *scratch;
 	struct crun__wire_item *items;
@@ -245,6 +246,42 @@ static const char *show_item(char *out, size_t outlen, const struct crun__wire_i
 
 static void handle_closed(struct crun__server *srv);
 
+/* The metrics' reason of each kind (REF_LIFECYCLE is no refusal). */
+static const enum crun__server_refusal refusal_reason[REF_KINDS] = {
+	[REF_PROTOCOL] = CRUN_SRV_REF_PROTOCOL, [REF_HANDSHAKE] = CRUN_SRV_REF_HANDSHAKE,
+	[REF_AUTH] = CRUN_SRV_REF_AUTH,		[REF_PREAUTH] = CRUN_SRV_REF_PREAUTH,
+	[REF_CONNS] = CRUN_SRV_REF_CONNS,	[REF_BUDGET] = CRUN_SRV_REF_BUDGET,
+	[REF_SLOW] = CRUN_SRV_REF_SLOW,		[REF_IDLE] = CRUN_SRV_REF_IDLE,
+	[REF_TCPSTORE] = CRUN_SRV_REF_TCPSTORE,
+};
+
+const char *crun__server_refusal_name(enum crun__server_refusal r)
+{
+	static const char *const names[CRUN_SRV_NREFUSALS] = {
+		[CRUN_SRV_REF_PROTOCOL] = "protocol",
+		[CRUN_SRV_REF_HANDSHAKE] = "handshake_timeout",
+		[CRUN_SRV_REF_AUTH] = "auth",
+		[CRUN_SRV_REF_PREAUTH] = "preauth_evicted",
+		[CRUN_SRV_REF_CONNS] = "max_connections",
+		[CRUN_SRV_REF_BUDGET] = "buffer_budget",
+		[CRUN_SRV_REF_SLOW] = "request_timeout",
+		[CRUN_SRV_REF_IDLE] = "idle_timeout",
+		[CRUN_SRV_REF_TCPSTORE] = "tcpstore",
+		[CRUN_SRV_REF_FDS] = "out_of_fds",
+	};
+
+	return (unsigned)r < CRUN_SRV_NREFUSALS ? names[r] : "unknown";
+}
+
+const double crun__server_round_bounds[CRUN_SRV_ROUND_BUCKETS] = {
+	0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800,
+};
+
+const struct crun__server_stats *crun__server_stats(const struct crun__server *srv)
+{
+	return &srv->stats;
+}
+
 /* One refusal line of kind at info level, rate limited per kind
  * (REFUSE_LOG_BURST per REFUSE_LOG_PERIOD_MS); the next line allowed
  * counts those held back. */
@@ -256,6 +293,8 @@ static void log_refusal(struct crun__server *srv, enum refusal kind, const char 
 	uint64_t held;
 	va_list ap;
 
+	if (kind != REF_LIFECYCLE)
+		srv->stats.refusals[refusal_reason[kind]]++;
 	if (!crun__ratelimit_allow(&srv->refuse_log[kind], uv_now(srv->loop), &held))
 		return;
 	va_start(ap, fmt);
@@ -427,6 +466,8 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 		}
 	}
 	rc = crun__outq_put(&c->out, max, m, raw, len);
+	if (rc == 0)
+		c->srv->stats.bytes_sent += len;
 	if (rc == -EAGAIN && !c->srv->queue_only) {
 		flush_conn(c);
 		/* The flushed buffer is in flight, still charged: the new one
@@ -441,6 +482,8 @@ static int enqueue(struct conn *c, const struct crun__wire_msg *m, const void *r
 			return 0;
 		}
 		rc = c->drop ? 0 : crun__outq_put(&c->out, max, m, raw, len);
+		if (rc == 0 && !c->drop)
+			c->srv->stats.bytes_sent += len;
 	}
 	account(c);
 	if (rc == -EAGAIN) {
@@ -595,8 +638,23 @@ static void round_handle_closed(void *ctx)
 	handle_closed(ctx);
 }
 
+static void round_formed(void *ctx, uint64_t ms)
+{
+	struct crun__server_stats *st = &((struct crun__server *)ctx)->stats;
+	double s = (double)ms / 1000.0;
+	int i = 0;
+
+	st->rounds_formed++;
+	st->round_seconds_sum += s;
+	while (i < CRUN_SRV_ROUND_BUCKETS && s > crun__server_round_bounds[i])
+		i++;
+	if (i < CRUN_SRV_ROUND_BUCKETS)
+		st->round_buckets[i]++;
+}
+
 static const struct crun__round_ops round_ops = {
 	.send = round_send,
+	.formed = round_formed,
 	.flush = round_flush,
 	.handle_opened = round_handle_opened,
 	.handle_closed = round_handle_closed,
@@ -796,6 +854,7 @@ static void handle_frame(struct conn *c, const struct crun__wire_msg *m)
 		fail_conn(c, m->id, EPROTO, "protocol error", err);
 		return;
 	}
+	c->srv->stats.requests[m->type]++;
 	if (c->state == CONN_HELLO) {
 		handle_hello(c, m);
 		return;
@@ -890,6 +949,9 @@ static void handle_torch(struct conn *c, const struct crun__tcpstore_req *req)
 	char err[160];
 	int rc;
 
+	if ((unsigned)req->op <
+	    sizeof(srv->stats.tcpstore_requests) / sizeof(srv->stats.tcpstore_requests[0]))
+		srv->stats.tcpstore_requests[req->op]++;
 	rc = crun__tcpstore_begin(&c->ts, req, &m, reply, &rlen);
 	if (rc == -ENOSPC) {
 		torch_close(c, "too many requests waiting for a reply");
@@ -1326,6 +1388,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	srv->stats.bytes_received += (uint64_t)nread;
 	had_partial = c->in.len > 0;
 	if (buf->base == (char *)srv->scratch) {
 		size_t rest;
@@ -1387,6 +1450,7 @@ static void fd_log_refused(struct crun__server *srv, const char *peer)
 {
 	uint64_t held;
 
+	srv->stats.refusals[CRUN_SRV_REF_FDS]++;
 	if (!crun__ratelimit_allow(&srv->fd_log, uv_now(srv->loop), &held))
 		return;
 	if (held)
@@ -1552,6 +1616,7 @@ static void accept_one(struct crun__server *srv)
 	}
 	c->counted = true;
 	srv->nconns++;
+	srv->stats.accepted++;
 	c->last_ms = uv_now(srv->loop);
 	if (preauth_enter(c) < 0) {
 		crun__warn("cannot accept a connection from %s: out of memory", c->peer);

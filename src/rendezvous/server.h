@@ -46,6 +46,11 @@
 
 struct crun__server;
 
+/* The upper bounds, in seconds, of the round-duration histogram's buckets
+ * (crun_rdzv_round_formation_seconds). */
+#define CRUN_SRV_ROUND_BUCKETS 10
+extern const double crun__server_round_bounds[CRUN_SRV_ROUND_BUCKETS];
+
 struct crun__server_limits {
 	uint32_t max_key_size;	       /* bytes; default 4096 */
 	uint32_t max_value_size;       /* bytes; default 16 MiB */
@@ -155,6 +160,44 @@ struct crun__journal_file;
  * outlive srv; stop it (crun__journal_file_stop) before
  * crun__server_destroy, which frees every run without it being over. */
 void crun__server_set_journal(struct crun__server *srv, struct crun__journal_file *journal);
+
+/* Why the server refused or closed a connection: the `reason` label of
+ * crun_store_refusals_total (crun__server_refusal_name). */
+enum crun__server_refusal {
+	CRUN_SRV_REF_PROTOCOL,	/* a protocol error (crun's wire) */
+	CRUN_SRV_REF_HANDSHAKE, /* no HELLO within the handshake timeout */
+	CRUN_SRV_REF_AUTH,	/* authentication failed */
+	CRUN_SRV_REF_PREAUTH,	/* closed to admit a newer unauthenticated one */
+	CRUN_SRV_REF_CONNS,	/* max_connections reached */
+	CRUN_SRV_REF_BUDGET,	/* a buffer budget exceeded */
+	CRUN_SRV_REF_SLOW,	/* a frame slower than the request timeout */
+	CRUN_SRV_REF_IDLE,	/* the idle timeout */
+	CRUN_SRV_REF_TCPSTORE,	/* a TCPStore protocol error, or TCPStore off */
+	CRUN_SRV_REF_FDS,	/* out of file descriptors at accept */
+	CRUN_SRV_NREFUSALS,
+};
+
+/* What the server did since it was created, for the metrics
+ * (server_metrics.h). Counters only grow. */
+struct crun__server_stats {
+	uint64_t accepted; /* connections accepted */
+	/* Requests by wire type (crun__wire_type_name), HELLO included,
+	 * and TCPStore requests by op (crun__tcpstore_op_name). */
+	uint64_t requests[256];
+	uint64_t tcpstore_requests[32];
+	uint64_t bytes_received, bytes_sent; /* sent: queued to the kernel */
+	uint64_t refusals[CRUN_SRV_NREFUSALS];
+	/* Rendezvous rounds formed (an open round closed and assigned), and
+	 * their durations from the open round's first joiner to then. */
+	uint64_t rounds_formed;
+	double round_seconds_sum;
+	uint64_t round_buckets[CRUN_SRV_ROUND_BUCKETS]; /* by crun__server_round_bounds */
+};
+
+const char *crun__server_refusal_name(enum crun__server_refusal r);
+
+/* The stats of srv, live (valid as long as srv). */
+const struct crun__server_stats *crun__server_stats(const struct crun__server *srv);
 
 /* Number of open connections. */
 uint32_t crun__server_connections(const struct crun__server *srv);
