@@ -115,7 +115,7 @@ struct agent {
 	/* `crun status`: this node's status in the store (status.h), and the
 	 * job file and token file that let it find the job (jobfile.h). */
 	struct crun__status_pub status;
-	char job_dir[1024];   /* "": none */
+	char job_dir[1024];    /* "": none */
 	char token_path[4096]; /* the token's file; "": none */
 	bool job_file;	       /* written: removed at the end */
 	uint64_t started_ms;   /* wall time */

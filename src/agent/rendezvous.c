@@ -741,8 +741,7 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 
 int crun__rdzv_publish_status(struct agent_rdzv *r, const char *key, const char *doc, size_t len)
 {
-	struct crun__wire_item items[2] = {
-		str_item(key), {(const uint8_t *)doc, (uint32_t)len}};
+	struct crun__wire_item items[2] = {str_item(key), {(const uint8_t *)doc, (uint32_t)len}};
 	struct crun__wire_msg m = {
 		.type = CRUN_WIRE_SET, .flags = CRUN_WIRE_FL_EPHEMERAL, .count = 2, .items = items};
 

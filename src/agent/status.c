@@ -133,7 +133,8 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 	if (m->last_failure[0]) {
 		fail = json_object();
 		err |= json_object_set_new(fail, "line", text(m->last_failure));
-		err |= json_object_set_new(fail, "time_ms", json_integer((json_int_t)m->last_failure_ms));
+		err |= json_object_set_new(fail, "time_ms",
+					   json_integer((json_int_t)m->last_failure_ms));
 		err |= json_object_set_new(o, "last_failure", fail);
 	} else {
 		err |= json_object_set_new(o, "last_failure", json_null());
@@ -251,6 +252,6 @@ void crun__status_closing_line(char *buf, size_t len, const char *run_id, int ex
 		snprintf(how, sizeof(how), "stopped by %s", sig);
 	} else
 		snprintf(how, sizeof(how), "exit status %d", exit_status);
-	snprintf(buf, len, "run '%s' ended: %s (%" PRId64 " restart%s, %.1fs)", run_id, how, restarts,
-		 restarts == 1 ? "" : "s", elapsed_s);
+	snprintf(buf, len, "run '%s' ended: %s (%" PRId64 " restart%s, %.1fs)", run_id, how,
+		 restarts, restarts == 1 ? "" : "s", elapsed_s);
 }

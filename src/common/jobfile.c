@@ -34,8 +34,8 @@ static bool plain(unsigned char c)
 	       c == '.' || c == '_' || c == '-';
 }
 
-int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub,
-		       const char *run_id, const char *ext)
+int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, const char *run_id,
+		       const char *ext)
 {
 	int n = snprintf(out, len, "%s/%s/", dir, sub);
 	size_t used;
@@ -154,8 +154,8 @@ int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
 	return rc;
 }
 
-int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token,
-			      size_t len, char *path, size_t pathlen)
+int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token, size_t len,
+			      char *path, size_t pathlen)
 {
 	int rc = crun__jobfile_path(path, pathlen, dir, "tokens", run_id, "token");
 

@@ -35,8 +35,8 @@ int crun__jobfile_dir(char *out, size_t len, const char *xdg_runtime_dir, uid_t 
 
 /* <dir>/<sub>/<run>.<ext>, with the run id encoded as above. Pure. 0 or
  * -ENAMETOOLONG. */
-int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub,
-		       const char *run_id, const char *ext);
+int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, const char *run_id,
+		       const char *ext);
 
 /* Creates dir (0700) and dir/sub (0700) as needed and checks that both
  * are directories of this user, not symbolic links, with no access for
@@ -54,8 +54,8 @@ int crun__jobfile_parse(const char *text, size_t len, struct crun__jobfile *jf);
 int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf);
 /* Writes len bytes of token to dir/tokens/<run>.token (prepared), 0600,
  * atomically, and its path into path. */
-int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token,
-			      size_t len, char *path, size_t pathlen);
+int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token, size_t len,
+			      char *path, size_t pathlen);
 /* Removes the run's job file and token file, if they are there. */
 void crun__jobfile_remove(const char *dir, const char *run_id);
 

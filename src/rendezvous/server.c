@@ -1845,8 +1845,8 @@ void crun__server_set_journal(struct crun__server *srv, struct crun__journal_fil
 	srv->rdzv.journal = journal;
 }
 
-int crun__server_set(struct crun__server *srv, const char *run_id, const char *key,
-		     const void *val, size_t len)
+int crun__server_set(struct crun__server *srv, const char *run_id, const char *key, const void *val,
+		     size_t len)
 {
 	struct crun__wire_item items[2] = {
 		{(const uint8_t *)key, (uint32_t)strlen(key)},

@@ -150,8 +150,8 @@ int crun__server_port(const struct crun__server *srv);
  * hear of it. The run lives as long as the server. 0, -E2BIG past the
  * limits, or -ENOMEM / what the store refuses (-ENOSPC) — refusals are
  * also logged as any client's. */
-int crun__server_set(struct crun__server *srv, const char *run_id, const char *key,
-		     const void *val, size_t len);
+int crun__server_set(struct crun__server *srv, const char *run_id, const char *key, const void *val,
+		     size_t len);
 
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
 				    void *arg);
