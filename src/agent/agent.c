@@ -626,8 +626,8 @@ static void announce(struct agent *a, const char *endpoint)
 		crun__debug("cannot publish this node's status: %s", strerror(-rc));
 }
 
-/* The closing line without rendezvous (with it, the store's close says
- * how the run ended). */
+/* The closing line, but on the node that hosts the rendezvous store: the
+ * store says there how the run ended. */
 static void say_end(struct agent *a, int status)
 {
 	const struct crun__failures *f = &a->group.failures;
@@ -793,7 +793,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	}
 	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
 		    status);
-	if (!spec->rdzv.enabled)
+	if (!spec->rdzv.enabled || !a->rdzv.hosting)
 		say_end(a, status);
 	goto out_close;
 

@@ -150,6 +150,8 @@ out_fail:
 
 /* ---- the publisher ---------------------------------------------------------- */
 
+static void on_tick(uv_timer_t *t);
+
 static void publish(struct crun__status_pub *p)
 {
 	json_t *doc;
@@ -168,9 +170,13 @@ static void publish(struct crun__status_pub *p)
 		return;
 	}
 	rc = p->put(p->put_arg, p->key, textdoc, strlen(textdoc));
-	if (rc < 0)
-		crun__debug("cannot publish this node's status: %s", strerror(-rc));
 	free(textdoc);
+	if (rc < 0) {
+		/* Not connected yet (rendezvous), or lost: again after the gap,
+		 * not only at the next tick. */
+		crun__debug("cannot publish this node's status: %s", strerror(-rc));
+		uv_timer_start(&p->soon, on_tick, CRUN_STATUS_MIN_GAP_MS, 0);
+	}
 }
 
 static void on_tick(uv_timer_t *t)
