@@ -332,8 +332,8 @@ static void save_token(struct agent *a, const char *tok, size_t len)
 
 	if (!dir)
 		return;
-	rc = crun__jobfile_write_token(dir, a->spec->run_id, tok, len, a->token_path,
-				       sizeof(a->token_path));
+	rc = crun__jobfile_write_token(dir, a->spec->run_id, (long)getpid(), tok, len,
+				       a->token_path, sizeof(a->token_path));
 	if (rc < 0) {
 		crun__warn("cannot write the token file '%s': %s", a->token_path, strerror(-rc));
 		a->token_path[0] = '\0';
@@ -812,7 +812,7 @@ out_dirs:
 		agent_remove_dir(a->tmp_dir);
 out_free:
 	if (a->job_dir[0])
-		crun__jobfile_remove(a->job_dir, spec->run_id);
+		crun__jobfile_remove(a->job_dir, spec->run_id, (long)getpid());
 	crun__group_finish(g);
 	crun__heartbeat_finish(&a->heartbeat);
 	crun__monitor_finish(&a->monitor);

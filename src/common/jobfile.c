@@ -35,7 +35,7 @@ static bool plain(unsigned char c)
 }
 
 int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, const char *run_id,
-		       const char *ext)
+		       long pid, const char *ext)
 {
 	int n = snprintf(out, len, "%s/%s/", dir, sub);
 	size_t used;
@@ -54,7 +54,7 @@ int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, 
 		else
 			used += (size_t)snprintf(out + used, 4, "%%%02X", *p);
 	}
-	n = snprintf(out + used, len - used, ".%s", ext);
+	n = snprintf(out + used, len - used, ".%ld.%s", pid, ext);
 	return n < 0 || (size_t)n >= len - used ? -ENAMETOOLONG : 0;
 }
 
@@ -143,7 +143,7 @@ int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
 	char *text;
 	int rc;
 
-	rc = crun__jobfile_path(path, sizeof(path), dir, "jobs", jf->run_id, "json");
+	rc = crun__jobfile_path(path, sizeof(path), dir, "jobs", jf->run_id, jf->pid, "json");
 	if (rc < 0)
 		return rc;
 	text = crun__jobfile_format(jf);
@@ -154,21 +154,21 @@ int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
 	return rc;
 }
 
-int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token, size_t len,
-			      char *path, size_t pathlen)
+int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, const void *token,
+			      size_t len, char *path, size_t pathlen)
 {
-	int rc = crun__jobfile_path(path, pathlen, dir, "tokens", run_id, "token");
+	int rc = crun__jobfile_path(path, pathlen, dir, "tokens", run_id, pid, "token");
 
 	return rc < 0 ? rc : crun__write_atomic(path, token, len, 0600);
 }
 
-void crun__jobfile_remove(const char *dir, const char *run_id)
+void crun__jobfile_remove(const char *dir, const char *run_id, long pid)
 {
 	char path[4096];
 
-	if (crun__jobfile_path(path, sizeof(path), dir, "jobs", run_id, "json") == 0)
+	if (crun__jobfile_path(path, sizeof(path), dir, "jobs", run_id, pid, "json") == 0)
 		unlink(path);
-	if (crun__jobfile_path(path, sizeof(path), dir, "tokens", run_id, "token") == 0)
+	if (crun__jobfile_path(path, sizeof(path), dir, "tokens", run_id, pid, "token") == 0)
 		unlink(path);
 }
 
@@ -218,7 +218,7 @@ int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n)
 			continue;
 		if (kill((pid_t)jf.pid, 0) < 0 && errno == ESRCH) {
 			/* Its agent died without removing it. */
-			crun__jobfile_remove(dir, jf.run_id);
+			crun__jobfile_remove(dir, jf.run_id, jf.pid);
 			continue;
 		}
 		struct crun__jobfile *nvp = realloc(v, (nv + 1) * sizeof(*v));

@@ -5,10 +5,11 @@
  * when XDG_RUNTIME_DIR is an absolute path, else /tmp/crun-<uid>, mode
  * 0700 and owned by the user (a directory that is not, or a symbolic
  * link, is refused: someone else could read or plant files there).
- * Inside it, jobs/<run>.json holds one JSON object:
+ * Inside it, jobs/<run>.<pid>.json (pid: the agent's, so that agents of
+ * one run on one machine keep a file each) holds one JSON object:
  *   {"run_id": "...", "endpoint": "HOST:PORT", "token_file": "PATH" or
  *    absent, "pid": N, "node": "host", "started_ms": N}
- * and tokens/<run>.token the job token the agent made itself, each mode
+ * and tokens/<run>.<pid>.token the job token the agent made itself, each mode
  * 0600. <run> is the run id with every byte outside [A-Za-z0-9._-]
  * written %XX, so that any run id is one file name.
  *
@@ -33,10 +34,10 @@ struct crun__jobfile {
  * (NULL: unset) and the user id. Pure. 0 or -ENAMETOOLONG. */
 int crun__jobfile_dir(char *out, size_t len, const char *xdg_runtime_dir, uid_t uid);
 
-/* <dir>/<sub>/<run>.<ext>, with the run id encoded as above. Pure. 0 or
- * -ENAMETOOLONG. */
+/* <dir>/<sub>/<run>.<pid>.<ext>, with the run id encoded as above. Pure.
+ * 0 or -ENAMETOOLONG. */
 int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, const char *run_id,
-		       const char *ext);
+		       long pid, const char *ext);
 
 /* Creates dir (0700) and dir/sub (0700) as needed and checks that both
  * are directories of this user, not symbolic links, with no access for
@@ -52,12 +53,13 @@ int crun__jobfile_parse(const char *text, size_t len, struct crun__jobfile *jf);
 
 /* Writes jf into dir/jobs (prepared), 0600, atomically. */
 int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf);
-/* Writes len bytes of token to dir/tokens/<run>.token (prepared), 0600,
- * atomically, and its path into path. */
-int crun__jobfile_write_token(const char *dir, const char *run_id, const void *token, size_t len,
-			      char *path, size_t pathlen);
-/* Removes the run's job file and token file, if they are there. */
-void crun__jobfile_remove(const char *dir, const char *run_id);
+/* Writes len bytes of token to dir/tokens/<run>.<pid>.token (prepared),
+ * 0600, atomically, and its path into path. */
+int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, const void *token,
+			      size_t len, char *path, size_t pathlen);
+/* Removes the job file and the token file of the run's agent pid, if
+ * they are there. */
+void crun__jobfile_remove(const char *dir, const char *run_id, long pid);
 
 /* The job files of dir/jobs whose process still runs (kill(pid, 0)); a
  * file whose process is gone is removed, one that is not a job file is

@@ -231,6 +231,10 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 	for (size_t i = 0; i < njobs; i++) {
 		if (o->run_id && strcmp(o->run_id, jobs[i].run_id))
 			continue;
+		/* Agents of one run on this machine: one store, one job. */
+		if (*n && !strcmp((*out)[*n - 1].run_id, jobs[i].run_id) &&
+		    !strcmp((*out)[*n - 1].endpoint, jobs[i].endpoint))
+			continue;
 		rc = set_target(o, &(*out)[*n], jobs[i].run_id, jobs[i].endpoint,
 				o->token_file ? o->token_file : jobs[i].token_file);
 		if (rc) {

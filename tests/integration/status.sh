@@ -39,7 +39,7 @@ tok=$(sed -n "s/.*(token file '\([^']*\)').*/\1/p" <<<"$line")
 [ -n "$run" ] && [ -n "$ep" ] && [ -n "$tok" ] || fail "start line: $line"
 [ "$line" = "crun: run '$run' store on $ep (token file '$tok'); status: crun status --run $run" ] ||
 	fail "start line: $line"
-jf=$XDG_RUNTIME_DIR/crun/jobs/$run.json
+jf=$XDG_RUNTIME_DIR/crun/jobs/$run.$pid.json
 [ -f "$jf" ] || fail "no job file $jf"
 [ "$(stat -c %a "$jf") $(stat -c %a "$tok") $(stat -c %a "$XDG_RUNTIME_DIR/crun")" = "600 600 700" ] ||
 	fail "modes: $(ls -la "$XDG_RUNTIME_DIR/crun" "$jf" "$tok")"
@@ -151,10 +151,10 @@ has "$tmp/after.err" "crun: no crun job runs on this machine (give --endpoint an
 # A job file whose agent is gone is not shown, and goes.
 dead=$(sh -c 'echo $$')
 printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' $dead \
-	>"$XDG_RUNTIME_DIR/crun/jobs/stale.json"
+	>"$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json"
 timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
 [ $? = 1 ] || fail "stale job: want exit 1"
-[ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.json" ] || fail "stale job file left"
+[ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json" ] || fail "stale job file left"
 
 # A failed run: its closing line names the root cause.
 crun --standalone --max-restarts=0 sh -c 'exit 3' >/dev/null 2>"$tmp/f.err"

@@ -296,11 +296,12 @@ static void test_jobfile_paths(void **state)
 	assert_string_equal(p, "/tmp/crun-5");
 	assert_int_equal(crun__jobfile_dir(p, sizeof(p), "relative", 5), 0);
 	assert_string_equal(p, "/tmp/crun-5");
-	assert_int_equal(crun__jobfile_path(p, sizeof(p), "/d", "jobs", "a-b_c.9", "json"), 0);
-	assert_string_equal(p, "/d/jobs/a-b_c.9.json");
-	assert_int_equal(crun__jobfile_path(p, sizeof(p), "/d", "jobs", "../x y/%", "json"), 0);
-	assert_string_equal(p, "/d/jobs/%2E.%2Fx%20y%2F%25.json");
-	assert_int_equal(crun__jobfile_path(p, 12, "/d", "jobs", "abcdef", "json"), -ENAMETOOLONG);
+	assert_int_equal(crun__jobfile_path(p, sizeof(p), "/d", "jobs", "a-b_c.9", 12, "json"), 0);
+	assert_string_equal(p, "/d/jobs/a-b_c.9.12.json");
+	assert_int_equal(crun__jobfile_path(p, sizeof(p), "/d", "jobs", "../x y/%", 3, "json"), 0);
+	assert_string_equal(p, "/d/jobs/%2E.%2Fx%20y%2F%25.3.json");
+	assert_int_equal(crun__jobfile_path(p, 14, "/d", "jobs", "abcdef", 1, "json"),
+			 -ENAMETOOLONG);
 }
 
 static void test_jobfile_files(void **state)
@@ -333,8 +334,9 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(stat(dir, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
 	assert_int_equal(crun__jobfile_write(dir, &jf), 0);
-	assert_int_equal(crun__jobfile_write_token(dir, "run/1", "secret", 6, path, sizeof(path)),
-			 0);
+	assert_int_equal(
+		crun__jobfile_write_token(dir, "run/1", jf.pid, "secret", 6, path, sizeof(path)),
+		0);
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
 	/* A job whose agent is gone is removed when listed. */
@@ -346,14 +348,15 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(n, 1);
 	assert_string_equal(list[0].run_id, "run/1");
 	free(list);
-	assert_int_equal(crun__jobfile_path(path, sizeof(path), dir, "jobs", "dead", "json"), 0);
+	assert_int_equal(
+		crun__jobfile_path(path, sizeof(path), dir, "jobs", "dead", dead.pid, "json"), 0);
 	assert_int_equal(access(path, F_OK), -1);
 
-	crun__jobfile_remove(dir, "run/1");
+	crun__jobfile_remove(dir, "run/1", jf.pid);
 	assert_int_equal(crun__jobfile_list(dir, &list, &n), 0);
 	assert_int_equal(n, 0);
-	assert_int_equal(crun__jobfile_path(path, sizeof(path), dir, "tokens", "run/1", "token"),
-			 0);
+	assert_int_equal(
+		crun__jobfile_path(path, sizeof(path), dir, "tokens", "run/1", jf.pid, "token"), 0);
 	assert_int_equal(access(path, F_OK), -1);
 	/* Someone else's access refuses the directory. */
 	assert_int_equal(chmod(dir, 0755), 0);
