@@ -626,8 +626,9 @@ static void announce(struct agent *a, const char *endpoint)
 		crun__debug("cannot publish this node's status: %s", strerror(-rc));
 }
 
-/* The closing line, but on the node that hosts the rendezvous store: the
- * store says there how the run ended. */
+/* The closing line of a job that started workers, but on the node that
+ * hosts the rendezvous store: the store says there how the run ended. (A
+ * rendezvous that never formed ends with the line that says why.) */
 static void say_end(struct agent *a, int status)
 {
 	const struct crun__failures *f = &a->group.failures;
@@ -793,7 +794,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	}
 	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
 		    status);
-	if (!spec->rdzv.enabled || !a->rdzv.hosting)
+	if (g->attempts > 0 && (!spec->rdzv.enabled || !a->rdzv.hosting))
 		say_end(a, status);
 	goto out_close;
 
