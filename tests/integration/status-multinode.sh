@@ -10,7 +10,7 @@
 #   job the store's host says the run is closed, node 1 says how it
 #   ended, and both agents' job files are gone.
 # Skips (77) where network namespaces are not available.
-# shellcheck disable=SC2016 source-path=SCRIPTDIR
+# shellcheck disable=SC2015,SC2016,SC2154 source-path=SCRIPTDIR
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/multinode-lib.sh"

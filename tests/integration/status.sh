@@ -13,6 +13,7 @@
 # - after the job, its closing line says how it ended, and the job file
 #   and token file are gone; a stale job file (dead agent) is removed;
 #   a failed run's closing line names its root cause.
+# shellcheck disable=SC2015,SC2016,SC2154 source-path=SCRIPTDIR
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 : "${CRUN_CTL:?CRUN_CTL must name crunctl}"
@@ -150,7 +151,7 @@ has "$tmp/after.err" "crun: no crun job runs on this machine (give --endpoint an
 
 # A job file whose agent is gone is not shown, and goes.
 dead=$(sh -c 'echo $$')
-printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' $dead \
+printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' "$dead" \
 	>"$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json"
 timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
 [ $? = 1 ] || fail "stale job: want exit 1"
