@@ -306,7 +306,7 @@ static void test_jobfile_paths(void **state)
 
 static void test_jobfile_files(void **state)
 {
-	char dir[] = "/tmp/test-status-XXXXXX", path[512];
+	char dir[64] = "/tmp/test-status-XXXXXX", path[512];
 	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = 5}, back, *list;
 	struct crun__jobfile dead = {.pid = 0x3ffffff0};
 	char *text;
