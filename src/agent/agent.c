@@ -21,7 +21,8 @@
  *   heartbeat.c    the workers' heartbeats and torch's FileTimer (edge)
  *   liveness.c     who is hung and why (pure)
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
- *   reaper.c       the guard process that kills workers if crun dies */
+ *   reaper.c       the guard process that kills workers if crun dies
+ *   status.c       this node's status in the job's store (crun status) */
 #include "agent/agent_store.h"
 #include "agent/group.h"
 #include "agent/monitor.h"
