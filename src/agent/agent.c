@@ -120,6 +120,10 @@ struct agent {
 	char token_path[4096]; /* the token's file; "": none */
 	bool job_file;	       /* written: removed at the end */
 	uint64_t started_ms;   /* wall time */
+	/* With rendezvous: the group's hooks, which the agent's own pass on
+	 * (the first placement prints the start line), and that line. */
+	struct crun__rdzv_hooks group_hooks;
+	char *start_line;
 };
 
 static bool any_file_stream(const struct crun__agent_spec *spec)
@@ -572,6 +576,45 @@ static int rdzv_env(struct agent *a)
 	return 0;
 }
 
+static void say_start(struct agent *a)
+{
+	if (!a->start_line)
+		return;
+	crun__info("%s", a->start_line);
+	free(a->start_line);
+	a->start_line = NULL;
+}
+
+/* The rendezvous hooks of the group, through the agent's. */
+static void rdzv_ready(void *arg, const struct crun__placement *place)
+{
+	struct agent *a = arg;
+
+	say_start(a);
+	a->group_hooks.ready(a->group_hooks.arg, place);
+}
+
+static void rdzv_ended(void *arg, const struct crun__round_end *end)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.ended(a->group_hooks.arg, end);
+}
+
+static void rdzv_done(void *arg)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.done(a->group_hooks.arg);
+}
+
+static void rdzv_failed(void *arg, bool lost, const char *message)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.failed(a->group_hooks.arg, lost, message);
+}
+
 static int put_server(void *arg, const char *key, const char *doc, size_t len)
 {
 	struct agent *a = arg;
@@ -615,11 +658,19 @@ static void announce(struct agent *a, const char *endpoint)
 		a->job_file = rc == 0;
 	}
 	if (a->token_path[0])
-		crun__info("run '%s' store on %s (token file '%s'); status: crun status --run %s",
-			   spec->run_id, endpoint, a->token_path, spec->run_id);
+		rc = asprintf(
+			&a->start_line,
+			"run '%s' store on %s (token file '%s'); status: crun status --run %s",
+			spec->run_id, endpoint, a->token_path, spec->run_id);
 	else
-		crun__info("run '%s' store on %s; status: crun status --run %s", spec->run_id,
-			   endpoint, spec->run_id);
+		rc = asprintf(&a->start_line, "run '%s' store on %s; status: crun status --run %s",
+			      spec->run_id, endpoint, spec->run_id);
+	if (rc < 0)
+		a->start_line = NULL;
+	/* With rendezvous, once the job has a round (a join that fails says
+	 * why in one line of its own). */
+	if (!spec->rdzv.enabled)
+		say_start(a);
 	rc = crun__status_pub_start(&a->status, &a->loop, &a->monitor, &info,
 				    spec->rdzv.enabled ? put_rdzv : put_server,
 				    spec->rdzv.enabled ? (void *)&a->rdzv : (void *)a);
@@ -761,7 +812,14 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	if (setup_signals(a) < 0)
 		goto out_loop;
 	if (spec->rdzv.enabled) {
-		crun__group_rdzv_hooks(g, &hooks);
+		crun__group_rdzv_hooks(g, &a->group_hooks);
+		hooks = (struct crun__rdzv_hooks){
+			.ready = rdzv_ready,
+			.ended = rdzv_ended,
+			.done = rdzv_done,
+			.failed = rdzv_failed,
+			.arg = a,
+		};
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
 		/* Twice per interval: never at the window's edge. */
@@ -821,6 +879,7 @@ out_free:
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);
 	free(a->store_env);
+	free(a->start_line);
 	free(a->signals);
 	free(a->tmp_dir);
 	free(a->log_root);
