@@ -673,7 +673,9 @@ static void announce(struct agent *a, const char *endpoint)
 		say_start(a);
 	rc = crun__status_pub_start(&a->status, &a->loop, &a->monitor, &info,
 				    spec->rdzv.enabled ? put_rdzv : put_server,
-				    spec->rdzv.enabled ? (void *)&a->rdzv : (void *)a);
+				    spec->rdzv.enabled ? (void *)&a->rdzv : (void *)a,
+				    spec->rdzv.enabled ? (uint64_t)spec->rdzv.keep_alive_interval_ms
+						       : 0);
 	if (rc < 0)
 		crun__debug("cannot publish this node's status: %s", strerror(-rc));
 }

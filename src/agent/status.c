@@ -150,7 +150,13 @@ out_fail:
 
 /* ---- the publisher ---------------------------------------------------------- */
 
-static void on_tick(uv_timer_t *t);
+static void on_timer(uv_timer_t *t);
+
+static void arm(struct crun__status_pub *p, uv_timer_t *t, uint64_t *due, uint64_t ms)
+{
+	*due = uv_now(p->loop) + ms;
+	uv_timer_start(t, on_timer, ms, 0);
+}
 
 static void publish(struct crun__status_pub *p)
 {
@@ -175,13 +181,36 @@ static void publish(struct crun__status_pub *p)
 		/* Not connected yet (rendezvous), or lost: again after the gap,
 		 * not only at the next tick. */
 		crun__debug("cannot publish this node's status: %s", strerror(-rc));
-		uv_timer_start(&p->soon, on_tick, CRUN_STATUS_MIN_GAP_MS, 0);
+		arm(p, &p->soon, &p->soon_due, CRUN_STATUS_MIN_GAP_MS);
 	}
 }
 
-static void on_tick(uv_timer_t *t)
+/* A loop that did not turn for longer than stall_ms (the process was
+ * stopped) may find that the store dropped this node meanwhile, and a
+ * write on that connection would end the job as if the store were gone:
+ * the agent must find out first (its workers' exits, its keep-alive), so
+ * the publication waits for the gap. */
+static void on_timer(uv_timer_t *t)
 {
-	publish(t->data);
+	struct crun__status_pub *p = t->data;
+	uint64_t now = uv_now(p->loop);
+
+	if (t == &p->tick)
+		arm(p, &p->tick, &p->tick_due, CRUN_STATUS_PERIOD_MS);
+	if (p->stall_ms && now - p->turned_ms > p->stall_ms) {
+		crun__debug("the loop stood still for %llu ms: this node's status waits",
+			    (unsigned long long)(now - p->turned_ms));
+		arm(p, &p->soon, &p->soon_due, CRUN_STATUS_MIN_GAP_MS);
+		return;
+	}
+	publish(p);
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+	struct crun__status_pub *p = h->data;
+
+	p->turned_ms = uv_now(p->loop);
 }
 
 /* Every event: soon, but not sooner than the gap after the last one. */
@@ -196,12 +225,12 @@ static void on_event(void *arg, const struct crun__monitor *m, const struct crun
 		return;
 	now = uv_now(p->loop);
 	due = p->last_ms + CRUN_STATUS_MIN_GAP_MS;
-	uv_timer_start(&p->soon, on_tick, due > now ? due - now : 0, 0);
+	arm(p, &p->soon, &p->soon_due, due > now ? due - now : 0);
 }
 
 int crun__status_pub_start(struct crun__status_pub *p, uv_loop_t *loop,
 			   struct crun__monitor *monitor, const struct crun__status_info *info,
-			   crun__status_put put, void *put_arg)
+			   crun__status_put put, void *put_arg, uint64_t stall_ms)
 {
 	int rc;
 
@@ -224,8 +253,14 @@ int crun__status_pub_start(struct crun__status_pub *p, uv_loop_t *loop,
 	uv_timer_init(loop, &p->soon);
 	p->tick.data = p;
 	p->soon.data = p;
+	p->stall_ms = stall_ms;
+	p->turned_ms = uv_now(loop);
+	uv_prepare_init(loop, &p->turn);
+	p->turn.data = p;
+	uv_prepare_start(&p->turn, on_prepare);
+	uv_unref((uv_handle_t *)&p->turn);
 	p->started = true;
-	uv_timer_start(&p->tick, on_tick, 0, CRUN_STATUS_PERIOD_MS);
+	arm(p, &p->tick, &p->tick_due, 0);
 	return 0;
 }
 
@@ -242,6 +277,7 @@ void crun__status_pub_close(struct crun__status_pub *p)
 	p->closed = true;
 	uv_close((uv_handle_t *)&p->tick, NULL);
 	uv_close((uv_handle_t *)&p->soon, NULL);
+	uv_close((uv_handle_t *)&p->turn, NULL);
 }
 
 void crun__status_closing_line(char *buf, size_t len, const char *run_id, int exit_status,

@@ -65,15 +65,23 @@ struct crun__status_pub {
 	crun__status_put put;
 	void *put_arg;
 	uv_timer_t tick, soon;
-	uint64_t last_ms; /* loop time of the last publication */
+	uint64_t last_ms;	     /* loop time of the last publication */
+	uint64_t tick_due, soon_due; /* loop time each timer is due at */
+	uv_prepare_t turn;	     /* notes each turn of the loop */
+	uint64_t turned_ms;	     /* loop time of the last turn */
+	uint64_t stall_ms;
 	bool started, closed;
 };
 
 /* Observes monitor and starts the timers; publishes at once. info's
- * strings are copied. 0 or a negative errno (then nothing is started). */
+ * strings are copied. stall_ms (0: never): a loop that stood still longer
+ * (the process was stopped) publishes only after CRUN_STATUS_MIN_GAP_MS,
+ * once the agent has heard what happened meanwhile (with rendezvous: the
+ * keep-alive interval, less than the window in which the store drops a
+ * silent node). 0 or a negative errno (then nothing is started). */
 int crun__status_pub_start(struct crun__status_pub *p, uv_loop_t *loop,
 			   struct crun__monitor *monitor, const struct crun__status_info *info,
-			   crun__status_put put, void *put_arg);
+			   crun__status_put put, void *put_arg, uint64_t stall_ms);
 /* Publishes now (the job's end), whatever the rate limit says. */
 void crun__status_pub_now(struct crun__status_pub *p);
 /* Stops the timers and closes them (the loop must run once more). Safe
