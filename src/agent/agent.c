@@ -27,7 +27,8 @@
  *   stackdump.c    the stacks of a hung worker (py-spy, gdb, /proc)
  *   reaper.c       the guard process that kills workers if crun dies
  *   metrics.c      the monitor as Prometheus metrics (pure); the endpoint
- *                  is rendezvous/metrics_http.c */
+ *                  is rendezvous/metrics_http.c
+ *   status.c       this node's status in the job's store (crun status) */
 #include "agent/agent_store.h"
 #include "agent/gpu_watch.h"
 #include "agent/events.h"
@@ -38,6 +39,9 @@
 #include "agent/reaper.h"
 #include "agent/rendezvous.h"
 #include "agent/spawn.h"
+#include "agent/status.h"
+#include "agent/summary.h"
+#include "common/jobfile.h"
 #include "common/log.h"
 #include "common/fs.h"
 #include "common/procstat.h"
@@ -55,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <limits.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -130,6 +135,17 @@ struct agent {
 	struct crun__gpu_watch gpus; /* NVML: samples, release waits */
 	struct crun__events events; /* --events; fd -1: none */
 	struct group group;
+	/* `crun status`: this node's status in the store (status.h), and the
+	 * job file and token file that let it find the job (jobfile.h). */
+	struct crun__status_pub status;
+	char job_dir[1024];    /* "": none */
+	char token_path[4096]; /* the token's file; "": none */
+	bool job_file;	       /* written: removed at the end */
+	uint64_t started_ms;   /* wall time */
+	/* With rendezvous: the group's hooks, which the agent's own pass on
+	 * (the first placement prints the start line), and that line. */
+	struct crun__rdzv_hooks group_hooks;
+	char *start_line;
 };
 
 static bool any_file_stream(const struct crun__agent_spec *spec)
@@ -315,6 +331,42 @@ static int setup_dirs(struct agent *a)
 	return a->tmp_dir ? 0 : -EIO;
 }
 
+/* The per-user directory of job files, made and checked; "" when it
+ * cannot be (said once: `crun status` then needs --endpoint). */
+static const char *job_dir(struct agent *a, const char *sub)
+{
+	int rc = 0;
+
+	if (!a->job_dir[0])
+		rc = crun__jobfile_dir(a->job_dir, sizeof(a->job_dir), getenv("XDG_RUNTIME_DIR"),
+				       geteuid());
+	rc = rc < 0 ? rc : crun__jobfile_prepare(a->job_dir, sub);
+	if (rc < 0) {
+		crun__warn("cannot use the job directory '%s': %s; 'crun status' will not find "
+			   "this job",
+			   a->job_dir, strerror(-rc));
+		a->job_dir[0] = '\0';
+		return NULL;
+	}
+	return a->job_dir;
+}
+
+/* The token the agent made, for `crun status` on this machine. */
+static void save_token(struct agent *a, const char *tok, size_t len)
+{
+	const char *dir = job_dir(a, "tokens");
+	int rc;
+
+	if (!dir)
+		return;
+	rc = crun__jobfile_write_token(dir, a->spec->run_id, (long)getpid(), tok, len,
+				       a->token_path, sizeof(a->token_path));
+	if (rc < 0) {
+		crun__warn("cannot write the token file '%s': %s", a->token_path, strerror(-rc));
+		a->token_path[0] = '\0';
+	}
+}
+
 static int setup_store(struct agent *a)
 {
 	const struct crun__agent_spec *spec = a->spec;
@@ -336,6 +388,8 @@ static int setup_store(struct agent *a)
 		tok = token;
 		toklen = 2 * sizeof(raw);
 	}
+	if (!spec->token)
+		save_token(a, tok, toklen);
 	memset(&opts, 0, sizeof(opts));
 	crun__server_limits_default(&opts.limits);
 	opts.token = tok;
@@ -504,6 +558,8 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	if (a->shut)
 		return;
 	a->shut = true;
+	crun__status_pub_now(&a->status); /* the state it ended in */
+	crun__status_pub_close(&a->status);
 	uv_timer_stop(&a->alive);
 	agent_reaper_alive(&a->reaper, 0);
 	crun__rdzv_finish(&a->rdzv);
@@ -620,6 +676,139 @@ static int rdzv_env(struct agent *a)
 	return 0;
 }
 
+static void say_start(struct agent *a)
+{
+	if (!a->start_line)
+		return;
+	crun__info("%s", a->start_line);
+	free(a->start_line);
+	a->start_line = NULL;
+}
+
+/* The rendezvous hooks of the group, through the agent's. */
+static void rdzv_ready(void *arg, const struct crun__placement *place)
+{
+	struct agent *a = arg;
+
+	say_start(a);
+	a->group_hooks.ready(a->group_hooks.arg, place);
+}
+
+static void rdzv_ended(void *arg, const struct crun__round_end *end)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.ended(a->group_hooks.arg, end);
+}
+
+static void rdzv_done(void *arg)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.done(a->group_hooks.arg);
+}
+
+static void rdzv_failed(void *arg, bool lost, const char *message)
+{
+	struct agent *a = arg;
+
+	a->group_hooks.failed(a->group_hooks.arg, lost, message);
+}
+
+static int put_server(void *arg, const char *key, const char *doc, size_t len)
+{
+	struct agent *a = arg;
+
+	return crun__server_set(a->server, a->spec->run_id, key, doc, len);
+}
+
+static int put_rdzv(void *arg, const char *key, const char *doc, size_t len)
+{
+	return crun__rdzv_publish_status(arg, key, doc, len);
+}
+
+/* Where `crun status` finds the job: the job file, the start line, this
+ * node's status in the store. */
+static void announce(struct agent *a, const char *endpoint)
+{
+	const struct crun__agent_spec *spec = a->spec;
+	struct crun__status_info info = {
+		.node_id = spec->rdzv.enabled ? a->rdzv.node_id : a->hostname,
+		.endpoint = endpoint,
+		.pid = (long)getpid(),
+	};
+	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = a->started_ms};
+	char real[PATH_MAX];
+	const char *dir;
+	int rc;
+
+	if (spec->token_file)
+		snprintf(a->token_path, sizeof(a->token_path), "%s",
+			 realpath(spec->token_file, real) ? real : spec->token_file);
+	dir = job_dir(a, "jobs");
+	if (dir) {
+		snprintf(jf.run_id, sizeof(jf.run_id), "%s", spec->run_id);
+		snprintf(jf.endpoint, sizeof(jf.endpoint), "%s", endpoint);
+		snprintf(jf.token_file, sizeof(jf.token_file), "%s", a->token_path);
+		snprintf(jf.node, sizeof(jf.node), "%s", a->hostname);
+		rc = crun__jobfile_write(dir, &jf);
+		if (rc < 0)
+			crun__warn("cannot write the job file in '%s/jobs': %s", dir,
+				   strerror(-rc));
+		a->job_file = rc == 0;
+	}
+	if (a->token_path[0])
+		rc = asprintf(
+			&a->start_line,
+			"run '%s' store on %s (token file '%s'); status: crun status --run %s",
+			spec->run_id, endpoint, a->token_path, spec->run_id);
+	else
+		rc = asprintf(&a->start_line, "run '%s' store on %s; status: crun status --run %s",
+			      spec->run_id, endpoint, spec->run_id);
+	if (rc < 0)
+		a->start_line = NULL;
+	/* With rendezvous, once the job has a round (a join that fails says
+	 * why in one line of its own). */
+	if (!spec->rdzv.enabled)
+		say_start(a);
+	rc = crun__status_pub_start(&a->status, &a->loop, &a->monitor, &info,
+				    spec->rdzv.enabled ? put_rdzv : put_server,
+				    spec->rdzv.enabled ? (void *)&a->rdzv : (void *)a,
+				    spec->rdzv.enabled ? (uint64_t)spec->rdzv.keep_alive_interval_ms
+						       : 0);
+	if (rc < 0)
+		crun__debug("cannot publish this node's status: %s", strerror(-rc));
+}
+
+/* The closing line of a job that started workers, but on the node that
+ * hosts the rendezvous store: the store says there how the run ended. (A
+ * rendezvous that never formed ends with the line that says why.) */
+static void say_end(struct agent *a, int status)
+{
+	const struct crun__failures *f = &a->group.failures;
+	char cause[CRUN_MON_TEXT], what[256], line[CRUN_MON_TEXT + 256];
+
+	cause[0] = '\0';
+	if (a->monitor.last_failure[0]) {
+		snprintf(cause, sizeof(cause), "%s", a->monitor.last_failure);
+	} else if (f->n) {
+		if (f->v[0].hang)
+			snprintf(what, sizeof(what), "%s", f->v[0].hang);
+		else
+			agent_describe_exit(what, sizeof(what), f->v[0].exit_code,
+					    f->v[0].term_signal);
+		snprintf(cause, sizeof(cause), "rank %d (local rank %d, pid %d) %s", f->v[0].rank,
+			 f->v[0].local_rank, (int)f->v[0].pid, what);
+	}
+	crun__status_closing_line(line, sizeof(line), a->spec->run_id, status, cause,
+				  a->group.core.place.restart_count,
+				  (double)(crun__wall_ms() - a->started_ms) / 1000.0);
+	if (status == 0)
+		crun__info("%s", line);
+	else
+		crun__error("%s", line);
+}
+
 /* Every step beat of a local worker goes to the straggler watch. */
 static void straggler_step(void *arg, int local_rank, int64_t step, double work_s, uint64_t now_ms)
 {
@@ -648,6 +837,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	signal(SIGPIPE, SIG_IGN);
 	a->spec = spec;
 	a->reaper.fd = -1;
+	a->started_ms = crun__wall_ms();
 	if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
 		snprintf(a->hostname, sizeof(a->hostname), "localhost");
 	g->spec = spec;
@@ -722,6 +912,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	if (!spec->rdzv.enabled && spec->host_store) {
 		if (setup_store(a) < 0)
 			goto out_loop;
+		announce(a, a->store_env + strlen("CRUN_STORE="));
 		/* MASTER_ADDR as the user gave it (PyTorch compares it with
 		 * the address it is asked to connect to), the store's port. */
 		if (spec->agent_store)
@@ -748,7 +939,14 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	if (spec->metrics_port >= 0 && setup_metrics(a) < 0)
 		goto out_loop;
 	if (spec->rdzv.enabled) {
-		crun__group_rdzv_hooks(g, &hooks);
+		crun__group_rdzv_hooks(g, &a->group_hooks);
+		hooks = (struct crun__rdzv_hooks){
+			.ready = rdzv_ready,
+			.ended = rdzv_ended,
+			.done = rdzv_done,
+			.failed = rdzv_failed,
+			.arg = a,
+		};
 		if (crun__rdzv_setup(&a->rdzv, &a->loop, spec, a->hostname, &hooks, &a->server) < 0)
 			goto out_loop;
 		snprintf(a->monitor.node_id, sizeof(a->monitor.node_id), "%s", a->rdzv.node_id);
@@ -762,6 +960,7 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 			crun__error("out of memory");
 			goto out_loop;
 		}
+		announce(a, a->rdzv.endpoint);
 	}
 	a->spawner.store_env = a->store_env;
 	a->spawner.token_env = a->token_env;
@@ -783,6 +982,8 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 	}
 	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
 		    status);
+	if (g->attempts > 0 && (!spec->rdzv.enabled || !a->rdzv.hosting))
+		say_end(a, status);
 	goto out_close;
 
 out_loop:
@@ -799,6 +1000,8 @@ out_dirs:
 	if (a->tmp_dir)
 		agent_remove_dir(a->tmp_dir);
 out_free:
+	if (a->job_dir[0])
+		crun__jobfile_remove(a->job_dir, spec->run_id, (long)getpid());
 	crun__group_finish(g);
 	crun__heartbeat_finish(&a->heartbeat);
 	crun__gpu_watch_finish(&a->gpus);
@@ -807,6 +1010,7 @@ out_free:
 	crun__spawner_env_finish(&a->spawner);
 	free_token_env(a);
 	free(a->store_env);
+	free(a->start_line);
 	free(a->signals);
 	free(a->tmp_dir);
 	free(a->log_root);

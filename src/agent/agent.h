@@ -179,6 +179,11 @@ struct crun__agent_spec {
 	int store_port;
 	const void *token;
 	size_t token_len;
+	/* The file the token came from (--rdzv-conf token_file), named in the
+	 * job file and the start line so that `crun status` can read it;
+	 * NULL: none given (the agent writes the token it makes to a file of
+	 * its own, jobfile.h). */
+	const char *token_file;
 
 	/* Multi-node rendezvous. With enabled, the agent forms the job with
 	 * the agents of the other nodes through the store at host:port (its

@@ -55,6 +55,7 @@ enum req_kind {
 	REQ_GET_STEPS,
 	REQ_GET_ONE_STEPS,
 	REQ_RESUME,
+	REQ_SET_STATUS,
 };
 
 /* The GETs of one crun__rdzv_fetch_steps, one per other node: cb runs
@@ -749,6 +750,11 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 			  message ? message : strerror(-status));
 		fail_event(r);
 		return;
+	case REQ_SET_STATUS:
+		if (status < 0)
+			crun__debug("the store refused this node's status: %s",
+				    message ? message : strerror(-status));
+		return;
 	case REQ_SET_STEPS:
 	case REQ_DEL_STEPS:
 		if (status < 0)
@@ -763,6 +769,19 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 			got_resume(r, status, message, reply);
 		return;
 	}
+}
+
+/* ---- this node's status ----------------------------------------------------- */
+
+int crun__rdzv_publish_status(struct agent_rdzv *r, const char *key, const char *doc, size_t len)
+{
+	struct crun__wire_item items[2] = {str_item(key), {(const uint8_t *)doc, (uint32_t)len}};
+	struct crun__wire_msg m = {
+		.type = CRUN_WIRE_SET, .flags = CRUN_WIRE_FL_EPHEMERAL, .count = 2, .items = items};
+
+	if (!r->client || !r->connected || r->lost)
+		return -ENOTCONN;
+	return send_req(r, REQ_SET_STATUS, &m, NULL);
 }
 
 /* ---- step summaries ---------------------------------------------------------- */

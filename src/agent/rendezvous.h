@@ -173,6 +173,12 @@ int crun__rdzv_done(struct agent_rdzv *r);
  * the round is assigned or without the store, or what the client says.
  * The reply is only logged (debug). */
 int crun__rdzv_publish_steps(struct agent_rdzv *r, const char *summary, size_t len);
+/* Sets key to this node's status document (status.h; len bytes, copied)
+ * as an ephemeral key of the run: it goes with this node's connection.
+ * At any time while connected, in a round or not. 0, or -ENOTCONN
+ * without a connection, or what the client says; the reply is only
+ * logged (debug). */
+int crun__rdzv_publish_status(struct agent_rdzv *r, const char *key, const char *doc, size_t len);
 /* Reads every other node's summary without waiting, in one round trip:
  * one MGET; once a node of the round had none (the MGET fails as a whole
  * then), one GET per other node, sent together, for the rest of the

@@ -11,6 +11,8 @@
 static const char *const intro =
 	"usage: crun [OPTIONS] SCRIPT.py|COMMAND [ARGS...]\n"
 	"       crun [OPTIONS] -m MODULE [ARGS...]\n"
+	"       crun status [--run ID] [--endpoint HOST:PORT] [--token-file FILE]\n"
+	"                   [--json] [--watch [SECONDS]] [--connect-timeout DURATION]\n"
 	"\n"
 	"Starts --nproc-per-node workers of the command on this node, gives them\n"
 	"torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...), prints their\n"
@@ -32,7 +34,10 @@ static const char *const outro =
 	"\n"
 	"Exit status: 0 all workers succeeded, 1 the job failed, 2 bad usage or\n"
 	"config, 126/127 the command cannot be executed / was not found, 128+N\n"
-	"stopped by signal N. See crun(1).\n";
+	"stopped by signal N. See crun(1).\n"
+	"\n"
+	"crun status shows a running job: its round, restarts, members and every\n"
+	"rank (crun status --help; crun -- status runs a program called status).\n";
 
 /* Writes text wrapped to HELP_WIDTH, every line starting at column col;
  * the first line continues at column at. */

@@ -13,6 +13,7 @@
 #include "launcher/plan.h"
 #include "launcher/remote.h"
 #include "launcher/sched_slurm.h"
+#include "rendezvous/status_cli.h"
 
 #include "crun-config.h"
 
@@ -45,6 +46,10 @@ int main(int argc, char **argv)
 	int status = 2;
 
 	crun__log_init("crun", CRUN_LOG_INFO);
+	/* `crun status`: a command of crun's own (a program called status
+	 * runs as `crun -- status`). */
+	if (argc > 1 && !strcmp(argv[1], "status"))
+		return crun__status_main("crun status", NULL, argc - 2, argv + 2);
 	crun__launch_opts_init(&opts);
 	memset(&plan, 0, sizeof(plan));
 	if (set_log_level(err, sizeof(err)) < 0) {

@@ -569,6 +569,7 @@ void crun__launch_plan_to_spec(const struct crun__launch_plan *plan,
 	spec->virtual_local_rank = o->virtual_local_rank;
 	spec->token = plan->token;
 	spec->token_len = plan->token_len;
+	spec->token_file = o->rdzv_conf.token_file;
 	spec->agent_store = plan->agent_store;
 	if (plan->rendezvous) {
 		const struct crun__rdzv_conf *rc = &o->rdzv_conf;

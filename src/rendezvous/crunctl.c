@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "rendezvous/status_cli.h"
 #include "rendezvous/wire.h"
 
 #include <errno.h>
@@ -99,6 +100,10 @@ static const char usage_text[] =
 	"  watch KEY...            print 'set KEY VALUE' and 'del KEY' lines as the keys\n"
 	"                          change, until interrupted or --timeout\n"
 	"  ping                    print the round-trip time to the store\n"
+	"  status [--json] [--watch [SECONDS]]\n"
+	"                          show the job: round, restarts, members, every rank\n"
+	"                          (without --endpoint: the jobs of this machine; as\n"
+	"                          'crun status', see 'crunctl status --help')\n"
 	"--timeout and --wait may also follow the command's arguments; '--' ends them.\n"
 	"\n"
 	"Exit status: 0 success; 1 missing key, timeout, cas that did not swap, or an\n"
@@ -648,6 +653,17 @@ static int run(int argc, char **argv, struct ctl *c)
 	}
 	if (optind >= argc)
 		return usage_error("no command given");
+	if (!strcmp(argv[optind], "status")) {
+		struct crun__status_cli_defaults d = {
+			.endpoint = c->endpoint,
+			.run_id = c->run_id,
+			.token_file = token_file,
+			.connect_timeout_ms = c->connect_timeout_ms,
+		};
+
+		return crun__status_main("crunctl status", &d, argc - optind - 1,
+					 argv + optind + 1);
+	}
 	for (size_t i = 0; i < CRUN_ARRAY_SIZE(commands); i++)
 		if (!strcmp(argv[optind], commands[i].name))
 			cmd = &commands[i];

@@ -215,6 +215,10 @@ struct crun__server {
 	struct crun__ratelimit fd_log;
 	void (*done)(void *arg);
 	void *done_arg;
+	/* The embedder's own writes (crun__server_set): a client without a
+	 * connection, whose replies go nowhere. */
+	struct crun__store_client self;
+	bool self_joined;
 };
 
 static void flush_dirty(struct crun__server *srv);
@@ -587,9 +591,11 @@ static struct conn *client_conn(void *client)
 static int store_send(void *ctx, struct crun__store_client *to, uint8_t type, uint32_t id,
 		      int64_t num, const struct crun__wire_item *items, uint32_t count)
 {
-	struct conn *c = client_conn(to);
+	struct conn *c;
 
-	(void)ctx;
+	if (to == &((struct crun__server *)ctx)->self)
+		return 0;
+	c = client_conn(to);
 	if (c->torch)
 		return torch_send(c, type, id, num, items, count);
 	return send_frame(c, type, id, num, items, count);
@@ -1902,6 +1908,41 @@ int crun__server_port(const struct crun__server *srv)
 void crun__server_set_journal(struct crun__server *srv, struct crun__journal_file *journal)
 {
 	srv->rdzv.journal = journal;
+}
+
+int crun__server_set(struct crun__server *srv, const char *run_id, const char *key, const void *val,
+		     size_t len)
+{
+	struct crun__wire_item items[2] = {
+		{(const uint8_t *)key, (uint32_t)strlen(key)},
+		{(const uint8_t *)val, (uint32_t)len},
+	};
+	struct crun__wire_msg m = {.type = CRUN_WIRE_SET, .count = 2, .items = items};
+	uint32_t idlen;
+	const char *joined;
+	int rc;
+
+	if (!srv || !srv->store)
+		return -ENOTCONN;
+	if (len > srv->limits.max_value_size || items[0].len > srv->limits.max_key_size ||
+	    !items[0].len)
+		return -E2BIG;
+	joined = srv->self_joined ? crun__store_run_id(&srv->self, &idlen) : NULL;
+	if (joined && strcmp(joined, run_id)) {
+		crun__store_leave(srv->store, &srv->self);
+		srv->self_joined = false;
+	}
+	if (!srv->self_joined) {
+		crun__store_client_init(&srv->self, "self");
+		rc = crun__store_join(srv->store, &srv->self, (const uint8_t *)run_id,
+				      (uint32_t)strlen(run_id));
+		if (rc < 0)
+			return rc;
+		srv->self_joined = true;
+	}
+	rc = crun__store_apply(srv->store, &srv->self, &m, uv_now(srv->loop));
+	flush_dirty(srv); /* what the change told watchers and waiters */
+	return rc;
 }
 
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,

@@ -150,6 +150,14 @@ uint64_t crun__server_tcpstore_clear(struct crun__server *srv);
 /* The port actually bound (after listen), else 0. */
 int crun__server_port(const struct crun__server *srv);
 
+/* Sets key of run run_id to len bytes of val from inside the process (the
+ * agent's own status), as a plain SET by a client would: watchers and
+ * waiters hear of it. The run then lives as long as the server. 0 when the
+ * store applied it or refused it (a refusal for a limit is logged as any
+ * client's); -E2BIG for a key or value past the limits; -ENOMEM. */
+int crun__server_set(struct crun__server *srv, const char *run_id, const char *key, const void *val,
+		     size_t len);
+
 void crun__server_set_disconnect_cb(struct crun__server *srv, crun__server_disconnect_cb cb,
 				    void *arg);
 

@@ -40,6 +40,7 @@ has "$tmp/out2" "[1]:TORCHELASTIC_USE_AGENT_STORE=False"
 
 # The embedded store works for the workers with what crun gives them
 # (CRUN_STORE, CRUN_RUN_ID, CRUN_TOKEN), and CRUN_ROUND follows restarts.
+# The run holds their three keys and the agent's status (crun/status/HOST).
 if [ -n "${CRUN_CTL:-}" ]; then
 	crun --standalone --nproc-per-node=3 --max-restarts=1 sh -c '
 		"$0" set "key-$RANK" "$CRUN_ROUND" && "$0" --timeout 10s wait key-0 key-1 key-2 &&
@@ -48,7 +49,7 @@ if [ -n "${CRUN_CTL:-}" ]; then
 	rc=$?
 	[ $rc = 0 ] || fail "store job: exit $rc: $(cat "$tmp/err")"
 	for r in 0 1 2; do
-		has "$tmp/out" "[$r]:round 1 count 3"
+		has "$tmp/out" "[$r]:round 1 count 4"
 	done
 fi
 

@@ -61,7 +61,9 @@ check_warned() {
 	saved=$(sed -n 's/.*checkpoint of step \([0-9]*\) saved: warned.*/\1/p' "$out")
 	[ $((saved % 5)) = 0 ] && [ "$saved" -ge 5 ] || fail "$1: warned checkpoint of step $saved"
 	grep -q "step 200/200" "$out" || fail "$1: did not train to the end"
-	grep -qi "restart" "$out" && fail "$1: the warning restarted the job: $(grep -i restart "$out")"
+	# (crun's closing line counts the restarts: 0)
+	grep -i "restart" "$out" | grep -qv "^crun: run '[^']*' ended: succeeded (0 restarts, " &&
+		fail "$1: the warning restarted the job: $(grep -i restart "$out")"
 }
 
 warned ckpt 200 crun --set checkpoint.dir="$tmp/ckpt" --set checkpoint.every=0 \

@@ -1,0 +1,239 @@
+/* Job files: see jobfile.h. The directory checks follow what ssh and
+ * systemd do for a per-user runtime directory: ours, a real directory,
+ * no access for anyone else. */
+#include "common/jobfile.h"
+
+#include "common/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int crun__jobfile_dir(char *out, size_t len, const char *xdg_runtime_dir, uid_t uid)
+{
+	int n;
+
+	if (xdg_runtime_dir && xdg_runtime_dir[0] == '/')
+		n = snprintf(out, len, "%s/crun", xdg_runtime_dir);
+	else
+		n = snprintf(out, len, "/tmp/crun-%lu", (unsigned long)uid);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static bool plain(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '.' || c == '_' || c == '-';
+}
+
+int crun__jobfile_path(char *out, size_t len, const char *dir, const char *sub, const char *run_id,
+		       long pid, const char *ext)
+{
+	int n = snprintf(out, len, "%s/%s/", dir, sub);
+	size_t used;
+
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	used = (size_t)n;
+	/* A leading dot would hide the file and make "." or "..". */
+	for (const unsigned char *p = (const unsigned char *)run_id; *p; p++) {
+		bool keep = plain(*p) && !(p == (const unsigned char *)run_id && *p == '.');
+
+		if (used + (keep ? 1 : 3) >= len)
+			return -ENAMETOOLONG;
+		if (keep)
+			out[used++] = (char)*p;
+		else
+			used += (size_t)snprintf(out + used, 4, "%%%02X", *p);
+	}
+	n = snprintf(out + used, len - used, ".%ld.%s", pid, ext);
+	return n < 0 || (size_t)n >= len - used ? -ENAMETOOLONG : 0;
+}
+
+static int own_dir(const char *path)
+{
+	struct stat st;
+
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+		return -EPERM;
+	return 0;
+}
+
+int crun__jobfile_prepare(const char *dir, const char *sub)
+{
+	char path[4096];
+	int rc;
+
+	rc = own_dir(dir);
+	if (rc < 0)
+		return rc;
+	if (snprintf(path, sizeof(path), "%s/%s", dir, sub) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	return own_dir(path);
+}
+
+char *crun__jobfile_format(const struct crun__jobfile *jf)
+{
+	json_t *o = json_object();
+	char *text;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "run_id", json_string(jf->run_id));
+	json_object_set_new(o, "endpoint", json_string(jf->endpoint));
+	if (jf->token_file[0])
+		json_object_set_new(o, "token_file", json_string(jf->token_file));
+	json_object_set_new(o, "pid", json_integer(jf->pid));
+	json_object_set_new(o, "node", json_string(jf->node));
+	json_object_set_new(o, "started_ms", json_integer((json_int_t)jf->started_ms));
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return text;
+}
+
+static bool copy_str(json_t *o, const char *key, char *out, size_t len, bool need)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	if (!s)
+		return !need;
+	if (strlen(s) >= len)
+		return false;
+	strcpy(out, s);
+	return true;
+}
+
+int crun__jobfile_parse(const char *text, size_t len, struct crun__jobfile *jf)
+{
+	json_t *o = json_loadb(text, len, 0, NULL);
+	int rc = -EINVAL;
+
+	memset(jf, 0, sizeof(*jf));
+	if (!json_is_object(o))
+		goto out;
+	if (!copy_str(o, "run_id", jf->run_id, sizeof(jf->run_id), true) || !jf->run_id[0] ||
+	    !copy_str(o, "endpoint", jf->endpoint, sizeof(jf->endpoint), true) ||
+	    !copy_str(o, "token_file", jf->token_file, sizeof(jf->token_file), false) ||
+	    !copy_str(o, "node", jf->node, sizeof(jf->node), false) ||
+	    !json_is_integer(json_object_get(o, "pid")))
+		goto out;
+	jf->pid = (long)json_integer_value(json_object_get(o, "pid"));
+	jf->started_ms = (uint64_t)json_integer_value(json_object_get(o, "started_ms"));
+	rc = jf->pid > 0 ? 0 : -EINVAL;
+out:
+	json_decref(o);
+	return rc;
+}
+
+int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
+{
+	char path[4096];
+	char *text;
+	int rc;
+
+	rc = crun__jobfile_path(path, sizeof(path), dir, "jobs", jf->run_id, jf->pid, "json");
+	if (rc < 0)
+		return rc;
+	text = crun__jobfile_format(jf);
+	if (!text)
+		return -ENOMEM;
+	rc = crun__write_atomic(path, text, strlen(text), 0600);
+	free(text);
+	return rc;
+}
+
+int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, const void *token,
+			      size_t len, char *path, size_t pathlen)
+{
+	int rc = crun__jobfile_path(path, pathlen, dir, "tokens", run_id, pid, "token");
+
+	return rc < 0 ? rc : crun__write_atomic(path, token, len, 0600);
+}
+
+void crun__jobfile_remove(const char *dir, const char *run_id, long pid)
+{
+	char path[4096];
+
+	if (crun__jobfile_path(path, sizeof(path), dir, "jobs", run_id, pid, "json") == 0)
+		unlink(path);
+	if (crun__jobfile_path(path, sizeof(path), dir, "tokens", run_id, pid, "token") == 0)
+		unlink(path);
+}
+
+static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t *len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, cap);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	*len = (size_t)n;
+	return (size_t)n < cap ? 0 : -EFBIG;
+}
+
+static int by_run(const void *a, const void *b)
+{
+	return strcmp(((const struct crun__jobfile *)a)->run_id,
+		      ((const struct crun__jobfile *)b)->run_id);
+}
+
+int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n)
+{
+	char path[4096], text[8192];
+	struct crun__jobfile *v = NULL, jf;
+	struct dirent *de;
+	size_t nv = 0, len = 0;
+	DIR *d;
+
+	*out = NULL;
+	*n = 0;
+	if (snprintf(path, sizeof(path), "%s/jobs", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		size_t nl = strlen(de->d_name);
+
+		if (nl < 6 || strcmp(de->d_name + nl - 5, ".json"))
+			continue;
+		if (read_small(dirfd(d), de->d_name, text, sizeof(text), &len) < 0 ||
+		    crun__jobfile_parse(text, len, &jf) < 0)
+			continue;
+		if (kill((pid_t)jf.pid, 0) < 0 && errno == ESRCH) {
+			/* Its agent died without removing it. */
+			crun__jobfile_remove(dir, jf.run_id, jf.pid);
+			continue;
+		}
+		struct crun__jobfile *nvp = realloc(v, (nv + 1) * sizeof(*v));
+		if (!nvp) {
+			free(v);
+			closedir(d);
+			return -ENOMEM;
+		}
+		v = nvp;
+		v[nv++] = jf;
+	}
+	closedir(d);
+	if (nv)
+		qsort(v, nv, sizeof(*v), by_run);
+	*out = v;
+	*n = nv;
+	return 0;
+}

@@ -1,0 +1,481 @@
+/* `crun status` / `crunctl status` (status_cli.h): finds the job (its
+ * flags, the environment crun gives workers, or the job files of this
+ * machine, common/jobfile.h), reads the agents' status documents from its
+ * store with libcrun, and shows them (status_view.h). */
+#include "rendezvous/status_cli.h"
+
+#include <crun/store.h>
+
+#include "common/jobfile.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "rendezvous/status_view.h"
+#include "rendezvous/wire.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+enum {
+	EXIT_OK = 0,
+	EXIT_NOT_FOUND = 1,
+	EXIT_USAGE = 2,
+	EXIT_CONN = 3,
+};
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define DEFAULT_WATCH_MS 2000
+#define CALL_TIMEOUT_MS 5000
+
+static const char usage_text[] =
+	"usage: %s [--endpoint HOST:PORT] [--run ID] [--token-file FILE] [--json]\n"
+	"       [--watch [SECONDS]]\n"
+	"Show a running crun job: its round, restarts, members and every rank.\n"
+	"\n"
+	"  --endpoint HOST:PORT    the job's store (default: $CRUN_STORE, else the jobs\n"
+	"                          running on this machine, found by their job files)\n"
+	"  --run ID                the run id (default: $CRUN_RUN_ID; without an\n"
+	"                          endpoint: every job on this machine)\n"
+	"  --token-file FILE       file holding the job token (default: $CRUN_TOKEN,\n"
+	"                          else $CRUN_TOKEN_FILE, else the job file's)\n"
+	"  --json                  one JSON document instead of the table\n"
+	"  --watch [SECONDS]       show it again every SECONDS (default 2) until the\n"
+	"                          job is gone or interrupted\n"
+	"  --connect-timeout DURATION\n"
+	"                          how long to keep retrying the connection (default 5s)\n"
+	"  -h, --help              print this help and exit\n"
+	"\n"
+	"Exit status: 0 shown; 1 no such job; 2 usage error; 3 cannot connect or\n"
+	"authenticate.\n";
+
+struct target {
+	char run_id[512];
+	char endpoint[300];
+	char token_file[4096]; /* "": none */
+};
+
+struct opts {
+	const char *prog;
+	const char *endpoint, *run_id, *token_file;
+	bool json;
+	bool watch;
+	int watch_ms;
+	int connect_timeout_ms;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static int usage_error(const struct opts *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int usage_error(const struct opts *o, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	crun__error("%s", msg);
+	fprintf(stderr, "try '%s --help'\n", o->prog);
+	return EXIT_USAGE;
+}
+
+static const char *value_of(const struct opts *o, int argc, char **argv, int *i, const char *name,
+			    int *rc)
+{
+	size_t n = strlen(name);
+
+	if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=')
+		return argv[*i] + n + 1;
+	if (*i + 1 >= argc) {
+		*rc = usage_error(o, "option '%s' needs a value", name);
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+static bool is_opt(const char *arg, const char *name)
+{
+	size_t n = strlen(name);
+
+	return !strncmp(arg, name, n) && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static int parse_seconds(const struct opts *o, const char *v, int *ms)
+{
+	char *end;
+	double s;
+
+	errno = 0;
+	s = strtod(v, &end);
+	if (errno || end == v || *end || !(s >= 0.1) || s > 86400)
+		return usage_error(
+			o, "bad interval '%s' for --watch: expected seconds, 0.1 to 86400", v);
+	*ms = (int)(s * 1000);
+	return 0;
+}
+
+static int parse_args(struct opts *o, int argc, char **argv)
+{
+	int rc = 0;
+
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i], *v;
+		char err[160];
+		int64_t ms;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			printf(usage_text, o->prog);
+			return -1;
+		} else if (!strcmp(a, "--json")) {
+			o->json = true;
+		} else if (is_opt(a, "--watch")) {
+			o->watch = true;
+			if (a[7] == '=')
+				rc = parse_seconds(o, a + 8, &o->watch_ms);
+			else if (i + 1 < argc && argv[i + 1][0] != '-')
+				rc = parse_seconds(o, argv[++i], &o->watch_ms);
+		} else if (is_opt(a, "--endpoint")) {
+			if ((v = value_of(o, argc, argv, &i, "--endpoint", &rc)))
+				o->endpoint = v;
+		} else if (is_opt(a, "--run")) {
+			if ((v = value_of(o, argc, argv, &i, "--run", &rc)))
+				o->run_id = v;
+		} else if (is_opt(a, "--token-file")) {
+			if ((v = value_of(o, argc, argv, &i, "--token-file", &rc)))
+				o->token_file = v;
+		} else if (is_opt(a, "--connect-timeout")) {
+			v = value_of(o, argc, argv, &i, "--connect-timeout", &rc);
+			if (v && crun__parse_duration_ms(v, &ms, err, sizeof(err)) < 0)
+				rc = usage_error(o, "bad duration for --connect-timeout: %s", err);
+			else if (v)
+				o->connect_timeout_ms = ms < 1	       ? 1
+							: ms > INT_MAX ? INT_MAX
+								       : (int)ms;
+		} else if (a[0] == '-') {
+			rc = usage_error(o, "unknown option '%s'", a);
+		} else {
+			rc = usage_error(o, "unexpected argument '%s'", a);
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int set_target(const struct opts *o, struct target *t, const char *run_id,
+		      const char *endpoint, const char *token_file)
+{
+	if (snprintf(t->run_id, sizeof(t->run_id), "%s", run_id) >= (int)sizeof(t->run_id) ||
+	    snprintf(t->endpoint, sizeof(t->endpoint), "%s", endpoint) >=
+		    (int)sizeof(t->endpoint) ||
+	    snprintf(t->token_file, sizeof(t->token_file), "%s", token_file ? token_file : "") >=
+		    (int)sizeof(t->token_file))
+		return usage_error(o, "run id, endpoint or token file name too long");
+	return 0;
+}
+
+/* The jobs to show: the one named by the flags or the environment, else
+ * those of this machine's job files (only --run's). *n 0: none. */
+static int find_targets(const struct opts *o, struct target **out, size_t *n)
+{
+	const char *endpoint = o->endpoint ? o->endpoint : getenv("CRUN_STORE");
+	const char *run_id = o->run_id ? o->run_id : getenv("CRUN_RUN_ID");
+	struct crun__jobfile *jobs;
+	char dir[1024];
+	size_t njobs;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if (endpoint && *endpoint) {
+		if (!run_id || !*run_id)
+			return usage_error(
+				o, "which run? --endpoint needs --run ID (or $CRUN_RUN_ID)");
+		*out = calloc(1, sizeof(**out));
+		if (!*out)
+			return EXIT_NOT_FOUND;
+		*n = 1;
+		return set_target(o, *out, run_id, endpoint, o->token_file);
+	}
+	rc = crun__jobfile_dir(dir, sizeof(dir), getenv("XDG_RUNTIME_DIR"), geteuid());
+	if (rc == 0)
+		rc = crun__jobfile_list(dir, &jobs, &njobs);
+	if (rc < 0 && rc != -ENOENT) {
+		crun__error("cannot read the job files in '%s/jobs': %s", dir, strerror(-rc));
+		return EXIT_NOT_FOUND;
+	}
+	if (rc < 0)
+		njobs = 0, jobs = NULL;
+	*out = calloc(njobs ? njobs : 1, sizeof(**out));
+	if (!*out) {
+		free(jobs);
+		return EXIT_NOT_FOUND;
+	}
+	for (size_t i = 0; i < njobs; i++) {
+		if (o->run_id && strcmp(o->run_id, jobs[i].run_id))
+			continue;
+		/* Agents of one run on this machine: one store, one job. */
+		if (*n && !strcmp((*out)[*n - 1].run_id, jobs[i].run_id) &&
+		    !strcmp((*out)[*n - 1].endpoint, jobs[i].endpoint))
+			continue;
+		rc = set_target(o, &(*out)[*n], jobs[i].run_id, jobs[i].endpoint,
+				o->token_file ? o->token_file : jobs[i].token_file);
+		if (rc) {
+			free(jobs);
+			return rc;
+		}
+		++*n;
+	}
+	free(jobs);
+	return 0;
+}
+
+static int load_token(const char *file, char **tok, size_t *len)
+{
+	char err[256];
+
+	if (crun__read_secret_file(file, CRUN_WIRE_TOKEN_MAX, tok, len, err, sizeof(err)) < 0) {
+		crun__error("bad token file: %s", err);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* The token of t: its token file, else $CRUN_TOKEN / $CRUN_TOKEN_FILE when
+ * the job came from the flags or the environment. *tok NULL: none. */
+static int token_of(const struct opts *o, const struct target *t, char **tok, size_t *len)
+{
+	const char *v;
+
+	*tok = NULL;
+	*len = 0;
+	if (t->token_file[0])
+		return load_token(t->token_file, tok, len);
+	if (!(o->endpoint || getenv("CRUN_STORE")))
+		return 0;
+	v = getenv("CRUN_TOKEN");
+	if (v && *v) {
+		*tok = strdup(v);
+		*len = strlen(v);
+		return *tok ? 0 : EXIT_NOT_FOUND;
+	}
+	v = getenv("CRUN_TOKEN_FILE");
+	return v && *v ? load_token(v, tok, len) : 0;
+}
+
+static bool has_prefix(const char *s, const char *p)
+{
+	return !strncmp(s, p, strlen(p));
+}
+
+/* Reads the agents' documents of t into *job. Prints one line and returns
+ * the exit status when it cannot. */
+static int fetch(const struct opts *o, const struct target *t, json_t **job)
+{
+	struct crun_store_opts so = {
+		.run_id = t->run_id,
+		.connect_timeout_ms = o->connect_timeout_ms,
+		.timeout_ms = CALL_TIMEOUT_MS,
+	};
+	struct crun_store *s = NULL;
+	char host[256], err[256], **keys = NULL;
+	char *tok = NULL;
+	size_t nkeys = 0, toklen = 0;
+	json_t *nodes = NULL;
+	int port, rc, status;
+
+	*job = NULL;
+	if (crun__parse_endpoint(t->endpoint, 29400, host, sizeof(host), &port, err, sizeof(err)) <
+	    0)
+		return usage_error(o, "%s", err);
+	status = token_of(o, t, &tok, &toklen);
+	if (status)
+		return status;
+	so.host = host;
+	so.port = port;
+	so.token = tok;
+	so.token_len = toklen;
+	s = crun_store_create(&so);
+	if (!s) {
+		crun__error("cannot create a store handle: out of memory");
+		status = EXIT_NOT_FOUND;
+		goto out;
+	}
+	rc = crun_store_connect(s);
+	if (rc == 0)
+		rc = crun_store_list(s, &keys, &nkeys, CALL_TIMEOUT_MS);
+	if (rc < 0) {
+		const char *m = crun_store_errmsg(s);
+
+		if (rc == -EACCES)
+			crun__error("%s", m && *m ? m : "authentication failed");
+		else
+			crun__error("cannot connect to '%s': %s", t->endpoint,
+				    crun_store_strerror(rc));
+		status = EXIT_CONN;
+		goto out;
+	}
+	nodes = json_array();
+	for (size_t i = 0; i < nkeys && nodes; i++) {
+		struct crun_store_buf b;
+		json_t *doc;
+
+		if (!has_prefix(keys[i], CRUN_STATUS_KEY_PREFIX))
+			continue;
+		rc = crun_store_get(s, keys[i], &b, 0);
+		if (rc == -ENOENT)
+			continue; /* gone meanwhile */
+		if (rc < 0) {
+			crun__error("cannot read '%s' from '%s': %s", keys[i], t->endpoint,
+				    crun_store_strerror(rc));
+			status = EXIT_CONN;
+			goto out;
+		}
+		doc = json_loadb((const char *)b.data, b.len, 0, NULL);
+		crun_store_buf_finish(&b);
+		if (json_is_object(doc))
+			json_array_append_new(nodes, doc);
+		else
+			json_decref(doc);
+	}
+	if (!json_array_size(nodes)) {
+		crun__error("run '%s' at '%s' has no status: no crun agent publishes there",
+			    t->run_id, t->endpoint);
+		status = EXIT_NOT_FOUND;
+		goto out;
+	}
+	*job = crun__status_job(t->run_id, t->endpoint, nodes, crun__wall_ms());
+	status = *job ? EXIT_OK : EXIT_NOT_FOUND;
+	if (!*job)
+		crun__error("out of memory");
+out:
+	json_decref(nodes);
+	crun_store_list_free(keys, nkeys);
+	crun_store_destroy(s);
+	if (tok) {
+		OPENSSL_cleanse(tok, toklen);
+		free(tok);
+	}
+	return status;
+}
+
+/* One look at every target; the worst status. */
+static int show(const struct opts *o, const struct target *t, size_t n, bool clear)
+{
+	int worst = EXIT_OK;
+
+	if (clear)
+		fputs("\033[H\033[J", stdout);
+	for (size_t i = 0; i < n; i++) {
+		json_t *job;
+		int rc = fetch(o, &t[i], &job);
+
+		if (rc) {
+			worst = rc > worst ? rc : worst;
+			continue;
+		}
+		if (o->json) {
+			json_dumpf(job, stdout, JSON_COMPACT);
+			putchar('\n');
+		} else {
+			if (i)
+				putchar('\n');
+			crun__status_render(stdout, job);
+		}
+		json_decref(job);
+	}
+	fflush(stdout);
+	return worst;
+}
+
+static void pause_ms(int ms)
+{
+	for (int left = ms; left > 0 && !interrupted; left -= 100) {
+		struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+int crun__status_main(const char *prog, const struct crun__status_cli_defaults *defaults, int argc,
+		      char **argv)
+{
+	struct opts o = {.prog = prog, .watch_ms = DEFAULT_WATCH_MS};
+	struct target *t = NULL;
+	struct sigaction sa;
+	size_t n = 0;
+	bool clear, shown = false;
+	int rc;
+
+	if (defaults) {
+		o.endpoint = defaults->endpoint;
+		o.run_id = defaults->run_id;
+		o.token_file = defaults->token_file;
+		o.connect_timeout_ms = defaults->connect_timeout_ms;
+	}
+	if (!o.connect_timeout_ms)
+		o.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+	rc = parse_args(&o, argc, argv);
+	if (rc)
+		return rc < 0 ? (fflush(stdout) ? 1 : EXIT_OK) : rc;
+	rc = find_targets(&o, &t, &n);
+	if (rc)
+		goto out;
+	if (!n) {
+		if (o.run_id)
+			crun__error("no job '%s' runs on this machine (give --endpoint to look "
+				    "elsewhere)",
+				    o.run_id);
+		else
+			crun__error("no crun job runs on this machine (give --endpoint and --run "
+				    "to look elsewhere)");
+		rc = EXIT_NOT_FOUND;
+		goto out;
+	}
+	if (o.json && n > 1) {
+		rc = usage_error(&o, "%zu jobs run on this machine; pick one with --run", n);
+		goto out;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_interrupt; /* no SA_RESTART: a sleep ends at once */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	clear = o.watch && !o.json && isatty(STDOUT_FILENO);
+	for (;;) {
+		rc = show(&o, t, n, clear);
+		if (!o.watch || interrupted)
+			break;
+		if (rc && shown) {
+			/* The job went while we watched: that is its end. */
+			crun__info("the job is gone");
+			rc = EXIT_OK;
+			break;
+		}
+		if (rc)
+			break;
+		shown = true;
+		pause_ms(o.watch_ms);
+		if (interrupted)
+			break;
+	}
+out:
+	free(t);
+	return rc;
+}
