@@ -133,7 +133,7 @@ struct agent {
 	 * status in the store, the metrics endpoint and the events file. */
 	struct crun__monitor monitor;
 	struct crun__gpu_watch gpus; /* NVML: samples, release waits */
-	struct crun__events events; /* --events; fd -1: none */
+	struct crun__events events;  /* --events; fd -1: none */
 	struct group group;
 	/* `crun status`: this node's status in the store (status.h), and the
 	 * job file and token file that let it find the job (jobfile.h). */
