@@ -16,8 +16,6 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/multinode-lib.sh"
 . "$here/cluster-lib.sh"
 cluster_skip_unless_available
-hooks=0
-grep -q crun__monitor_worker_started "$CRUN_SOURCE_DIR/src/agent/group.c" && hooks=1
 
 cluster_up 2
 A=("${CLUSTER_ADDRS[@]}")
@@ -44,10 +42,10 @@ lacks "$tmp/n1.err" "$(cat "$tmp/token")"
 
 # check FILE: the job document of run st
 check() {
-	python3 - "$1" "$ep" "$hooks" "${A[0]}" "${A[1]}" <<'PY' || fail "json of $1: $(cat "$1")"
+	python3 - "$1" "$ep" "${A[0]}" "${A[1]}" <<'PY' || fail "json of $1: $(cat "$1")"
 import json, sys
 doc = json.load(open(sys.argv[1]))
-ep, hooks, a0, a1 = sys.argv[2], sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+ep, a0, a1 = sys.argv[2], sys.argv[3], sys.argv[4]
 assert doc["run_id"] == "st" and doc["endpoint"] == ep, doc
 assert len(doc["nodes"]) == 2, doc["nodes"]
 assert len({n["node_id"] for n in doc["nodes"]}) == 2, doc["nodes"]
@@ -55,24 +53,23 @@ assert len(doc["members"]) == 2, doc["members"]
 assert all(m["local_world_size"] == 2 for m in doc["members"]), doc["members"]
 ranks = doc["ranks"]
 assert sorted(r["local_rank"] for r in ranks) == [0, 0, 1, 1], ranks
-if hooks:
-    assert doc["round"] == 1 and doc["restart_count"] == 0, doc
-    assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
-    assert all(r["state"] == "running" and r["pid"] > 0 for r in ranks), ranks
-    assert [m["addr"] for m in doc["members"]] == [a0, a1], doc["members"]
-    assert all(m["state"] == "running" for m in doc["members"]), doc["members"]
+assert doc["round"] == 1 and doc["restart_count"] == 0, doc
+assert [r["rank"] for r in ranks] == [0, 1, 2, 3], ranks
+assert all(r["state"] == "running" and r["pid"] > 0 for r in ranks), ranks
+assert [m["addr"] for m in doc["members"]] == [a0, a1], doc["members"]
+assert all(m["state"] == "running" for m in doc["members"]), doc["members"]
 PY
 }
 # From node 1, with the endpoint and the token file: poll (bounded) until
-# both nodes have published (with the hooks: until every rank runs).
+# both nodes have published and every rank runs.
 rc=1
 for _ in $(seq 50); do
 	cluster_exec 1 env XDG_RUNTIME_DIR="$tmp/x1" timeout 10 "$CRUN" status --endpoint "$ep" \
 		--run st --token-file "$tmp/token" --json >"$tmp/st.json" 2>"$tmp/st.err"
 	rc=$?
 	[ $rc = 0 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
-sys.exit(0 if len(d["nodes"]) == 2 and (sys.argv[2] == "0" or
-	all(r["state"] == "running" for r in d["ranks"])) else 1)' "$tmp/st.json" $hooks && break
+sys.exit(0 if len(d["nodes"]) == 2 and
+	all(r["state"] == "running" for r in d["ranks"]) else 1)' "$tmp/st.json" && break
 	sleep 0.1
 done
 [ $rc = 0 ] || fail "crun status from node 1: $(cat "$tmp/st.err")"
@@ -102,4 +99,4 @@ grep -qE "^crun: run 'st' ended: succeeded \(0 restarts, [0-9.]+s\)$" "$tmp/n1.e
 for n in 0 1; do
 	[ -z "$(ls -A "$tmp/x$n/crun/jobs")" ] || fail "node $n's job file left: $(ls "$tmp/x$n/crun/jobs")"
 done
-echo "ok (monitor hooks: $hooks)"
+echo "ok"

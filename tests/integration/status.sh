@@ -4,8 +4,8 @@
 #   token); the job file and the token file are the user's alone (0600 in
 #   a 0700 directory);
 # - `crun status` finds the job by its job file, `crun status --json` and
-#   `crunctl status --json` show the run, its store, both ranks (with the
-#   monitor's hooks in the agent: each with its pid, running);
+#   `crunctl status --json` show the run, its store, both ranks, each with
+#   its pid, running;
 # - `crun status --endpoint --run --token-file` from elsewhere (no job
 #   file) shows it too; a wrong token exits 3 with one line;
 # - --watch refreshes until SIGINT (exit 0), and ends by itself when the
@@ -21,10 +21,6 @@ set -u
 # Job files go to a directory of this test's own.
 export XDG_RUNTIME_DIR=$tmp/xdg
 mkdir -m 700 "$XDG_RUNTIME_DIR"
-# With the monitor's recording calls in the agent, workers have pids and
-# states in status; without them only the structure can be checked.
-hooks=0
-grep -q crun__monitor_worker_started "$CRUN_SOURCE_DIR/src/agent/group.c" && hooks=1
 
 marker="crun-status-$$"
 "$CRUN" --standalone --nproc-per-node=2 --max-restarts=1 sh -c \
@@ -46,11 +42,11 @@ jf=$XDG_RUNTIME_DIR/crun/jobs/$run.$pid.json
 	fail "modes: $(ls -la "$XDG_RUNTIME_DIR/crun" "$jf" "$tok")"
 lacks "$tmp/err" "$(cat "$tok")"
 
-# crun status, found by the job file. With the hooks, poll (bounded) until
-# both ranks are running.
+# crun status, found by the job file: poll (bounded) until both ranks are
+# running.
 for _ in $(seq 50); do
 	timeout 10 "$CRUN" status >"$tmp/st.out" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
-	[ $hooks = 0 ] || [ "$(grep -c ' running ' "$tmp/st.out")" -ge 2 ] && break
+	[ "$(grep -c ' running ' "$tmp/st.out")" -ge 2 ] && break
 	sleep 0.1
 done
 grep -q "^run $run  store $ep  round .*  restarts 0/1  state " "$tmp/st.out" ||
@@ -60,10 +56,10 @@ grep -q "^run $run  store $ep  round .*  restarts 0/1  state " "$tmp/st.out" ||
 
 # check_json FILE: the job document of this run
 check_json() {
-	python3 - "$1" "$run" "$ep" "$pid" "$hooks" <<'PY' || fail "json of $1: $(cat "$1")"
+	python3 - "$1" "$run" "$ep" "$pid" <<'PY' || fail "json of $1: $(cat "$1")"
 import json, os, sys
 doc = json.load(open(sys.argv[1]))
-run, ep, agent, hooks = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+run, ep, agent = sys.argv[2], sys.argv[3], int(sys.argv[4])
 assert doc["version"] == 1 and doc["run_id"] == run and doc["endpoint"] == ep, doc
 assert doc["restart_count"] == 0 and doc["max_restarts"] == 1, doc
 assert len(doc["nodes"]) == 1 and doc["nodes"][0]["pid"] == agent, doc["nodes"]
@@ -73,11 +69,10 @@ assert [r["local_rank"] for r in ranks] == [0, 1], ranks
 for k in ("rank", "node", "pid", "state", "beat_age_s", "step", "gpu"):
     assert all(k in r for r in ranks), (k, ranks)
 assert doc["last_failure"] is None, doc
-if hooks:
-    assert [r["rank"] for r in ranks] == [0, 1], ranks
-    for r in ranks:
-        assert r["state"] == "running" and r["pid"] > 0, ranks
-        os.kill(r["pid"], 0)
+assert [r["rank"] for r in ranks] == [0, 1], ranks
+for r in ranks:
+    assert r["state"] == "running" and r["pid"] > 0, ranks
+    os.kill(r["pid"], 0)
 PY
 }
 timeout 10 "$CRUN" status --json >"$tmp/st.json" 2>"$tmp/st.err" || fail "--json: $(cat "$tmp/st.err")"
@@ -162,4 +157,4 @@ crun --standalone --max-restarts=0 sh -c 'exit 3' >/dev/null 2>"$tmp/f.err"
 [ $? = 1 ] || fail "failing run: $(cat "$tmp/f.err")"
 grep -qE "^crun: run '[^']+' ended: failed: rank 0 .*exited with code 3 \(0 restarts, [0-9.]+s\)$" \
 	"$tmp/f.err" || fail "failed closing line: $(cat "$tmp/f.err")"
-echo "ok (monitor hooks: $hooks)"
+echo "ok"
