@@ -8,7 +8,7 @@
 # - `crun status --json` gives each rank its GPU with the same values, and
 #   the table shows them;
 # - a second sample sees the double's new values (the sampler runs on).
-# shellcheck source-path=SCRIPTDIR
+# shellcheck disable=SC2016 source-path=SCRIPTDIR
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 : "${CRUN_NVML_FAKE_LIB:?CRUN_NVML_FAKE_LIB must name the NVML test double}"
