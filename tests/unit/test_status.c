@@ -157,7 +157,7 @@ static void test_doc_failure_gpu_and_exit(void **state)
 	assert_int_equal(json_integer_value(json_object_get(doc, "exit_status")), 1);
 	fail = json_object_get(doc, "last_failure");
 	assert_string_equal(json_string_value(json_object_get(fail, "line")),
-			    "rank 1 exited 3: bad ? byte");
+			    "rank 1 exited 3: bad \xef\xbf\xbd byte");
 	json_decref(doc);
 	finish(&m);
 }
