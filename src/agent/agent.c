@@ -786,20 +786,14 @@ static void announce(struct agent *a, const char *endpoint)
 static void say_end(struct agent *a, int status)
 {
 	const struct crun__failures *f = &a->group.failures;
-	char cause[CRUN_MON_TEXT], what[256], line[CRUN_MON_TEXT + 256];
+	char cause[CRUN_MON_TEXT], line[CRUN_MON_TEXT + 256];
 
+	/* the root cause in the words of the summary and the events file */
 	cause[0] = '\0';
-	if (a->monitor.last_failure[0]) {
+	if (a->monitor.last_failure[0])
 		snprintf(cause, sizeof(cause), "%s", a->monitor.last_failure);
-	} else if (f->n) {
-		if (f->v[0].hang)
-			snprintf(what, sizeof(what), "%s", f->v[0].hang);
-		else
-			agent_describe_exit(what, sizeof(what), f->v[0].exit_code,
-					    f->v[0].term_signal);
-		snprintf(cause, sizeof(cause), "rank %d (local rank %d, pid %d) %s", f->v[0].rank,
-			 f->v[0].local_rank, (int)f->v[0].pid, what);
-	}
+	else if (f->n)
+		crun__failure_describe(&f->v[0], a->hostname, cause, sizeof(cause));
 	crun__status_closing_line(line, sizeof(line), a->spec->run_id, status, cause,
 				  a->group.core.place.restart_count,
 				  (double)(crun__wall_ms() - a->started_ms) / 1000.0);

@@ -4,6 +4,7 @@
  * millisecond and short for ratios ("1.9", not "1.8999999999999999"). */
 #include "agent/events.h"
 #include "common/log.h"
+#include "common/record.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,9 +25,11 @@ static json_t *int_or_null(int64_t v)
 	return v >= 0 ? json_integer(v) : json_null();
 }
 
+/* Text from outside (a host name, a worker's last line) may not be UTF-8:
+ * crun__record_text makes it so, where json_string() would give NULL. */
 static json_t *str_or_null(const char *s)
 {
-	return s ? json_string(s) : json_null();
+	return s ? crun__record_text(s) : json_null();
 }
 
 /* "2026-12-02T07:35:12.345Z" */
@@ -58,7 +61,7 @@ static void members(json_t *o, const struct crun__monitor *m)
 	json_t *a = json_array();
 
 	for (int i = 0; a && i < m->nmembers; i++)
-		json_array_append_new(a, json_string(m->members[i].host));
+		json_array_append_new(a, str_or_null(m->members[i].host));
 	set(o, "members", a);
 }
 
@@ -76,7 +79,7 @@ static void kind_fields(json_t *o, const struct crun__monitor *m, const struct c
 	case CRUN_MON_MEMBER_JOINED:
 	case CRUN_MON_MEMBER_LEFT:
 	case CRUN_MON_MEMBER_EVICTED:
-		set(o, "member", json_string(ev->node ? ev->node : m->node));
+		set(o, "member", str_or_null(ev->node ? ev->node : m->node));
 		break;
 	case CRUN_MON_WORKER_STARTED:
 	case CRUN_MON_WORKER_HUNG:
@@ -114,7 +117,7 @@ static void kind_fields(json_t *o, const struct crun__monitor *m, const struct c
 		break;
 	}
 	if (ev->message)
-		set(o, "message", json_string(ev->message));
+		set(o, "message", str_or_null(ev->message));
 }
 
 char *crun__events_line(const struct crun__monitor *m, const struct crun__mon_event *ev)
@@ -132,7 +135,7 @@ char *crun__events_line(const struct crun__monitor *m, const struct crun__mon_ev
 	set(o, "round", int_or_null(ev->round));
 	set(o, "node", str_or_null(m->node));
 	if (m->node_id[0])
-		set(o, "node_id", json_string(m->node_id));
+		set(o, "node_id", str_or_null(m->node_id));
 	set(o, "group_rank", int_or_null(ev->group_rank));
 	set(o, "restart_count", int_or_null(ev->restart_count));
 	kind_fields(o, m, ev);

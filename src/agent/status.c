@@ -3,6 +3,7 @@
 
 #include "agent/summary.h"
 #include "common/log.h"
+#include "common/record.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -23,8 +24,8 @@ static json_t *gpu_doc(const struct crun__mon_gpu *g)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "index", json_integer(g->index));
-	json_object_set_new(o, "uuid", json_string(g->uuid));
-	json_object_set_new(o, "name", json_string(g->name));
+	json_object_set_new(o, "uuid", crun__record_text(g->uuid));
+	json_object_set_new(o, "name", crun__record_text(g->name));
 	json_object_set_new(o, "util", g->util >= 0 ? json_real(g->util) : json_null());
 	json_object_set_new(o, "mem_used", opt_int(g->mem_used, g->mem_used >= 0));
 	json_object_set_new(o, "mem_total", opt_int(g->mem_total, g->mem_total >= 0));
@@ -68,32 +69,11 @@ static json_t *member_doc(const struct crun__mon_member *mb)
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "group_rank", json_integer(mb->group_rank));
-	json_object_set_new(o, "node_id", json_string(mb->node_id));
-	json_object_set_new(o, "host", json_string(mb->host));
-	json_object_set_new(o, "addr", json_string(mb->addr));
+	json_object_set_new(o, "node_id", crun__record_text(mb->node_id));
+	json_object_set_new(o, "host", crun__record_text(mb->host));
+	json_object_set_new(o, "addr", crun__record_text(mb->addr));
 	json_object_set_new(o, "local_world_size", json_integer(mb->local_world_size));
 	return o;
-}
-
-/* json_string() of text that may not be UTF-8 (a worker's line): NULL
- * then, which json_object_set_new() turns into a failure, so the bytes
- * are replaced. */
-static json_t *text(const char *s)
-{
-	json_t *v = json_string(s);
-	char *copy;
-
-	if (v)
-		return v;
-	copy = strdup(s);
-	if (!copy)
-		return NULL;
-	for (char *p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80)
-			*p = '?';
-	v = json_string(copy);
-	free(copy);
-	return v;
 }
 
 json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__status_info *info,
@@ -106,11 +86,12 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 	if (!o || !workers || !members)
 		goto out_fail;
 	err |= json_object_set_new(o, "version", json_integer(CRUN_STATUS_VERSION));
-	err |= json_object_set_new(o, "run_id", text(m->run_id));
-	err |= json_object_set_new(o, "node", text(m->node));
-	err |= json_object_set_new(o, "node_id", text(node_id ? node_id : m->node));
+	err |= json_object_set_new(o, "run_id", crun__record_text(m->run_id));
+	err |= json_object_set_new(o, "node", crun__record_text(m->node));
+	err |= json_object_set_new(o, "node_id", crun__record_text(node_id ? node_id : m->node));
 	err |= json_object_set_new(o, "pid", json_integer(info->pid));
-	err |= json_object_set_new(o, "endpoint", text(info->endpoint ? info->endpoint : ""));
+	err |= json_object_set_new(o, "endpoint",
+				   crun__record_text(info->endpoint ? info->endpoint : ""));
 	err |= json_object_set_new(o, "time_ms", json_integer((json_int_t)now_ms));
 	err |= json_object_set_new(o, "started_ms", json_integer((json_int_t)m->started_ms));
 	err |= json_object_set_new(o, "round", opt_int(m->round, m->round >= 0));
@@ -119,7 +100,8 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 	err |= json_object_set_new(o, "world_size", opt_int(m->world_size, m->world_size > 0));
 	err |= json_object_set_new(o, "restart_count", json_integer(m->restart_count));
 	err |= json_object_set_new(o, "max_restarts", json_integer(m->max_restarts));
-	err |= json_object_set_new(o, "state", text(m->group_state ? m->group_state : ""));
+	err |= json_object_set_new(o, "state",
+				   crun__record_text(m->group_state ? m->group_state : ""));
 	err |= json_object_set_new(o, "store_lost", json_boolean(m->store_lost));
 	err |= json_object_set_new(o, "exit_status", opt_int(m->exit_status, m->exit_status >= 0));
 	for (int i = 0; i < m->nmembers && m->members; i++)
@@ -132,7 +114,7 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 	workers = NULL;
 	if (m->last_failure[0]) {
 		fail = json_object();
-		err |= json_object_set_new(fail, "line", text(m->last_failure));
+		err |= json_object_set_new(fail, "line", crun__record_text(m->last_failure));
 		err |= json_object_set_new(fail, "time_ms",
 					   json_integer((json_int_t)m->last_failure_ms));
 		err |= json_object_set_new(o, "last_failure", fail);

@@ -193,6 +193,7 @@ void crun__http_route(int parsed, const struct crun__http_request *req, const ch
 	}
 	reply->head_only = req->method == CRUN_HTTP_HEAD;
 	reply->close = !req->keep_alive;
+	reply->keep_alive = req->keep_alive && req->minor == 0;
 	if (strcmp(req->path, path)) {
 		reply->status = 404;
 		reply->body = "Not Found";
@@ -243,7 +244,9 @@ int crun__http_head(char *buf, size_t cap, const struct crun__http_reply *reply,
 			 "\r\n",
 			 reply->status, crun__http_reason(reply->status), content_type, body_len,
 			 reply->status == 405 ? "Allow: GET, HEAD\r\n" : "",
-			 reply->close ? "Connection: close\r\n" : "");
+			 reply->close	     ? "Connection: close\r\n"
+			 : reply->keep_alive ? "Connection: keep-alive\r\n"
+					     : "");
 
 	if (n < 0 || (size_t)n >= cap)
 		return -ENOSPC;

@@ -49,6 +49,8 @@ struct crun__http_reply {
 	int status;	  /* 200, 404, 405, ... */
 	bool metrics;	  /* the body is the metrics text */
 	bool close;	  /* close the connection after this reply */
+	bool keep_alive;  /* say "Connection: keep-alive": an HTTP/1.0 client
+			   * that asked for it assumes close without it */
 	const char *body; /* when !metrics: a one-line text */
 	bool head_only;	  /* HEAD: the head without the body */
 };
@@ -58,7 +60,7 @@ struct crun__http_reply {
  * is the metrics, another path 404, another method 405, a parse error
  * its status. A parse error and a 405 close the connection (the rest of
  * the bytes cannot be trusted to start a request); 200 and 404 keep it as
- * the request asked. */
+ * the request asked, and say so to an HTTP/1.0 client (keep_alive). */
 void crun__http_route(int parsed, const struct crun__http_request *req, const char *path,
 		      struct crun__http_reply *reply);
 
@@ -69,7 +71,8 @@ const char *crun__http_reason(int status);
 #define CRUN_HTTP_PROM_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 /* Writes the head of reply (status line; Content-Type, Content-Length
- * body_len, Connection: close when reply->close, Allow for 405) into buf
+ * body_len, Connection: close when reply->close, else Connection:
+ * keep-alive when reply->keep_alive, Allow for 405) into buf
  * (cap bytes, NUL-terminated). Returns its length, or -ENOSPC when cap is
  * too small. */
 int crun__http_head(char *buf, size_t cap, const struct crun__http_reply *reply,

@@ -1,5 +1,6 @@
 #include "common/record.h"
 #include "common/fs.h"
+#include "common/utf8.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -9,17 +10,11 @@
 
 json_t *crun__record_text(const char *s)
 {
-	json_t *v = json_string(s);
-	char *copy;
+	char *copy = crun__utf8_dup(s);
+	json_t *v;
 
-	if (v)
-		return v;
-	copy = strdup(s);
 	if (!copy)
 		return NULL;
-	for (char *p = copy; *p; p++)
-		if ((unsigned char)*p >= 0x80)
-			*p = '?';
 	v = json_string(copy);
 	free(copy);
 	return v;

@@ -7,8 +7,10 @@
 
 #include <jansson.h>
 
-/* A JSON string of s; bytes that are not UTF-8 (a path in another
- * encoding) become '?', since JSON text is UTF-8. NULL: out of memory. */
+/* A JSON string of s made well-formed UTF-8 (crun__utf8_dup), since JSON
+ * text is UTF-8 and s may not be (a path in another encoding, a worker's
+ * line cut at a byte limit). Every JSON document crun writes takes text
+ * of unknown encoding through here. NULL: out of memory. */
 json_t *crun__record_text(const char *s);
 
 /* The document of message and detail (py_callstack), stamped now. NULL:

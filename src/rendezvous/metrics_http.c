@@ -41,6 +41,10 @@ struct crun__metrics_http {
 	int port;
 	int open_handles;
 	bool destroying;
+	/* A connection refused for want of memory is accepted into spare and
+	 * closed at once (refuse()); pending: another waits until it is. */
+	uv_tcp_t spare;
+	bool spare_busy, pending;
 };
 
 static void maybe_free(struct crun__metrics_http *m)
@@ -271,6 +275,39 @@ static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
 			   "\r\n"
 			   "Service Unavailable\n";
 
+static void on_connection(uv_stream_t *server, int status);
+
+static void on_spare_closed(uv_handle_t *h)
+{
+	struct crun__metrics_http *m = h->data;
+
+	m->spare_busy = false;
+	m->open_handles--;
+	if (m->pending && !m->destroying) {
+		m->pending = false;
+		on_connection((uv_stream_t *)&m->listener, 0);
+	}
+	maybe_free(m);
+}
+
+/* No memory for the connection: it is accepted into the spare handle and
+ * closed, because libuv stops watching the listener while a connection
+ * it announced is left unaccepted, which would end every later scrape.
+ * While the spare is still closing, the connection waits for it. */
+static void refuse(struct crun__metrics_http *m)
+{
+	if (m->spare_busy) {
+		m->pending = true;
+		return;
+	}
+	uv_tcp_init(m->loop, &m->spare);
+	m->spare.data = m;
+	m->spare_busy = true;
+	m->open_handles++;
+	uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->spare);
+	uv_close((uv_handle_t *)&m->spare, on_spare_closed);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
 	struct crun__metrics_http *m = server->data;
@@ -279,8 +316,10 @@ static void on_connection(uv_stream_t *server, int status)
 	if (status < 0 || m->destroying)
 		return;
 	c = calloc(1, sizeof(*c));
-	if (!c)
-		return; /* libuv keeps it pending; the next connection retries */
+	if (!c) {
+		refuse(m);
+		return;
+	}
 	c->m = m;
 	uv_tcp_init(m->loop, &c->tcp);
 	uv_timer_init(m->loop, &c->timer);

@@ -2,6 +2,7 @@
  *
  * Exit status: 0 after SIGTERM/SIGINT, 1 when the server cannot start
  * (listen fails, ...), 2 for a usage or configuration error. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -142,6 +143,15 @@ static int bad_value(const char *opt, const char *value, const char *why)
 	return -EINVAL;
 }
 
+/* A whole number in [0, max] written with digits only: crun__parse_int64
+ * alone would take "+80". 0 or -EINVAL. */
+static int parse_digits(const char *s, int64_t max, int64_t *out)
+{
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	return crun__parse_int64(s, 0, max, out, NULL, 0);
+}
+
 static int parse_u64_opt(const char *opt, const char *s, bool size, uint64_t min, uint64_t max,
 			 uint64_t *out)
 {
@@ -153,7 +163,7 @@ static int parse_u64_opt(const char *opt, const char *s, bool size, uint64_t min
 		if (crun__parse_size(s, &v, err, sizeof(err)) < 0)
 			return bad_value(opt, s, err);
 	} else {
-		if (crun__parse_int64(s, 0, INT64_MAX, &i, err, sizeof(err)) < 0)
+		if (parse_digits(s, INT64_MAX, &i) < 0)
 			return bad_value(opt, s, "expected a whole number");
 		v = (uint64_t)i;
 	}
@@ -339,7 +349,7 @@ int main(int argc, char **argv)
 		case OPT_PORT: {
 			int64_t p;
 
-			if (crun__parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
+			if (parse_digits(optarg, 65535, &p) < 0) {
 				bad_value(name, optarg, "expected a port number from 0 to 65535");
 				return EXIT_USAGE;
 			}
@@ -349,7 +359,7 @@ int main(int argc, char **argv)
 		case OPT_METRICS_PORT: {
 			int64_t p;
 
-			if (crun__parse_int64(optarg, 0, 65535, &p, NULL, 0) < 0) {
+			if (parse_digits(optarg, 65535, &p) < 0) {
 				bad_value(name, optarg, "expected a port number from 0 to 65535");
 				return EXIT_USAGE;
 			}

@@ -2,9 +2,11 @@
 #include "trainer/trace.h"
 
 #include "common/fs.h"
+#include "common/record.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -98,58 +100,46 @@ const char *crun__trace_track_name(enum crun__trace_track track)
 	return track < CRUN__TRACK_COUNT ? track_names[track] : "?";
 }
 
-void crun__trace_json_string(FILE *out, const char *s)
+int crun__trace_json_string(FILE *out, const char *s)
 {
-	fputc('"', out);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"':
-			fputs("\\\"", out);
-			break;
-		case '\\':
-			fputs("\\\\", out);
-			break;
-		case '\n':
-			fputs("\\n", out);
-			break;
-		case '\r':
-			fputs("\\r", out);
-			break;
-		case '\t':
-			fputs("\\t", out);
-			break;
-		default:
-			if (*p < 0x20 || *p == 0x7f)
-				fprintf(out, "\\u%04x", *p);
-			else
-				fputc(*p, out);
-		}
-	}
-	fputc('"', out);
+	json_t *v = crun__record_text(s);
+	char *text = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+
+	json_decref(v);
+	if (!text)
+		return -ENOMEM;
+	fputs(text, out);
+	free(text);
+	return 0;
 }
 
 /* A metadata event: {"ph":"M","pid":P,"tid":T,"name":NAME,"args":{"name":VALUE}}
  * (or "sort_index" with a number when value is NULL), after the events
  * before it. */
-static void write_meta(FILE *out, int pid, int tid, const char *name, const char *value,
-		       int sort_index)
+static int write_meta(FILE *out, int pid, int tid, const char *name, const char *value,
+		      int sort_index)
 {
+	int rc = 0;
+
 	fprintf(out, ",\n");
 	fprintf(out, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"args\":{", pid, tid,
 		name);
 	if (value) {
 		fputs("\"name\":", out);
-		crun__trace_json_string(out, value);
+		rc = crun__trace_json_string(out, value);
 	} else {
 		fprintf(out, "\"sort_index\":%d", sort_index);
 	}
 	fputs("}}", out);
+	return rc;
 }
 
-static void write_event(FILE *out, int pid, const struct crun__trace_event *e)
+static int write_event(FILE *out, int pid, const struct crun__trace_event *e)
 {
+	int rc;
+
 	fputs("{\"ph\":\"X\",\"name\":", out);
-	crun__trace_json_string(out, e->name ? e->name : "");
+	rc = crun__trace_json_string(out, e->name ? e->name : "");
 	fprintf(out,
 		",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%" PRId64 ",\"dur\":%" PRId64
 		",\"args\":{\"step\":%" PRId64,
@@ -160,32 +150,39 @@ static void write_event(FILE *out, int pid, const struct crun__trace_event *e)
 		fprintf(out, ",\"elements\":%" PRIu64, e->elements);
 	if (e->bytes)
 		fprintf(out, ",\"bytes\":%" PRIu64, e->bytes);
-	if (e->text) {
+	if (e->text && !rc) {
 		fputs(",\"text\":", out);
-		crun__trace_json_string(out, e->text);
+		rc = crun__trace_json_string(out, e->text);
 	}
 	fputs("}}", out);
+	return rc;
 }
 
 int crun__trace_write(const struct crun__trace *t, FILE *out)
 {
 	char pname[32];
+	int rc;
 
 	snprintf(pname, sizeof(pname), "rank %d", t->rank);
 	/* the first event, then the others each after a comma */
 	fputs("{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":", out);
 	fprintf(out, "%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":", t->rank);
-	crun__trace_json_string(out, pname);
+	rc = crun__trace_json_string(out, pname);
 	fputs("}}", out);
-	write_meta(out, t->rank, 0, "process_sort_index", NULL, t->rank);
-	for (int k = 0; k < CRUN__TRACK_COUNT; k++) {
-		write_meta(out, t->rank, k, "thread_name", track_names[k], 0);
-		write_meta(out, t->rank, k, "thread_sort_index", NULL, k);
+	/* a failed string leaves the document unfinished: stop there */
+	if (!rc)
+		rc = write_meta(out, t->rank, 0, "process_sort_index", NULL, t->rank);
+	for (int k = 0; k < CRUN__TRACK_COUNT && !rc; k++) {
+		rc = write_meta(out, t->rank, k, "thread_name", track_names[k], 0);
+		if (!rc)
+			rc = write_meta(out, t->rank, k, "thread_sort_index", NULL, k);
 	}
-	for (size_t i = 0; i < t->n; i++) {
+	for (size_t i = 0; i < t->n && !rc; i++) {
 		fputs(",\n", out);
-		write_event(out, t->rank, &t->ev[i]);
+		rc = write_event(out, t->rank, &t->ev[i]);
 	}
+	if (rc)
+		return rc;
 	fprintf(out,
 		"\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"rank\":%d,\"world_size\":%d,"
 		"\"clock\":\"CLOCK_REALTIME\",\"dropped\":%" PRIu64 "}}\n",

@@ -70,11 +70,13 @@ uint64_t crun__trace_dropped(const struct crun__trace *t);
  * "checkpoint"). */
 const char *crun__trace_track_name(enum crun__trace_track track);
 
-/* Writes s as a JSON string (quotes included, control characters and
- * quotes escaped; bytes >= 0x80 as they are, so UTF-8 stays UTF-8). */
-void crun__trace_json_string(FILE *out, const char *s);
+/* Writes s as a JSON string (quotes included), made well-formed UTF-8 as
+ * crun__record_text makes it (a Latin-1 byte becomes U+FFFD) and escaped
+ * by jansson. 0, or -ENOMEM (nothing written). */
+int crun__trace_json_string(FILE *out, const char *s);
 
-/* Writes the whole trace to out. 0, or -EIO when a write failed. */
+/* Writes the whole trace to out. 0, -ENOMEM, or -EIO when a write
+ * failed. */
 int crun__trace_write(const struct crun__trace *t, FILE *out);
 
 /* Replaces path with the trace atomically (common/fs.h), so that a reader

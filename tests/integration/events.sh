@@ -187,9 +187,21 @@ if command -v gnuplot >/dev/null; then
 	[ "$(head -c 4 "$tmp/loss.png" | tail -c 3)" = PNG ] || fail "plot-loss wrote no PNG"
 	"$CRUN_SOURCE_DIR/scripts/plot-loss" --events "$tmp/none.jsonl" "$tmp/m.csv" >/dev/null 2>&1
 	[ $? = 2 ] || fail "plot-loss --events of a missing file must exit 2"
-	echo "x" >"$tmp/junk.jsonl"
-	"$CRUN_SOURCE_DIR/scripts/plot-job" "$tmp/junk.jsonl" "$tmp/j.png" >/dev/null 2>&1
-	[ $? = 2 ] || fail "plot-job of a file that is no events file must exit 2"
+	# a blank line is skipped; a line that is JSON but no object is one line
+	{ echo; cat "$tmp/rs.jsonl"; echo; } >"$tmp/blank.jsonl"
+	"$CRUN_SOURCE_DIR/scripts/plot-loss" --events "$tmp/blank.jsonl" "$tmp/m.csv" "$tmp/l2.png" \
+		>"$tmp/plot.out" 2>&1 || fail "plot-loss --events with blank lines: $(cat "$tmp/plot.out")"
+	echo 1 >"$tmp/num.jsonl"
+	"$CRUN_SOURCE_DIR/scripts/plot-loss" --events "$tmp/num.jsonl" "$tmp/m.csv" "$tmp/l3.png" \
+		>"$tmp/plot.out" 2>&1
+	[ $? = 2 ] || fail "plot-loss --events of a number must exit 2"
+	[ "$(wc -l <"$tmp/plot.out")" = 1 ] || fail "plot-loss --events of a number: $(cat "$tmp/plot.out")"
+	for junk in x 1; do
+		echo "$junk" >"$tmp/junk.jsonl"
+		"$CRUN_SOURCE_DIR/scripts/plot-job" "$tmp/junk.jsonl" "$tmp/j.png" >"$tmp/plot.out" 2>&1
+		[ $? = 2 ] || fail "plot-job of '$junk' must exit 2"
+		[ "$(wc -l <"$tmp/plot.out")" = 1 ] || fail "plot-job of '$junk': $(cat "$tmp/plot.out")"
+	done
 else
 	echo "gnuplot is not installed: plot-job not checked"
 fi

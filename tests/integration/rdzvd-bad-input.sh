@@ -46,6 +46,10 @@ usage_error() {
 usage_error "invalid value 'x' for --port" --port x
 usage_error "invalid value '70000' for --port" --port 70000
 usage_error "invalid value '-1' for --port" --port -1
+usage_error "invalid value '+80' for --port" --port +80
+usage_error "invalid value ' 80' for --metrics-port" --metrics-port " 80"
+usage_error "invalid value '+80' for --metrics-port" --metrics-port +80
+usage_error "invalid value '+4' for --max-connections" --max-connections +4
 usage_error "unknown option '--bogus'" --bogus
 usage_error "unknown option '-z'" -z
 usage_error "'--port' needs a value" --port

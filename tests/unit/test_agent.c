@@ -294,12 +294,12 @@ static void test_error_file_write(void **state)
 	assert_string_equal(msg, "m1");
 	free(msg);
 	free(tb);
-	/* Bytes that are not UTF-8 (a path in another encoding) become '?'. */
+	/* Bytes that are not UTF-8 (a path in another encoding) become U+FFFD. */
 	assert_int_equal(agent_error_file_write(path, NULL, 0, "job \xff FAILED", "at /a\xfe", 1),
 			 0);
 	assert_int_equal(agent_error_file_read(path, &msg, &tb), 0);
-	assert_string_equal(msg, "job ? FAILED");
-	assert_string_equal(tb, "at /a?");
+	assert_string_equal(msg, "job \xef\xbf\xbd FAILED");
+	assert_string_equal(tb, "at /a\xef\xbf\xbd");
 	free(msg);
 	free(tb);
 	unlink(path);

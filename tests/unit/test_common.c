@@ -22,6 +22,7 @@
 #include "common/htable.h"
 #include "common/list.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/ratelimit.h"
 #include "common/suggest.h"
 #include "common/util.h"
@@ -1121,6 +1122,47 @@ static void test_edit_distance(void **state)
 	assert_true(crun__edit_distance(longw, "") == CRUN__EDIT_MAX_LEN);
 }
 
+/* Well-formed text is copied as it is; a sequence cut by the end is
+ * dropped; every other stray byte becomes U+FFFD. */
+static void test_utf8(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{"", ""},
+		{"plain ascii\n\t", "plain ascii\n\t"},
+		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+		 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+		{"caf\xc3", "caf"},		      /* cut inside a 2-byte sequence */
+		{"euro \xe2\x82", "euro "},	      /* cut inside a 3-byte one */
+		{"face \xf0\x9f\x98", "face "},	      /* cut inside a 4-byte one */
+		{"caf\xe9 ok", "caf\xef\xbf\xbd ok"}, /* Latin-1 */
+		{"\xe9", ""},			      /* a lone lead byte at the end */
+		{"a\x80"
+		 "b",
+		 "a\xef\xbf\xbd"
+		 "b"},					  /* a stray continuation byte */
+		{"\xc3(x", "\xef\xbf\xbd(x"},		  /* a lead byte without its continuation */
+		{"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong "/" */
+		{"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+		{"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+		{"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < CRUN_ARRAY_SIZE(cases); i++) {
+		char *got = crun__utf8_dup(cases[i].in);
+
+		assert_non_null(got);
+		if (strcmp(got, cases[i].out))
+			fail_msg("case %zu: got '%s', want '%s'", i, got, cases[i].out);
+		assert_true(crun__utf8_valid(got, strlen(got)));
+		assert_int_equal(crun__utf8_valid(cases[i].in, strlen(cases[i].in)),
+				 !strcmp(cases[i].in, cases[i].out));
+		free(got);
+	}
+}
+
 static void test_closest_word(void **state)
 {
 	static const char *const keys[] = {"join_timeout", "last_call_timeout", "close_timeout",
@@ -1173,6 +1215,7 @@ int main(void)
 		cmocka_unit_test(test_htable),
 		cmocka_unit_test(test_edit_distance),
 		cmocka_unit_test(test_closest_word),
+		cmocka_unit_test(test_utf8),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -185,6 +185,17 @@ static void test_route(void **state)
 	assert_true(rep.head_only);
 	assert_true(rep.close);
 
+	/* HTTP/1.0 asking to keep the connection: the reply must say it does */
+	get = "GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+	crun__http_route(crun__http_parse(get, strlen(get), &req), &req, "/metrics", &rep);
+	assert_int_equal(rep.status, 200);
+	assert_false(rep.close);
+	assert_true(rep.keep_alive);
+	get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n";
+	crun__http_route(crun__http_parse(get, strlen(get), &req), &req, "/metrics", &rep);
+	assert_false(rep.close);
+	assert_false(rep.keep_alive); /* HTTP/1.1 keeps it without a word */
+
 	get = "GET /other HTTP/1.1\r\nHost: x\r\n\r\n";
 	crun__http_route(crun__http_parse(get, strlen(get), &req), &req, "/metrics", &rep);
 	assert_int_equal(rep.status, 404);
@@ -223,6 +234,15 @@ static void test_head(void **state)
 	assert_non_null(strstr(buf, "Allow: GET, HEAD\r\n"));
 	assert_non_null(strstr(buf, "Connection: close\r\n\r\n"));
 	assert_int_equal(crun__http_head(buf, 20, &rep, "text/plain", 19), -ENOSPC);
+
+	rep = (struct crun__http_reply){.status = 200, .metrics = true, .keep_alive = true};
+	n = crun__http_head(buf, sizeof(buf), &rep, CRUN_HTTP_PROM_TYPE, 5);
+	assert_int_equal(n, strlen(buf));
+	assert_non_null(strstr(buf, "\r\nConnection: keep-alive\r\n\r\n"));
+	rep.close = true; /* closing wins */
+	n = crun__http_head(buf, sizeof(buf), &rep, CRUN_HTTP_PROM_TYPE, 5);
+	assert_null(strstr(buf, "keep-alive"));
+	assert_non_null(strstr(buf, "Connection: close\r\n"));
 }
 
 int main(void)

@@ -654,6 +654,14 @@ static void test_lines(void **state)
 	has_keys(o, "seconds,message");
 	json_decref(o);
 
+	/* a worker's line cut at a byte limit inside "é", and a Latin-1 byte:
+	 * still text, not null */
+	crun__monitor_job_finished(&m, T0 + 3900, 1, "failed: caf\xe9 cr\xc3\xa8me br\xc3");
+	o = line_of(&m, &last);
+	assert_string_equal(json_string_value(json_object_get(o, "message")),
+			    "failed: caf\xef\xbf\xbd cr\xc3\xa8me br");
+	json_decref(o);
+
 	crun__monitor_job_finished(&m, T0 + 4000, 0, "succeeded");
 	o = line_of(&m, &last);
 	has_keys(o, "exit_code,message");

@@ -104,9 +104,9 @@ static void test_escaping(void **state)
 	size_t i;
 
 	(void)state;
-	crun__trace_json_string(f, nasty);
+	assert_int_equal(crun__trace_json_string(f, nasty), 0);
 	fclose(f);
-	assert_string_equal(buf, "\"a\\\"b\\\\c\\nd\\te\\u0001\\u001f\\u007f caf\xc3\xa9\"");
+	assert_string_equal(buf, "\"a\\\"b\\\\c\\nd\\te\\u0001\\u001F\x7f caf\xc3\xa9\"");
 	free(buf);
 
 	assert_non_null(t);
@@ -128,6 +128,37 @@ static void test_escaping(void **state)
 			    nasty);
 	assert_null(json_object_get(json_object_get(x, "args"), "unit"));
 	assert_string_equal(json_string_value(json_object_get(doc, "displayTimeUnit")), "ms");
+	json_decref(doc);
+	crun__trace_destroy(t);
+}
+
+/* A checkpoint directory named in Latin-1, and a name cut inside a
+ * character: the trace stays UTF-8 JSON (scripts/trace-merge reads it). */
+static void test_not_utf8(void **state)
+{
+	struct crun__trace *t = crun__trace_create(0, 1, 4);
+	struct crun__trace_event ev = {.name = "save caf\xc3",
+				       .track = CRUN__TRACK_CHECKPOINT,
+				       .step = 1,
+				       .unit = -1,
+				       .text = "/ckpt/r\xe9sum\xe9/"};
+	json_t *doc, *evs, *e, *x = NULL;
+	size_t i;
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(crun__trace_add(t, &ev), 0);
+	doc = parse_trace(t);
+	evs = json_object_get(doc, "traceEvents");
+	json_array_foreach(evs, i, e)
+	{
+		if (!strcmp(json_string_value(json_object_get(e, "ph")), "X"))
+			x = e;
+	}
+	assert_non_null(x);
+	assert_string_equal(json_string_value(json_object_get(x, "name")), "save caf");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(x, "args"), "text")),
+			    "/ckpt/r\xef\xbf\xbdsum\xef\xbf\xbd/");
 	json_decref(doc);
 	crun__trace_destroy(t);
 }
@@ -366,6 +397,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_path),
 		cmocka_unit_test(test_escaping),
+		cmocka_unit_test(test_not_utf8),
 		cmocka_unit_test(test_bounds),
 		cmocka_unit_test(test_schedule_ddp),
 		cmocka_unit_test(test_schedule_zero3_accum),
