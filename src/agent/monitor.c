@@ -287,7 +287,10 @@ void crun__monitor_worker_exited(struct crun__monitor *m, uint64_t now_ms, int l
 		return;
 	w->exit_code = term_signal > 0 ? -1 : exit_code;
 	w->term_signal = term_signal > 0 ? term_signal : 0;
-	w->state = !term_signal && exit_code == 0 ? CRUN_MON_W_SUCCEEDED : CRUN_MON_W_FAILED;
+	/* A worker found hung ends hung, whatever killed it. */
+	if (w->state != CRUN_MON_W_HUNG)
+		w->state =
+			!term_signal && exit_code == 0 ? CRUN_MON_W_SUCCEEDED : CRUN_MON_W_FAILED;
 	m->worker_exits[w->state]++;
 	struct crun__mon_event ev = worker_event(m, CRUN_MON_WORKER_EXITED, now_ms, w);
 	ev.exit_code = w->exit_code;

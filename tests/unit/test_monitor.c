@@ -183,7 +183,7 @@ static const struct worker_row {
 	 3,
 	 0,
 	 9,
-	 CRUN_MON_W_FAILED,
+	 CRUN_MON_W_HUNG,
 	 -1,
 	 9,
 	 -1,
@@ -269,6 +269,11 @@ static void test_workers(void **state)
 			assert_int_equal(s.n, 0);
 		else
 			assert_int_equal(s.kind[s.n - 1], row->last_event);
+		/* An exit is counted under the state the worker ended in. */
+		if (row->last_event == CRUN_MON_WORKER_EXITED && m.worker_exits[row->want] != 1)
+			fail_msg("%s: %s exits %llu, want 1", row->what,
+				 crun__mon_worker_state_name(row->want),
+				 (unsigned long long)m.worker_exits[row->want]);
 		/* The other worker is untouched. */
 		assert_int_equal(m.workers[0].state, CRUN_MON_W_NONE);
 		assert_int_equal(m.workers[0].rank, -1);
