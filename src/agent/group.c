@@ -762,14 +762,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		return;
 	}
 	if (g->gpu_waiting) {
-		/* Something happened before the GPUs were free: the workers
-		 * start now and the event finds them, as any event that
-		 * follows SPAWN_ALL does. */
+		/* Something happened before the GPUs were free: the wait
+		 * ends, no worker starts, and the step takes the event in
+		 * STARTING as one between two attempts. */
 		g->gpu_waiting = false;
 		crun__gpu_watch_stop(g->gpus, crun__group_event_name(first->kind));
-		spawn_all(g);
-		then(g, first);
-		ev = take_next(g);
 	}
 	g->busy = true;
 	for (;;) {

@@ -10,8 +10,9 @@
 #   listing the dead workers (1 s after their death), then restarts;
 # - when a dead worker's pid never leaves, --gpu-release-timeout=1s waits
 #   about 1 s, says so, and restarts anyway; 0 does not wait; a SIGTERM
-#   during the wait ends crun at once (143); where NVML cannot list a
-#   GPU's processes, its used memory back to the start's decides;
+#   during the wait ends crun at once (143), no worker of the next attempt
+#   started; where NVML cannot list a GPU's processes, its used memory
+#   back to the start's decides;
 # - with rendezvous (one node on loopback) the wait comes between the
 #   round and the workers' start;
 # - the flags' bad values, PET_ names and config keys.
@@ -165,7 +166,8 @@ lacks "$tmp/off.log" "waiting up to"
 has "$tmp/off.log" "[1]:attempt 1"
 echo "ok --gpu-release-timeout=0 does not wait"
 
-# 5. A signal during the wait: it ends, and so does crun, at once.
+# 5. A signal during the wait: it ends, and so does crun, at once, and no
+#    worker of the next attempt starts.
 fake_conf "$CRUN_NVML_FAKE" -1
 "$CRUN" --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms "$tmp/worker.sh" \
 	>"$tmp/sig.log" 2>&1 &
@@ -181,9 +183,10 @@ kill -0 "$pid" 2>/dev/null && fail "crun still runs 5 s after SIGTERM: $(cat "$t
 wait "$pid"
 rc=$?
 [ "$rc" = 143 ] || fail "SIGTERM during the wait: exit $rc: $(cat "$tmp/sig.log")"
-has "$tmp/sig.log" "crun: got SIGTERM; stopping the workers"
+has "$tmp/sig.log" "crun: got SIGTERM; stopping"
 grep -qE "^crun: stopped waiting for the GPUs after [0-9.]+s: signal$" "$tmp/sig.log" ||
 	fail "no line on the wait's end: $(cat "$tmp/sig.log")"
+lacks "$tmp/sig.log" "attempt 1"
 echo "ok a signal ends the wait and crun"
 
 # 6. Rendezvous: the next round is formed, then the wait, then the workers.
