@@ -100,6 +100,11 @@ struct group {
 	int64_t round_end_count;
 	bool round_end_joined;
 	enum crun__mon_cause round_end_cause; /* of the restart that follows */
+	/* Why the attempt that ends is restarted, recorded once, by the
+	 * spawn of the next attempt (CRUN_MON_NCAUSES: none said yet): the
+	 * attempt's first failure, unless the store's end of the round says
+	 * otherwise, or the loss of the store that then stops it. */
+	enum crun__mon_cause restart_cause;
 	const char *rdzv_msg;
 	/* Events the actions of a step caused (spawned, a join that failed),
 	 * stepped in order after it: a ring of at most one per action. */

@@ -348,7 +348,7 @@ void crun__monitor_failure(struct crun__monitor *m, uint64_t now_ms, const char 
 }
 
 void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__mon_cause cause,
-			   int64_t restart_count)
+			   int64_t restart_count, int64_t step)
 {
 	if (!m || (unsigned)cause >= CRUN_MON_NCAUSES)
 		return;
@@ -356,9 +356,7 @@ void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__
 	m->restart_count = restart_count;
 	struct crun__mon_event ev = event(m, CRUN_MON_RESTART, now_ms);
 	ev.cause = cause;
-	for (int lr = 0; lr < m->nproc; lr++)
-		if (m->workers[lr].step > ev.step)
-			ev.step = m->workers[lr].step;
+	ev.step = step >= 0 ? step : -1;
 	ev.restart_count = restart_count;
 	emit(m, &ev);
 }

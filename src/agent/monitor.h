@@ -244,8 +244,11 @@ void crun__monitor_worker_pace(struct crun__monitor *m, uint64_t now_ms, int loc
 			       double step_s, double ratio, bool straggler);
 /* The failure that ends the attempt, one line with its root cause. */
 void crun__monitor_failure(struct crun__monitor *m, uint64_t now_ms, const char *line);
+/* The next attempt begins after one that ended: restart_count is the new
+ * attempt's; step the highest step a worker of this node beat in the
+ * attempt that ended (-1: none). */
 void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__mon_cause cause,
-			   int64_t restart_count);
+			   int64_t restart_count, int64_t step);
 /* Emits STORE_LOST once per outage (again only after a recovery), and
  * STORE_RECOVERED only while lost. */
 void crun__monitor_store_lost(struct crun__monitor *m, uint64_t now_ms, const char *why);

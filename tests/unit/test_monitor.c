@@ -334,10 +334,10 @@ static void test_counters(void **state)
 	crun__monitor_worker_exited(&m, T0 + 3000, 1, 0, 15);
 	crun__monitor_worker_exited(&m, T0 + 3000, 2, 0, 0);
 	crun__monitor_failure(&m, T0 + 3000, "rank 0 (local_rank 0) on a exited with code 1");
-	crun__monitor_restart(&m, T0 + 3001, CRUN_MON_CAUSE_WORKER_FAILED, 1);
-	crun__monitor_restart(&m, T0 + 4000, CRUN_MON_CAUSE_NODE_JOINED, 1);
-	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_CAUSE_WORKER_FAILED, 2);
-	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_NCAUSES, 3); /* refused */
+	crun__monitor_restart(&m, T0 + 3001, CRUN_MON_CAUSE_WORKER_FAILED, 1, -1);
+	crun__monitor_restart(&m, T0 + 4000, CRUN_MON_CAUSE_NODE_JOINED, 1, -1);
+	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_CAUSE_WORKER_FAILED, 2, -1);
+	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_NCAUSES, 3, -1); /* refused */
 	crun__monitor_round_formed(&m, T0 + 6000, 1, 0, 1, 3, 2, NULL, 0, T0 + 5000);
 	crun__monitor_gpu_wait(&m, T0 + 6000, 1.5, "2 GPUs freed");
 	crun__monitor_gpu_wait(&m, T0 + 6000, 0.5, NULL);
@@ -453,7 +453,7 @@ static void test_null(void **state)
 	crun__monitor_worker_beat(NULL, T0, 0, 1);
 	crun__monitor_worker_pace(NULL, T0, 0, 1, 2, true);
 	crun__monitor_failure(NULL, T0, "line");
-	crun__monitor_restart(NULL, T0, CRUN_MON_CAUSE_NODE_LEFT, 1);
+	crun__monitor_restart(NULL, T0, CRUN_MON_CAUSE_NODE_LEFT, 1, -1);
 	crun__monitor_store_lost(NULL, T0, "why");
 	crun__monitor_store_recovered(NULL, T0);
 	assert_int_equal(crun__monitor_set_gpus(NULL, NULL, 0), 0);
@@ -572,7 +572,7 @@ static void test_lines(void **state)
 	json_decref(o);
 
 	/* No worker beat a step: the restart says none. */
-	crun__monitor_restart(&m, T0 + 400, CRUN_MON_CAUSE_STORE_LOST, 0);
+	crun__monitor_restart(&m, T0 + 400, CRUN_MON_CAUSE_STORE_LOST, 0, -1);
 	o = line_of(&m, &last);
 	has_keys(o, "cause");
 	json_decref(o);
@@ -637,9 +637,9 @@ static void test_lines(void **state)
 	assert_string_equal(json_string_value(json_object_get(o, "member")), "host-a");
 	json_decref(o);
 
-	crun__monitor_restart(&m, T0 + 3400, CRUN_MON_CAUSE_NODE_LEFT, 1);
+	crun__monitor_restart(&m, T0 + 3400, CRUN_MON_CAUSE_NODE_LEFT, 1, 12);
 	o = line_of(&m, &last);
-	has_keys(o, "cause,step"); /* local rank 1 beat step 12 */
+	has_keys(o, "cause,step");
 	assert_int_equal(json_integer_value(json_object_get(o, "step")), 12);
 	assert_string_equal(json_string_value(json_object_get(o, "cause")), "node_left");
 	assert_int_equal(json_integer_value(json_object_get(o, "restart_count")), 1);
