@@ -870,10 +870,17 @@ static void rdzv_ended(void *arg, const struct crun__round_end *end)
 	g->round_end_cause =
 		crun__mon_round_end_cause(end->node_joined, end->node_left, end->message);
 	crun__monitor_round_closed(g->monitor, crun__wall_ms(), end->message);
-	if (end->node_left)
-		crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
-					     end->left_host ? end->left_host : "unknown",
-					     end->message);
+	/* The nodes the store dropped; one that left on its own is the next
+	 * round's member_left. */
+	if (end->node_left) {
+		struct crun__mon_gone gone[64];
+		int n = crun__mon_round_end_gone(end->message, gone, (int)CRUN_ARRAY_SIZE(gone));
+
+		for (int i = 0; i < n && i < (int)CRUN_ARRAY_SIZE(gone); i++)
+			if (gone[i].evicted)
+				crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
+							     gone[i].host, end->message);
+	}
 	if (!end->node_joined && !g->failures.n) /* another node's, as the summary says */
 		crun__monitor_failure(g->monitor, crun__wall_ms(), end->message);
 	feed(g, &ev);

@@ -65,6 +65,68 @@ enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
 	return CRUN_MON_CAUSE_WORKER_FAILED;
 }
 
+/* "node N (HOST)" at *p: its rank and host; *p moves past it. */
+static bool parse_node(const char **p, int *rank, char *host, size_t len)
+{
+	const char *s = *p, *end;
+	char *num_end;
+	long n;
+
+	if (strncmp(s, "node ", 5) || s[5] < '0' || s[5] > '9')
+		return false;
+	n = strtol(s + 5, &num_end, 10);
+	if (n > INT32_MAX || strncmp(num_end, " (", 2))
+		return false;
+	s = num_end + 2;
+	end = strchr(s, ')');
+	if (!end || end == s)
+		return false;
+	snprintf(host, len, "%.*s", (int)(end - s), s);
+	*rank = (int)n;
+	*p = end + 1;
+	return true;
+}
+
+int crun__mon_round_end_gone(const char *message, struct crun__mon_gone *gone, int max)
+{
+	struct crun__mon_gone one;
+	const char *p = message;
+	int n = 0;
+	bool evicted;
+
+	if (!p)
+		return 0;
+	for (;;) {
+		if (!parse_node(&p, &one.group_rank, one.host, sizeof(one.host)))
+			return 0;
+		if (gone && n < max)
+			gone[n] = one;
+		n++;
+		if (strncmp(p, ", ", 2))
+			break;
+		p += 2;
+	}
+	if (!strncmp(p, " and ", 5)) { /* " and 3 more" */
+		p += 5;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (strncmp(p, " more", 5))
+			return 0;
+		p += 5;
+	}
+	if (!strncmp(p, " left: ", 7))
+		evicted = !strncmp(p + 7, "no keep-alive", 13);
+	else if (!strncmp(p, " did not come back", 18))
+		evicted = true;
+	else if (!strncmp(p, " joined again", 13))
+		evicted = false;
+	else
+		return 0;
+	for (int i = 0; gone && i < n && i < max; i++)
+		gone[i].evicted = evicted;
+	return n;
+}
+
 static void reset_worker(struct crun__mon_worker *w, int local_rank)
 {
 	int gpu = w->gpu;

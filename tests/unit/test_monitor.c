@@ -478,6 +478,51 @@ static const struct cause_row {
 	{false, false, NULL, CRUN_MON_CAUSE_WORKER_FAILED},
 };
 
+/* The nodes a round's end names as gone: "RANK:HOST:e|l" each, in order. */
+static const struct {
+	const char *message;
+	const char *want;
+} gone_rows[] = {
+	{"node 1 (host-b) left: no keep-alive for 15s", "1:host-b:e"},
+	{"node 1 (host-b) left: connection closed", "1:host-b:l"},
+	{"node 3 (c) left: replaced by a new connection of the same node", "3:c:l"},
+	{"node 0 (a), node 1 (b) did not come back within 30s after the store restarted",
+	 "0:a:e 1:b:e"},
+	{"node 0 (a), node 2 (c) and 3 more did not come back within 30s after the store "
+	 "restarted",
+	 "0:a:e 2:c:e"},
+	{"node 1 (b) joined again instead of resuming the round", "1:b:l"},
+	/* Not a node that is gone. */
+	{"node 1 (b) reported a failure", ""},
+	{"rank 3 (local rank 1) on b exited with code 1", ""},
+	{"out of memory rebuilding the round", ""},
+	{"node x (b) left: connection closed", ""},
+	{"node 1 (b left: connection closed", ""},
+	{"", ""},
+	{NULL, ""},
+};
+
+static void test_round_end_gone(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(gone_rows) / sizeof(gone_rows[0]); i++) {
+		struct crun__mon_gone gone[4];
+		char got[256] = "";
+		size_t o = 0;
+		int n = crun__mon_round_end_gone(gone_rows[i].message, gone, 4);
+
+		assert_int_equal(crun__mon_round_end_gone(gone_rows[i].message, NULL, 0), n);
+		for (int k = 0; k < n; k++)
+			o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%d:%s:%c", k ? " " : "",
+					      gone[k].group_rank, gone[k].host,
+					      gone[k].evicted ? 'e' : 'l');
+		if (strcmp(got, gone_rows[i].want))
+			fail_msg("'%s': got '%s', want '%s'",
+				 gone_rows[i].message ? gone_rows[i].message : "(null)", got,
+				 gone_rows[i].want);
+	}
+}
+
 static void test_names(void **state)
 {
 	(void)state;
@@ -704,11 +749,12 @@ static void test_file(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_members),	      cmocka_unit_test(test_workers),
-		cmocka_unit_test(test_worker_fields), cmocka_unit_test(test_counters),
-		cmocka_unit_test(test_store),	      cmocka_unit_test(test_observers),
-		cmocka_unit_test(test_null),	      cmocka_unit_test(test_names),
-		cmocka_unit_test(test_lines),	      cmocka_unit_test(test_file),
+		cmocka_unit_test(test_members),	       cmocka_unit_test(test_workers),
+		cmocka_unit_test(test_worker_fields),  cmocka_unit_test(test_counters),
+		cmocka_unit_test(test_store),	       cmocka_unit_test(test_observers),
+		cmocka_unit_test(test_null),	       cmocka_unit_test(test_names),
+		cmocka_unit_test(test_lines),	       cmocka_unit_test(test_file),
+		cmocka_unit_test(test_round_end_gone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
