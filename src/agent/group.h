@@ -88,7 +88,8 @@ struct group {
 	struct crun__failures failures;
 	/* The pids of the last attempt's workers (by local rank; 0: none),
 	 * for the GPU release wait; gpu_waiting: SPAWN_ALL is held until the
-	 * wait ends, and an event that comes first ends it. */
+	 * wait ends, and an event that comes first ends it and drops the
+	 * spawn (the step takes the event with no worker running). */
 	pid_t *dead_pids;
 	bool gpu_waiting;
 	/* Step times of the attempt's workers: fed their step beats. */
