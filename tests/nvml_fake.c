@@ -20,7 +20,10 @@
  *   xid IDX XID                     an XID event on device IDX, delivered
  *                                   once by nvmlEventSetWait_v2
  * A process is first seen dead by whichever call looks; its linger
- * counts from then. Not installed; never built into crun. */
+ * counts from then. When CRUN_NVML_FAKE_CALLS names a file, each process
+ * listing that succeeds appends "IDX MS" to it (MS: CLOCK_MONOTONIC in
+ * milliseconds), for a test of how often crun asks. Not installed; never
+ * built into crun. */
 #include "agent/nvml_abi.h"
 
 #include <errno.h>
@@ -80,6 +83,18 @@ static long long now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Appends "IDX MS" to $CRUN_NVML_FAKE_CALLS, when set. */
+static void note_listing(int idx)
+{
+	const char *path = getenv("CRUN_NVML_FAKE_CALLS");
+	FILE *f;
+
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	fprintf(f, "%d %lld\n", idx, now_ms());
+	fclose(f);
 }
 
 static void load(struct state *s)
@@ -334,6 +349,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsi
 		return NVML_ERROR_INSUFFICIENT_SIZE;
 	}
 	*count = n;
+	note_listing(i);
 	return NVML_SUCCESS;
 }
 

@@ -158,71 +158,78 @@ static int memory_held(struct crun__gpu_watch *w, int gpu)
 	return (int64_t)r.mem_used > w->base_used[gpu] + MEMORY_TOLERANCE;
 }
 
-/* Whether pid is among the compute processes of GPU gpu; where NVML
- * cannot list them, whether the GPU's memory is not back yet. -ENOTSUP
- * when NVML can tell neither. */
-static int holds(struct crun__gpu_watch *w, int gpu, pid_t pid)
+/* GPU gpu's compute processes into w->procs (grown as needed): how
+ * many, or a negative errno (-ENOTSUP: NVML cannot list them). */
+static int list_processes(struct crun__gpu_watch *w, int gpu)
 {
-	pid_t small[64], *pids = small;
-	int max = (int)CRUN_ARRAY_SIZE(small), n, found = 0;
-
 	for (;;) {
-		n = crun__nvml_processes(w->nvml, gpu, pids, NULL, max);
-		if (n <= max || max >= 65536)
-			break;
-		if (pids != small)
-			free(pids);
-		max = n + 16;
-		pids = malloc((size_t)max * sizeof(*pids));
-		if (!pids)
+		int n = crun__nvml_processes(w->nvml, gpu, w->procs, NULL, w->procs_max);
+		pid_t *more;
+
+		if (n <= w->procs_max || w->procs_max >= 65536)
+			return n < w->procs_max ? n : w->procs_max;
+		more = realloc(w->procs, (size_t)(n + 16) * sizeof(*more));
+		if (!more)
 			return -ENOMEM;
+		w->procs = more;
+		w->procs_max = n + 16;
 	}
-	for (int i = 0; i < n && i < max; i++)
-		found |= pids[i] == pid;
-	if (pids != small)
-		free(pids);
-	if (n == -ENOTSUP)
-		return memory_held(w, gpu);
-	return n < 0 ? n : found;
 }
 
-/* Which of the dead workers' pids a GPU still holds (held[i]); how many.
- * -ENOTSUP when NVML cannot list processes at all. */
-static int still_held(struct crun__gpu_watch *w, bool *held)
+/* Whether the wait's i-th pid is one GPU gpu concerns: its own, or any
+ * when its GPU is unknown. */
+static bool concerns(const struct crun__gpu_watch *w, int i, int gpu)
+{
+	return w->wait_gpus[i] < 0 || w->wait_gpus[i] == gpu;
+}
+
+/* Which of the dead workers' pids a GPU still holds (w->held[i]) and how
+ * many (w->nheld): each GPU that a pid concerns is asked once, its
+ * processes listed and every such pid looked for among them; where NVML
+ * cannot list them, a GPU whose memory is not back holds all of its pids.
+ * nheld is -ENOTSUP when NVML could tell of no GPU. */
+static void poll_held(struct crun__gpu_watch *w)
 {
 	int count = 0, known = 0;
 
-	for (int i = 0; i < w->nwait; i++) {
-		held[i] = false;
-		for (int g = 0; g < w->ngpus; g++) {
-			int r;
+	for (int i = 0; i < w->nwait; i++)
+		w->held[i] = false;
+	for (int g = 0; g < w->ngpus; g++) {
+		bool any = false;
+		int n, mem = 0;
 
-			if (w->wait_gpus[i] >= 0 && g != w->wait_gpus[i])
+		for (int i = 0; i < w->nwait && !any; i++)
+			any = concerns(w, i, g);
+		if (!any)
+			continue;
+		n = list_processes(w, g);
+		if (n == -ENOTSUP)
+			mem = memory_held(w, g);
+		if ((n < 0 && n != -ENOTSUP) || mem < 0)
+			continue;
+		known++;
+		for (int i = 0; i < w->nwait; i++) {
+			if (w->held[i] || !concerns(w, i, g))
 				continue;
-			r = holds(w, g, w->wait_pids[i]);
-			if (r < 0)
-				continue;
-			known++;
-			if (r > 0) {
-				held[i] = true;
-				break;
-			}
+			if (n < 0)
+				w->held[i] = mem > 0;
+			for (int k = 0; k < n && !w->held[i]; k++)
+				w->held[i] = w->procs[k] == w->wait_pids[i];
 		}
-		count += held[i];
 	}
-	return known ? count : -ENOTSUP;
+	for (int i = 0; i < w->nwait; i++)
+		count += w->held[i];
+	w->nheld = known ? count : -ENOTSUP;
 }
 
 static void end_wait(struct crun__gpu_watch *w, bool released, const char *why)
 {
 	double s = (double)(uv_now(w->loop) - w->wait_start) / 1000.0;
 	char what[512], line[700];
-	bool *held = w->held;
-	int n;
+	int n = released ? 0 : w->nheld; /* as the last poll found */
 
 	uv_timer_stop(&w->poll);
 	w->waiting = false;
-	n = released ? 0 : still_held(w, held);
 	if (released) {
 		snprintf(line, sizeof(line),
 			 "the GPUs released the dead workers' memory after %.2fs", s);
@@ -232,7 +239,7 @@ static void end_wait(struct crun__gpu_watch *w, bool released, const char *why)
 			 why);
 		crun__info("%s", line);
 	} else {
-		describe(w, n > 0 ? held : NULL, what, sizeof(what));
+		describe(w, n > 0 ? w->held : NULL, what, sizeof(what));
 		snprintf(line, sizeof(line),
 			 "%s still held after %.2fs (--gpu-release-timeout); restarting anyway",
 			 what, s);
@@ -244,7 +251,10 @@ static void end_wait(struct crun__gpu_watch *w, bool released, const char *why)
 static void on_poll(uv_timer_t *t)
 {
 	struct crun__gpu_watch *w = t->data;
-	int n = still_held(w, w->held);
+	int n;
+
+	poll_held(w);
+	n = w->nheld;
 
 	if (n > 0 && uv_now(w->loop) - w->wait_start < (uint64_t)w->release_timeout_ms)
 		return;
@@ -256,8 +266,6 @@ bool crun__gpu_watch_wait(struct crun__gpu_watch *w, const pid_t *pids, int n,
 			  void (*released)(void *arg), void *arg)
 {
 	char what[512];
-	bool *held = w->held;
-	int nheld;
 
 	if (!w->nvml || w->release_timeout_ms <= 0 || w->waiting)
 		return false;
@@ -269,13 +277,15 @@ bool crun__gpu_watch_wait(struct crun__gpu_watch *w, const pid_t *pids, int n,
 		w->wait_gpus[w->nwait] = crun__gpu_find(w->gpus, w->ngpus, &w->refs[lr]);
 		w->nwait++;
 	}
-	nheld = w->nwait ? still_held(w, held) : 0;
-	if (nheld == -ENOTSUP)
+	w->nheld = 0;
+	if (w->nwait)
+		poll_held(w);
+	if (w->nheld == -ENOTSUP)
 		crun__debug("NVML can tell neither the GPUs' processes nor their memory: not "
 			    "waiting for them");
-	if (nheld <= 0)
+	if (w->nheld <= 0)
 		return false;
-	describe(w, held, what, sizeof(what));
+	describe(w, w->held, what, sizeof(what));
 	crun__info("waiting up to %.1fs for %s to release the dead workers' memory",
 		   (double)w->release_timeout_ms / 1000.0, what);
 	w->waiting = true;
@@ -315,6 +325,9 @@ void crun__gpu_watch_finish(struct crun__gpu_watch *w)
 	free(w->wait_pids);
 	free(w->wait_gpus);
 	free(w->held);
+	free(w->procs);
+	w->procs = NULL;
+	w->procs_max = 0;
 	free(w->mapped);
 	w->mapped = NULL;
 	w->refs = NULL;

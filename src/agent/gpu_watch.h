@@ -59,8 +59,11 @@ struct crun__gpu_watch {
 	bool waiting;
 	pid_t *wait_pids;
 	int *wait_gpus;
-	bool *held; /* per pid, scratch for each poll */
+	bool *held; /* per pid: a GPU held it at the last poll */
+	int nheld;  /* how many; -ENOTSUP: NVML could tell of no GPU */
 	int nwait;
+	pid_t *procs; /* a GPU's processes, scratch for each poll */
+	int procs_max;
 	uint64_t wait_start;
 	void (*released)(void *arg);
 	void *released_arg;

@@ -188,6 +188,14 @@ static void spawn_all(struct group *g)
 	const struct crun__agent_spec *spec = g->spec;
 	struct crun__group_event ev = {.kind = CRUN__GEV_SPAWNED};
 
+	/* An attempt ended before this one: this is its restart. */
+	if (g->attempts > 0)
+		crun__monitor_restart(g->monitor, crun__wall_ms(),
+				      g->restart_cause == CRUN_MON_NCAUSES
+					      ? CRUN_MON_CAUSE_WORKER_FAILED
+					      : g->restart_cause,
+				      g->core.place.restart_count, g->max_step);
+	g->restart_cause = CRUN_MON_NCAUSES;
 	g->running = 0;
 	g->open_pipes = 0;
 	g->nworkers = 0;
@@ -329,6 +337,9 @@ static void record_failure(struct group *g, int lr)
 		crun__error("out of memory recording the failure of rank %d", w->rank);
 	else if (g->failures.n == 1)
 		note_root_cause(g);
+	if (g->restart_cause == CRUN_MON_NCAUSES)
+		g->restart_cause =
+			f.hang ? CRUN_MON_CAUSE_WORKER_HUNG : CRUN_MON_CAUSE_WORKER_FAILED;
 	g->attempt_failed = true;
 }
 
@@ -593,11 +604,6 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		}
 		return;
 	case CRUN__GNOTE_RESTARTING:
-		crun__monitor_restart(g->monitor, crun__wall_ms(),
-				      g->failures.n && g->failures.v[0].hang
-					      ? CRUN_MON_CAUSE_WORKER_HUNG
-					      : CRUN_MON_CAUSE_WORKER_FAILED,
-				      g->core.place.restart_count);
 		if (!g->failures.n) {
 			crun__warn("worker group failed; restarting (restart %d of %d)",
 				   g->core.place.restart_count, g->spec->max_restarts);
@@ -619,10 +625,7 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		long long round = (long long)g->round_end_round;
 
 		if (!g->core.exhausted)
-			crun__monitor_restart(g->monitor, crun__wall_ms(), g->round_end_cause,
-					      g->round_end_count >= 0
-						      ? g->round_end_count
-						      : g->core.place.restart_count);
+			g->restart_cause = g->round_end_cause;
 		if (g->core.exhausted)
 			crun__error("round %lld ended: %s", round, why);
 		else if (g->round_end_joined)
@@ -762,14 +765,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		return;
 	}
 	if (g->gpu_waiting) {
-		/* Something happened before the GPUs were free: the workers
-		 * start now and the event finds them, as any event that
-		 * follows SPAWN_ALL does. */
+		/* Something happened before the GPUs were free: the wait
+		 * ends, no worker starts, and the step takes the event in
+		 * STARTING as one between two attempts. */
 		g->gpu_waiting = false;
 		crun__gpu_watch_stop(g->gpus, crun__group_event_name(first->kind));
-		spawn_all(g);
-		then(g, first);
-		ev = take_next(g);
 	}
 	g->busy = true;
 	for (;;) {
@@ -870,10 +870,17 @@ static void rdzv_ended(void *arg, const struct crun__round_end *end)
 	g->round_end_cause =
 		crun__mon_round_end_cause(end->node_joined, end->node_left, end->message);
 	crun__monitor_round_closed(g->monitor, crun__wall_ms(), end->message);
-	if (end->node_left)
-		crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
-					     end->left_host ? end->left_host : "unknown",
-					     end->message);
+	/* The nodes the store dropped; one that left on its own is the next
+	 * round's member_left. */
+	if (end->node_left) {
+		struct crun__mon_gone gone[64];
+		int n = crun__mon_round_end_gone(end->message, gone, (int)CRUN_ARRAY_SIZE(gone));
+
+		for (int i = 0; i < n && i < (int)CRUN_ARRAY_SIZE(gone); i++)
+			if (gone[i].evicted)
+				crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
+							     gone[i].host, end->message);
+	}
 	if (!end->node_joined && !g->failures.n) /* another node's, as the summary says */
 		crun__monitor_failure(g->monitor, crun__wall_ms(), end->message);
 	feed(g, &ev);
@@ -895,11 +902,13 @@ static void rdzv_failed(void *arg, bool lost, const char *message)
 	g->rdzv_msg = message;
 	feed(g, &ev);
 	g->rdzv_msg = NULL;
-	/* The attempt ends for the loss: the workers start again in a new
-	 * round. */
-	if (lost && was != CRUN__GSTOP_LOST && g->core.stop == CRUN__GSTOP_LOST)
-		crun__monitor_restart(g->monitor, crun__wall_ms(), CRUN_MON_CAUSE_STORE_LOST,
-				      g->core.place.restart_count);
+	/* The attempt ends for the loss (the workers start again in a new
+	 * round, once the node rejoins one); or, between two attempts, the
+	 * loss is what sends the node to the next round. */
+	if (lost && ((was != CRUN__GSTOP_LOST && g->core.stop == CRUN__GSTOP_LOST) ||
+		     (g->core.state == CRUN__GROUP_RENDEZVOUS && g->attempts > 0 &&
+		      g->restart_cause == CRUN_MON_NCAUSES)))
+		g->restart_cause = CRUN_MON_CAUSE_STORE_LOST;
 }
 
 /* ---- lifecycle ---- */
@@ -909,6 +918,7 @@ int crun__group_init(struct group *g, const struct crun__placement *place)
 	int err;
 
 	crun__group_core_init(&g->core, place);
+	g->restart_cause = CRUN_MON_NCAUSES;
 	g->max_step = -1;
 	g->prev_attempt.max_step = g->this_attempt.max_step = -1;
 	g->workers = calloc((size_t)g->spec->nproc_per_node, sizeof(*g->workers));

@@ -88,7 +88,8 @@ struct group {
 	struct crun__failures failures;
 	/* The pids of the last attempt's workers (by local rank; 0: none),
 	 * for the GPU release wait; gpu_waiting: SPAWN_ALL is held until the
-	 * wait ends, and an event that comes first ends it. */
+	 * wait ends, and an event that comes first ends it and drops the
+	 * spawn (the step takes the event with no worker running). */
 	pid_t *dead_pids;
 	bool gpu_waiting;
 	/* Step times of the attempt's workers: fed their step beats. */
@@ -100,6 +101,11 @@ struct group {
 	int64_t round_end_count;
 	bool round_end_joined;
 	enum crun__mon_cause round_end_cause; /* of the restart that follows */
+	/* Why the attempt that ends is restarted, recorded once, by the
+	 * spawn of the next attempt (CRUN_MON_NCAUSES: none said yet): the
+	 * attempt's first failure, unless the store's end of the round says
+	 * otherwise, or the loss of the store that then stops it. */
+	enum crun__mon_cause restart_cause;
 	const char *rdzv_msg;
 	/* Events the actions of a step caused (spawned, a join that failed),
 	 * stepped in order after it: a ring of at most one per action. */

@@ -47,12 +47,15 @@
  *                                     SIGTERM the rest; kill timer
  *   RENDEZVOUS ready (the placement)  spawn every worker          STARTING
  *   FINISHING  barrier passed         -                           SUCCEEDED
- *   RENDEZVOUS, RESTARTING, FINISHING (no worker runs):
+ *   STARTING, RENDEZVOUS, RESTARTING, FINISHING (no worker runs; STARTING
+ *   takes these only while the executor holds SPAWN_ALL back for the
+ *   GPUs of the previous attempt's workers, and drops it):
  *              round ended            say why; join the next      RENDEZVOUS
  *              round ended exhausted  failure summary             FAILED
  *              rdzv error             say it                      FAILED
  *              store lost             say it; join again          RENDEZVOUS
  *                                     (FINISHING: FAILED)
+ *                                     (STARTING plain: signal only)
  *              signal N               nothing to stop             STOPPED
  *   final      anything               refused
  *
@@ -504,7 +507,8 @@ static void ready(struct step *s)
 	start_attempt(s);
 }
 
-/* RENDEZVOUS, RESTARTING, FINISHING: no worker runs. */
+/* STARTING (before the workers start), RENDEZVOUS, RESTARTING,
+ * FINISHING: no worker runs. */
 static void idle_signal(struct step *s)
 {
 	say(s, CRUN__GNOTE_STOPPING);
@@ -524,7 +528,8 @@ static void idle_rdzv_failed(struct step *s)
 	finish(s, CRUN__GEND_AGENT_ERROR, 0);
 }
 
-/* RESTARTING, RENDEZVOUS: nothing runs; join again on a new connection. */
+/* STARTING, RESTARTING, RENDEZVOUS: nothing runs; join again on a new
+ * connection. */
 static void idle_store_lost(struct step *s)
 {
 	say(s, CRUN__GNOTE_RDZV_ERROR);
@@ -550,6 +555,11 @@ static const struct row {
 
 	{S(STARTING), E(SPAWNED), spawned},
 	{S(STARTING), E(SPAWN_FAILED), spawn_failed},
+	/* Before spawning (the executor waits for GPUs): nothing runs. */
+	{S(STARTING), E(SIGNAL), idle_signal},
+	{S(STARTING), E(ROUND_ENDED), idle_round_ended},
+	{S(STARTING), E(RDZV_ERROR), idle_rdzv_failed},
+	{S(STARTING), E(STORE_LOST), idle_store_lost},
 
 	{S(RUNNING), E(WORKER_EXITED), running_exit},
 	{S(RUNNING), E(PIPE_CLOSED), nothing},

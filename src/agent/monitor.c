@@ -65,6 +65,68 @@ enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
 	return CRUN_MON_CAUSE_WORKER_FAILED;
 }
 
+/* "node N (HOST)" at *p: its rank and host; *p moves past it. */
+static bool parse_node(const char **p, int *rank, char *host, size_t len)
+{
+	const char *s = *p, *end;
+	char *num_end;
+	long n;
+
+	if (strncmp(s, "node ", 5) || s[5] < '0' || s[5] > '9')
+		return false;
+	n = strtol(s + 5, &num_end, 10);
+	if (n > INT32_MAX || strncmp(num_end, " (", 2))
+		return false;
+	s = num_end + 2;
+	end = strchr(s, ')');
+	if (!end || end == s)
+		return false;
+	snprintf(host, len, "%.*s", (int)(end - s), s);
+	*rank = (int)n;
+	*p = end + 1;
+	return true;
+}
+
+int crun__mon_round_end_gone(const char *message, struct crun__mon_gone *gone, int max)
+{
+	struct crun__mon_gone one;
+	const char *p = message;
+	int n = 0;
+	bool evicted;
+
+	if (!p)
+		return 0;
+	for (;;) {
+		if (!parse_node(&p, &one.group_rank, one.host, sizeof(one.host)))
+			return 0;
+		if (gone && n < max)
+			gone[n] = one;
+		n++;
+		if (strncmp(p, ", ", 2))
+			break;
+		p += 2;
+	}
+	if (!strncmp(p, " and ", 5)) { /* " and 3 more" */
+		p += 5;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (strncmp(p, " more", 5))
+			return 0;
+		p += 5;
+	}
+	if (!strncmp(p, " left: ", 7))
+		evicted = !strncmp(p + 7, "no keep-alive", 13);
+	else if (!strncmp(p, " did not come back", 18))
+		evicted = true;
+	else if (!strncmp(p, " joined again", 13))
+		evicted = false;
+	else
+		return 0;
+	for (int i = 0; gone && i < n && i < max; i++)
+		gone[i].evicted = evicted;
+	return n;
+}
+
 static void reset_worker(struct crun__mon_worker *w, int local_rank)
 {
 	int gpu = w->gpu;
@@ -287,7 +349,10 @@ void crun__monitor_worker_exited(struct crun__monitor *m, uint64_t now_ms, int l
 		return;
 	w->exit_code = term_signal > 0 ? -1 : exit_code;
 	w->term_signal = term_signal > 0 ? term_signal : 0;
-	w->state = !term_signal && exit_code == 0 ? CRUN_MON_W_SUCCEEDED : CRUN_MON_W_FAILED;
+	/* A worker found hung ends hung, whatever killed it. */
+	if (w->state != CRUN_MON_W_HUNG)
+		w->state =
+			!term_signal && exit_code == 0 ? CRUN_MON_W_SUCCEEDED : CRUN_MON_W_FAILED;
 	m->worker_exits[w->state]++;
 	struct crun__mon_event ev = worker_event(m, CRUN_MON_WORKER_EXITED, now_ms, w);
 	ev.exit_code = w->exit_code;
@@ -345,7 +410,7 @@ void crun__monitor_failure(struct crun__monitor *m, uint64_t now_ms, const char 
 }
 
 void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__mon_cause cause,
-			   int64_t restart_count)
+			   int64_t restart_count, int64_t step)
 {
 	if (!m || (unsigned)cause >= CRUN_MON_NCAUSES)
 		return;
@@ -353,9 +418,7 @@ void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__
 	m->restart_count = restart_count;
 	struct crun__mon_event ev = event(m, CRUN_MON_RESTART, now_ms);
 	ev.cause = cause;
-	for (int lr = 0; lr < m->nproc; lr++)
-		if (m->workers[lr].step > ev.step)
-			ev.step = m->workers[lr].step;
+	ev.step = step >= 0 ? step : -1;
 	ev.restart_count = restart_count;
 	emit(m, &ev);
 }

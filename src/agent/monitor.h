@@ -209,6 +209,23 @@ const char *crun__mon_worker_state_name(enum crun__mon_worker_state s);
 enum crun__mon_cause crun__mon_round_end_cause(bool node_joined, bool node_left,
 					       const char *message);
 
+/* A node that a round's end names as gone. */
+struct crun__mon_gone {
+	int group_rank;
+	char host[128];
+	bool evicted; /* the store dropped it (no keep-alive, it did not come
+		       * back after the store restarted); else the node
+		       * left (its connection closed, it joined again) */
+};
+/* The nodes the store's end of a round names as gone, in the order named,
+ * up to max of them into gone (NULL with max 0: only count): "node 1 (b)
+ * left: no keep-alive for 15s" (evicted), "node 1 (b) left: connection
+ * closed" (left), "node 0 (a), node 1 (b) and 2 more did not come back
+ * within 30s after the store restarted" (evicted; the two named), "node 1
+ * (b) joined again instead of resuming the round" (left). How many it
+ * names; 0 for any other message. */
+int crun__mon_round_end_gone(const char *message, struct crun__mon_gone *gone, int max);
+
 /* What the agent's parts record. Each updates the state above and, where
  * an operator cares, emits one event. */
 
@@ -244,8 +261,11 @@ void crun__monitor_worker_pace(struct crun__monitor *m, uint64_t now_ms, int loc
 			       double step_s, double ratio, bool straggler);
 /* The failure that ends the attempt, one line with its root cause. */
 void crun__monitor_failure(struct crun__monitor *m, uint64_t now_ms, const char *line);
+/* The next attempt begins after one that ended: restart_count is the new
+ * attempt's; step the highest step a worker of this node beat in the
+ * attempt that ended (-1: none). */
 void crun__monitor_restart(struct crun__monitor *m, uint64_t now_ms, enum crun__mon_cause cause,
-			   int64_t restart_count);
+			   int64_t restart_count, int64_t step);
 /* Emits STORE_LOST once per outage (again only after a recovery), and
  * STORE_RECOVERED only while lost. */
 void crun__monitor_store_lost(struct crun__monitor *m, uint64_t now_ms, const char *why);

@@ -547,18 +547,6 @@ static void record_round(struct agent_rdzv *r)
 	free(m);
 }
 
-/* The host of the member a round's end names ("node 1 (b) left: ..."),
- * or NULL. */
-static const char *left_host(const struct agent_rdzv *r, const char *text)
-{
-	int rank, n = 0;
-
-	if (sscanf(text, "node %d (%n", &rank, &n) != 1 || !n || rank < 0 ||
-	    rank >= r->asg.nnodes || !strstr(text, ") left"))
-		return NULL;
-	return r->asg.nodes[rank].host;
-}
-
 /* The round is assigned and MASTER_ADDR/PORT known: the attempt's place. */
 static void ready(struct agent_rdzv *r)
 {
@@ -1065,7 +1053,6 @@ static void round_event(struct agent_rdzv *r, const struct crun__wire_msg *msg)
 		.exhausted = !strcmp(reason, "exhausted"),
 		.node_joined = !strcmp(reason, "join"),
 		.node_left = !strcmp(reason, "left"),
-		.left_host = left_host(r, text),
 		.restart_count = n,
 		.message = text,
 	};
@@ -1258,8 +1245,7 @@ static void resumed_round_over(struct agent_rdzv *r, const char *message)
 	r->ended = true;
 	end = (struct crun__round_end){
 		.round = r->asg.round,
-		.node_left = left_host(r, text) != NULL,
-		.left_host = left_host(r, text),
+		.node_left = crun__mon_round_end_gone(text, NULL, 0) > 0,
 		.restart_count = -1,
 		.message = text,
 	};

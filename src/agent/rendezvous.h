@@ -24,9 +24,9 @@ struct crun__round_end {
 	int64_t round;
 	bool exhausted;	       /* the restarts are exhausted: the job ends */
 	bool node_joined;      /* a node joined: not counted as a restart */
-	bool node_left;	       /* a node left, or the store dropped it */
-	const char *left_host; /* that node's host when the message names a
-				* member of the round; else NULL */
+	bool node_left;	       /* a node left, or the store dropped it (the
+				* message names which:
+				* crun__mon_round_end_gone) */
 	int64_t restart_count; /* the run's restart count after it; -1:
 				* unknown (a resume refused because the round
 				* ended: the next assignment tells) */

@@ -9,9 +9,11 @@
 #   worker fails once waits before its restart until the double stops
 #   listing the dead workers (1 s after their death), then restarts;
 # - when a dead worker's pid never leaves, --gpu-release-timeout=1s waits
-#   about 1 s, says so, and restarts anyway; 0 does not wait; a SIGTERM
-#   during the wait ends crun at once (143); where NVML cannot list a
-#   GPU's processes, its used memory back to the start's decides;
+#   about 1 s, says so, and restarts anyway, each GPU's processes listed
+#   once a poll; 0 does not wait; a SIGTERM
+#   during the wait ends crun at once (143), no worker of the next attempt
+#   started; where NVML cannot list a GPU's processes, its used memory
+#   back to the start's decides;
 # - with rendezvous (one node on loopback) the wait comes between the
 #   round and the workers' start;
 # - the flags' bad values, PET_ names and config keys.
@@ -132,8 +134,9 @@ echo "ok the GPUs are read, and the restart waits ${s}s for the dead workers' GP
 # 3. A pid that never leaves: --gpu-release-timeout bounds the wait (which
 # needs no sampling).
 fake_conf "$CRUN_NVML_FAKE" -1
-crun --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms --gpu-release-timeout=1s \
-	--gpu-sample-interval=0 "$tmp/worker.sh" >"$tmp/stuck.log" 2>&1
+CRUN_NVML_FAKE_CALLS="$tmp/calls" crun --nproc-per-node=2 --max-restarts=1 \
+	--min-attempt-time=50ms --gpu-release-timeout=1s --gpu-sample-interval=0 \
+	"$tmp/worker.sh" >"$tmp/stuck.log" 2>&1
 rc=$?
 [ "$rc" = 0 ] || fail "a pid that stays: exit $rc: $(cat "$tmp/stuck.log")"
 grep -qE "^crun: waiting up to 1\.0s for GPU 0 \(pid [0-9]+\), GPU 1 \(pid [0-9]+\)" \
@@ -144,6 +147,11 @@ echo "$line" | grep -qE "^crun: warning: GPU 0 \(pid [0-9]+\), GPU 1 \(pid [0-9]
 s=$(secs "$tmp/stuck.log" "still held after")
 between "$s" 0.9 3 || fail "waited '$s' s with --gpu-release-timeout=1s"
 has "$tmp/stuck.log" "[1]:attempt 1"
+# Each GPU's processes are listed once a poll (every 200 ms), and the
+# wait's end lists nothing again.
+awk '{ n[$1]++; if ($1 in last && $2 - last[$1] < 100) bad = bad " GPU " $1 " at " $2
+	last[$1] = $2 } END { if (bad || n[0] < 3 || n[1] < 3) { print "listed" bad; exit 1 } }' \
+	"$tmp/calls" || fail "a GPU's processes listed twice in a poll: $(cat "$tmp/calls")"
 echo "ok a GPU that keeps a dead worker: ${s}s, then the restart"
 
 # 3b. A GPU whose processes NVML cannot list: its used memory decides.
@@ -165,7 +173,8 @@ lacks "$tmp/off.log" "waiting up to"
 has "$tmp/off.log" "[1]:attempt 1"
 echo "ok --gpu-release-timeout=0 does not wait"
 
-# 5. A signal during the wait: it ends, and so does crun, at once.
+# 5. A signal during the wait: it ends, and so does crun, at once, and no
+#    worker of the next attempt starts.
 fake_conf "$CRUN_NVML_FAKE" -1
 "$CRUN" --nproc-per-node=2 --max-restarts=1 --min-attempt-time=50ms "$tmp/worker.sh" \
 	>"$tmp/sig.log" 2>&1 &
@@ -181,9 +190,10 @@ kill -0 "$pid" 2>/dev/null && fail "crun still runs 5 s after SIGTERM: $(cat "$t
 wait "$pid"
 rc=$?
 [ "$rc" = 143 ] || fail "SIGTERM during the wait: exit $rc: $(cat "$tmp/sig.log")"
-has "$tmp/sig.log" "crun: got SIGTERM; stopping the workers"
+has "$tmp/sig.log" "crun: got SIGTERM; stopping"
 grep -qE "^crun: stopped waiting for the GPUs after [0-9.]+s: signal$" "$tmp/sig.log" ||
 	fail "no line on the wait's end: $(cat "$tmp/sig.log")"
+lacks "$tmp/sig.log" "attempt 1"
 echo "ok a signal ends the wait and crun"
 
 # 6. Rendezvous: the next round is formed, then the wait, then the workers.

@@ -7,14 +7,16 @@
 #   worker processes finish the job: exit 0, round 1 only.
 # - left: the same (a 1 s outage), but one agent dies (SIGKILL) while the
 #   daemon is down (--nnodes=2:3): the other two resume, the round ends as
-#   if that node had left, and their round 2 finishes: exit 0.
+#   if that node had left, and their round 2 finishes: exit 0; their
+#   events name it evicted once and show one restart (cause node_left).
 # - held: while the daemon is down (1 s) every worker ends, one of them
 #   with exit status 1: its agent holds the failure and the others their
 #   exit barrier until the round is resumed; then the failure ends round 1
 #   and round 2 finishes: exit 0.
 # - away: the daemon does not come back within reconnect_timeout (1s): the
 #   agents take the store as lost (the workers are killed; they
-#   try to join again for rejoin_timeout, 1s) and exit 1, saying why.
+#   try to join again for rejoin_timeout, 1s) and exit 1, saying why;
+#   their events show the loss and no restart.
 # - old: a crun-rdzvd that cannot resume rounds (its test hook
 #   CRUN_TEST_RDZV_OLD_STORE) is lost at once: the workers are
 #   killed, and the agents exit 1 after rejoin_timeout (1s).
@@ -79,15 +81,25 @@ pids() {
 	done | sort -n | tr '\n' ' '
 }
 
+# events FILE PROGRAM: python PROGRAM with ev, FILE's events (crun(1)
+# EVENTS), and names, their names; it asserts.
+events() {
+	python3 -c 'import json, sys
+ev = [json.loads(line) for line in open(sys.argv[1])]
+names = [e["event"] for e in ev]
+exec(sys.argv[2])' "$1" "$2" || fail "events in $1: $(cat "$1")"
+}
+
 # start_agents CASE NNODES NAME...: one agent per NAME, waits for a worker
-# of each; $conf adds to --rdzv-conf
+# of each (its events in $tmp/NAME.jsonl); $conf adds to --rdzv-conf
 conf=""
 start_agents() {
 	local c=$1 nn=$2 n
 	shift 2
 	for n in "$@"; do
 		agent "$n" --nnodes="$nn" --nproc-per-node=1 --rdzv-endpoint="127.0.0.1:$port" \
-			--rdzv-id="$c-$marker" --rdzv-conf="$ka$conf" sh -c "$work" "$tmp/$c-$marker"
+			--rdzv-id="$c-$marker" --rdzv-conf="$ka$conf" --events "$tmp/$n.jsonl" \
+			sh -c "$work" "$tmp/$c-$marker"
 	done
 	for n in "$@"; do
 		wait_for "$tmp/$n.out" " rank=" 1 20
@@ -146,6 +158,16 @@ case_left() {
 	[ "$(field "$tmp/l0.out" "$tmp/l1.out" round | sort -u | tr '\n' ' ')" = "1 2 " ] ||
 		fail "rounds: $(cat "$tmp"/l?.out)"
 	kill_store
+	# The store dropped the node that did not come back: one eviction,
+	# named; one restart, for it.
+	for n in l0 l1; do
+		events "$tmp/$n.jsonl" '
+gone = [e for e in ev if e["event"] == "member_evicted"]
+assert len(gone) == 1 and gone[0]["member"] == ev[0]["node"], gone
+assert "did not come back" in gone[0]["message"], gone
+r = [e for e in ev if e["event"] == "restart"]
+assert len(r) == 1 and r[0]["cause"] == "node_left", r'
+	done
 }
 
 case_away() {
@@ -165,6 +187,12 @@ case_away() {
 	done
 	for p in $w; do
 		! kill -0 "$p" 2>/dev/null || fail "worker $p outlived its agent"
+	done
+	# Lost, and no rejoin: no attempt followed, so no restart.
+	for n in a0 a1; do
+		events "$tmp/$n.jsonl" '
+assert "store_lost" in names and "restart" not in names, names
+assert names[-1] == "job_finished" and ev[-1]["exit_code"] == 1, ev[-1]'
 	done
 }
 

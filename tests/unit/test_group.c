@@ -110,6 +110,20 @@ static const struct row rows[] = {
 	 OVER "finish:agent-error"},
 	{R, S(STARTING), 0, 0, 0, SPAWN_FAILED(0), 0, 0, 0, 0, S(FAILED), 1,
 	 OVER "finish:agent-error"},
+	/* Before the workers start (the executor waits for the GPUs of the
+	 * previous attempt's workers): nothing runs, nothing is spawned. */
+	{N, S(STARTING), 0, 0, 0, SIG(SIGTERM), 0, 0, 0, 0, S(STOPPED), 143,
+	 "say:stopping finish:stopped"},
+	{R, S(STARTING), 0, 0, 0, SIG(SIGINT), 0, 0, 0, 0, S(STOPPED), 130,
+	 "say:stopping finish:stopped"},
+	{R, S(STARTING), 0, 0, 0, ENDED(false), 0, 0, 0, 0, S(RENDEZVOUS), -1,
+	 "say:round-ended clear-failures join"},
+	{R, S(STARTING), 0, 0, 0, ENDED(true), 0, 0, 0, 0, S(FAILED), 1,
+	 "say:round-ended summary finish:failed"},
+	{R, S(STARTING), 0, 0, 0, EV(RDZV_ERROR), 0, 0, 0, 0, S(FAILED), 1,
+	 "say:rdzv-error finish:agent-error"},
+	{R, S(STARTING), 0, 0, 0, EV(STORE_LOST), 0, 0, 0, 0, S(RENDEZVOUS), -1,
+	 "say:rdzv-error clear-failures join"},
 
 	{N, S(RUNNING), 0, 0, 0, EXIT(0, 0), 1, 4, 0, 0, S(RUNNING), -1, ""},
 	{N, S(RUNNING), 0, 0, 0, EXIT(0, 0), 0, 2, 0, 0, S(STOPPING), -1,

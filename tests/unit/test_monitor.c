@@ -183,7 +183,7 @@ static const struct worker_row {
 	 3,
 	 0,
 	 9,
-	 CRUN_MON_W_FAILED,
+	 CRUN_MON_W_HUNG,
 	 -1,
 	 9,
 	 -1,
@@ -269,6 +269,11 @@ static void test_workers(void **state)
 			assert_int_equal(s.n, 0);
 		else
 			assert_int_equal(s.kind[s.n - 1], row->last_event);
+		/* An exit is counted under the state the worker ended in. */
+		if (row->last_event == CRUN_MON_WORKER_EXITED && m.worker_exits[row->want] != 1)
+			fail_msg("%s: %s exits %llu, want 1", row->what,
+				 crun__mon_worker_state_name(row->want),
+				 (unsigned long long)m.worker_exits[row->want]);
 		/* The other worker is untouched. */
 		assert_int_equal(m.workers[0].state, CRUN_MON_W_NONE);
 		assert_int_equal(m.workers[0].rank, -1);
@@ -329,10 +334,10 @@ static void test_counters(void **state)
 	crun__monitor_worker_exited(&m, T0 + 3000, 1, 0, 15);
 	crun__monitor_worker_exited(&m, T0 + 3000, 2, 0, 0);
 	crun__monitor_failure(&m, T0 + 3000, "rank 0 (local_rank 0) on a exited with code 1");
-	crun__monitor_restart(&m, T0 + 3001, CRUN_MON_CAUSE_WORKER_FAILED, 1);
-	crun__monitor_restart(&m, T0 + 4000, CRUN_MON_CAUSE_NODE_JOINED, 1);
-	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_CAUSE_WORKER_FAILED, 2);
-	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_NCAUSES, 3); /* refused */
+	crun__monitor_restart(&m, T0 + 3001, CRUN_MON_CAUSE_WORKER_FAILED, 1, -1);
+	crun__monitor_restart(&m, T0 + 4000, CRUN_MON_CAUSE_NODE_JOINED, 1, -1);
+	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_CAUSE_WORKER_FAILED, 2, -1);
+	crun__monitor_restart(&m, T0 + 5000, CRUN_MON_NCAUSES, 3, -1); /* refused */
 	crun__monitor_round_formed(&m, T0 + 6000, 1, 0, 1, 3, 2, NULL, 0, T0 + 5000);
 	crun__monitor_gpu_wait(&m, T0 + 6000, 1.5, "2 GPUs freed");
 	crun__monitor_gpu_wait(&m, T0 + 6000, 0.5, NULL);
@@ -448,7 +453,7 @@ static void test_null(void **state)
 	crun__monitor_worker_beat(NULL, T0, 0, 1);
 	crun__monitor_worker_pace(NULL, T0, 0, 1, 2, true);
 	crun__monitor_failure(NULL, T0, "line");
-	crun__monitor_restart(NULL, T0, CRUN_MON_CAUSE_NODE_LEFT, 1);
+	crun__monitor_restart(NULL, T0, CRUN_MON_CAUSE_NODE_LEFT, 1, -1);
 	crun__monitor_store_lost(NULL, T0, "why");
 	crun__monitor_store_recovered(NULL, T0);
 	assert_int_equal(crun__monitor_set_gpus(NULL, NULL, 0), 0);
@@ -472,6 +477,51 @@ static const struct cause_row {
 	 CRUN_MON_CAUSE_WORKER_HUNG},
 	{false, false, NULL, CRUN_MON_CAUSE_WORKER_FAILED},
 };
+
+/* The nodes a round's end names as gone: "RANK:HOST:e|l" each, in order. */
+static const struct {
+	const char *message;
+	const char *want;
+} gone_rows[] = {
+	{"node 1 (host-b) left: no keep-alive for 15s", "1:host-b:e"},
+	{"node 1 (host-b) left: connection closed", "1:host-b:l"},
+	{"node 3 (c) left: replaced by a new connection of the same node", "3:c:l"},
+	{"node 0 (a), node 1 (b) did not come back within 30s after the store restarted",
+	 "0:a:e 1:b:e"},
+	{"node 0 (a), node 2 (c) and 3 more did not come back within 30s after the store "
+	 "restarted",
+	 "0:a:e 2:c:e"},
+	{"node 1 (b) joined again instead of resuming the round", "1:b:l"},
+	/* Not a node that is gone. */
+	{"node 1 (b) reported a failure", ""},
+	{"rank 3 (local rank 1) on b exited with code 1", ""},
+	{"out of memory rebuilding the round", ""},
+	{"node x (b) left: connection closed", ""},
+	{"node 1 (b left: connection closed", ""},
+	{"", ""},
+	{NULL, ""},
+};
+
+static void test_round_end_gone(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(gone_rows) / sizeof(gone_rows[0]); i++) {
+		struct crun__mon_gone gone[4];
+		char got[256] = "";
+		size_t o = 0;
+		int n = crun__mon_round_end_gone(gone_rows[i].message, gone, 4);
+
+		assert_int_equal(crun__mon_round_end_gone(gone_rows[i].message, NULL, 0), n);
+		for (int k = 0; k < n; k++)
+			o += (size_t)snprintf(got + o, sizeof(got) - o, "%s%d:%s:%c", k ? " " : "",
+					      gone[k].group_rank, gone[k].host,
+					      gone[k].evicted ? 'e' : 'l');
+		if (strcmp(got, gone_rows[i].want))
+			fail_msg("'%s': got '%s', want '%s'",
+				 gone_rows[i].message ? gone_rows[i].message : "(null)", got,
+				 gone_rows[i].want);
+	}
+}
 
 static void test_names(void **state)
 {
@@ -567,7 +617,7 @@ static void test_lines(void **state)
 	json_decref(o);
 
 	/* No worker beat a step: the restart says none. */
-	crun__monitor_restart(&m, T0 + 400, CRUN_MON_CAUSE_STORE_LOST, 0);
+	crun__monitor_restart(&m, T0 + 400, CRUN_MON_CAUSE_STORE_LOST, 0, -1);
 	o = line_of(&m, &last);
 	has_keys(o, "cause");
 	json_decref(o);
@@ -632,9 +682,9 @@ static void test_lines(void **state)
 	assert_string_equal(json_string_value(json_object_get(o, "member")), "host-a");
 	json_decref(o);
 
-	crun__monitor_restart(&m, T0 + 3400, CRUN_MON_CAUSE_NODE_LEFT, 1);
+	crun__monitor_restart(&m, T0 + 3400, CRUN_MON_CAUSE_NODE_LEFT, 1, 12);
 	o = line_of(&m, &last);
-	has_keys(o, "cause,step"); /* local rank 1 beat step 12 */
+	has_keys(o, "cause,step");
 	assert_int_equal(json_integer_value(json_object_get(o, "step")), 12);
 	assert_string_equal(json_string_value(json_object_get(o, "cause")), "node_left");
 	assert_int_equal(json_integer_value(json_object_get(o, "restart_count")), 1);
@@ -707,11 +757,12 @@ static void test_file(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_members),	      cmocka_unit_test(test_workers),
-		cmocka_unit_test(test_worker_fields), cmocka_unit_test(test_counters),
-		cmocka_unit_test(test_store),	      cmocka_unit_test(test_observers),
-		cmocka_unit_test(test_null),	      cmocka_unit_test(test_names),
-		cmocka_unit_test(test_lines),	      cmocka_unit_test(test_file),
+		cmocka_unit_test(test_members),	       cmocka_unit_test(test_workers),
+		cmocka_unit_test(test_worker_fields),  cmocka_unit_test(test_counters),
+		cmocka_unit_test(test_store),	       cmocka_unit_test(test_observers),
+		cmocka_unit_test(test_null),	       cmocka_unit_test(test_names),
+		cmocka_unit_test(test_lines),	       cmocka_unit_test(test_file),
+		cmocka_unit_test(test_round_end_gone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
