@@ -26,10 +26,16 @@ stop_prom() {
 }
 trap 'stop_prom; cleanup' EXIT
 
-# metrics_port FILE: the port of the "metrics at" line of FILE
+# metrics_port FILE: the port of the whole "metrics at" line of FILE (10 s
+# at most; empty when there is none)
 metrics_port() {
-	wait_for "$1" "metrics at http://"
-	grep -o 'metrics at http://[^ ]*' "$1" | head -n 1 | sed 's|.*:\([0-9]*\)/metrics$|\1|'
+	local p
+	for _ in $(seq 200); do
+		p=$(sed -n 's|.*metrics at http://.*:\([0-9][0-9]*\)/metrics$|\1|p' "$1" | head -n 1)
+		[ -n "$p" ] && break
+		sleep 0.05
+	done
+	echo "$p"
 }
 
 # The daemon, and one node against it whose worker fails in its first
@@ -41,6 +47,7 @@ stray_pids="$stray_pids $pid_rdzvd"
 wait_for "$tmp/rdzvd.err" "listening on"
 store_port=$(cat "$tmp/rdzvd.port")
 rdzvd_mport=$(metrics_port "$tmp/rdzvd.err")
+[ -n "$rdzvd_mport" ] || fail "crun-rdzvd named no metrics port: $(cat "$tmp/rdzvd.err")"
 agent job --nnodes=1 --rdzv-endpoint="127.0.0.1:$store_port" --rdzv-id=prom-$$ \
 	--rdzv-conf is_host=0 --max-restarts=2 --metrics-port 0 --metrics-host 127.0.0.1 \
 	--no-python sh -c '
@@ -55,6 +62,7 @@ agent job --nnodes=1 --rdzv-endpoint="127.0.0.1:$store_port" --rdzv-id=prom-$$ \
 		i=$((i + 1)); [ $i -le 600 ] || exit 3; sleep 0.05
 	done' "$tmp" "$marker"
 job_mport=$(metrics_port "$tmp/job.err")
+[ -n "$job_mport" ] || fail "the job named no metrics port: $(cat "$tmp/job.err")"
 
 prom_port=$(free_port)
 cat >"$tmp/prometheus.yml" <<YAML

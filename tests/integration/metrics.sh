@@ -12,10 +12,16 @@ command -v curl >/dev/null || { echo "curl is not installed: skipping"; exit 77;
 command -v python3 >/dev/null || { echo "python3 is not installed: skipping"; exit 77; }
 probe="$CRUN_SOURCE_DIR/tests/integration/http-probe.py"
 
-# metrics_url FILE: the URL a "metrics at" line of FILE names (10 s at most)
+# metrics_url FILE: the URL a whole "metrics at" line of FILE names (10 s
+# at most; empty when there is none)
 metrics_url() {
-	wait_for "$1" "metrics at http://"
-	grep -o 'metrics at http://[^ ]*' "$1" | head -n 1 | cut -d' ' -f3
+	local u
+	for _ in $(seq 200); do
+		u=$(sed -n 's|.*metrics at \(http://.*:[0-9][0-9]*/metrics\)$|\1|p' "$1" | head -n 1)
+		[ -n "$u" ] && break
+		sleep 0.05
+	done
+	echo "$u"
 }
 
 "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --metrics-port 0 --metrics-host 127.0.0.1 \
@@ -89,6 +95,9 @@ check() {
 
 rdzvd_url=$(metrics_url "$tmp/rdzvd.err")
 job_url=$(metrics_url "$tmp/job.err")
+if [ -z "$rdzvd_url" ] || [ -z "$job_url" ]; then
+	fail "no metrics URL: $(cat "$tmp/rdzvd.err" "$tmp/job.err")"
+fi
 # The idle timeout (15 s), meanwhile.
 hp=${job_url#http://}
 hp=${hp%%/*}
