@@ -62,10 +62,14 @@ int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, con
 void crun__jobfile_remove(const char *dir, const char *run_id, long pid);
 
 /* The job files of dir/jobs whose process still runs (kill(pid, 0)); a
- * file whose process is gone is removed, one that is not a job file is
- * skipped. *out: malloc'd array of *n (NULL when none); sorted by run id.
- * 0, or -ENOENT when there is no such directory, or another negative
- * errno. */
+ * file whose process is gone is removed (with its token file), one that
+ * is not a job file, or whose process is not ours (EPERM), is skipped.
+ * Someone else may have made the directory first (/tmp): dir and dir/jobs
+ * must be directories of this user, not symbolic links, with no access
+ * for others (-EPERM otherwise), and only regular files of this user that
+ * no one else can write are read (never a FIFO, a device or a link).
+ * *out: malloc'd array of *n (NULL when none); sorted by run id. 0, or
+ * -ENOENT when there is no such directory, or another negative errno. */
 int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n);
 
 #endif

@@ -61,6 +61,7 @@ struct target {
 	char run_id[512];
 	char endpoint[300];
 	char token_file[4096]; /* "": none */
+	bool job_token;	       /* token_file is the job file's: must be ours */
 };
 
 struct opts {
@@ -217,6 +218,12 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 	rc = crun__jobfile_dir(dir, sizeof(dir), getenv("XDG_RUNTIME_DIR"), geteuid());
 	if (rc == 0)
 		rc = crun__jobfile_list(dir, &jobs, &njobs);
+	if (rc == -EPERM) {
+		crun__error("'%s' or '%s/jobs' is not a directory of this user's alone (mode 0700, "
+			    "not a link): its job files are not trusted",
+			    dir, dir);
+		return EXIT_NOT_FOUND;
+	}
 	if (rc < 0 && rc != -ENOENT) {
 		crun__error("cannot read the job files in '%s/jobs': %s", dir, strerror(-rc));
 		return EXIT_NOT_FOUND;
@@ -241,19 +248,23 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 			free(jobs);
 			return rc;
 		}
+		(*out)[*n].job_token = !o->token_file;
 		++*n;
 	}
 	free(jobs);
 	return 0;
 }
 
-static int load_token(const char *file, char **tok, size_t *len)
+static int load_token(const char *file, bool own, char **tok, size_t *len)
 {
 	char err[256];
 
-	if (crun__read_secret_file(file, CRUN_WIRE_TOKEN_MAX, tok, len, err, sizeof(err)) < 0) {
+	if ((own ? crun__read_own_secret_file : crun__read_secret_file)(
+		    file, CRUN_WIRE_TOKEN_MAX, tok, len, err, sizeof(err)) < 0) {
 		crun__error("bad token file: %s", err);
-		return EXIT_USAGE;
+		/* One the user named is a usage error; the job's own is the
+		 * job's: it cannot be authenticated with. */
+		return own ? EXIT_CONN : EXIT_USAGE;
 	}
 	return 0;
 }
@@ -267,7 +278,7 @@ static int token_of(const struct opts *o, const struct target *t, char **tok, si
 	*tok = NULL;
 	*len = 0;
 	if (t->token_file[0])
-		return load_token(t->token_file, tok, len);
+		return load_token(t->token_file, t->job_token, tok, len);
 	if (!(o->endpoint || getenv("CRUN_STORE")))
 		return 0;
 	v = getenv("CRUN_TOKEN");
@@ -277,7 +288,7 @@ static int token_of(const struct opts *o, const struct target *t, char **tok, si
 		return *tok ? 0 : EXIT_NOT_FOUND;
 	}
 	v = getenv("CRUN_TOKEN_FILE");
-	return v && *v ? load_token(v, tok, len) : 0;
+	return v && *v ? load_token(v, false, tok, len) : 0;
 }
 
 static bool has_prefix(const char *s, const char *p)

@@ -12,7 +12,10 @@
 #   job is gone;
 # - after the job, its closing line says how it ended, and the job file
 #   and token file are gone; a stale job file (dead agent) is removed;
-#   a failed run's closing line names its root cause.
+#   a failed run's closing line names its root cause;
+# - job files that are not the user's alone (a FIFO, a group-writable
+#   file, a 0755 directory, a token file of another user) are not
+#   trusted, and do not hang crun status.
 # shellcheck disable=SC2015,SC2016,SC2154 source-path=SCRIPTDIR
 set -u
 . "$(dirname "$0")/crun-lib.sh"
@@ -151,6 +154,41 @@ printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' "$dead" \
 timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
 [ $? = 1 ] || fail "stale job: want exit 1"
 [ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json" ] || fail "stale job file left"
+
+# Job files are trusted only in a directory of this user's alone, and
+# only regular files of this user that no one else can write: a FIFO
+# planted there does not block, a group-writable file is not read, a
+# directory that others can enter (/tmp/crun-UID made first by someone
+# else) is refused with one line, and a token file that is not ours is
+# not sent anywhere.
+jobs=$XDG_RUNTIME_DIR/crun/jobs
+mkfifo "$jobs/fifo.1.json"
+printf '{"run_id":"loose","endpoint":"127.0.0.1:9","pid":%d}' $$ >"$jobs/loose.$$.json"
+chmod 666 "$jobs/loose.$$.json"
+timeout 10 "$CRUN" status >/dev/null 2>"$tmp/plant.err"
+rc=$?
+[ $rc = 1 ] || fail "planted FIFO / writable job file: exit $rc, want 1: $(cat "$tmp/plant.err")"
+rm -f "$jobs/fifo.1.json" "$jobs/loose.$$.json"
+mkdir -p "$tmp/open/crun/jobs"
+chmod 755 "$tmp/open/crun/jobs"
+chmod 755 "$tmp/open/crun"
+printf '{"run_id":"evil","endpoint":"127.0.0.1:9","pid":%d}' $$ >"$tmp/open/crun/jobs/evil.$$.json"
+XDG_RUNTIME_DIR=$tmp/open timeout 10 "$CRUN" status >/dev/null 2>"$tmp/open.err"
+rc=$?
+[ $rc = 1 ] || fail "0755 job directory: exit $rc, want 1: $(cat "$tmp/open.err")"
+[ "$(wc -l <"$tmp/open.err")" = 1 ] && grep -q "not trusted" "$tmp/open.err" ||
+	fail "0755 job directory: $(cat "$tmp/open.err")"
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+	echo planted-token >"$tmp/their-token"
+	chown nobody "$tmp/their-token"
+	printf '{"run_id":"theirs","endpoint":"127.0.0.1:9","pid":%d,"token_file":"%s"}' \
+		$$ "$tmp/their-token" >"$jobs/theirs.$$.json"
+	timeout 10 "$CRUN" status --run theirs >/dev/null 2>"$tmp/theirs.err"
+	rc=$?
+	[ $rc = 3 ] && grep -q "not trusted" "$tmp/theirs.err" ||
+		fail "a token file of another user: exit $rc: $(cat "$tmp/theirs.err")"
+	rm -f "$jobs/theirs.$$.json"
+fi
 
 # A failed run: its closing line names the root cause.
 crun --standalone --max-restarts=0 sh -c 'exit 3' >/dev/null 2>"$tmp/f.err"
