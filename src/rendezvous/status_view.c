@@ -116,19 +116,38 @@ static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
 	return out;
 }
 
-/* Seconds since a beat, from the node's own clock (when it published),
- * plus how old its document is by ours. */
+/* The most a document can be older than the reader's "now" without a
+ * clock's skew: the publishers' period and gap (agent/status.h: 3 s and
+ * 1 s). */
+#define PUBLISH_LAG_MAX_MS 4000
+
+/* Milliseconds since the moment then of the node's own clock: how long
+ * before its publication then was (one clock), plus how long ago it
+ * published by ours (another host's clock: only within [0, the lag
+ * bound], so that a skew between hosts does not age everything). -1 when
+ * the node gives no time. */
+static int64_t age_ms(const json_t *node, int64_t then, uint64_t now_ms)
+{
+	int64_t at = int_or(node, "time_ms", -1), before, lag;
+
+	if (at < 0 || then < 0)
+		return -1;
+	before = at > then ? at - then : 0;
+	lag = (int64_t)now_ms - at;
+	lag = lag < 0 ? 0 : lag > PUBLISH_LAG_MAX_MS ? PUBLISH_LAG_MAX_MS : lag;
+	return before + lag;
+}
+
+/* Seconds since a worker's last beat; null when none, or when it has
+ * exited (a beat age then says nothing). */
 static json_t *beat_age(const json_t *node, const json_t *w, uint64_t now_ms)
 {
-	int64_t beat = int_or(w, "last_beat_ms", -1), at = int_or(node, "time_ms", -1);
-	int64_t age;
+	const char *state = str_or(w, "state", "");
+	int64_t age = age_ms(node, int_or(w, "last_beat_ms", -1), now_ms);
 
-	if (beat < 0 || at < 0)
+	if (age < 0 || !strcmp(state, "succeeded") || !strcmp(state, "failed"))
 		return json_null();
-	age = at - beat;
-	if ((int64_t)now_ms > at)
-		age += (int64_t)now_ms - at;
-	return json_real((double)(age < 0 ? 0 : age) / 1000.0);
+	return json_real((double)age / 1000.0);
 }
 
 static json_t *ranks_of(json_t **nodes, size_t n, uint64_t now_ms)
@@ -183,17 +202,26 @@ out_fail:
 	return NULL;
 }
 
-static json_t *last_failure_of(json_t **nodes, size_t n)
+/* The newest failure: the one with the smallest age, each measured on
+ * its node's own clock (age_ms), not by comparing two hosts' clocks. */
+static json_t *last_failure_of(json_t **nodes, size_t n, uint64_t now_ms)
 {
 	const json_t *best = NULL, *bestnode = NULL;
+	int64_t best_age = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		const json_t *f = json_object_get(nodes[i], "last_failure");
+		int64_t age;
 
-		if (json_is_object(f) &&
-		    (!best || int_or(f, "time_ms", 0) > int_or(best, "time_ms", 0))) {
+		if (!json_is_object(f))
+			continue;
+		age = age_ms(nodes[i], int_or(f, "time_ms", -1), now_ms);
+		if (age < 0)
+			age = INT64_MAX;
+		if (!best || age < best_age) {
 			best = f;
 			bestnode = nodes[i];
+			best_age = age;
 		}
 	}
 	if (!best)
@@ -237,7 +265,7 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 	json_object_set_new(job, "state", best ? field(best, "state") : json_null());
 	json_object_set_new(job, "members", members_of(v, n, best));
 	json_object_set_new(job, "ranks", ranks_of(v, n, now_ms));
-	json_object_set_new(job, "last_failure", last_failure_of(v, n));
+	json_object_set_new(job, "last_failure", last_failure_of(v, n, now_ms));
 	for (i = 0; i < n; i++)
 		json_array_append(sorted, v[i]);
 	json_object_set_new(job, "nodes", sorted);

@@ -221,6 +221,49 @@ static void test_job(void **state)
 	json_decref(nodes);
 }
 
+/* Hosts whose clocks differ by an hour: a beat's age counts on its node's
+ * clock, and how long ago a node published only within the publishers'
+ * period and gap; the newest failure is the one that is youngest on its
+ * own node's clock; an exited worker has no beat age. */
+static void test_job_clock_skew(void **state)
+{
+	const uint64_t hour = 3600000;
+	struct crun__monitor m0, m1;
+	json_t *nodes = json_array(), *job, *ranks, *fail;
+
+	(void)state;
+	fill(&m0, "node0", 0);
+	fill(&m1, "node1", 1);
+	/* node0 is an hour ahead: its beat 1.5 s before it published. */
+	m0.workers[0].last_beat_ms += hour;
+	snprintf(m0.last_failure, sizeof(m0.last_failure), "rank 0 hung");
+	m0.last_failure_ms = T0 + hour + 1000; /* 9 s before node0 published */
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + hour + 10000));
+	/* node1 is an hour behind; its rank 3 has exited. */
+	m1.workers[0].last_beat_ms -= hour;
+	m1.workers[1].state = CRUN_MON_W_SUCCEEDED;
+	m1.workers[1].last_beat_ms = T0 + 9000 - hour;
+	snprintf(m1.last_failure, sizeof(m1.last_failure), "rank 2 exited 1");
+	m1.last_failure_ms = T0 + 9000 - hour; /* 1 s before node1 published */
+	json_array_append_new(nodes, crun__status_doc(&m1, &info, T0 + 10000 - hour));
+	finish(&m0);
+	finish(&m1);
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	ranks = json_object_get(job, "ranks");
+	/* Ahead: published "in the future" by ours, so 1.5 s and no more. */
+	assert_true(json_real_value(json_object_get(json_array_get(ranks, 0), "beat_age_s")) ==
+		    1.5);
+	/* Behind: an hour old by ours, but at most the lag bound (4 s). */
+	assert_true(json_real_value(json_object_get(json_array_get(ranks, 2), "beat_age_s")) ==
+		    1.5 + 4.0);
+	assert_true(json_is_null(json_object_get(json_array_get(ranks, 3), "beat_age_s")));
+	fail = json_object_get(job, "last_failure");
+	assert_string_equal(json_string_value(json_object_get(fail, "line")), "rank 2 exited 1");
+	json_decref(job);
+	json_decref(nodes);
+}
+
 static void test_job_missing_member(void **state)
 {
 	json_t *nodes = two_nodes(true), *job;
@@ -376,6 +419,7 @@ int main(void)
 		cmocka_unit_test(test_doc_fields),
 		cmocka_unit_test(test_doc_failure_gpu_and_exit),
 		cmocka_unit_test(test_job),
+		cmocka_unit_test(test_job_clock_skew),
 		cmocka_unit_test(test_job_missing_member),
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_closing_line),
