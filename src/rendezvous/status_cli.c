@@ -73,11 +73,16 @@ struct opts {
 	int connect_timeout_ms;
 };
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted, pausing;
 
+/* --watch only (without it SIGINT and SIGTERM keep their default): ends
+ * the watch with exit 0, at once while it reads (the connection may be
+ * retrying), else at the end of the pause. */
 static void on_interrupt(int sig)
 {
 	(void)sig;
+	if (!pausing)
+		_exit(EXIT_OK);
 	interrupted = 1;
 }
 
@@ -418,11 +423,13 @@ static int show(const struct opts *o, const struct target *t, size_t n, bool cle
 
 static void pause_ms(int ms)
 {
+	pausing = 1;
 	for (int left = ms; left > 0 && !interrupted; left -= 100) {
 		struct timespec ts = {0, (left < 100 ? left : 100) * 1000000L};
 
 		nanosleep(&ts, NULL);
 	}
+	pausing = 0;
 }
 
 int crun__status_main(const char *prog, const struct crun__status_cli_defaults *defaults, int argc,
@@ -464,10 +471,12 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 		rc = usage_error(&o, "%zu jobs run on this machine; pick one with --run", n);
 		goto out;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_interrupt; /* no SA_RESTART: a sleep ends at once */
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	if (o.watch) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_interrupt; /* no SA_RESTART: a sleep ends at once */
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+	}
 	clear = o.watch && !o.json && isatty(STDOUT_FILENO);
 	for (;;) {
 		rc = show(&o, t, n, clear);

@@ -124,6 +124,19 @@ wait $w
 rc=$?
 [ $rc = 0 ] || fail "--watch after SIGINT: exit $rc: $(cat "$tmp/w1.err")"
 
+# Without --watch, SIGTERM ends crun status at once (its default), even
+# while it retries a connection.
+"$CRUN" status --endpoint 127.0.0.1:9 --run x --connect-timeout 60s >/dev/null 2>&1 &
+w=$!
+stray_pids="$stray_pids $w"
+sleep 0.3
+kill -TERM $w
+for _ in $(seq 40); do kill -0 $w 2>/dev/null || break; sleep 0.05; done
+kill -0 $w 2>/dev/null && fail "crun status did not end on SIGTERM"
+wait $w
+rc=$?
+[ $rc = 143 ] || fail "crun status after SIGTERM: exit $rc, want 143 (killed by SIGTERM)"
+
 # --watch ends by itself when the job ends; the job's closing line.
 "$CRUN" status --watch 0.2 --json >"$tmp/w2.out" 2>"$tmp/w2.err" &
 w=$!
