@@ -78,21 +78,59 @@ static const json_t *node_by_id(json_t **nodes, size_t n, const char *id)
 	return NULL;
 }
 
-static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
+static bool same_round(const json_t *a, const json_t *b)
 {
-	const json_t *list = best ? json_object_get(best, "members") : NULL;
+	return int_or(a, "round", -1) == int_or(b, "round", -1);
+}
+
+/* The round's members, as a node of the round lists them (group rank 0
+ * does; nodes are sorted by group rank); NULL when none does. */
+static const json_t *round_members(json_t **nodes, size_t n, const json_t *best)
+{
+	for (size_t i = 0; best && i < n; i++)
+		if (same_round(nodes[i], best) &&
+		    json_array_size(json_object_get(nodes[i], "members")))
+			return json_object_get(nodes[i], "members");
+	return NULL;
+}
+
+static bool listed(const json_t *list, const char *node_id)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(list, i, m)
+	{
+		if (!strcmp(str_or(m, "node_id", ""), node_id))
+			return true;
+	}
+	return false;
+}
+
+/* A node of the newest round: in it, and a member of it when the members
+ * are known. */
+static bool in_round(const json_t *node, const json_t *best, const json_t *list)
+{
+	return best && same_round(node, best) &&
+	       (!list || listed(list, str_or(node, "node_id", "")));
+}
+
+static json_t *members_of(json_t **nodes, size_t n, const json_t *best, const json_t *list)
+{
 	json_t *out = json_array();
 	size_t i;
 	json_t *m;
 
 	if (!out)
 		return NULL;
-	if (json_array_size(list)) {
+	if (list) {
 		json_array_foreach(list, i, m)
 		{
 			const json_t *node = node_by_id(nodes, n, str_or(m, "node_id", ""));
 			json_t *row = json_deep_copy(m);
 
+			if (node && !in_round(node, best, list))
+				node = NULL;
 			json_object_set_new(
 				row, "state",
 				json_string(node ? str_or(node, "state", "") : "missing"));
@@ -101,8 +139,11 @@ static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
 		return out;
 	}
 	for (i = 0; i < n; i++) {
-		json_t *row = json_object();
+		json_t *row;
 
+		if (!in_round(nodes[i], best, NULL))
+			continue;
+		row = json_object();
 		json_object_set_new(row, "group_rank", field(nodes[i], "group_rank"));
 		json_object_set_new(row, "node_id", field(nodes[i], "node_id"));
 		json_object_set_new(row, "host", field(nodes[i], "node"));
@@ -110,6 +151,27 @@ static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
 		json_object_set_new(row, "local_world_size",
 				    json_integer((json_int_t)json_array_size(
 					    json_object_get(nodes[i], "workers"))));
+		json_object_set_new(row, "state", field(nodes[i], "state"));
+		json_array_append_new(out, row);
+	}
+	return out;
+}
+
+/* The nodes that publish but are not in the newest round (left behind
+ * in an older one, or not members of it). */
+static json_t *not_in_round_of(json_t **nodes, size_t n, const json_t *best, const json_t *list)
+{
+	json_t *out = json_array();
+
+	for (size_t i = 0; out && i < n; i++) {
+		json_t *row;
+
+		if (in_round(nodes[i], best, list))
+			continue;
+		row = json_object();
+		json_object_set_new(row, "node", field(nodes[i], "node"));
+		json_object_set_new(row, "node_id", field(nodes[i], "node_id"));
+		json_object_set_new(row, "round", field(nodes[i], "round"));
 		json_object_set_new(row, "state", field(nodes[i], "state"));
 		json_array_append_new(out, row);
 	}
@@ -150,7 +212,8 @@ static json_t *beat_age(const json_t *node, const json_t *w, uint64_t now_ms)
 	return json_real((double)age / 1000.0);
 }
 
-static json_t *ranks_of(json_t **nodes, size_t n, uint64_t now_ms)
+static json_t *ranks_of(json_t **nodes, size_t n, const json_t *best, const json_t *list,
+			uint64_t now_ms)
 {
 	struct rank_row *rows = NULL;
 	size_t nrows = 0, cap = 0, i, j;
@@ -159,6 +222,8 @@ static json_t *ranks_of(json_t **nodes, size_t n, uint64_t now_ms)
 	if (!out)
 		return NULL;
 	for (i = 0; i < n; i++) {
+		if (!in_round(nodes[i], best, list))
+			continue;
 		json_array_foreach(json_object_get(nodes[i], "workers"), j, w)
 		{
 			json_t *row = json_object();
@@ -237,7 +302,7 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 {
 	size_t n = json_array_size(nodes), i;
 	json_t **v, *job, *sorted;
-	const json_t *best;
+	const json_t *best, *list;
 
 	if (!json_is_array(nodes))
 		return NULL;
@@ -254,6 +319,7 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 		v[i] = json_array_get(nodes, i);
 	qsort(v, n, sizeof(*v), by_group_rank);
 	best = newest(v, n);
+	list = round_members(v, n, best);
 	json_object_set_new(job, "version", json_integer(1));
 	json_object_set_new(job, "run_id", json_string(run_id));
 	json_object_set_new(job, "endpoint", json_string(endpoint));
@@ -263,15 +329,17 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 			    best ? field(best, "restart_count") : json_null());
 	json_object_set_new(job, "max_restarts", best ? field(best, "max_restarts") : json_null());
 	json_object_set_new(job, "state", best ? field(best, "state") : json_null());
-	json_object_set_new(job, "members", members_of(v, n, best));
-	json_object_set_new(job, "ranks", ranks_of(v, n, now_ms));
+	json_object_set_new(job, "members", members_of(v, n, best, list));
+	json_object_set_new(job, "ranks", ranks_of(v, n, best, list, now_ms));
+	json_object_set_new(job, "not_in_round", not_in_round_of(v, n, best, list));
 	json_object_set_new(job, "last_failure", last_failure_of(v, n, now_ms));
 	for (i = 0; i < n; i++)
 		json_array_append(sorted, v[i]);
 	json_object_set_new(job, "nodes", sorted);
 	free(v);
 	if (!json_is_array(json_object_get(job, "members")) ||
-	    !json_is_array(json_object_get(job, "ranks"))) {
+	    !json_is_array(json_object_get(job, "ranks")) ||
+	    !json_is_array(json_object_get(job, "not_in_round"))) {
 		json_decref(job);
 		return NULL;
 	}
@@ -360,6 +428,11 @@ void crun__status_render(FILE *f, const json_t *job)
 			age_cell(e, sizeof(e), json_object_get(row, "beat_age_s")),
 			cell(g, sizeof(g), json_object_get(row, "step")),
 			gpu_cell(gp, sizeof(gp), json_object_get(row, "gpu")));
+	json_array_foreach(json_object_get(job, "not_in_round"), i, row)
+		fprintf(f, "%snot in the round: %s (round %s, state %s)\n", i ? "" : "\n",
+			cell(h, sizeof(h), json_object_get(row, "node")),
+			cell(a, sizeof(a), json_object_get(row, "round")),
+			cell(d, sizeof(d), json_object_get(row, "state")));
 	if (json_is_object(fail))
 		fprintf(f, "\nlast failure (%s): %s\n", str_or(fail, "node", "?"),
 			str_or(fail, "line", "?"));

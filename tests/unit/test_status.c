@@ -264,6 +264,62 @@ static void test_job_clock_skew(void **state)
 	json_decref(nodes);
 }
 
+/* node1 still publishes round 3 while node0 is in round 4, and node2
+ * publishes round 4 without being a member of it: only node0's ranks are
+ * the job's, the other two are shown apart. */
+static void test_job_old_round(void **state)
+{
+	struct crun__monitor m0, m1, m2;
+	json_t *nodes = json_array(), *job, *ranks, *apart, *members;
+
+	(void)state;
+	fill(&m0, "node0", 0);
+	fill(&m1, "node1", 1);
+	fill(&m2, "node2", 1);
+	m1.round = 3;
+	m1.group_state = "stopped";
+	json_array_append_new(nodes, crun__status_doc(&m1, &info, T0 + 10000));
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + 10000));
+	json_array_append_new(nodes, crun__status_doc(&m2, &info, T0 + 10000));
+	finish(&m0);
+	finish(&m1);
+	finish(&m2);
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	assert_int_equal(json_integer_value(json_object_get(job, "round")), 4);
+	ranks = json_object_get(job, "ranks");
+	assert_int_equal(json_array_size(ranks), 2);
+	for (size_t r = 0; r < 2; r++)
+		assert_string_equal(
+			json_string_value(json_object_get(json_array_get(ranks, r), "node")),
+			"node0");
+	members = json_object_get(job, "members");
+	assert_int_equal(json_array_size(members), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(members, 1), "state")),
+			    "missing");
+	apart = json_object_get(job, "not_in_round");
+	assert_int_equal(json_array_size(apart), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(apart, 0), "node")),
+			    "node1");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(apart, 0), "round")), 3);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(apart, 1), "node")),
+			    "node2");
+	{
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&text, &len);
+
+		assert_non_null(f);
+		crun__status_render(f, job);
+		fclose(f);
+		assert_non_null(strstr(text, "\nnot in the round: node1 (round 3, state stopped)\n"
+					     "not in the round: node2 (round 4, state running)\n"));
+		free(text);
+	}
+	json_decref(job);
+	json_decref(nodes);
+}
+
 static void test_job_missing_member(void **state)
 {
 	json_t *nodes = two_nodes(true), *job;
@@ -420,6 +476,7 @@ int main(void)
 		cmocka_unit_test(test_doc_failure_gpu_and_exit),
 		cmocka_unit_test(test_job),
 		cmocka_unit_test(test_job_clock_skew),
+		cmocka_unit_test(test_job_old_round),
 		cmocka_unit_test(test_job_missing_member),
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_closing_line),
