@@ -122,7 +122,9 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 	err |= json_object_set_new(o, "state", text(m->group_state ? m->group_state : ""));
 	err |= json_object_set_new(o, "store_lost", json_boolean(m->store_lost));
 	err |= json_object_set_new(o, "exit_status", opt_int(m->exit_status, m->exit_status >= 0));
-	for (int i = 0; i < m->nmembers && m->members; i++)
+	/* The members only from group rank 0: every node listing them would
+	 * grow the traffic as the square of the nodes. */
+	for (int i = 0; i < m->nmembers && m->members && m->round >= 0 && m->group_rank == 0; i++)
 		err |= json_array_append_new(members, member_doc(&m->members[i]));
 	for (int i = 0; i < m->nproc && m->workers; i++)
 		err |= json_array_append_new(workers, worker_doc(m, &m->workers[i]));

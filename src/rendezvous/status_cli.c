@@ -62,6 +62,7 @@ struct target {
 	char endpoint[300];
 	char token_file[4096]; /* "": none */
 	bool job_token;	       /* token_file is the job file's: must be ours */
+	struct crun_store *s;  /* NULL until the first look */
 };
 
 struct opts {
@@ -301,23 +302,22 @@ static bool has_prefix(const char *s, const char *p)
 	return !strncmp(s, p, strlen(p));
 }
 
-/* Reads the agents' documents of t into *job. Prints one line and returns
- * the exit status when it cannot. */
-static int fetch(const struct opts *o, const struct target *t, json_t **job)
+/* t's store handle, made and connected on the first look and kept
+ * (libcrun reconnects it by itself) so that --watch holds one
+ * connection. Prints one line and returns the exit status when it cannot. */
+static int open_store(const struct opts *o, struct target *t)
 {
 	struct crun_store_opts so = {
 		.run_id = t->run_id,
 		.connect_timeout_ms = o->connect_timeout_ms,
 		.timeout_ms = CALL_TIMEOUT_MS,
 	};
-	struct crun_store *s = NULL;
-	char host[256], err[256], **keys = NULL;
-	char *tok = NULL;
-	size_t nkeys = 0, toklen = 0;
-	json_t *nodes = NULL;
-	int port, rc, status;
+	char host[256], err[256], *tok = NULL;
+	size_t toklen = 0;
+	int port, status;
 
-	*job = NULL;
+	if (t->s)
+		return EXIT_OK;
 	if (crun__parse_endpoint(t->endpoint, 29400, host, sizeof(host), &port, err, sizeof(err)) <
 	    0)
 		return usage_error(o, "%s", err);
@@ -328,48 +328,109 @@ static int fetch(const struct opts *o, const struct target *t, json_t **job)
 	so.port = port;
 	so.token = tok;
 	so.token_len = toklen;
-	s = crun_store_create(&so);
-	if (!s) {
+	t->s = crun_store_create(&so);
+	if (tok) {
+		OPENSSL_cleanse(tok, toklen);
+		free(tok);
+	}
+	if (!t->s) {
 		crun__error("cannot create a store handle: out of memory");
-		status = EXIT_NOT_FOUND;
-		goto out;
+		return EXIT_NOT_FOUND;
 	}
-	rc = crun_store_connect(s);
-	if (rc == 0)
-		rc = crun_store_list(s, &keys, &nkeys, CALL_TIMEOUT_MS);
-	if (rc < 0) {
-		const char *m = crun_store_errmsg(s);
+	return EXIT_OK;
+}
 
-		if (rc == -EACCES)
-			crun__error("%s", m && *m ? m : "authentication failed");
-		else
-			crun__error("cannot connect to '%s': %s", t->endpoint,
-				    crun_store_strerror(rc));
-		status = EXIT_CONN;
-		goto out;
+static int store_error(struct crun_store *s, const struct target *t, const char *what, int rc)
+{
+	const char *m = crun_store_errmsg(s);
+
+	if (rc == -EACCES)
+		crun__error("%s", m && *m ? m : "authentication failed");
+	else
+		crun__error("cannot %s '%s': %s", what, t->endpoint, crun_store_strerror(rc));
+	return EXIT_CONN;
+}
+
+/* The documents of keys into nodes: one MGET; a key gone meanwhile (a
+ * node that left) fails it, and then each is read alone. */
+static int read_docs(const struct target *t, char **keys, size_t n, json_t *nodes)
+{
+	struct crun_store_buf *bufs = calloc(n ? n : 1, sizeof(*bufs));
+	int rc;
+
+	if (!bufs)
+		return -ENOMEM;
+	if (!n) {
+		free(bufs);
+		return 0;
 	}
-	nodes = json_array();
-	for (size_t i = 0; i < nkeys && nodes; i++) {
-		struct crun_store_buf b;
-		json_t *doc;
+	rc = crun_store_mget(t->s, (const char *const *)keys, n, bufs, 0);
+	for (size_t i = 0; rc == -ENOENT && i < n; i++) {
+		int one = crun_store_get(t->s, keys[i], &bufs[i], 0);
 
-		if (!has_prefix(keys[i], CRUN_STATUS_KEY_PREFIX))
-			continue;
-		rc = crun_store_get(s, keys[i], &b, 0);
-		if (rc == -ENOENT)
-			continue; /* gone meanwhile */
-		if (rc < 0) {
-			crun__error("cannot read '%s' from '%s': %s", keys[i], t->endpoint,
-				    crun_store_strerror(rc));
-			status = EXIT_CONN;
-			goto out;
+		if (one < 0 && one != -ENOENT) {
+			for (size_t k = 0; k < i; k++)
+				crun_store_buf_finish(&bufs[k]);
+			free(bufs);
+			return one;
 		}
-		doc = json_loadb((const char *)b.data, b.len, 0, NULL);
-		crun_store_buf_finish(&b);
+		if (i + 1 == n)
+			rc = 0;
+	}
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		json_t *doc = bufs[i].data
+				      ? json_loadb((const char *)bufs[i].data, bufs[i].len, 0, NULL)
+				      : NULL;
+
 		if (json_is_object(doc))
 			json_array_append_new(nodes, doc);
 		else
 			json_decref(doc);
+	}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		crun_store_buf_finish(&bufs[i]);
+	free(bufs);
+	return rc;
+}
+
+/* Reads the agents' documents of t into *job: the run's keys, then the
+ * status documents with one MGET. Prints one line and returns the exit
+ * status when it cannot. */
+static int fetch(const struct opts *o, struct target *t, json_t **job)
+{
+	char **keys = NULL;
+	size_t nkeys = 0, nstatus = 0;
+	json_t *nodes = NULL;
+	int rc, status;
+
+	*job = NULL;
+	status = open_store(o, t);
+	if (status)
+		return status;
+	rc = crun_store_list(t->s, &keys, &nkeys, CALL_TIMEOUT_MS);
+	if (rc < 0) {
+		status = store_error(t->s, t, "connect to", rc);
+		goto out;
+	}
+	/* The status keys first, in place. */
+	for (size_t i = 0; i < nkeys; i++) {
+		if (!has_prefix(keys[i], CRUN_STATUS_KEY_PREFIX))
+			continue;
+		char *k = keys[nstatus];
+
+		keys[nstatus++] = keys[i];
+		keys[i] = k;
+	}
+	nodes = json_array();
+	rc = nodes ? read_docs(t, keys, nstatus, nodes) : -ENOMEM;
+	if (rc == -ENOMEM) {
+		crun__error("out of memory");
+		status = EXIT_NOT_FOUND;
+		goto out;
+	}
+	if (rc < 0) {
+		status = store_error(t->s, t, "read the status from", rc);
+		goto out;
 	}
 	if (!json_array_size(nodes)) {
 		crun__error("run '%s' at '%s' has no status: no crun agent publishes there",
@@ -384,16 +445,11 @@ static int fetch(const struct opts *o, const struct target *t, json_t **job)
 out:
 	json_decref(nodes);
 	crun_store_list_free(keys, nkeys);
-	crun_store_destroy(s);
-	if (tok) {
-		OPENSSL_cleanse(tok, toklen);
-		free(tok);
-	}
 	return status;
 }
 
 /* One look at every target; the worst status. */
-static int show(const struct opts *o, const struct target *t, size_t n, bool clear)
+static int show(const struct opts *o, struct target *t, size_t n, bool clear)
 {
 	int worst = EXIT_OK;
 
@@ -496,6 +552,8 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 			break;
 	}
 out:
+	for (size_t i = 0; i < n; i++)
+		crun_store_destroy(t[i].s);
 	free(t);
 	return rc;
 }

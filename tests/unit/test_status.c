@@ -97,10 +97,8 @@ static void test_doc_fields(void **state)
 	assert_true(json_is_false(json_object_get(doc, "store_lost")));
 	assert_true(json_is_null(json_object_get(doc, "exit_status")));
 	assert_true(json_is_null(json_object_get(doc, "last_failure")));
-	assert_int_equal(json_array_size(json_object_get(doc, "members")), 2);
-	assert_string_equal(json_string_value(json_object_get(
-				    json_array_get(json_object_get(doc, "members"), 1), "addr")),
-			    "10.0.0.2");
+	/* Only group rank 0 lists the members. */
+	assert_int_equal(json_array_size(json_object_get(doc, "members")), 0);
 	w0 = json_array_get(json_object_get(doc, "workers"), 0);
 	w1 = json_array_get(json_object_get(doc, "workers"), 1);
 	assert_int_equal(json_integer_value(json_object_get(w0, "rank")), 2);
@@ -114,6 +112,15 @@ static void test_doc_fields(void **state)
 	assert_true(json_is_null(json_object_get(w1, "last_beat_ms")));
 	assert_true(json_is_null(json_object_get(w1, "exit_code")));
 	assert_true(json_is_null(json_object_get(w1, "gpu")));
+	json_decref(doc);
+	finish(&m);
+	fill(&m, "node0", 0);
+	doc = crun__status_doc(&m, &info, T0 + 10000);
+	assert_non_null(doc);
+	assert_int_equal(json_array_size(json_object_get(doc, "members")), 2);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(json_object_get(doc, "members"), 1), "addr")),
+			    "10.0.0.2");
 	json_decref(doc);
 	finish(&m);
 }
@@ -323,15 +330,31 @@ static void test_job_old_round(void **state)
 static void test_job_missing_member(void **state)
 {
 	json_t *nodes = two_nodes(true), *job;
+	struct crun__monitor m0;
 
 	(void)state;
+	/* Only node1 publishes: without group rank 0 the members are the
+	 * nodes of the round that publish. */
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	assert_int_equal(json_array_size(json_object_get(job, "members")), 1);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(json_object_get(job, "members"), 0), "host")),
+			    "node1");
+	assert_int_equal(json_array_size(json_object_get(job, "ranks")), 2);
+	assert_true(json_is_null(json_object_get(job, "last_failure")));
+	json_decref(job);
+	json_decref(nodes);
+	/* Only node0 publishes: node1 is a member that is missing. */
+	nodes = json_array();
+	fill(&m0, "node0", 0);
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + 10000));
+	finish(&m0);
 	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
 	assert_non_null(job);
 	assert_string_equal(json_string_value(json_object_get(
-				    json_array_get(json_object_get(job, "members"), 0), "state")),
+				    json_array_get(json_object_get(job, "members"), 1), "state")),
 			    "missing");
-	assert_int_equal(json_array_size(json_object_get(job, "ranks")), 2);
-	assert_true(json_is_null(json_object_get(job, "last_failure")));
 	json_decref(job);
 	json_decref(nodes);
 	assert_null(crun__status_job("x", "e:1", NULL, 0));
