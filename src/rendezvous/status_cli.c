@@ -60,8 +60,7 @@ static const char usage_text[] =
 struct target {
 	char run_id[512];
 	char endpoint[300];
-	char token_file[4096]; /* "": none */
-	bool job_token;	       /* token_file is the job file's: must be ours */
+	char token_file[4096]; /* the job file's ("": none) */
 	struct crun_store *s;  /* NULL until the first look */
 };
 
@@ -219,7 +218,7 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 		if (!*out)
 			return EXIT_NOT_FOUND;
 		*n = 1;
-		return set_target(o, *out, run_id, endpoint, o->token_file);
+		return set_target(o, *out, run_id, endpoint, NULL);
 	}
 	rc = crun__jobfile_dir(dir, sizeof(dir), getenv("XDG_RUNTIME_DIR"), geteuid());
 	if (rc == 0)
@@ -249,52 +248,78 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 		    !strcmp((*out)[*n - 1].endpoint, jobs[i].endpoint))
 			continue;
 		rc = set_target(o, &(*out)[*n], jobs[i].run_id, jobs[i].endpoint,
-				o->token_file ? o->token_file : jobs[i].token_file);
+				jobs[i].token_file);
 		if (rc) {
 			free(jobs);
 			return rc;
 		}
-		(*out)[*n].job_token = !o->token_file;
 		++*n;
 	}
 	free(jobs);
 	return 0;
 }
 
-static int load_token(const char *file, bool own, char **tok, size_t *len)
+int crun__store_endpoint(const char *endpoint, int default_port, char *host, size_t hostlen,
+			 int *port)
+{
+	char err[256];
+
+	if (crun__parse_endpoint(endpoint, default_port, host, hostlen, port, err, sizeof(err)) <
+	    0) {
+		crun__error("%s", err);
+		return EXIT_USAGE;
+	}
+	if (*port == 0) {
+		crun__error("bad port in endpoint '%s', expected 1-65535", endpoint);
+		return EXIT_USAGE;
+	}
+	return EXIT_OK;
+}
+
+static int load_token(const char *file, const char *what, bool own, char **tok, size_t *len)
 {
 	char err[256];
 
 	if ((own ? crun__read_own_secret_file : crun__read_secret_file)(
 		    file, CRUN_WIRE_TOKEN_MAX, tok, len, err, sizeof(err)) < 0) {
-		crun__error("bad token file: %s", err);
+		crun__error("bad %s: %s", what, err);
 		/* One the user named is a usage error; the job's own is the
 		 * job's: it cannot be authenticated with. */
 		return own ? EXIT_CONN : EXIT_USAGE;
 	}
-	return 0;
+	return EXIT_OK;
 }
 
-/* The token of t: its token file, else $CRUN_TOKEN / $CRUN_TOKEN_FILE when
- * the job came from the flags or the environment. *tok NULL: none. */
-static int token_of(const struct opts *o, const struct target *t, char **tok, size_t *len)
+int crun__store_token(const char *token_file, const char *job_token_file, char **tok, size_t *len)
 {
 	const char *v;
 
 	*tok = NULL;
 	*len = 0;
-	if (t->token_file[0])
-		return load_token(t->token_file, t->job_token, tok, len);
-	if (!(o->endpoint || getenv("CRUN_STORE")))
-		return 0;
+	if (token_file)
+		return load_token(token_file, "--token-file", false, tok, len);
 	v = getenv("CRUN_TOKEN");
 	if (v && *v) {
 		*tok = strdup(v);
 		*len = strlen(v);
-		return *tok ? 0 : EXIT_NOT_FOUND;
+		if (*tok)
+			return EXIT_OK;
+		crun__error("out of memory");
+		return EXIT_NOT_FOUND;
 	}
 	v = getenv("CRUN_TOKEN_FILE");
-	return v && *v ? load_token(v, false, tok, len) : 0;
+	if (v && *v)
+		return load_token(v, "CRUN_TOKEN_FILE", false, tok, len);
+	if (job_token_file && *job_token_file)
+		return load_token(job_token_file, "token file", true, tok, len);
+	return EXIT_OK;
+}
+
+const char *crun__store_reason(const struct crun_store *s, int rc)
+{
+	const char *m = crun_store_errmsg(s);
+
+	return m && *m ? m : crun_store_strerror(rc);
 }
 
 static bool has_prefix(const char *s, const char *p)
@@ -312,16 +337,18 @@ static int open_store(const struct opts *o, struct target *t)
 		.connect_timeout_ms = o->connect_timeout_ms,
 		.timeout_ms = CALL_TIMEOUT_MS,
 	};
-	char host[256], err[256], *tok = NULL;
+	char host[256], *tok = NULL;
 	size_t toklen = 0;
 	int port, status;
 
 	if (t->s)
 		return EXIT_OK;
-	if (crun__parse_endpoint(t->endpoint, 29400, host, sizeof(host), &port, err, sizeof(err)) <
-	    0)
-		return usage_error(o, "%s", err);
-	status = token_of(o, t, &tok, &toklen);
+	status = crun__store_endpoint(t->endpoint, 29400, host, sizeof(host), &port);
+	if (status == EXIT_USAGE)
+		fprintf(stderr, "try '%s --help'\n", o->prog);
+	if (status)
+		return status;
+	status = crun__store_token(o->token_file, t->token_file, &tok, &toklen);
 	if (status)
 		return status;
 	so.host = host;
@@ -342,12 +369,10 @@ static int open_store(const struct opts *o, struct target *t)
 
 static int store_error(struct crun_store *s, const struct target *t, const char *what, int rc)
 {
-	const char *m = crun_store_errmsg(s);
-
 	if (rc == -EACCES)
-		crun__error("%s", m && *m ? m : "authentication failed");
+		crun__error("%s", crun__store_reason(s, rc));
 	else
-		crun__error("cannot %s '%s': %s", what, t->endpoint, crun_store_strerror(rc));
+		crun__error("cannot %s '%s': %s", what, t->endpoint, crun__store_reason(s, rc));
 	return EXIT_CONN;
 }
 

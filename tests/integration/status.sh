@@ -104,6 +104,13 @@ rc=$?
 [ $rc = 3 ] || fail "wrong token: exit $rc, want 3: $(cat "$tmp/bad.err")"
 [ "$(wc -l <"$tmp/bad.err")" = 1 ] && [ ! -s "$tmp/bad.out" ] ||
 	fail "wrong token: want one line: $(cat "$tmp/bad.out" "$tmp/bad.err")"
+# The token's order is --token-file, $CRUN_TOKEN, $CRUN_TOKEN_FILE, then
+# the job file's: a wrong $CRUN_TOKEN is used before the job file's.
+CRUN_TOKEN=wrong-token timeout 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtok.err"
+rc=$?
+[ $rc = 3 ] || fail "\$CRUN_TOKEN before the job file's: exit $rc, want 3: $(cat "$tmp/envtok.err")"
+CRUN_TOKEN_FILE=$tok timeout 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtf.err" ||
+	fail "\$CRUN_TOKEN_FILE: $(cat "$tmp/envtf.err")"
 # Usage errors.
 timeout 10 "$CRUN" status --bogus >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --bogus: want exit 2"
@@ -111,6 +118,14 @@ timeout 10 "$CRUN" status --endpoint "$ep" >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --endpoint without --run: want exit 2"
 timeout 10 "$CRUN" status --watch 0 >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --watch 0: want exit 2"
+for ctl in "$CRUN status --endpoint 127.0.0.1:0 --run x" "$CRUN_CTL --endpoint 127.0.0.1:0 --run x status" \
+	"$CRUN_CTL --endpoint 127.0.0.1:0 --run x get k"; do
+	# shellcheck disable=SC2086
+	timeout 10 $ctl >/dev/null 2>"$tmp/port0.err"
+	rc=$?
+	[ $rc = 2 ] && grep -q "bad port in endpoint '127.0.0.1:0'" "$tmp/port0.err" ||
+		fail "$ctl: exit $rc, want 2: $(cat "$tmp/port0.err")"
+done
 
 # --watch: refreshes until SIGINT, then exits 0.
 "$CRUN" status --watch 0.2 >"$tmp/w1.out" 2>"$tmp/w1.err" &
