@@ -740,7 +740,7 @@ static void announce(struct agent *a, const char *endpoint)
 	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = a->started_ms};
 	char real[PATH_MAX];
 	const char *dir;
-	int rc;
+	int rc, lock;
 
 	if (spec->token_file)
 		snprintf(a->token_path, sizeof(a->token_path), "%s",
@@ -751,7 +751,9 @@ static void announce(struct agent *a, const char *endpoint)
 		snprintf(jf.endpoint, sizeof(jf.endpoint), "%s", endpoint);
 		snprintf(jf.token_file, sizeof(jf.token_file), "%s", a->token_path);
 		snprintf(jf.node, sizeof(jf.node), "%s", a->hostname);
-		rc = crun__jobfile_write(dir, &jf);
+		/* The lock lives as long as this process: its descriptor is
+		 * never closed (close-on-exec: the workers do not hold it). */
+		rc = crun__jobfile_write(dir, &jf, &lock);
 		if (rc < 0)
 			crun__warn("cannot write the job file in '%s/jobs': %s", dir,
 				   strerror(-rc));

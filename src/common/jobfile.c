@@ -11,10 +11,10 @@
 #include <stdbool.h>
 #include <jansson.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,11 +138,12 @@ out:
 	return rc;
 }
 
-int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
+int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf, int *lock_fd)
 {
+	struct crun__atomic_file f;
 	char path[4096];
 	char *text;
-	int rc;
+	int rc, lock = -1;
 
 	rc = crun__jobfile_path(path, sizeof(path), dir, "jobs", jf->run_id, jf->pid, "json");
 	if (rc < 0)
@@ -150,8 +151,35 @@ int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
 	text = crun__jobfile_format(jf);
 	if (!text)
 		return -ENOMEM;
-	rc = crun__write_atomic(path, text, strlen(text), 0600);
+	rc = crun__atomic_open(&f, path, 0600);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	/* Locked before it has its name, so that no reader ever sees it
+	 * unlocked while this process lives; the lock goes with the last
+	 * descriptor of the file, the caller's. */
+	if (lock_fd) {
+		lock = fcntl(f.fd, F_DUPFD_CLOEXEC, 0);
+		if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0)
+			rc = -errno;
+	}
+	if (rc == 0)
+		rc = crun__atomic_write(&f, text, strlen(text));
 	free(text);
+	if (rc < 0) {
+		crun__atomic_abort(&f);
+		if (lock >= 0)
+			close(lock);
+		return rc;
+	}
+	rc = crun__atomic_commit(&f);
+	if (rc < 0 && lock >= 0) {
+		close(lock);
+		lock = -1;
+	}
+	if (lock_fd)
+		*lock_fd = lock;
 	return rc;
 }
 
@@ -198,7 +226,8 @@ static bool own_file(const struct stat *st)
 	return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & 022);
 }
 
-static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t *len)
+/* Reads a job file of ours; *live: its agent holds its lock. */
+static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t *len, bool *live)
 {
 	struct stat st;
 	ssize_t n;
@@ -216,6 +245,7 @@ static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t
 		return -EPERM;
 	}
 	n = read(fd, buf, cap);
+	*live = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
 	close(fd);
 	if (n < 0)
 		return -errno;
@@ -251,6 +281,7 @@ int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n)
 	struct dirent *de;
 	size_t nv = 0, len = 0;
 	int top, jobsfd, tokensfd;
+	bool live = false;
 	DIR *d;
 
 	*out = NULL;
@@ -280,14 +311,13 @@ int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n)
 
 		if (nl < 6 || strcmp(de->d_name + nl - 5, ".json"))
 			continue;
-		if (read_small(jobsfd, de->d_name, text, sizeof(text), &len) < 0 ||
+		if (read_small(jobsfd, de->d_name, text, sizeof(text), &len, &live) < 0 ||
 		    crun__jobfile_parse(text, len, &jf) < 0)
 			continue;
-		if (kill((pid_t)jf.pid, 0) < 0) {
-			/* ESRCH: its agent died without removing it. EPERM: the
-			 * process is not ours, so neither is the job. */
-			if (errno == ESRCH)
-				remove_stale(jobsfd, tokensfd, de->d_name);
+		if (!live) {
+			/* Its agent died without removing it (its pid may run
+			 * another process by now). */
+			remove_stale(jobsfd, tokensfd, de->d_name);
 			continue;
 		}
 		struct crun__jobfile *nvp = realloc(v, (nv + 1) * sizeof(*v));

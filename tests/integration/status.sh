@@ -175,13 +175,19 @@ rc=$?
 [ $rc = 1 ] || fail "after the job: exit $rc, want 1"
 has "$tmp/after.err" "crun: no crun job runs on this machine (give --endpoint and --run to look elsewhere)"
 
-# A job file whose agent is gone is not shown, and goes.
+# A job file whose agent is gone is not shown, and goes, with its token
+# file; so does one whose pid runs another process now (its agent's lock
+# is gone).
 dead=$(sh -c 'echo $$')
-printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' "$dead" \
-	>"$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json"
-timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
-[ $? = 1 ] || fail "stale job: want exit 1"
-[ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.$dead.json" ] || fail "stale job file left"
+for p in "$dead" $$; do
+	printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' "$p" \
+		>"$XDG_RUNTIME_DIR/crun/jobs/stale.$p.json"
+	echo t >"$XDG_RUNTIME_DIR/crun/tokens/stale.$p.token"
+	timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
+	[ $? = 1 ] || fail "stale job (pid $p): want exit 1"
+	[ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.$p.json" ] || fail "stale job file left (pid $p)"
+	[ ! -e "$XDG_RUNTIME_DIR/crun/tokens/stale.$p.token" ] || fail "stale token file left (pid $p)"
+done
 
 # Job files are trusted only in a directory of this user's alone, and
 # only regular files of this user that no one else can write: a FIFO
@@ -211,8 +217,12 @@ if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
 	chown nobody "$tmp/their-token"
 	printf '{"run_id":"theirs","endpoint":"127.0.0.1:9","pid":%d,"token_file":"%s"}' \
 		$$ "$tmp/their-token" >"$jobs/theirs.$$.json"
+	# Its "agent" (this shell) holds the job file's lock.
+	exec 7<"$jobs/theirs.$$.json"
+	flock -x 7
 	timeout 10 "$CRUN" status --run theirs >/dev/null 2>"$tmp/theirs.err"
 	rc=$?
+	exec 7<&-
 	[ $rc = 3 ] && grep -q "not trusted" "$tmp/theirs.err" ||
 		fail "a token file of another user: exit $rc: $(cat "$tmp/theirs.err")"
 	rm -f "$jobs/theirs.$$.json"

@@ -430,7 +430,8 @@ static void test_jobfile_files(void **state)
 {
 	char dir[64] = "/tmp/test-status-XXXXXX", path[512];
 	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = 5}, back, *list;
-	struct crun__jobfile dead = {.pid = 0x3ffffff0};
+	struct crun__jobfile dead = {.pid = 0x3ffffff0}, reused = {.pid = (long)getpid() - 1};
+	int lock;
 	char *text;
 	size_t n;
 	struct stat st;
@@ -455,7 +456,8 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(crun__jobfile_prepare(dir, "tokens"), 0);
 	assert_int_equal(stat(dir, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
-	assert_int_equal(crun__jobfile_write(dir, &jf), 0);
+	assert_int_equal(crun__jobfile_write(dir, &jf, &lock), 0);
+	assert_true(lock >= 0);
 	assert_int_equal(
 		crun__jobfile_write_token(dir, "run/1", jf.pid, "secret", 6, path, sizeof(path)),
 		0);
@@ -465,7 +467,12 @@ static void test_jobfile_files(void **state)
 	dead.started_ms = 1;
 	snprintf(dead.run_id, sizeof(dead.run_id), "dead");
 	snprintf(dead.endpoint, sizeof(dead.endpoint), "127.0.0.1:6");
-	assert_int_equal(crun__jobfile_write(dir, &dead), 0);
+	assert_int_equal(crun__jobfile_write(dir, &dead, NULL), 0);
+	/* So is one whose pid runs another process now (this one): its
+	 * agent's lock is gone. */
+	snprintf(reused.run_id, sizeof(reused.run_id), "reused");
+	snprintf(reused.endpoint, sizeof(reused.endpoint), "127.0.0.1:7");
+	assert_int_equal(crun__jobfile_write(dir, &reused, NULL), 0);
 	assert_int_equal(crun__jobfile_list(dir, &list, &n), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(list[0].run_id, "run/1");
@@ -473,6 +480,11 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(
 		crun__jobfile_path(path, sizeof(path), dir, "jobs", "dead", dead.pid, "json"), 0);
 	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(
+		crun__jobfile_path(path, sizeof(path), dir, "jobs", "reused", reused.pid, "json"),
+		0);
+	assert_int_equal(access(path, F_OK), -1);
+	close(lock);
 
 	crun__jobfile_remove(dir, "run/1", jf.pid);
 	assert_int_equal(crun__jobfile_list(dir, &list, &n), 0);
