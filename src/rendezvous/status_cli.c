@@ -35,6 +35,7 @@ enum {
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define DEFAULT_WATCH_MS 2000
 #define CALL_TIMEOUT_MS 5000
+#define WATCH_LOST_MS 30000
 
 static const char usage_text[] =
 	"usage: %s [--endpoint HOST:PORT] [--run ID] [--token-file FILE] [--json]\n"
@@ -62,6 +63,10 @@ struct target {
 	char endpoint[300];
 	char token_file[4096]; /* the job file's ("": none) */
 	struct crun_store *s;  /* NULL until the first look */
+	bool from_file;	       /* found by its job file */
+	int last;	       /* the exit status of the last look */
+	uint64_t failing_ms;   /* since when looks fail (0: they do not) */
+	bool gone;	       /* --watch: no longer shown */
 };
 
 struct opts {
@@ -253,6 +258,7 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 			free(jobs);
 			return rc;
 		}
+		(*out)[*n].from_file = true;
 		++*n;
 	}
 	free(jobs);
@@ -482,8 +488,11 @@ static int show(const struct opts *o, struct target *t, size_t n, bool clear)
 		fputs("\033[H\033[J", stdout);
 	for (size_t i = 0; i < n; i++) {
 		json_t *job;
-		int rc = fetch(o, &t[i], &job);
+		int rc;
 
+		if (t[i].gone)
+			continue;
+		rc = t[i].last = fetch(o, &t[i], &job);
 		if (rc) {
 			worst = rc > worst ? rc : worst;
 			continue;
@@ -500,6 +509,59 @@ static int show(const struct opts *o, struct target *t, size_t n, bool clear)
 	}
 	fflush(stdout);
 	return worst;
+}
+
+/* Whether the job file of t is still there, its agent alive. */
+static bool job_file_present(const struct target *t)
+{
+	struct crun__jobfile *jobs;
+	char dir[1024];
+	size_t n;
+	bool found = false;
+
+	if (crun__jobfile_dir(dir, sizeof(dir), getenv("XDG_RUNTIME_DIR"), geteuid()) < 0 ||
+	    crun__jobfile_list(dir, &jobs, &n) < 0)
+		return false;
+	for (size_t i = 0; i < n && !found; i++)
+		found = !strcmp(jobs[i].run_id, t->run_id) &&
+			!strcmp(jobs[i].endpoint, t->endpoint);
+	free(jobs);
+	return found;
+}
+
+/* --watch after a look: which targets are gone. A job is gone when its
+ * store says no agent publishes there, or, for one found by its job file,
+ * when that file is gone; a failure to reach it is otherwise passing
+ * (reported, and watched again), up to WATCH_LOST_MS for a job named by
+ * its endpoint. *lost: one was given up for that. True when every target
+ * is gone. */
+static bool watch_gone(struct target *t, size_t n, bool *lost)
+{
+	bool all = true;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t now = crun__now_ms();
+
+		if (t[i].gone)
+			continue;
+		if (t[i].last == EXIT_OK) {
+			t[i].failing_ms = 0;
+		} else if (t[i].from_file ? !job_file_present(&t[i])
+					  : t[i].last == EXIT_NOT_FOUND) {
+			t[i].gone = true;
+		} else if (!t[i].from_file && t[i].failing_ms &&
+			   now - t[i].failing_ms > WATCH_LOST_MS) {
+			crun__error("run '%s' at '%s' could not be read for %d s: giving up",
+				    t[i].run_id, t[i].endpoint, WATCH_LOST_MS / 1000);
+			t[i].gone = *lost = true;
+		} else if (!t[i].failing_ms) {
+			t[i].failing_ms = now;
+		}
+		if (t[i].gone && !*lost)
+			crun__info("run '%s' is gone", t[i].run_id);
+		all = all && t[i].gone;
+	}
+	return all;
 }
 
 static void pause_ms(int ms)
@@ -520,7 +582,7 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 	struct target *t = NULL;
 	struct sigaction sa;
 	size_t n = 0;
-	bool clear, shown = false;
+	bool clear, shown = false, lost = false;
 	int rc;
 
 	if (defaults) {
@@ -561,17 +623,14 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 	clear = o.watch && !o.json && isatty(STDOUT_FILENO);
 	for (;;) {
 		rc = show(&o, t, n, clear);
-		if (!o.watch || interrupted)
-			break;
-		if (rc && shown) {
-			/* The job went while we watched: that is its end. */
-			crun__info("the job is gone");
-			rc = EXIT_OK;
-			break;
-		}
-		if (rc)
+		if (!o.watch || interrupted || (rc && !shown) || rc == EXIT_USAGE)
 			break;
 		shown = true;
+		if (watch_gone(t, n, &lost)) {
+			/* Every job went while we watched: that is the end. */
+			rc = lost ? EXIT_CONN : EXIT_OK;
+			break;
+		}
 		pause_ms(o.watch_ms);
 		if (interrupted)
 			break;

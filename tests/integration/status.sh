@@ -8,8 +8,8 @@
 #   its pid, running;
 # - `crun status --endpoint --run --token-file` from elsewhere (no job
 #   file) shows it too; a wrong token exits 3 with one line;
-# - --watch refreshes until SIGINT (exit 0), and ends by itself when the
-#   job is gone;
+# - --watch refreshes until SIGINT (exit 0), goes on through a passing
+#   failure to read the job, and ends by itself when the job is gone;
 # - after the job, its closing line says how it ended, and the job file
 #   and token file are gone; a stale job file (dead agent) is removed;
 #   a failed run's closing line names its root cause;
@@ -151,6 +151,24 @@ kill -0 $w 2>/dev/null && fail "crun status did not end on SIGTERM"
 wait $w
 rc=$?
 [ $rc = 143 ] || fail "crun status after SIGTERM: exit $rc, want 143 (killed by SIGTERM)"
+
+# --watch goes on through a failure to read the job while its job file
+# is there (its agent stopped: the read times out), and shows it again.
+"$CRUN" status --watch 0.2 --json >"$tmp/w3.out" 2>"$tmp/w3.err" &
+w=$!
+stray_pids="$stray_pids $w"
+wait_lines "$tmp/w3.out" '"run_id"' 1
+kill -STOP $pid
+for _ in $(seq 300); do grep -q "cannot" "$tmp/w3.err" && break; sleep 0.05; done
+kill -CONT $pid
+grep -q "cannot" "$tmp/w3.err" || fail "--watch: no failure while the agent was stopped"
+n=$(grep -c '"run_id"' "$tmp/w3.out")
+wait_lines "$tmp/w3.out" '"run_id"' $((n + 2))
+kill -0 $w 2>/dev/null || fail "--watch ended on a passing failure: $(cat "$tmp/w3.err")"
+kill -INT $w
+wait $w
+rc=$?
+[ $rc = 0 ] || fail "--watch after SIGINT: exit $rc: $(cat "$tmp/w3.err")"
 
 # --watch ends by itself when the job ends; the job's closing line.
 "$CRUN" status --watch 0.2 --json >"$tmp/w2.out" 2>"$tmp/w2.err" &
