@@ -139,6 +139,7 @@ struct agent {
 	 * job file and token file that let it find the job (jobfile.h). */
 	struct crun__status_pub status;
 	char job_dir[1024];    /* "": none */
+	bool job_dir_failed;   /* said once: not tried again */
 	char token_path[4096]; /* the token's file; "": none */
 	bool job_file;	       /* written: removed at the end */
 	uint64_t started_ms;   /* wall time */
@@ -337,6 +338,8 @@ static const char *job_dir(struct agent *a, const char *sub)
 {
 	int rc = 0;
 
+	if (a->job_dir_failed)
+		return NULL;
 	if (!a->job_dir[0])
 		rc = crun__jobfile_dir(a->job_dir, sizeof(a->job_dir), getenv("XDG_RUNTIME_DIR"),
 				       geteuid());
@@ -346,6 +349,7 @@ static const char *job_dir(struct agent *a, const char *sub)
 			   "this job",
 			   a->job_dir, strerror(-rc));
 		a->job_dir[0] = '\0';
+		a->job_dir_failed = true;
 		return NULL;
 	}
 	return a->job_dir;

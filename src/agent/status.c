@@ -197,8 +197,14 @@ static void on_timer(uv_timer_t *t)
 	struct crun__status_pub *p = t->data;
 	uint64_t now = uv_now(p->loop);
 
-	if (t == &p->tick)
+	if (t == &p->tick) {
 		arm(p, &p->tick, &p->tick_due, CRUN_STATUS_PERIOD_MS);
+		/* Published by an event less than the gap ago: that one is
+		 * recent enough, or the one due soon will be. */
+		if (uv_is_active((uv_handle_t *)&p->soon) ||
+		    (p->last_ms && now - p->last_ms < CRUN_STATUS_MIN_GAP_MS))
+			return;
+	}
 	if (p->stall_ms && now - p->turned_ms > p->stall_ms) {
 		crun__debug("the loop stood still for %llu ms: this node's status waits",
 			    (unsigned long long)(now - p->turned_ms));

@@ -637,7 +637,11 @@ static int run(int argc, char **argv, struct ctl *c)
 			.run_id = c->run_id,
 			.token_file = token_file,
 			.connect_timeout_ms = c->connect_timeout_ms,
+			.timeout_ms = c->timeout_given ? c->timeout_ms : 0,
 		};
+
+		if (c->timeout_given && c->timeout_ms == 0)
+			return usage_error("bad duration for --timeout: must be more than 0");
 
 		return crun__status_main("crunctl status", &d, argc - optind - 1,
 					 argv + optind + 1);

@@ -76,6 +76,7 @@ struct opts {
 	bool watch;
 	int watch_ms;
 	int connect_timeout_ms;
+	int timeout_ms; /* each call on the store */
 };
 
 static volatile sig_atomic_t interrupted, pausing;
@@ -112,13 +113,17 @@ static const char *value_of(const struct opts *o, int argc, char **argv, int *i,
 {
 	size_t n = strlen(name);
 
+	const char *v = NULL;
+
 	if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=')
-		return argv[*i] + n + 1;
-	if (*i + 1 >= argc) {
+		v = argv[*i] + n + 1;
+	else if (*i + 1 < argc)
+		v = argv[++*i];
+	if (!v || !*v) {
 		*rc = usage_error(o, "option '%s' needs a value", name);
 		return NULL;
 	}
-	return argv[++*i];
+	return v;
 }
 
 static bool is_opt(const char *arg, const char *name)
@@ -341,7 +346,7 @@ static int open_store(const struct opts *o, struct target *t)
 	struct crun_store_opts so = {
 		.run_id = t->run_id,
 		.connect_timeout_ms = o->connect_timeout_ms,
-		.timeout_ms = CALL_TIMEOUT_MS,
+		.timeout_ms = o->timeout_ms,
 	};
 	char host[256], *tok = NULL;
 	size_t toklen = 0;
@@ -438,7 +443,7 @@ static int fetch(const struct opts *o, struct target *t, json_t **job)
 	status = open_store(o, t);
 	if (status)
 		return status;
-	rc = crun_store_list(t->s, &keys, &nkeys, CALL_TIMEOUT_MS);
+	rc = crun_store_list(t->s, &keys, &nkeys, o->timeout_ms);
 	if (rc < 0) {
 		status = store_error(t->s, t, "connect to", rc);
 		goto out;
@@ -590,7 +595,10 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 		o.run_id = defaults->run_id;
 		o.token_file = defaults->token_file;
 		o.connect_timeout_ms = defaults->connect_timeout_ms;
+		o.timeout_ms = defaults->timeout_ms;
 	}
+	if (!o.timeout_ms)
+		o.timeout_ms = CALL_TIMEOUT_MS;
 	if (!o.connect_timeout_ms)
 		o.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
 	rc = parse_args(&o, argc, argv);

@@ -10,6 +10,7 @@ struct crun__status_cli_defaults {
 	const char *run_id;
 	const char *token_file;
 	int connect_timeout_ms; /* 0: 5 s */
+	int timeout_ms;		/* each call on the store; 0: 5 s */
 };
 
 /* Runs the command with the arguments after "status" (argc of them in

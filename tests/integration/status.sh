@@ -118,6 +118,18 @@ timeout 10 "$CRUN" status --endpoint "$ep" >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --endpoint without --run: want exit 2"
 timeout 10 "$CRUN" status --watch 0 >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --watch 0: want exit 2"
+for bad in --run= --endpoint= --token-file=; do
+	timeout 10 "$CRUN" status "$bad" >/dev/null 2>&1
+	rc=$?
+	[ $rc = 2 ] || fail "crun status $bad: exit $rc, want 2"
+done
+CRUN_LOG_LEVEL=loud timeout 10 "$CRUN" status >/dev/null 2>"$tmp/ll.err"
+rc=$?
+[ $rc = 2 ] && grep -q "CRUN_LOG_LEVEL" "$tmp/ll.err" ||
+	fail "crun status with a bad CRUN_LOG_LEVEL: exit $rc: $(cat "$tmp/ll.err")"
+timeout 10 "$CRUN_CTL" --timeout 0 status >/dev/null 2>&1
+rc=$?
+[ $rc = 2 ] || fail "crunctl --timeout 0 status: exit $rc, want 2"
 for ctl in "$CRUN status --endpoint 127.0.0.1:0 --run x" "$CRUN_CTL --endpoint 127.0.0.1:0 --run x status" \
 	"$CRUN_CTL --endpoint 127.0.0.1:0 --run x get k"; do
 	# shellcheck disable=SC2086
