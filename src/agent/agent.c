@@ -139,6 +139,7 @@ struct agent {
 	 * job file and token file that let it find the job (jobfile.h). */
 	struct crun__status_pub status;
 	char job_dir[1024];    /* "": none */
+	bool job_dir_failed;   /* said once: not tried again */
 	char token_path[4096]; /* the token's file; "": none */
 	bool job_file;	       /* written: removed at the end */
 	uint64_t started_ms;   /* wall time */
@@ -337,6 +338,8 @@ static const char *job_dir(struct agent *a, const char *sub)
 {
 	int rc = 0;
 
+	if (a->job_dir_failed)
+		return NULL;
 	if (!a->job_dir[0])
 		rc = crun__jobfile_dir(a->job_dir, sizeof(a->job_dir), getenv("XDG_RUNTIME_DIR"),
 				       geteuid());
@@ -346,6 +349,7 @@ static const char *job_dir(struct agent *a, const char *sub)
 			   "this job",
 			   a->job_dir, strerror(-rc));
 		a->job_dir[0] = '\0';
+		a->job_dir_failed = true;
 		return NULL;
 	}
 	return a->job_dir;
@@ -740,7 +744,7 @@ static void announce(struct agent *a, const char *endpoint)
 	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = a->started_ms};
 	char real[PATH_MAX];
 	const char *dir;
-	int rc;
+	int rc, lock;
 
 	if (spec->token_file)
 		snprintf(a->token_path, sizeof(a->token_path), "%s",
@@ -751,7 +755,9 @@ static void announce(struct agent *a, const char *endpoint)
 		snprintf(jf.endpoint, sizeof(jf.endpoint), "%s", endpoint);
 		snprintf(jf.token_file, sizeof(jf.token_file), "%s", a->token_path);
 		snprintf(jf.node, sizeof(jf.node), "%s", a->hostname);
-		rc = crun__jobfile_write(dir, &jf);
+		/* The lock lives as long as this process: its descriptor is
+		 * never closed (close-on-exec: the workers do not hold it). */
+		rc = crun__jobfile_write(dir, &jf, &lock);
 		if (rc < 0)
 			crun__warn("cannot write the job file in '%s/jobs': %s", dir,
 				   strerror(-rc));

@@ -104,7 +104,9 @@ json_t *crun__status_doc(const struct crun__monitor *m, const struct crun__statu
 				   crun__record_text(m->group_state ? m->group_state : ""));
 	err |= json_object_set_new(o, "store_lost", json_boolean(m->store_lost));
 	err |= json_object_set_new(o, "exit_status", opt_int(m->exit_status, m->exit_status >= 0));
-	for (int i = 0; i < m->nmembers && m->members; i++)
+	/* The members only from group rank 0: every node listing them would
+	 * grow the traffic as the square of the nodes. */
+	for (int i = 0; i < m->nmembers && m->members && m->round >= 0 && m->group_rank == 0; i++)
 		err |= json_array_append_new(members, member_doc(&m->members[i]));
 	for (int i = 0; i < m->nproc && m->workers; i++)
 		err |= json_array_append_new(workers, worker_doc(m, &m->workers[i]));
@@ -177,8 +179,14 @@ static void on_timer(uv_timer_t *t)
 	struct crun__status_pub *p = t->data;
 	uint64_t now = uv_now(p->loop);
 
-	if (t == &p->tick)
+	if (t == &p->tick) {
 		arm(p, &p->tick, &p->tick_due, CRUN_STATUS_PERIOD_MS);
+		/* Published by an event less than the gap ago: that one is
+		 * recent enough, or the one due soon will be. */
+		if (uv_is_active((uv_handle_t *)&p->soon) ||
+		    (p->last_ms && now - p->last_ms < CRUN_STATUS_MIN_GAP_MS))
+			return;
+	}
 	if (p->stall_ms && now - p->turned_ms > p->stall_ms) {
 		crun__debug("the loop stood still for %llu ms: this node's status waits",
 			    (unsigned long long)(now - p->turned_ms));

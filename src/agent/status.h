@@ -15,7 +15,10 @@
  *   started_ms, round (null before one), group_rank, nnodes, world_size,
  *   restart_count, max_restarts, state (the group's), store_lost,
  *   exit_status (null while running),
- *   members: [{group_rank, node_id, host, addr, local_world_size}],
+ *   members: [{group_rank, node_id, host, addr, local_world_size}] from
+ *            group rank 0 only (empty from the others: readers take them
+ *            from rank 0, so the traffic grows with the nodes, not their
+ *            square),
  *   workers: [{local_rank, rank, pid, state, exit_code, signal,
  *              started_ms, last_beat_ms, step, step_s, straggler_ratio,
  *              gpu: {index, uuid, name, util, mem_used, mem_total, temp_c,

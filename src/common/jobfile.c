@@ -10,10 +10,11 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <jansson.h>
-#include <signal.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,11 +138,12 @@ out:
 	return rc;
 }
 
-int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
+int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf, int *lock_fd)
 {
+	struct crun__atomic_file f;
 	char path[4096];
 	char *text;
-	int rc;
+	int rc, lock = -1;
 
 	rc = crun__jobfile_path(path, sizeof(path), dir, "jobs", jf->run_id, jf->pid, "json");
 	if (rc < 0)
@@ -149,8 +151,35 @@ int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf)
 	text = crun__jobfile_format(jf);
 	if (!text)
 		return -ENOMEM;
-	rc = crun__write_atomic(path, text, strlen(text), 0600);
+	rc = crun__atomic_open(&f, path, 0600);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	/* Locked before it has its name, so that no reader ever sees it
+	 * unlocked while this process lives; the lock goes with the last
+	 * descriptor of the file, the caller's. */
+	if (lock_fd) {
+		lock = fcntl(f.fd, F_DUPFD_CLOEXEC, 0);
+		if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0)
+			rc = -errno;
+	}
+	if (rc == 0)
+		rc = crun__atomic_write(&f, text, strlen(text));
 	free(text);
+	if (rc < 0) {
+		crun__atomic_abort(&f);
+		if (lock >= 0)
+			close(lock);
+		return rc;
+	}
+	rc = crun__atomic_commit(&f);
+	if (rc < 0 && lock >= 0) {
+		close(lock);
+		lock = -1;
+	}
+	if (lock_fd)
+		*lock_fd = lock;
 	return rc;
 }
 
@@ -172,19 +201,71 @@ void crun__jobfile_remove(const char *dir, const char *run_id, long pid)
 		unlink(path);
 }
 
-static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t *len)
+/* A directory of ours, not a symbolic link, with no access for anyone
+ * else, opened (the fd); -EPERM when it is not, -ENOENT when absent. */
+static int open_own_dir(int at, const char *path)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	ssize_t n;
+	int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
 
 	if (fd < 0)
+		return errno == ELOOP || errno == ENOTDIR ? -EPERM : -errno;
+	if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 077)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* A file of ours that only we can write, not a link: regular files
+ * only, so that a FIFO or a device planted there cannot block or feed the
+ * reader. */
+static bool own_file(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & 022);
+}
+
+/* Reads a job file of ours; *live: its agent holds its lock. */
+static int read_small(int dirfd, const char *name, char *buf, size_t cap, size_t *len, bool *live)
+{
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
+	if (!own_file(&st))
+		return -EPERM;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !own_file(&st)) {
+		close(fd);
+		return -EPERM;
+	}
 	n = read(fd, buf, cap);
+	*live = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
 	close(fd);
 	if (n < 0)
 		return -errno;
 	*len = (size_t)n;
 	return (size_t)n < cap ? 0 : -EFBIG;
+}
+
+/* Removes a stale job file and its token file, by the names found in the
+ * directories (not by names made from the file's contents). */
+static void remove_stale(int jobsfd, int tokensfd, const char *name)
+{
+	char token[NAME_MAX + 8];
+	size_t nl = strlen(name) - strlen(".json");
+
+	unlinkat(jobsfd, name, 0);
+	if (tokensfd >= 0 && nl + sizeof(".token") <= sizeof(token)) {
+		memcpy(token, name, nl);
+		strcpy(token + nl, ".token");
+		unlinkat(tokensfd, token, 0);
+	}
 }
 
 static int by_run(const void *a, const void *b)
@@ -195,42 +276,64 @@ static int by_run(const void *a, const void *b)
 
 int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n)
 {
-	char path[4096], text[8192];
+	char text[8192];
 	struct crun__jobfile *v = NULL, jf;
 	struct dirent *de;
 	size_t nv = 0, len = 0;
+	int top, jobsfd, tokensfd;
+	bool live = false;
 	DIR *d;
 
 	*out = NULL;
 	*n = 0;
-	if (snprintf(path, sizeof(path), "%s/jobs", dir) >= (int)sizeof(path))
-		return -ENAMETOOLONG;
-	d = opendir(path);
-	if (!d)
-		return -errno;
+	top = open_own_dir(AT_FDCWD, dir);
+	if (top < 0)
+		return top;
+	jobsfd = open_own_dir(top, "jobs");
+	tokensfd = open_own_dir(top, "tokens");
+	close(top);
+	if (jobsfd < 0) {
+		if (tokensfd >= 0)
+			close(tokensfd);
+		return jobsfd;
+	}
+	d = fdopendir(jobsfd);
+	if (!d) {
+		int rc = -errno;
+
+		close(jobsfd);
+		if (tokensfd >= 0)
+			close(tokensfd);
+		return rc;
+	}
 	while ((de = readdir(d))) {
 		size_t nl = strlen(de->d_name);
 
 		if (nl < 6 || strcmp(de->d_name + nl - 5, ".json"))
 			continue;
-		if (read_small(dirfd(d), de->d_name, text, sizeof(text), &len) < 0 ||
+		if (read_small(jobsfd, de->d_name, text, sizeof(text), &len, &live) < 0 ||
 		    crun__jobfile_parse(text, len, &jf) < 0)
 			continue;
-		if (kill((pid_t)jf.pid, 0) < 0 && errno == ESRCH) {
-			/* Its agent died without removing it. */
-			crun__jobfile_remove(dir, jf.run_id, jf.pid);
+		if (!live) {
+			/* Its agent died without removing it (its pid may run
+			 * another process by now). */
+			remove_stale(jobsfd, tokensfd, de->d_name);
 			continue;
 		}
 		struct crun__jobfile *nvp = realloc(v, (nv + 1) * sizeof(*v));
 		if (!nvp) {
 			free(v);
 			closedir(d);
+			if (tokensfd >= 0)
+				close(tokensfd);
 			return -ENOMEM;
 		}
 		v = nvp;
 		v[nv++] = jf;
 	}
 	closedir(d);
+	if (tokensfd >= 0)
+		close(tokensfd);
 	if (nv)
 		qsort(v, nv, sizeof(*v), by_run);
 	*out = v;

@@ -9,6 +9,7 @@
  * one run on one machine keep a file each) holds one JSON object:
  *   {"run_id": "...", "endpoint": "HOST:PORT", "token_file": "PATH" or
  *    absent, "pid": N, "node": "host", "started_ms": N}
+ * and its agent holds an exclusive flock on it while it runs.
  * and tokens/<run>.<pid>.token the job token the agent made itself, each mode
  * 0600. <run> is the run id with every byte outside [A-Za-z0-9._-]
  * written %XX, so that any run id is one file name.
@@ -51,8 +52,11 @@ char *crun__jobfile_format(const struct crun__jobfile *jf);
  * job file. Pure. */
 int crun__jobfile_parse(const char *text, size_t len, struct crun__jobfile *jf);
 
-/* Writes jf into dir/jobs (prepared), 0600, atomically. */
-int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf);
+/* Writes jf into dir/jobs (prepared), 0600, atomically. lock_fd (NULL:
+ * none): a descriptor of the file (close-on-exec) holding an exclusive
+ * flock, which says that the job lives: keep it open while the agent
+ * runs (the lock ends with the process). */
+int crun__jobfile_write(const char *dir, const struct crun__jobfile *jf, int *lock_fd);
 /* Writes len bytes of token to dir/tokens/<run>.<pid>.token (prepared),
  * 0600, atomically, and its path into path. */
 int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, const void *token,
@@ -61,11 +65,16 @@ int crun__jobfile_write_token(const char *dir, const char *run_id, long pid, con
  * they are there. */
 void crun__jobfile_remove(const char *dir, const char *run_id, long pid);
 
-/* The job files of dir/jobs whose process still runs (kill(pid, 0)); a
- * file whose process is gone is removed, one that is not a job file is
- * skipped. *out: malloc'd array of *n (NULL when none); sorted by run id.
- * 0, or -ENOENT when there is no such directory, or another negative
- * errno. */
+/* The job files of dir/jobs whose agent still runs: it holds the file's
+ * lock (crun__jobfile_write), which a pid cannot say (it may have been
+ * reused); a file without it is removed (with its token file), one that
+ * is not a job file is skipped.
+ * Someone else may have made the directory first (/tmp): dir and dir/jobs
+ * must be directories of this user, not symbolic links, with no access
+ * for others (-EPERM otherwise), and only regular files of this user that
+ * no one else can write are read (never a FIFO, a device or a link).
+ * *out: malloc'd array of *n (NULL when none); sorted by run id. 0, or
+ * -ENOENT when there is no such directory, or another negative errno. */
 int crun__jobfile_list(const char *dir, struct crun__jobfile **out, size_t *n);
 
 #endif

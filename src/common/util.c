@@ -235,19 +235,14 @@ int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t 
 	return 0;
 }
 
-int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen, char *err,
-			   size_t errlen)
+/* Reads the secret of fd (opened from path; closed here). */
+static int read_secret_fd(int fd, const char *path, size_t maxlen, char **out, size_t *outlen,
+			  char *err, size_t errlen)
 {
-	int fd, rc = 0;
+	int rc = 0;
 	char *buf;
 	size_t len = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		crun__seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-		return rc;
-	}
 	buf = malloc(maxlen + 2);
 	if (!buf) {
 		rc = -ENOMEM;
@@ -290,6 +285,40 @@ out_free_buf:
 out_close_fd:
 	close(fd);
 	return rc;
+}
+
+int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen, char *err,
+			   size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int rc = -errno;
+
+		crun__seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		return rc;
+	}
+	return read_secret_fd(fd, path, maxlen, out, outlen, err, errlen);
+}
+
+int crun__read_own_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
+			       char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+
+	if (fd < 0) {
+		int rc = -errno;
+
+		crun__seterr(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+		crun__seterr(err, errlen, "'%s' is not a file of this user's: not trusted", path);
+		close(fd);
+		return -EPERM;
+	}
+	return read_secret_fd(fd, path, maxlen, out, outlen, err, errlen);
 }
 
 bool crun__addr_is_literal(const char *host)

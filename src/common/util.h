@@ -50,6 +50,11 @@ int crun__parse_endpoint(const char *s, int default_port, char *hostbuf, size_t 
  * (after wiping it). Returns 0 or a negative errno with a reason in err. */
 int crun__read_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen, char *err,
 			   size_t errlen);
+/* The same for a file named by someone who may not be this user (a job
+ * file): a regular file, not a symbolic link, owned by this user (-EPERM
+ * otherwise); opening does not block (a FIFO). */
+int crun__read_own_secret_file(const char *path, size_t maxlen, char **out, size_t *outlen,
+			       char *err, size_t errlen);
 
 /* True when the textual address is a loopback address (127.0.0.0/8, ::1,
  * "localhost"). */

@@ -48,8 +48,13 @@ int main(int argc, char **argv)
 	crun__log_init("crun", CRUN_LOG_INFO);
 	/* `crun status`: a command of crun's own (a program called status
 	 * runs as `crun -- status`). */
-	if (argc > 1 && !strcmp(argv[1], "status"))
+	if (argc > 1 && !strcmp(argv[1], "status")) {
+		if (set_log_level(err, sizeof(err)) < 0) {
+			crun__error("%s", err);
+			return 2;
+		}
 		return crun__status_main("crun status", NULL, argc - 2, argv + 2);
+	}
 	crun__launch_opts_init(&opts);
 	memset(&plan, 0, sizeof(plan));
 	if (set_log_level(err, sizeof(err)) < 0) {

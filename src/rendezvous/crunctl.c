@@ -145,9 +145,7 @@ static bool is_conn_error(int rc)
 
 static const char *store_reason(struct ctl *c, int rc)
 {
-	const char *m = crun_store_errmsg(c->s);
-
-	return m && *m ? m : crun_store_strerror(rc);
+	return crun__store_reason(c->s, rc);
 }
 
 /* Reports a failed operation on key (NULL: the run) and picks the exit
@@ -486,23 +484,10 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 	return 0;
 }
 
-static int load_token(struct ctl *c, const char *file, const char *what)
-{
-	char err[256];
-	int rc = crun__read_secret_file(file, CRUN_WIRE_TOKEN_MAX, &c->token, &c->token_len, err,
-					sizeof(err));
-
-	if (rc < 0)
-		return usage_error("bad %s: %s", what, err);
-	c->token_owned = true;
-	return 0;
-}
-
 /* Endpoint, run id, token and timeouts: flags first, then the
  * environment crun sets for workers, then the defaults. */
 static int resolve_settings(struct ctl *c, const char *token_file)
 {
-	char err[256];
 	const char *v;
 	int rc;
 
@@ -510,11 +495,11 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 		v = getenv("CRUN_STORE");
 		c->endpoint = v && *v ? v : DEFAULT_ENDPOINT;
 	}
-	if (crun__parse_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port, err,
-				 sizeof(err)) < 0)
-		return usage_error("%s", err);
-	if (c->port == 0)
-		return usage_error("bad port in endpoint '%s', expected 1-65535", c->endpoint);
+	rc = crun__store_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port);
+	if (rc) {
+		fprintf(stderr, "try 'crunctl --help'\n");
+		return rc;
+	}
 	if (!c->run_id)
 		c->run_id = crun__env_get("CRUN_RUN_ID");
 	if (!c->run_id || !*c->run_id)
@@ -526,18 +511,11 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 		if (rc)
 			return rc;
 	}
-	if (token_file)
-		return load_token(c, token_file, "--token-file");
-	v = getenv("CRUN_TOKEN");
-	if (v && *v) {
-		c->token = (char *)v;
-		c->token_len = strlen(v);
-		return 0;
-	}
-	v = getenv("CRUN_TOKEN_FILE");
-	if (v && *v)
-		return load_token(c, v, "CRUN_TOKEN_FILE");
-	return 0;
+	rc = crun__store_token(token_file, NULL, &c->token, &c->token_len);
+	c->token_owned = c->token != NULL;
+	if (rc == EXIT_USAGE)
+		fprintf(stderr, "try 'crunctl --help'\n");
+	return rc;
 }
 
 static int connect_store(struct ctl *c)
@@ -659,7 +637,11 @@ static int run(int argc, char **argv, struct ctl *c)
 			.run_id = c->run_id,
 			.token_file = token_file,
 			.connect_timeout_ms = c->connect_timeout_ms,
+			.timeout_ms = c->timeout_given ? c->timeout_ms : 0,
 		};
+
+		if (c->timeout_given && c->timeout_ms == 0)
+			return usage_error("bad duration for --timeout: must be more than 0");
 
 		return crun__status_main("crunctl status", &d, argc - optind - 1,
 					 argv + optind + 1);

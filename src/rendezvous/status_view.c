@@ -78,21 +78,59 @@ static const json_t *node_by_id(json_t **nodes, size_t n, const char *id)
 	return NULL;
 }
 
-static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
+static bool same_round(const json_t *a, const json_t *b)
 {
-	const json_t *list = best ? json_object_get(best, "members") : NULL;
+	return int_or(a, "round", -1) == int_or(b, "round", -1);
+}
+
+/* The round's members, as a node of the round lists them (group rank 0
+ * does; nodes are sorted by group rank); NULL when none does. */
+static const json_t *round_members(json_t **nodes, size_t n, const json_t *best)
+{
+	for (size_t i = 0; best && i < n; i++)
+		if (same_round(nodes[i], best) &&
+		    json_array_size(json_object_get(nodes[i], "members")))
+			return json_object_get(nodes[i], "members");
+	return NULL;
+}
+
+static bool listed(const json_t *list, const char *node_id)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(list, i, m)
+	{
+		if (!strcmp(str_or(m, "node_id", ""), node_id))
+			return true;
+	}
+	return false;
+}
+
+/* A node of the newest round: in it, and a member of it when the members
+ * are known. */
+static bool in_round(const json_t *node, const json_t *best, const json_t *list)
+{
+	return best && same_round(node, best) &&
+	       (!list || listed(list, str_or(node, "node_id", "")));
+}
+
+static json_t *members_of(json_t **nodes, size_t n, const json_t *best, const json_t *list)
+{
 	json_t *out = json_array();
 	size_t i;
 	json_t *m;
 
 	if (!out)
 		return NULL;
-	if (json_array_size(list)) {
+	if (list) {
 		json_array_foreach(list, i, m)
 		{
 			const json_t *node = node_by_id(nodes, n, str_or(m, "node_id", ""));
 			json_t *row = json_deep_copy(m);
 
+			if (node && !in_round(node, best, list))
+				node = NULL;
 			json_object_set_new(
 				row, "state",
 				json_string(node ? str_or(node, "state", "") : "missing"));
@@ -101,8 +139,11 @@ static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
 		return out;
 	}
 	for (i = 0; i < n; i++) {
-		json_t *row = json_object();
+		json_t *row;
 
+		if (!in_round(nodes[i], best, NULL))
+			continue;
+		row = json_object();
 		json_object_set_new(row, "group_rank", field(nodes[i], "group_rank"));
 		json_object_set_new(row, "node_id", field(nodes[i], "node_id"));
 		json_object_set_new(row, "host", field(nodes[i], "node"));
@@ -116,22 +157,63 @@ static json_t *members_of(json_t **nodes, size_t n, const json_t *best)
 	return out;
 }
 
-/* Seconds since a beat, from the node's own clock (when it published),
- * plus how old its document is by ours. */
-static json_t *beat_age(const json_t *node, const json_t *w, uint64_t now_ms)
+/* The nodes that publish but are not in the newest round (left behind
+ * in an older one, or not members of it). */
+static json_t *not_in_round_of(json_t **nodes, size_t n, const json_t *best, const json_t *list)
 {
-	int64_t beat = int_or(w, "last_beat_ms", -1), at = int_or(node, "time_ms", -1);
-	int64_t age;
+	json_t *out = json_array();
 
-	if (beat < 0 || at < 0)
-		return json_null();
-	age = at - beat;
-	if ((int64_t)now_ms > at)
-		age += (int64_t)now_ms - at;
-	return json_real((double)(age < 0 ? 0 : age) / 1000.0);
+	for (size_t i = 0; out && i < n; i++) {
+		json_t *row;
+
+		if (in_round(nodes[i], best, list))
+			continue;
+		row = json_object();
+		json_object_set_new(row, "node", field(nodes[i], "node"));
+		json_object_set_new(row, "node_id", field(nodes[i], "node_id"));
+		json_object_set_new(row, "round", field(nodes[i], "round"));
+		json_object_set_new(row, "state", field(nodes[i], "state"));
+		json_array_append_new(out, row);
+	}
+	return out;
 }
 
-static json_t *ranks_of(json_t **nodes, size_t n, uint64_t now_ms)
+/* The most a document can be older than the reader's "now" without a
+ * clock's skew: the publishers' period and gap (agent/status.h: 3 s and
+ * 1 s). */
+#define PUBLISH_LAG_MAX_MS 4000
+
+/* Milliseconds since the moment then of the node's own clock: how long
+ * before its publication then was (one clock), plus how long ago it
+ * published by ours (another host's clock: only within [0, the lag
+ * bound], so that a skew between hosts does not age everything). -1 when
+ * the node gives no time. */
+static int64_t age_ms(const json_t *node, int64_t then, uint64_t now_ms)
+{
+	int64_t at = int_or(node, "time_ms", -1), before, lag;
+
+	if (at < 0 || then < 0)
+		return -1;
+	before = at > then ? at - then : 0;
+	lag = (int64_t)now_ms - at;
+	lag = lag < 0 ? 0 : lag > PUBLISH_LAG_MAX_MS ? PUBLISH_LAG_MAX_MS : lag;
+	return before + lag;
+}
+
+/* Seconds since a worker's last beat; null when none, or when it has
+ * exited (a beat age then says nothing). */
+static json_t *beat_age(const json_t *node, const json_t *w, uint64_t now_ms)
+{
+	const char *state = str_or(w, "state", "");
+	int64_t age = age_ms(node, int_or(w, "last_beat_ms", -1), now_ms);
+
+	if (age < 0 || !strcmp(state, "succeeded") || !strcmp(state, "failed"))
+		return json_null();
+	return json_real((double)age / 1000.0);
+}
+
+static json_t *ranks_of(json_t **nodes, size_t n, const json_t *best, const json_t *list,
+			uint64_t now_ms)
 {
 	struct rank_row *rows = NULL;
 	size_t nrows = 0, cap = 0, i, j;
@@ -140,6 +222,8 @@ static json_t *ranks_of(json_t **nodes, size_t n, uint64_t now_ms)
 	if (!out)
 		return NULL;
 	for (i = 0; i < n; i++) {
+		if (!in_round(nodes[i], best, list))
+			continue;
 		json_array_foreach(json_object_get(nodes[i], "workers"), j, w)
 		{
 			json_t *row = json_object();
@@ -183,17 +267,26 @@ out_fail:
 	return NULL;
 }
 
-static json_t *last_failure_of(json_t **nodes, size_t n)
+/* The newest failure: the one with the smallest age, each measured on
+ * its node's own clock (age_ms), not by comparing two hosts' clocks. */
+static json_t *last_failure_of(json_t **nodes, size_t n, uint64_t now_ms)
 {
 	const json_t *best = NULL, *bestnode = NULL;
+	int64_t best_age = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		const json_t *f = json_object_get(nodes[i], "last_failure");
+		int64_t age;
 
-		if (json_is_object(f) &&
-		    (!best || int_or(f, "time_ms", 0) > int_or(best, "time_ms", 0))) {
+		if (!json_is_object(f))
+			continue;
+		age = age_ms(nodes[i], int_or(f, "time_ms", -1), now_ms);
+		if (age < 0)
+			age = INT64_MAX;
+		if (!best || age < best_age) {
 			best = f;
 			bestnode = nodes[i];
+			best_age = age;
 		}
 	}
 	if (!best)
@@ -209,7 +302,7 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 {
 	size_t n = json_array_size(nodes), i;
 	json_t **v, *job, *sorted;
-	const json_t *best;
+	const json_t *best, *list;
 
 	if (!json_is_array(nodes))
 		return NULL;
@@ -226,6 +319,7 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 		v[i] = json_array_get(nodes, i);
 	qsort(v, n, sizeof(*v), by_group_rank);
 	best = newest(v, n);
+	list = round_members(v, n, best);
 	json_object_set_new(job, "version", json_integer(1));
 	json_object_set_new(job, "run_id", json_string(run_id));
 	json_object_set_new(job, "endpoint", json_string(endpoint));
@@ -235,15 +329,17 @@ json_t *crun__status_job(const char *run_id, const char *endpoint, json_t *nodes
 			    best ? field(best, "restart_count") : json_null());
 	json_object_set_new(job, "max_restarts", best ? field(best, "max_restarts") : json_null());
 	json_object_set_new(job, "state", best ? field(best, "state") : json_null());
-	json_object_set_new(job, "members", members_of(v, n, best));
-	json_object_set_new(job, "ranks", ranks_of(v, n, now_ms));
-	json_object_set_new(job, "last_failure", last_failure_of(v, n));
+	json_object_set_new(job, "members", members_of(v, n, best, list));
+	json_object_set_new(job, "ranks", ranks_of(v, n, best, list, now_ms));
+	json_object_set_new(job, "not_in_round", not_in_round_of(v, n, best, list));
+	json_object_set_new(job, "last_failure", last_failure_of(v, n, now_ms));
 	for (i = 0; i < n; i++)
 		json_array_append(sorted, v[i]);
 	json_object_set_new(job, "nodes", sorted);
 	free(v);
 	if (!json_is_array(json_object_get(job, "members")) ||
-	    !json_is_array(json_object_get(job, "ranks"))) {
+	    !json_is_array(json_object_get(job, "ranks")) ||
+	    !json_is_array(json_object_get(job, "not_in_round"))) {
 		json_decref(job);
 		return NULL;
 	}
@@ -332,6 +428,11 @@ void crun__status_render(FILE *f, const json_t *job)
 			age_cell(e, sizeof(e), json_object_get(row, "beat_age_s")),
 			cell(g, sizeof(g), json_object_get(row, "step")),
 			gpu_cell(gp, sizeof(gp), json_object_get(row, "gpu")));
+	json_array_foreach(json_object_get(job, "not_in_round"), i, row)
+		fprintf(f, "%snot in the round: %s (round %s, state %s)\n", i ? "" : "\n",
+			cell(h, sizeof(h), json_object_get(row, "node")),
+			cell(a, sizeof(a), json_object_get(row, "round")),
+			cell(d, sizeof(d), json_object_get(row, "state")));
 	if (json_is_object(fail))
 		fprintf(f, "\nlast failure (%s): %s\n", str_or(fail, "node", "?"),
 			str_or(fail, "line", "?"));

@@ -12,9 +12,17 @@
  *                  ("missing": no status from it); without rendezvous one
  *                  per node that publishes
  *   ranks: [{rank, node, local_rank, pid, state, beat_age_s, step,
- *            step_s, straggler_ratio, gpu}]  every worker of every node,
- *                  by global rank (workers without one last)
+ *            step_s, straggler_ratio, gpu}]  every worker of every node
+ *                  of the newest round (in it, and a member of it), by
+ *                  global rank (workers without one last)
+ *   beat_age_s: the beat's age on its node's clock plus how long ago the
+ *                  node published by the reader's, the latter within [0,
+ *                  4 s] (hosts' clocks differ); null for an exited worker
  *   last_failure: {line, node, time_ms} or null: the newest of the nodes'
+ *                  (youngest on its own node's clock)
+ *   not_in_round: [{node, node_id, round, state}] the nodes that publish
+ *                  but are not in the newest round (an older one, or not a
+ *                  member); their workers are not in ranks
  *   nodes: [...]   the agents' own documents, as published, by group rank
  */
 #ifndef CRUN_RENDEZVOUS_STATUS_VIEW_H

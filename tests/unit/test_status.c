@@ -97,10 +97,8 @@ static void test_doc_fields(void **state)
 	assert_true(json_is_false(json_object_get(doc, "store_lost")));
 	assert_true(json_is_null(json_object_get(doc, "exit_status")));
 	assert_true(json_is_null(json_object_get(doc, "last_failure")));
-	assert_int_equal(json_array_size(json_object_get(doc, "members")), 2);
-	assert_string_equal(json_string_value(json_object_get(
-				    json_array_get(json_object_get(doc, "members"), 1), "addr")),
-			    "10.0.0.2");
+	/* Only group rank 0 lists the members. */
+	assert_int_equal(json_array_size(json_object_get(doc, "members")), 0);
 	w0 = json_array_get(json_object_get(doc, "workers"), 0);
 	w1 = json_array_get(json_object_get(doc, "workers"), 1);
 	assert_int_equal(json_integer_value(json_object_get(w0, "rank")), 2);
@@ -114,6 +112,15 @@ static void test_doc_fields(void **state)
 	assert_true(json_is_null(json_object_get(w1, "last_beat_ms")));
 	assert_true(json_is_null(json_object_get(w1, "exit_code")));
 	assert_true(json_is_null(json_object_get(w1, "gpu")));
+	json_decref(doc);
+	finish(&m);
+	fill(&m, "node0", 0);
+	doc = crun__status_doc(&m, &info, T0 + 10000);
+	assert_non_null(doc);
+	assert_int_equal(json_array_size(json_object_get(doc, "members")), 2);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(json_object_get(doc, "members"), 1), "addr")),
+			    "10.0.0.2");
 	json_decref(doc);
 	finish(&m);
 }
@@ -221,18 +228,133 @@ static void test_job(void **state)
 	json_decref(nodes);
 }
 
+/* Hosts whose clocks differ by an hour: a beat's age counts on its node's
+ * clock, and how long ago a node published only within the publishers'
+ * period and gap; the newest failure is the one that is youngest on its
+ * own node's clock; an exited worker has no beat age. */
+static void test_job_clock_skew(void **state)
+{
+	const uint64_t hour = 3600000;
+	struct crun__monitor m0, m1;
+	json_t *nodes = json_array(), *job, *ranks, *fail;
+
+	(void)state;
+	fill(&m0, "node0", 0);
+	fill(&m1, "node1", 1);
+	/* node0 is an hour ahead: its beat 1.5 s before it published. */
+	m0.workers[0].last_beat_ms += hour;
+	snprintf(m0.last_failure, sizeof(m0.last_failure), "rank 0 hung");
+	m0.last_failure_ms = T0 + hour + 1000; /* 9 s before node0 published */
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + hour + 10000));
+	/* node1 is an hour behind; its rank 3 has exited. */
+	m1.workers[0].last_beat_ms -= hour;
+	m1.workers[1].state = CRUN_MON_W_SUCCEEDED;
+	m1.workers[1].last_beat_ms = T0 + 9000 - hour;
+	snprintf(m1.last_failure, sizeof(m1.last_failure), "rank 2 exited 1");
+	m1.last_failure_ms = T0 + 9000 - hour; /* 1 s before node1 published */
+	json_array_append_new(nodes, crun__status_doc(&m1, &info, T0 + 10000 - hour));
+	finish(&m0);
+	finish(&m1);
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	ranks = json_object_get(job, "ranks");
+	/* Ahead: published "in the future" by ours, so 1.5 s and no more. */
+	assert_true(json_real_value(json_object_get(json_array_get(ranks, 0), "beat_age_s")) ==
+		    1.5);
+	/* Behind: an hour old by ours, but at most the lag bound (4 s). */
+	assert_true(json_real_value(json_object_get(json_array_get(ranks, 2), "beat_age_s")) ==
+		    1.5 + 4.0);
+	assert_true(json_is_null(json_object_get(json_array_get(ranks, 3), "beat_age_s")));
+	fail = json_object_get(job, "last_failure");
+	assert_string_equal(json_string_value(json_object_get(fail, "line")), "rank 2 exited 1");
+	json_decref(job);
+	json_decref(nodes);
+}
+
+/* node1 still publishes round 3 while node0 is in round 4, and node2
+ * publishes round 4 without being a member of it: only node0's ranks are
+ * the job's, the other two are shown apart. */
+static void test_job_old_round(void **state)
+{
+	struct crun__monitor m0, m1, m2;
+	json_t *nodes = json_array(), *job, *ranks, *apart, *members;
+
+	(void)state;
+	fill(&m0, "node0", 0);
+	fill(&m1, "node1", 1);
+	fill(&m2, "node2", 1);
+	m1.round = 3;
+	m1.group_state = "stopped";
+	json_array_append_new(nodes, crun__status_doc(&m1, &info, T0 + 10000));
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + 10000));
+	json_array_append_new(nodes, crun__status_doc(&m2, &info, T0 + 10000));
+	finish(&m0);
+	finish(&m1);
+	finish(&m2);
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	assert_int_equal(json_integer_value(json_object_get(job, "round")), 4);
+	ranks = json_object_get(job, "ranks");
+	assert_int_equal(json_array_size(ranks), 2);
+	for (size_t r = 0; r < 2; r++)
+		assert_string_equal(
+			json_string_value(json_object_get(json_array_get(ranks, r), "node")),
+			"node0");
+	members = json_object_get(job, "members");
+	assert_int_equal(json_array_size(members), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(members, 1), "state")),
+			    "missing");
+	apart = json_object_get(job, "not_in_round");
+	assert_int_equal(json_array_size(apart), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(apart, 0), "node")),
+			    "node1");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(apart, 0), "round")), 3);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(apart, 1), "node")),
+			    "node2");
+	{
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&text, &len);
+
+		assert_non_null(f);
+		crun__status_render(f, job);
+		fclose(f);
+		assert_non_null(strstr(text, "\nnot in the round: node1 (round 3, state stopped)\n"
+					     "not in the round: node2 (round 4, state running)\n"));
+		free(text);
+	}
+	json_decref(job);
+	json_decref(nodes);
+}
+
 static void test_job_missing_member(void **state)
 {
 	json_t *nodes = two_nodes(true), *job;
+	struct crun__monitor m0;
 
 	(void)state;
+	/* Only node1 publishes: without group rank 0 the members are the
+	 * nodes of the round that publish. */
+	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
+	assert_non_null(job);
+	assert_int_equal(json_array_size(json_object_get(job, "members")), 1);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(json_object_get(job, "members"), 0), "host")),
+			    "node1");
+	assert_int_equal(json_array_size(json_object_get(job, "ranks")), 2);
+	assert_true(json_is_null(json_object_get(job, "last_failure")));
+	json_decref(job);
+	json_decref(nodes);
+	/* Only node0 publishes: node1 is a member that is missing. */
+	nodes = json_array();
+	fill(&m0, "node0", 0);
+	json_array_append_new(nodes, crun__status_doc(&m0, &info, T0 + 10000));
+	finish(&m0);
 	job = crun__status_job("job7", "e:1", nodes, T0 + 11000);
 	assert_non_null(job);
 	assert_string_equal(json_string_value(json_object_get(
-				    json_array_get(json_object_get(job, "members"), 0), "state")),
+				    json_array_get(json_object_get(job, "members"), 1), "state")),
 			    "missing");
-	assert_int_equal(json_array_size(json_object_get(job, "ranks")), 2);
-	assert_true(json_is_null(json_object_get(job, "last_failure")));
 	json_decref(job);
 	json_decref(nodes);
 	assert_null(crun__status_job("x", "e:1", NULL, 0));
@@ -308,7 +430,8 @@ static void test_jobfile_files(void **state)
 {
 	char dir[64] = "/tmp/test-status-XXXXXX", path[512];
 	struct crun__jobfile jf = {.pid = (long)getpid(), .started_ms = 5}, back, *list;
-	struct crun__jobfile dead = {.pid = 0x3ffffff0};
+	struct crun__jobfile dead = {.pid = 0x3ffffff0}, reused = {.pid = (long)getpid() - 1};
+	int lock;
 	char *text;
 	size_t n;
 	struct stat st;
@@ -333,7 +456,8 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(crun__jobfile_prepare(dir, "tokens"), 0);
 	assert_int_equal(stat(dir, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
-	assert_int_equal(crun__jobfile_write(dir, &jf), 0);
+	assert_int_equal(crun__jobfile_write(dir, &jf, &lock), 0);
+	assert_true(lock >= 0);
 	assert_int_equal(
 		crun__jobfile_write_token(dir, "run/1", jf.pid, "secret", 6, path, sizeof(path)),
 		0);
@@ -343,7 +467,12 @@ static void test_jobfile_files(void **state)
 	dead.started_ms = 1;
 	snprintf(dead.run_id, sizeof(dead.run_id), "dead");
 	snprintf(dead.endpoint, sizeof(dead.endpoint), "127.0.0.1:6");
-	assert_int_equal(crun__jobfile_write(dir, &dead), 0);
+	assert_int_equal(crun__jobfile_write(dir, &dead, NULL), 0);
+	/* So is one whose pid runs another process now (this one): its
+	 * agent's lock is gone. */
+	snprintf(reused.run_id, sizeof(reused.run_id), "reused");
+	snprintf(reused.endpoint, sizeof(reused.endpoint), "127.0.0.1:7");
+	assert_int_equal(crun__jobfile_write(dir, &reused, NULL), 0);
 	assert_int_equal(crun__jobfile_list(dir, &list, &n), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(list[0].run_id, "run/1");
@@ -351,6 +480,11 @@ static void test_jobfile_files(void **state)
 	assert_int_equal(
 		crun__jobfile_path(path, sizeof(path), dir, "jobs", "dead", dead.pid, "json"), 0);
 	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(
+		crun__jobfile_path(path, sizeof(path), dir, "jobs", "reused", reused.pid, "json"),
+		0);
+	assert_int_equal(access(path, F_OK), -1);
+	close(lock);
 
 	crun__jobfile_remove(dir, "run/1", jf.pid);
 	assert_int_equal(crun__jobfile_list(dir, &list, &n), 0);
@@ -376,6 +510,8 @@ int main(void)
 		cmocka_unit_test(test_doc_fields),
 		cmocka_unit_test(test_doc_failure_gpu_and_exit),
 		cmocka_unit_test(test_job),
+		cmocka_unit_test(test_job_clock_skew),
+		cmocka_unit_test(test_job_old_round),
 		cmocka_unit_test(test_job_missing_member),
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_closing_line),
