@@ -801,7 +801,7 @@ static void say_end(struct agent *a, int status)
 	else if (f->n)
 		crun__failure_describe(&f->v[0], a->hostname, cause, sizeof(cause));
 	crun__status_closing_line(line, sizeof(line), a->spec->run_id, status, cause,
-				  a->group.core.place.restart_count,
+				  (int)a->monitor.restart_count,
 				  (double)(crun__wall_ms() - a->started_ms) / 1000.0);
 	if (status == 0)
 		crun__info("%s", line);

@@ -876,10 +876,17 @@ static void rdzv_ended(void *arg, const struct crun__round_end *end)
 		struct crun__mon_gone gone[64];
 		int n = crun__mon_round_end_gone(end->message, gone, (int)CRUN_ARRAY_SIZE(gone));
 
+		/* This node's own eviction goes as this node's (NULL), so that
+		 * the monitor records it once, here or at the keep-alive tick
+		 * that found the agent stopped. */
 		for (int i = 0; i < n && i < (int)CRUN_ARRAY_SIZE(gone); i++)
 			if (gone[i].evicted)
-				crun__monitor_member_evicted(g->monitor, crun__wall_ms(),
-							     gone[i].host, end->message);
+				crun__monitor_member_evicted(
+					g->monitor, crun__wall_ms(),
+					gone[i].group_rank == g->core.place.group_rank
+						? NULL
+						: gone[i].host,
+					end->message);
 	}
 	if (!end->node_joined && !g->failures.n) /* another node's, as the summary says */
 		crun__monitor_failure(g->monitor, crun__wall_ms(), end->message);

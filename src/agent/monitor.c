@@ -156,6 +156,7 @@ int crun__monitor_init(struct crun__monitor *m, const char *run_id, const char *
 	m->round = -1;
 	m->group_rank = -1;
 	m->exit_status = -1;
+	m->self_evicted_round = -1;
 	m->group_state = "init";
 	for (int lr = 0; lr < nproc; lr++) {
 		m->workers[lr].gpu = -1;
@@ -318,6 +319,11 @@ void crun__monitor_member_evicted(struct crun__monitor *m, uint64_t now_ms, cons
 {
 	if (!m)
 		return;
+	if (!node) {
+		if (m->self_evicted_round == m->round)
+			return;
+		m->self_evicted_round = m->round;
+	}
 	struct crun__mon_event ev = event(m, CRUN_MON_MEMBER_EVICTED, now_ms);
 	ev.node = node;
 	ev.message = why;

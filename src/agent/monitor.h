@@ -173,6 +173,9 @@ struct crun__monitor {
 	uint64_t last_failure_ms;
 	/* The store: lost now? */
 	bool store_lost;
+	/* The round in which this node's own eviction was recorded (-1:
+	 * none): it is recorded once, whoever finds it first. */
+	int64_t self_evicted_round;
 	/* The job's end: exit status once finished, else -1. */
 	int exit_status;
 

@@ -38,7 +38,9 @@ static json_t *gpu_doc(const struct crun__mon_gpu *g)
 static json_t *worker_doc(const struct crun__monitor *m, const struct crun__mon_worker *w)
 {
 	json_t *o = json_object();
-	bool exited = w->state == CRUN_MON_W_SUCCEEDED || w->state == CRUN_MON_W_FAILED;
+	/* A worker found hung ends hung: its exit shows in its status. */
+	bool exited = w->state == CRUN_MON_W_SUCCEEDED || w->state == CRUN_MON_W_FAILED ||
+		      (w->state == CRUN_MON_W_HUNG && (w->term_signal > 0 || w->exit_code >= 0));
 
 	if (!o)
 		return NULL;

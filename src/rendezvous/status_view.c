@@ -207,7 +207,9 @@ static json_t *beat_age(const json_t *node, const json_t *w, uint64_t now_ms)
 	const char *state = str_or(w, "state", "");
 	int64_t age = age_ms(node, int_or(w, "last_beat_ms", -1), now_ms);
 
-	if (age < 0 || !strcmp(state, "succeeded") || !strcmp(state, "failed"))
+	/* exited: succeeded, failed, or hung with its end known */
+	if (age < 0 || !strcmp(state, "succeeded") || !strcmp(state, "failed") ||
+	    int_or(w, "signal", -1) > 0 || int_or(w, "exit_code", -1) >= 0)
 		return json_null();
 	return json_real((double)age / 1000.0);
 }

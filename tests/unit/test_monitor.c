@@ -398,6 +398,37 @@ static void test_store(void **state)
 	crun__monitor_finish(&m);
 }
 
+/* This node's own eviction is recorded once per round, whether the
+ * keep-alive tick or the store's word finds it first; another node's
+ * each time the store names it. */
+static void test_self_evicted(void **state)
+{
+	struct crun__monitor m;
+	struct crun__mon_member one = {.group_rank = 0, .node_id = "a:1", .host = "a"};
+	struct seen s = {0};
+
+	(void)state;
+	assert_int_equal(crun__monitor_init(&m, "run", "a", 1, 3, T0), 0);
+	crun__monitor_observe(&m, record, &s);
+	crun__monitor_round_formed(&m, T0, 1, 0, 2, 2, 0, &one, 1, T0);
+	s.n = 0;
+	crun__monitor_member_evicted(&m, T0 + 1, NULL, "this agent was stopped for 20.0s");
+	crun__monitor_member_evicted(&m, T0 + 2, NULL, "node 0 (a) left: no keep-alive for 15s");
+	crun__monitor_member_evicted(&m, T0 + 3, "b", "node 1 (b) left: no keep-alive");
+	crun__monitor_member_evicted(&m, T0 + 4, "b", "node 1 (b) left: no keep-alive");
+	assert_int_equal(s.n, 3);
+	assert_string_equal(s.node[0], "");
+	assert_string_equal(s.message[0], "this agent was stopped for 20.0s");
+	assert_string_equal(s.node[1], "b");
+	assert_string_equal(s.node[2], "b");
+	crun__monitor_round_formed(&m, T0 + 5, 2, 0, 1, 1, 1, &one, 1, T0 + 5);
+	s.n = 0;
+	crun__monitor_member_evicted(&m, T0 + 6, NULL, "again, in round 2");
+	assert_int_equal(s.n, 1);
+	assert_int_equal(s.round[0], 2);
+	crun__monitor_finish(&m);
+}
+
 /* ---- observers ---- */
 
 static int order[8], norder;
@@ -762,7 +793,7 @@ int main(void)
 		cmocka_unit_test(test_store),	       cmocka_unit_test(test_observers),
 		cmocka_unit_test(test_null),	       cmocka_unit_test(test_names),
 		cmocka_unit_test(test_lines),	       cmocka_unit_test(test_file),
-		cmocka_unit_test(test_round_end_gone),
+		cmocka_unit_test(test_round_end_gone), cmocka_unit_test(test_self_evicted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
