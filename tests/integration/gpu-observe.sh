@@ -28,11 +28,14 @@ CONF
 conf 37
 echo "xid 1 79" >>"$tmp/nvml.conf"
 marker="gpu-observe-$$"
+# The workers wait for $tmp/stop, 30 s at most. crun itself is the
+# background job (no wrapper), so that a failed check's cleanup kills crun
+# and with it, through its guard, the workers.
 CRUN_NVML_LIBRARY=$CRUN_NVML_FAKE_LIB CRUN_NVML_FAKE=$tmp/nvml.conf CUDA_VISIBLE_DEVICES=$u1,$u0 \
-	timeout -s KILL 40 "$CRUN" --standalone --nproc-per-node=2 --metrics-port=0 \
+	"$CRUN" --standalone --nproc-per-node=2 --metrics-port=0 \
 	--metrics-host=127.0.0.1 --gpu-sample-interval=200ms \
-	sh -c 'while [ ! -e "$1" ]; do sleep 0.05; done' "$marker" "$tmp/stop" \
-	>"$tmp/out" 2>"$tmp/err" &
+	sh -c 'i=0; while [ ! -e "$1" ] && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.05; done' \
+	"$marker" "$tmp/stop" >"$tmp/out" 2>"$tmp/err" &
 crun_pid=$!
 stray_pids=$crun_pid
 wait_lines "$tmp/err" "^crun: metrics at http://127.0.0.1:[0-9]*/metrics$" 1
@@ -107,4 +110,5 @@ wait "$crun_pid"
 rc=$?
 stray_pids=""
 [ "$rc" = 0 ] || fail "the job: exit $rc: $(cat "$tmp/err")"
+wait_none "$marker"
 echo "ok"
