@@ -77,3 +77,19 @@ void crun__log(enum crun__log_level level, const char *fmt, ...)
 	crun__logv(level, fmt, ap);
 	va_end(ap);
 }
+
+int crun__usage_error(const char *prog, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	crun__logv(CRUN_LOG_ERROR, fmt, ap);
+	va_end(ap);
+	crun__usage_hint(prog);
+	return 2;
+}
+
+void crun__usage_hint(const char *prog)
+{
+	fprintf(stderr, "try '%s --help'\n", prog);
+}

@@ -31,6 +31,12 @@ void crun__log(enum crun__log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void crun__logv(enum crun__log_level level, const char *fmt, va_list ap);
 
+/* A command line's error: the line as crun__error() prints it, then "try
+ * 'PROG --help'". Returns 2, the usage error's exit status. */
+int crun__usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The hint alone, after an error line printed elsewhere. */
+void crun__usage_hint(const char *prog);
+
 #define crun__error(...) crun__log(CRUN_LOG_ERROR, __VA_ARGS__)
 #define crun__warn(...) crun__log(CRUN_LOG_WARN, __VA_ARGS__)
 #define crun__info(...) crun__log(CRUN_LOG_INFO, __VA_ARGS__)

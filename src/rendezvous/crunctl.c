@@ -109,21 +109,6 @@ static const char usage_text[] =
 	"Exit status: 0 success; 1 missing key, timeout, cas that did not swap, or an\n"
 	"operation the store refused; 2 usage error; 3 cannot connect or authenticate.\n";
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	crun__error("%s", msg);
-	fprintf(stderr, "try 'crunctl --help'\n");
-	return EXIT_USAGE;
-}
-
 /* "2s", "1.5s" or "250ms", for messages. */
 static const char *fmt_duration(int ms, char *buf, size_t len)
 {
@@ -428,9 +413,10 @@ static int parse_timeout(const char *opt, const char *v, int *out)
 	int64_t ms;
 
 	if (crun__parse_duration_ms(v, &ms, err, sizeof(err)) < 0)
-		return usage_error("bad duration for %s: %s", opt, err);
+		return crun__usage_error("crunctl", "bad duration for %s: %s", opt, err);
 	if (ms > INT_MAX)
-		return usage_error("bad duration for %s: '%s' is too long", opt, v);
+		return crun__usage_error("crunctl", "bad duration for %s: '%s' is too long", opt,
+					 v);
 	*out = (int)ms;
 	return 0;
 }
@@ -449,7 +435,8 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 			opts_done = true;
 		} else if (!opts_done && !strcmp(a, "--timeout")) {
 			if (i + 1 >= argc)
-				return usage_error("option '--timeout' needs a value");
+				return crun__usage_error("crunctl",
+							 "option '--timeout' needs a value");
 			rc = parse_timeout("--timeout", argv[++i], &c->timeout_ms);
 			if (rc)
 				return rc;
@@ -466,20 +453,21 @@ static int parse_command_args(struct ctl *c, const struct command *cmd, char **a
 		}
 	}
 	if (n < cmd->min_args || (cmd->max_args >= 0 && n > cmd->max_args))
-		return usage_error("'%s' takes %s%s, got %d (usage: crunctl %s)", cmd->name,
-				   cmd->max_args < 0 ? "at least " : "",
-				   cmd->min_args == 0	? "no arguments"
-				   : cmd->min_args == 1 ? "one argument"
-				   : cmd->min_args == 2 ? "two arguments"
-							: "three arguments",
-				   n, cmd->synopsis);
+		return crun__usage_error("crunctl", "'%s' takes %s%s, got %d (usage: crunctl %s)",
+					 cmd->name, cmd->max_args < 0 ? "at least " : "",
+					 cmd->min_args == 0   ? "no arguments"
+					 : cmd->min_args == 1 ? "one argument"
+					 : cmd->min_args == 2 ? "two arguments"
+							      : "three arguments",
+					 n, cmd->synopsis);
 	c->args = argv;
 	c->nargs = n;
 	if (cmd->run == cmd_add) {
 		char err[160];
 
 		if (crun__parse_int64(argv[1], INT64_MIN, INT64_MAX, &c->num, err, sizeof(err)) < 0)
-			return usage_error("bad number '%s' for add: %s", argv[1], err);
+			return crun__usage_error("crunctl", "bad number '%s' for add: %s", argv[1],
+						 err);
 	}
 	return 0;
 }
@@ -497,13 +485,13 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 	}
 	rc = crun__store_endpoint(c->endpoint, DEFAULT_PORT, c->host, sizeof(c->host), &c->port);
 	if (rc) {
-		fprintf(stderr, "try 'crunctl --help'\n");
+		crun__usage_hint("crunctl");
 		return rc;
 	}
 	if (!c->run_id)
 		c->run_id = crun__env_get("CRUN_RUN_ID");
 	if (!c->run_id || !*c->run_id)
-		return usage_error("empty run id");
+		return crun__usage_error("crunctl", "empty run id");
 	if (!c->timeout_given) {
 		v = crun__env_get("CRUN_TIMEOUT");
 		c->timeout_ms = CRUN_WIRE_DEFAULT_TIMEOUT_MS;
@@ -514,7 +502,7 @@ static int resolve_settings(struct ctl *c, const char *token_file)
 	rc = crun__store_token(token_file, NULL, &c->token, &c->token_len);
 	c->token_owned = c->token != NULL;
 	if (rc == EXIT_USAGE)
-		fprintf(stderr, "try 'crunctl --help'\n");
+		crun__usage_hint("crunctl");
 	return rc;
 }
 
@@ -622,15 +610,17 @@ static int run(int argc, char **argv, struct ctl *c)
 			printf("crunctl %s\n", CRUN_VERSION);
 			return EXIT_OK;
 		case ':':
-			return usage_error("option '%s' needs a value", argv[optind - 1]);
+			return crun__usage_error("crunctl", "option '%s' needs a value",
+						 argv[optind - 1]);
 		default:
 			if (optopt && optopt < 256)
-				return usage_error("unknown option '-%c'", optopt);
-			return usage_error("unknown option '%s'", argv[optind - 1]);
+				return crun__usage_error("crunctl", "unknown option '-%c'", optopt);
+			return crun__usage_error("crunctl", "unknown option '%s'",
+						 argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
-		return usage_error("no command given");
+		return crun__usage_error("crunctl", "no command given");
 	if (!strcmp(argv[optind], "status")) {
 		struct crun__status_cli_defaults d = {
 			.endpoint = c->endpoint,
@@ -641,7 +631,8 @@ static int run(int argc, char **argv, struct ctl *c)
 		};
 
 		if (c->timeout_given && c->timeout_ms == 0)
-			return usage_error("bad duration for --timeout: must be more than 0");
+			return crun__usage_error("crunctl",
+						 "bad duration for --timeout: must be more than 0");
 
 		return crun__status_main("crunctl status", &d, argc - optind - 1,
 					 argv + optind + 1);
@@ -650,12 +641,13 @@ static int run(int argc, char **argv, struct ctl *c)
 		if (!strcmp(argv[optind], commands[i].name))
 			cmd = &commands[i];
 	if (!cmd)
-		return usage_error("unknown command '%s'", argv[optind]);
+		return crun__usage_error("crunctl", "unknown command '%s'", argv[optind]);
 	rc = parse_command_args(c, cmd, argv + optind + 1, argc - optind - 1);
 	if (rc)
 		return rc;
 	if (c->timeout_given && c->timeout_ms == 0 && cmd->run != cmd_wait)
-		return usage_error("bad duration for --timeout: must be more than 0");
+		return crun__usage_error("crunctl",
+					 "bad duration for --timeout: must be more than 0");
 	rc = resolve_settings(c, token_file);
 	if (rc)
 		return rc;

@@ -92,22 +92,6 @@ static void on_interrupt(int sig)
 	interrupted = 1;
 }
 
-static int usage_error(const struct opts *o, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static int usage_error(const struct opts *o, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	crun__error("%s", msg);
-	fprintf(stderr, "try '%s --help'\n", o->prog);
-	return EXIT_USAGE;
-}
-
 static const char *value_of(const struct opts *o, int argc, char **argv, int *i, const char *name,
 			    int *rc)
 {
@@ -120,7 +104,7 @@ static const char *value_of(const struct opts *o, int argc, char **argv, int *i,
 	else if (*i + 1 < argc)
 		v = argv[++*i];
 	if (!v || !*v) {
-		*rc = usage_error(o, "option '%s' needs a value", name);
+		*rc = crun__usage_error(o->prog, "option '%s' needs a value", name);
 		return NULL;
 	}
 	return v;
@@ -141,8 +125,9 @@ static int parse_seconds(const struct opts *o, const char *v, int *ms)
 	errno = 0;
 	s = strtod(v, &end);
 	if (errno || end == v || *end || !(s >= 0.1) || s > 86400)
-		return usage_error(
-			o, "bad interval '%s' for --watch: expected seconds, 0.1 to 86400", v);
+		return crun__usage_error(
+			o->prog, "bad interval '%s' for --watch: expected seconds, 0.1 to 86400",
+			v);
 	*ms = (int)(s * 1000);
 	return 0;
 }
@@ -179,15 +164,16 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		} else if (is_opt(a, "--connect-timeout")) {
 			v = value_of(o, argc, argv, &i, "--connect-timeout", &rc);
 			if (v && crun__parse_duration_ms(v, &ms, err, sizeof(err)) < 0)
-				rc = usage_error(o, "bad duration for --connect-timeout: %s", err);
+				rc = crun__usage_error(
+					o->prog, "bad duration for --connect-timeout: %s", err);
 			else if (v)
 				o->connect_timeout_ms = ms < 1	       ? 1
 							: ms > INT_MAX ? INT_MAX
 								       : (int)ms;
 		} else if (a[0] == '-') {
-			rc = usage_error(o, "unknown option '%s'", a);
+			rc = crun__usage_error(o->prog, "unknown option '%s'", a);
 		} else {
-			rc = usage_error(o, "unexpected argument '%s'", a);
+			rc = crun__usage_error(o->prog, "unexpected argument '%s'", a);
 		}
 		if (rc)
 			return rc;
@@ -203,7 +189,7 @@ static int set_target(const struct opts *o, struct target *t, const char *run_id
 		    (int)sizeof(t->endpoint) ||
 	    snprintf(t->token_file, sizeof(t->token_file), "%s", token_file ? token_file : "") >=
 		    (int)sizeof(t->token_file))
-		return usage_error(o, "run id, endpoint or token file name too long");
+		return crun__usage_error(o->prog, "run id, endpoint or token file name too long");
 	return 0;
 }
 
@@ -222,8 +208,8 @@ static int find_targets(const struct opts *o, struct target **out, size_t *n)
 	*n = 0;
 	if (endpoint && *endpoint) {
 		if (!run_id || !*run_id)
-			return usage_error(
-				o, "which run? --endpoint needs --run ID (or $CRUN_RUN_ID)");
+			return crun__usage_error(
+				o->prog, "which run? --endpoint needs --run ID (or $CRUN_RUN_ID)");
 		*out = calloc(1, sizeof(**out));
 		if (!*out)
 			return EXIT_NOT_FOUND;
@@ -356,7 +342,7 @@ static int open_store(const struct opts *o, struct target *t)
 		return EXIT_OK;
 	status = crun__store_endpoint(t->endpoint, 29400, host, sizeof(host), &port);
 	if (status == EXIT_USAGE)
-		fprintf(stderr, "try '%s --help'\n", o->prog);
+		crun__usage_hint(o->prog);
 	if (status)
 		return status;
 	status = crun__store_token(o->token_file, t->token_file, &tok, &toklen);
@@ -619,7 +605,8 @@ int crun__status_main(const char *prog, const struct crun__status_cli_defaults *
 		goto out;
 	}
 	if (o.json && n > 1) {
-		rc = usage_error(&o, "%zu jobs run on this machine; pick one with --run", n);
+		rc = crun__usage_error(o.prog, "%zu jobs run on this machine; pick one with --run",
+				       n);
 		goto out;
 	}
 	if (o.watch) {
