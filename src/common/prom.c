@@ -124,19 +124,25 @@ static void labels(struct crun__prom *p, va_list ap)
 		put(p, "}", 1);
 }
 
+/* NAME{labels} NUM, the labels from ap. */
+static void sample(struct crun__prom *p, const char *name, va_list ap, const char *num)
+{
+	puts_(p, name);
+	labels(p, ap);
+	put(p, " ", 1);
+	puts_(p, num);
+	put(p, "\n", 1);
+}
+
 void crun__prom_sample(struct crun__prom *p, const char *name, double value, ...)
 {
 	char num[40];
 	va_list ap;
 
-	puts_(p, name);
-	va_start(ap, value);
-	labels(p, ap);
-	va_end(ap);
 	crun__prom_double(num, sizeof(num), value);
-	put(p, " ", 1);
-	puts_(p, num);
-	put(p, "\n", 1);
+	va_start(ap, value);
+	sample(p, name, ap, num);
+	va_end(ap);
 }
 
 void crun__prom_sample_u64(struct crun__prom *p, const char *name, uint64_t value, ...)
@@ -144,12 +150,10 @@ void crun__prom_sample_u64(struct crun__prom *p, const char *name, uint64_t valu
 	char num[24];
 	va_list ap;
 
-	puts_(p, name);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)value);
 	va_start(ap, value);
-	labels(p, ap);
+	sample(p, name, ap, num);
 	va_end(ap);
-	snprintf(num, sizeof(num), " %llu\n", (unsigned long long)value);
-	puts_(p, num);
 }
 
 /* A sample with only an le label (a histogram's bucket). */
