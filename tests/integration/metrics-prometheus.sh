@@ -26,16 +26,13 @@ stop_prom() {
 }
 trap 'stop_prom; cleanup' EXIT
 
-# metrics_port FILE: the port of the whole "metrics at" line of FILE (10 s
-# at most; empty when there is none)
+# metrics_port FILE: the port of the URL of FILE's "metrics at" line
+# (multinode-lib.sh's metrics_url; empty when there is none)
 metrics_port() {
-	local p
-	for _ in $(seq 200); do
-		p=$(sed -n 's|.*metrics at http://.*:\([0-9][0-9]*\)/metrics$|\1|p' "$1" | head -n 1)
-		[ -n "$p" ] && break
-		sleep 0.05
-	done
-	echo "$p"
+	local u
+	u=$(metrics_url "$1")
+	u=${u%/metrics}
+	[ -z "$u" ] || echo "${u##*:}"
 }
 
 # The daemon, and one node against it whose worker fails in its first

@@ -12,18 +12,6 @@ command -v curl >/dev/null || { echo "curl is not installed: skipping"; exit 77;
 command -v python3 >/dev/null || { echo "python3 is not installed: skipping"; exit 77; }
 probe="$CRUN_SOURCE_DIR/tests/integration/http-probe.py"
 
-# metrics_url FILE: the URL a whole "metrics at" line of FILE names (10 s
-# at most; empty when there is none)
-metrics_url() {
-	local u
-	for _ in $(seq 200); do
-		u=$(sed -n 's|.*metrics at \(http://.*:[0-9][0-9]*/metrics\)$|\1|p' "$1" | head -n 1)
-		[ -n "$u" ] && break
-		sleep 0.05
-	done
-	echo "$u"
-}
-
 "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --metrics-port 0 --metrics-host 127.0.0.1 \
 	2>"$tmp/rdzvd.err" &
 pid_rdzvd=$!

@@ -102,3 +102,15 @@ field() {
 	set -- "${@:1:$#-1}"
 	grep -h ' rank=' "$@" | grep -oE " $key=[^ ]*" | cut -d= -f2-
 }
+
+# metrics_url FILE: the URL a whole "metrics at" line of FILE names (10 s
+# at most; empty when there is none)
+metrics_url() {
+	local u
+	for _ in $(seq 200); do
+		u=$(sed -n 's|.*metrics at \(http://.*:[0-9][0-9]*/metrics\)$|\1|p' "$1" | head -n 1)
+		[ -n "$u" ] && break
+		sleep 0.05
+	done
+	echo "$u"
+}
