@@ -60,7 +60,8 @@ check() {
 	big=$(head -c 9000 /dev/zero | tr '\0' a)
 	[ "$(python3 "$probe" send "$host" "$port" "GET /metrics HTTP/1.1\\r\\nHost: x\\r\\nX: $big\\r\\n\\r\\n")" = "431 closed" ] ||
 		fail "$name: a big head"
-	[ "$(python3 "$probe" split "$host" "$port")" = "200 closed" ] || fail "$name: a byte at a time"
+	r=$(python3 "$probe" split "$host" "$port")
+	[ "$r" = "200 closed" ] || fail "$name: a byte at a time: $r"
 
 	# Kept alive: three pipelined requests in one write, answered in
 	# order; the connection stays open after them, closes after close.
