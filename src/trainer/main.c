@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "crun-train-features.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
 #include "trainer/config.h"
@@ -33,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_FAILED CRUN__EXIT_FAILED
 #define EXIT_USAGE CRUN__EXIT_CONFIG
@@ -882,6 +884,51 @@ out:
 	return rc;
 }
 
+/* The data directories that hold the example configs, in the order they
+ * are searched: the one beside this executable (CRUN_DATADIR_FROM_BINDIR
+ * from the directory of /proc/self/exe, so that an installed tree that was
+ * moved, or a DESTDIR never moved into place, finds its own), then
+ * CRUN_DATADIR. beside (PATH_MAX bytes) holds the first; dirs (3 entries)
+ * ends with NULL. */
+static void data_dirs(char *beside, const char **dirs)
+{
+	const char *rel = CRUN_DATADIR_FROM_BINDIR;
+	ssize_t n = readlink("/proc/self/exe", beside, PATH_MAX - 1);
+	char *slash;
+	int k = 0;
+
+	if (n > 0 && rel[0] && (beside[n] = '\0', slash = strrchr(beside, '/'))) {
+		size_t len = (size_t)(slash - beside);
+		bool fits = true;
+
+		/* the path of rel from the executable's directory, lexically:
+		 * /proc/self/exe has no symbolic links left to resolve */
+		while (*rel && fits) {
+			size_t c = strcspn(rel, "/");
+
+			if (c == 2 && !strncmp(rel, "..", 2)) {
+				while (len > 0 && beside[len - 1] != '/')
+					len--;
+				while (len > 1 && beside[len - 1] == '/')
+					len--;
+			} else if (c && !(c == 1 && rel[0] == '.')) {
+				fits = len + 1 + c < PATH_MAX;
+				if (fits) {
+					beside[len++] = '/';
+					memcpy(beside + len, rel, c);
+					len += c;
+				}
+			}
+			rel += c + (rel[c] == '/');
+		}
+		beside[len] = '\0';
+		if (fits && len > 0 && strcmp(beside, CRUN_DATADIR))
+			dirs[k++] = beside;
+	}
+	dirs[k++] = CRUN_DATADIR;
+	dirs[k] = NULL;
+}
+
 static enum crun__log_level log_level_from_env(void)
 {
 	const char *v = crun__env_get("CRUN_LOG_LEVEL");
@@ -923,8 +970,8 @@ int main(int argc, char **argv)
 	struct crun__train_config cfg;
 	struct crun__comm_opts copts;
 	const char *path = NULL;
-	bool print = false;
-	char err[512];
+	bool print = false, elsewhere = false;
+	char err[1536], beside[PATH_MAX], found[PATH_MAX];
 	char **sets;
 	int n_sets = 0, c, rc = EXIT_USAGE;
 
@@ -951,7 +998,7 @@ int main(int argc, char **argv)
 			free(sets);
 			return 0;
 		case 'V':
-			printf("crun-train %s\n", CRUN_VERSION);
+			printf("crun-train %s (%s)\n", CRUN_VERSION, CRUN_TRAIN_FEATURES);
 			free(sets);
 			return 0;
 		default:
@@ -973,9 +1020,21 @@ int main(int argc, char **argv)
 		free(sets);
 		return crun__train_fatal(EXIT_FAILED, "out of memory");
 	}
-	if (path && crun__train_config_load(&cfg, path, err, sizeof(err))) {
-		crun__train_fatal(EXIT_USAGE, "%s", err);
-		goto out;
+	if (path) {
+		const char *dirs[3];
+
+		data_dirs(beside, dirs);
+		if (crun__train_config_find(path, dirs, found, sizeof(found), &elsewhere, err,
+					    sizeof(err)) ||
+		    crun__train_config_load(&cfg, found, err, sizeof(err))) {
+			crun__train_fatal(EXIT_USAGE, "%s", err);
+			goto out;
+		}
+		/* one line per job, not per rank */
+		if (elsewhere && (!getenv("RANK") || !strcmp(getenv("RANK"), "0")))
+			crun__info("config '%s' is not in the working directory: using '%s'", path,
+				   found);
+		path = found;
 	}
 	for (int i = 0; i < n_sets; i++) {
 		if (crun__train_config_set(&cfg, sets[i], err, sizeof(err))) {

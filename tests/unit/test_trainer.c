@@ -124,8 +124,13 @@ static void test_config_errors(void **state)
 	expect_error("- a\n- b\n", "line 1: expected a mapping of sections");
 	expect_error("model:\n  width: [1\n", "line ");
 
+	/* nothing, or only comments: an error, not "every default" */
+	expect_error("", "is empty");
+	expect_error("# model:\n#   width: 64\n\n", "is empty");
+	expect_error("---\n", "is empty");
+	expect_error("Null\n", "line 1: expected a mapping of sections");
+
 	assert_int_equal(crun__train_config_init(&cfg), 0);
-	assert_int_equal(load_text("", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(load_text("model:\nlog:\n  every: 5\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.log.every, 5);
 	assert_int_equal(crun__train_config_set(&cfg, "model.widht=3", err, sizeof(err)), -EINVAL);
@@ -166,7 +171,6 @@ static void test_config_yaml(void **state)
 	assert_int_equal(
 		load_text("model:\n  width: &w 96\n  embed_dim: *w\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.model.embed_dim, 96);
-	assert_int_equal(load_text("Null\n", &cfg, err, sizeof(err)), 0);
 	crun__train_config_finish(&cfg);
 
 	expect_error("model:\n  width: NULL\n", "line 2: key 'model.width' expects an integer");
@@ -175,10 +179,93 @@ static void test_config_yaml(void **state)
 	expect_error("model:\n  width: *w\n", "line 2: undefined alias 'w'");
 
 	assert_int_equal(crun__train_config_init(&cfg), 0);
-	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EINVAL);
-	snprintf(want, sizeof(want), "cannot read config '%s': not a regular file", tmpdir);
+	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EISDIR);
+	snprintf(want, sizeof(want), "config '%s' is a directory", tmpdir);
 	assert_string_equal(err, want);
+	assert_int_equal(crun__train_config_load(&cfg, "/dev/null", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "cannot read config '/dev/null': not a regular file");
 	crun__train_config_finish(&cfg);
+}
+
+/* Where a config argument is found: as given, else in the data
+ * directories' configs/ and themselves, in order. */
+static void test_config_find(void **state)
+{
+	char d1[300], d2[300], path[400], out[512], want[2048], err[2048], cwd[4096];
+	const char *dirs[] = {d1, d2, NULL}, *none[] = {NULL};
+	bool elsewhere;
+
+	(void)state;
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(d1, sizeof(d1), "%s/find1", tmpdir);
+	snprintf(d2, sizeof(d2), "%s/find2", tmpdir);
+	snprintf(path, sizeof(path), "%s/configs", d1);
+	assert_int_equal(mkdir(d1, 0700), 0);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(mkdir(d2, 0700), 0);
+	snprintf(path, sizeof(path), "%s/configs/a.yaml", d1);
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/b.yaml", d2);
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/configs", d2);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/configs/a.yaml", d2); /* second: never taken */
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/work", tmpdir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(chdir(path), 0);
+	write_file("here.yaml", "model:\n");
+	assert_int_equal(mkdir("b.yaml", 0700), 0); /* exists: taken as given */
+
+	/* as given, relative or absolute */
+	assert_int_equal(crun__train_config_find("here.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "here.yaml");
+	assert_false(elsewhere);
+	assert_int_equal(crun__train_config_find("b.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, "b.yaml");
+	assert_int_equal(crun__train_config_find("/nonexistent/a.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "/nonexistent/a.yaml");
+	assert_false(elsewhere);
+
+	/* a bare name and configs/NAME both find DIR/configs/NAME, the first
+	 * directory first; DIR/NAME after DIR/configs/NAME */
+	snprintf(want, sizeof(want), "%s/configs/a.yaml", d1);
+	assert_int_equal(crun__train_config_find("a.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+	assert_true(elsewhere);
+	assert_int_equal(crun__train_config_find("configs/a.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+	snprintf(want, sizeof(want), "%s/configs/../b.yaml", d2);
+	assert_int_equal(crun__train_config_find("../b.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+
+	/* nowhere: every place searched, in order */
+	assert_int_equal(crun__train_config_find("c.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 -ENOENT);
+	snprintf(want, sizeof(want),
+		 "cannot read config 'c.yaml': not in the working directory, '%s/configs', '%s', "
+		 "'%s/configs' or '%s'",
+		 d1, d1, d2, d2);
+	assert_string_equal(err, want);
+	/* no data directories: as given, for the load to say it is missing */
+	assert_int_equal(crun__train_config_find("c.yaml", none, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, "c.yaml");
+	assert_int_equal(chdir(cwd), 0);
 }
 
 static struct crun__model *small_model(int T, int d, int H, int L, int mult)
@@ -1033,6 +1120,7 @@ int main(void)
 		cmocka_unit_test(test_config_defaults_roundtrip),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_config_yaml),
+		cmocka_unit_test(test_config_find),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
 		cmocka_unit_test(test_data),
