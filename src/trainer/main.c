@@ -86,6 +86,10 @@ struct run {
 	int64_t step; /* steps completed */
 	double last_loss;
 	double val_loss;
+	/* Training time: t0 is when this process's training loop started;
+	 * elapsed_before the seconds of the runs before it (the checkpoint's). */
+	uint64_t t0;
+	double elapsed_before;
 	struct crun__trace *trace; /* trace.path's recorder; NULL: none */
 	char trace_path[PATH_MAX];
 	char err[512];
@@ -254,12 +258,19 @@ static int resume(struct run *r)
 	crun__schedule_upload(r->dev);
 	r->step = step;
 	r->resumed_from = step;
+	r->last_loss = meta.train_loss;
+	r->elapsed_before = meta.elapsed_s;
 	out_line(r,
 		 "resuming from checkpoint '%s': step %lld of %lld, saved by %d rank%s as %s%s%s",
 		 path, (long long)step, (long long)r->cfg->train.steps, meta.world_size,
 		 meta.world_size == 1 ? "" : "s", meta.strategy,
 		 restarts && strcmp(restarts, "0") ? ", restart " : "",
 		 restarts && strcmp(restarts, "0") ? restarts : "");
+	if (step >= r->cfg->train.steps)
+		out_line(r,
+			 "nothing to train: the checkpoint of step %lld is the last step "
+			 "(train.steps %lld)",
+			 (long long)step, (long long)r->cfg->train.steps);
 	return 0;
 }
 
@@ -276,6 +287,12 @@ static void save_trace(struct run *r)
 		crun__warn("cannot write trace '%s': %s", r->trace_path, strerror(-rc));
 }
 
+/* Seconds of training so far, over this run and the ones it resumed. */
+static double elapsed(const struct run *r)
+{
+	return r->elapsed_before + (double)(crun__now_ns() - r->t0) * 1e-9;
+}
+
 static int save(struct run *r)
 {
 	struct crun__ckpt_meta meta;
@@ -290,6 +307,8 @@ static int save(struct run *r)
 	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun__strategy_name(r->strategy));
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
+	meta.train_loss = r->last_loss;
+	meta.elapsed_s = elapsed(r);
 	crun__schedule_download(r->dev, true);
 	crun_worker_heartbeat_section("checkpoint", 1);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
@@ -426,7 +445,7 @@ static int train_loop(struct run *r)
 {
 	const struct crun__train_config *cfg = r->cfg;
 	int64_t steps = cfg->train.steps, first = r->step;
-	uint64_t t0 = crun__now_ns(), t_log = t0;
+	uint64_t t0 = r->t0, t_log = t0;
 	int64_t step_log = r->step;
 	int64_t trace_from = first + cfg->trace.warmup, trace_to = trace_from + cfg->trace.steps;
 	int rc;
@@ -434,7 +453,7 @@ static int train_loop(struct run *r)
 	while (r->step < steps) {
 		int64_t s = r->step;
 		double lr = crun__optim_lr(&r->optim, s, steps), loss, gnorm;
-		bool logged = false, saved;
+		bool logged = false, saved, last;
 		double val = NAN, work;
 		/* The step's own work: its time less what it waited in the
 		 * collectives, which in lock-step training is the time the
@@ -464,11 +483,13 @@ static int train_loop(struct run *r)
 		work = t_step > waited ? (double)(t_step - waited) * 1e-9 : 0;
 		/* crun watches this worker from here */
 		crun_worker_heartbeat_work(r->step, work);
-		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
-		    r->step < steps) {
+		last = r->step == steps || r->step == cfg->train.stop_at;
+		if (last || (cfg->train.eval_every && r->step % cfg->train.eval_every == 0)) {
 			rc = evaluate(r, &val);
 			if (rc)
 				return comm_failed(r, "validation");
+			if (last)
+				r->val_loss = val;
 		}
 		if (r->step % cfg->log.every == 0 || r->step == steps || !isnan(val)) {
 			uint64_t now = crun__now_ns();
@@ -500,7 +521,7 @@ static int train_loop(struct run *r)
 				lr, gnorm,
 				el > 0 ? (double)(r->step - first) * (double)r->global_batch / el
 				       : 0.0,
-				el);
+				r->elapsed_before + el);
 			if (isnan(val))
 				fprintf(r->csv, ",\n");
 			else
@@ -717,7 +738,6 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 	struct crun__device_opts dopts;
 	const struct crun__device_ops *dev_ops;
 	struct run r;
-	uint64_t t0;
 	int64_t trained;
 	int rc;
 
@@ -767,19 +787,17 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 		goto out;
 
 	crun_worker_heartbeat_section("setup", 0);
-	t0 = crun__now_ns();
+	r.t0 = crun__now_ns();
 	rc = train_loop(&r);
 	if (rc)
 		goto out;
 	trained = r.step - r.resumed_from;
-	if (evaluate(&r, &r.val_loss)) {
+	/* the last step validated already, unless none ran */
+	if (isnan(r.val_loss) && evaluate(&r, &r.val_loss)) {
 		rc = comm_failed(&r, "validation");
 		goto out;
 	}
-	if (r.csv && r.step == cfg->train.steps)
-		fprintf(r.csv, "%lld,,,,,,%.6f,%.6f\n", (long long)r.step, r.val_loss,
-			r.val_loss / M_LN2);
-	rc = summarize(&r, (double)(crun__now_ns() - t0) * 1e-9, trained);
+	rc = summarize(&r, (double)(crun__now_ns() - r.t0) * 1e-9, trained);
 out:
 	save_trace(&r);
 	crun__trace_destroy(r.trace);

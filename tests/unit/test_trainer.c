@@ -1023,6 +1023,8 @@ static void test_checkpoint(void **state)
 		struct stat st;
 
 		meta.step = s;
+		meta.train_loss = 5.5 - 0.25 * (double)s;
+		meta.elapsed_s = 1.5 * (double)s;
 		assert_int_equal(crun__ckpt_save(a, comm, dir, &meta, 2, &bytes, err, sizeof(err)),
 				 0);
 		/* the bytes of its one shard */
@@ -1036,6 +1038,25 @@ static void test_checkpoint(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), 0);
 	assert_int_equal(step, 3);
+	/* the manifest keeps the step's loss and the training time so far; one
+	 * without them (an older crun-train's) reads as unknown and 0 */
+	{
+		struct crun__ckpt_meta got;
+		char man[600], cmd[1400];
+
+		crun__ckpt_path(dir, 3, path, sizeof(path));
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
+		assert_true(got.train_loss == 4.75);
+		assert_true(got.elapsed_s == 4.5);
+		crun__ckpt_path(dir, 2, path, sizeof(path));
+		snprintf(man, sizeof(man), "%s/MANIFEST", path);
+		snprintf(cmd, sizeof(cmd), "sed -i '/^train_loss /d; /^elapsed_s /d' '%s'", man);
+		assert_int_equal(system(cmd), 0);
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
+		assert_true(isnan(got.train_loss));
+		assert_true(got.elapsed_s == 0);
+		assert_int_equal(got.step, 2);
+	}
 
 	/* load into another strategy: same parameters and moments */
 	po.strategy = CRUN_STRATEGY_ZERO3;
