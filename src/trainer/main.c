@@ -14,6 +14,7 @@
 #include "trainer/data.h"
 #include "trainer/device.h"
 #include "trainer/fatal.h"
+#include "trainer/hostmem.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -176,14 +177,6 @@ static int evaluate(struct run *r, double *out)
 	return 0;
 }
 
-static void fmt_bytes(size_t b, char *buf, size_t len)
-{
-	if (b >= (1u << 20))
-		snprintf(buf, len, "%.2f MiB", (double)b / (1 << 20));
-	else
-		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
-}
-
 static double peak_rss_mib(void)
 {
 	struct rusage ru;
@@ -333,7 +326,7 @@ static int save(struct run *r)
 
 		crun__trace_add(r->trace, &ev);
 	}
-	fmt_bytes((size_t)bytes, human, sizeof(human));
+	crun__format_bytes(bytes, human, sizeof(human));
 	out_line(r, "checkpoint of step %lld saved to '%s' (%llu bytes, %s, %.2f s)",
 		 (long long)r->step, path, (unsigned long long)bytes, human, (double)dt * 1e-6);
 	return 0;
@@ -627,11 +620,42 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 	return 0;
 }
 
+/* The host memory of the run on this rank: the parameters and optimizer
+ * state, the token rows of a step and, on the cpu, the device's buffers. */
+static void host_need(const struct run *r, struct crun__host_need *need)
+{
+	struct crun__parallel_memory pm;
+
+	memset(need, 0, sizeof(*need));
+	crun__parallel_memory(r->par, &pm);
+	need->param_bytes = pm.param_bytes;
+	need->optim_bytes = pm.optim_bytes;
+	need->token_bytes =
+		(size_t)r->accum * (size_t)r->micro * ((size_t)r->model->cfg.context + 1);
+	if (!r->dev->ops->mirrors)
+		crun__device_cpu_need(crun__parallel_layout(r->par), r->model, &need->grad_bytes,
+				      &need->gather_bytes, &need->act_bytes);
+}
+
+/* The run does not fit in host memory: a configuration error (another
+ * attempt fails the same way), said with the numbers. */
+static int host_oom(const struct run *r, const struct crun__host_need *need)
+{
+	struct crun__host_avail avail;
+	char msg[1024];
+
+	(void)r;
+	crun__host_avail_read(&avail);
+	crun__host_oom_message(need, &avail, msg, sizeof(msg));
+	return crun__train_fatal(EXIT_USAGE, "%s", msg);
+}
+
 static int setup(struct run *r)
 {
 	const struct crun__train_config *cfg = r->cfg;
 	struct crun__parallel_opts po;
 	struct crun__device_memory mem;
+	struct crun__host_need need;
 	struct crun__model_config mc;
 	char pb[32], gb[32], ob[32], xb[32], line[512];
 	int rc;
@@ -668,13 +692,17 @@ static int setup(struct run *r)
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
-	r->par = crun__parallel_create_storage(r->model, r->comm, &po);
-	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
-	if (!r->par || !r->tokens)
-		return crun__train_fatal(EXIT_FAILED,
-					 "out of memory for the model and its buffers");
+	r->par = crun__parallel_plan(r->model, r->comm, &po);
+	if (!r->par)
+		return crun__train_fatal(EXIT_FAILED, "out of memory");
+	host_need(r, &need);
+	r->tokens = malloc(need.token_bytes);
+	if (!r->tokens || crun__parallel_alloc(r->par))
+		return host_oom(r, &need);
 	crun__parallel_init_params(r->par, (uint64_t)cfg->model.seed);
 	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
+	if (rc == -ENOMEM && !r->dev->ops->mirrors)
+		return host_oom(r, &need);
 	if (rc)
 		return crun__train_fatal(rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED, "%s", r->err);
 	crun__schedule_upload(r->dev);
@@ -687,10 +715,10 @@ static int setup(struct run *r)
 		 "%zu parameters in %d units",
 		 mc.context, mc.embed_dim, mc.width, mc.layers, mc.ffn_mult, r->model->n_params,
 		 r->model->n_units);
-	fmt_bytes(mem.param_bytes, pb, sizeof(pb));
-	fmt_bytes(mem.grad_bytes, gb, sizeof(gb));
-	fmt_bytes(mem.optim_bytes, ob, sizeof(ob));
-	fmt_bytes(mem.gather_bytes, xb, sizeof(xb));
+	crun__format_bytes(mem.param_bytes, pb, sizeof(pb));
+	crun__format_bytes(mem.grad_bytes, gb, sizeof(gb));
+	crun__format_bytes(mem.optim_bytes, ob, sizeof(ob));
+	crun__format_bytes(mem.gather_bytes, xb, sizeof(xb));
 	out_line(r,
 		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
 		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",

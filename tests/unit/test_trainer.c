@@ -21,6 +21,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
+#include "trainer/hostmem.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -266,6 +267,62 @@ static void test_config_find(void **state)
 			 0);
 	assert_string_equal(out, "c.yaml");
 	assert_int_equal(chdir(cwd), 0);
+}
+
+/* The line of a run that does not fit in host memory: the bytes needed,
+ * in all and per kind, and what bounds the bytes available. */
+static void test_host_oom_message(void **state)
+{
+	const uint64_t GiB = UINT64_C(1) << 30, MiB = UINT64_C(1) << 20;
+	struct crun__host_need need = {
+		.param_bytes = GiB,
+		.grad_bytes = GiB,
+		.optim_bytes = 2 * GiB,
+		.act_bytes = 3 * MiB,
+		.token_bytes = 2048,
+	};
+	struct crun__host_avail avail = {.mem_available = 8 * GiB};
+	char msg[1024], h[32];
+
+	(void)state;
+	crun__format_bytes(512, h, sizeof(h));
+	assert_string_equal(h, "0.5 KiB");
+	crun__format_bytes(3 * MiB / 2, h, sizeof(h));
+	assert_string_equal(h, "1.50 MiB");
+	crun__format_bytes(5 * GiB / 4, h, sizeof(h));
+	assert_string_equal(h, "1.25 GiB");
+
+	/* MemAvailable bounds it */
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_string_equal(msg, "out of host memory for the model and its buffers: they need "
+				 "4298115072 bytes (4.00 GiB: parameters 1.00 GiB, gradients 1.00 "
+				 "GiB, optimizer state 2.00 GiB, activations 3.00 MiB, token batch "
+				 "2.0 KiB), 8589934592 bytes (8.00 GiB) available: MemAvailable of "
+				 "/proc/meminfo: see OUT OF MEMORY in crun-train(1)");
+	/* a limit below it, less what the process holds */
+	avail.as_limit = 4 * GiB;
+	avail.as_used = 512 * MiB;
+	avail.data_limit = 6 * GiB;
+	avail.data_used = 100 * MiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg,
+			       ", 3758096384 bytes (3.50 GiB) available: RLIMIT_AS (ulimit -v) "
+			       "4.00 GiB less 512.00 MiB in use; MemAvailable 8.00 GiB: see "
+			       "OUT OF MEMORY in crun-train(1)"));
+	avail.data_limit = GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "available: RLIMIT_DATA (ulimit -d) 1.00 GiB less 100.00 MiB"));
+	/* nothing known */
+	memset(&avail, 0, sizeof(avail));
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "2.0 KiB); the memory available is unknown (no MemAvailable "
+				    "in /proc/meminfo): see OUT OF MEMORY in crun-train(1)"));
+	/* a short buffer is cut, still a string */
+	crun__host_oom_message(&need, &avail, msg, 40);
+	assert_int_equal(strlen(msg), 39);
+	/* this host: MemAvailable is there */
+	crun__host_avail_read(&avail);
+	assert_true(avail.mem_available > 0);
 }
 
 static struct crun__model *small_model(int T, int d, int H, int L, int mult)
@@ -1142,6 +1199,7 @@ int main(void)
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_config_yaml),
 		cmocka_unit_test(test_config_find),
+		cmocka_unit_test(test_host_oom_message),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
 		cmocka_unit_test(test_data),
