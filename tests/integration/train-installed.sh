@@ -4,7 +4,8 @@
 # executable (CRUN_DATADIR_FROM_BINDIR from the directory of
 # /proc/self/exe), then in CRUN_DATADIR; both "tiny.yaml" and
 # "configs/tiny.yaml" find DATADIR/configs/tiny.yaml. The build installs
-# the example configs there, and --version names the build's features.
+# the example configs there, --version names the build's features, and
+# the man pages' examples are commands that run as printed.
 . "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
 
 conf="$CRUN_BUILD_DIR/crun-config.h"
@@ -32,6 +33,27 @@ PY
 grep -Eq '^crun-train [0-9][^ ]* \(cpu: openblas [^;]*; (cuda: no|cuda: [0-9]+\.[0-9]+, nccl [0-9.]+|gpu path on cudasim: a test build)\)$' \
 	"$tmp/version" || fail "--version: '$(cat "$tmp/version")'"
 echo "ok $(cat "$tmp/version")"
+
+# The man pages as installed: examples run as shown (each line of a command
+# but the last ends with \ in the rendered page) with installed programs
+# (never scripts/...), and nothing meant as markup renders literally.
+for page in crun-train.1 crun-train.yaml.5; do
+	[ -f "$CRUN_BUILD_DIR/man/$page" ] && command -v groff >/dev/null || continue
+	awk -v f="$page" '
+	/^```/ { code = !code; next }
+	code && /^scripts\// { print f ".scd line " NR ": not an installed program: " $0; bad = 1 }
+	END { exit bad }' "$CRUN_SOURCE_DIR/man/$page.scd" >"$tmp/man.err" ||
+		fail "$(cat "$tmp/man.err")"
+	groff -man -Tascii -P-cbou -rLL=200n "$CRUN_BUILD_DIR/man/$page" 2>/dev/null |
+		awk -v f="$page" '
+	{ match($0, /^ */); ind = RLENGTH; line = $0; sub(/ +$/, "", line) }
+	/_N_|torchrun\(1\)/ { print f ": renders literally: " line; bad = 1 }
+	ind > 0 && substr(line, ind + 1) ~ /^crun(-[a-z-]+)? / { cmd = 1; base = ind; prev = line; next }
+	cmd && ind > base { if (prev !~ /\\$/) { print f ": no \\ before: " line; bad = 1 }; prev = line; next }
+	{ cmd = 0 }
+	END { exit bad }' >"$tmp/man.err" || fail "$(cat "$tmp/man.err")"
+	echo "ok $page: examples with \\ and installed programs"
+done
 
 if [ -z "$from_bindir" ]; then
 	echo "SKIP: the data directory is not under the prefix (CRUN_DATADIR_FROM_BINDIR is empty)"
