@@ -95,9 +95,9 @@ void crun__host_oom_message(const struct crun__host_need *need,
 		const char *name;
 		size_t bytes;
 	} kinds[] = {
-		{"parameters", need->param_bytes},    {"gradients", need->grad_bytes},
+		{"parameters", need->param_bytes},	{"gradients", need->grad_bytes},
 		{"optimizer state", need->optim_bytes}, {"gather buffer", need->gather_bytes},
-		{"activations", need->act_bytes},     {"token batch", need->token_bytes},
+		{"activations", need->act_bytes},	{"token batch", need->token_bytes},
 	};
 	struct line l = {buf, len, 0};
 	uint64_t total = 0, have = avail->mem_available;
@@ -110,7 +110,8 @@ void crun__host_oom_message(const struct crun__host_need *need,
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
 		total += kinds[i].bytes;
 	crun__format_bytes(total, h, sizeof(h));
-	add(&l, "out of host memory for the model and its buffers: they need %" PRIu64 " bytes (%s:",
+	add(&l,
+	    "out of host memory for the model and its buffers: they need %" PRIu64 " bytes (%s:",
 	    total, h);
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		if (!kinds[i].bytes)

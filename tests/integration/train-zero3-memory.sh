@@ -3,11 +3,23 @@
 # unit to a multiple of N aside), zero1/zero2 shard the optimizer state
 # (and zero2 the gradients), ddp keeps everything, as the summary reports;
 # a model that does not fit in host memory is a config error with numbers.
+# Also: CRUN_LOG_LEVEL=debug names each rank's ring neighbours and links.
 . "$CRUN_SOURCE_DIR/tests/integration/train-lib.sh"
 
 args="$SMALL --set train.steps=2 --set parallel.bucket_mb=0.05"
 for s in ddp zero1 zero2 zero3; do
-	run_ranks 4 $s $args --set parallel.strategy=$s || fail "$s on 4 ranks failed"
+	level=info
+	[ $s = zero1 ] && level=debug
+	CRUN_LOG_LEVEL=$level run_ranks 4 $s $args --set parallel.strategy=$s ||
+		fail "$s on 4 ranks failed"
+done
+# debug output speaks of ranks and links: each rank's ring neighbours
+# (over tcp where the host forbids the shared-memory rings)
+for r in 0 1 2 3; do
+	grep '^crun-train' "$tmp/zero1.$r.out" >"$tmp/debug"
+	want="^crun-train: comm: rank $r receives from rank $(((r + 3) % 4)) over (shared memory|tcp) and sends to rank $(((r + 1) % 4)) over (shared memory|tcp)\$"
+	[ "$(wc -l <"$tmp/debug")" -eq 1 ] && grep -Eq "$want" "$tmp/debug" ||
+		fail "debug output of rank $r: '$(cat "$tmp/debug")', want '$want'"
 done
 total=$(field zero3 param_bytes_total)
 check() { # check RUN KEY LOW HIGH: LOW*total <= value <= HIGH*total
