@@ -642,12 +642,11 @@ static void host_need(const struct run *r, struct crun__host_need *need)
 
 /* The run does not fit in host memory: a configuration error (another
  * attempt fails the same way), said with the numbers. */
-static int host_oom(const struct run *r, const struct crun__host_need *need)
+static int host_oom(const struct crun__host_need *need)
 {
 	struct crun__host_avail avail;
 	char msg[1024];
 
-	(void)r;
 	crun__host_avail_read(&avail);
 	crun__host_oom_message(need, &avail, msg, sizeof(msg));
 	return crun__train_fatal(EXIT_USAGE, "%s", msg);
@@ -701,11 +700,11 @@ static int setup(struct run *r)
 	host_need(r, &need);
 	r->tokens = malloc(need.token_bytes);
 	if (!r->tokens || crun__parallel_alloc(r->par))
-		return host_oom(r, &need);
+		return host_oom(&need);
 	crun__parallel_init_params(r->par, (uint64_t)cfg->model.seed);
 	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
 	if (rc == -ENOMEM && !r->dev->ops->mirrors)
-		return host_oom(r, &need);
+		return host_oom(&need);
 	if (rc)
 		return crun__train_fatal(rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED, "%s", r->err);
 	crun__schedule_upload(r->dev);
