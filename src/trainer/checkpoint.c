@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -196,7 +197,7 @@ static int write_shard(struct crun__parallel *par, const char *sdir, int64_t ste
 static int write_manifest(const char *sdir, const struct crun__ckpt_meta *meta,
 			  const double *status, int world)
 {
-	char path[PATH_MAX], line[256];
+	char path[PATH_MAX], line[512];
 	struct wfile w;
 	int rc;
 
@@ -208,10 +209,10 @@ static int write_manifest(const char *sdir, const struct crun__ckpt_meta *meta,
 	snprintf(line, sizeof(line),
 		 "%s\nstep %lld\nworld_size %d\nstrategy %s\nn_params %zu\n"
 		 "model.context %d\nmodel.embed_dim %d\nmodel.width %d\nmodel.layers %d\n"
-		 "model.ffn_mult %d\n",
+		 "model.ffn_mult %d\ntrain_loss %.9g\nelapsed_s %.3f\n",
 		 MANIFEST_HEAD, (long long)meta->step, world, meta->strategy, meta->n_params,
 		 meta->model.context, meta->model.embed_dim, meta->model.width, meta->model.layers,
-		 meta->model.ffn_mult);
+		 meta->model.ffn_mult, meta->train_loss, meta->elapsed_s);
 	w_bytes(&w, line, strlen(line));
 	for (int r = 0; r < world; r++) {
 		char name[64];
@@ -539,6 +540,7 @@ static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 	bool head = false, end = false;
 
 	memset(meta, 0, sizeof(*meta));
+	meta->train_loss = NAN;
 	if (join(path, sizeof(path), ckpt, "MANIFEST")) {
 		crun__seterr(err, errlen, "checkpoint path '%s' is too long", ckpt);
 		return -ENAMETOOLONG;
@@ -585,6 +587,10 @@ static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 			meta->model.layers = (int)v, got |= 128;
 		} else if (sscanf(line, "model.ffn_mult %lld", &v) == 1) {
 			meta->model.ffn_mult = (int)v, got |= 256;
+		} else if (sscanf(line, "train_loss %lf", &meta->train_loss) == 1 ||
+			   (sscanf(line, "elapsed_s %lf", &meta->elapsed_s) == 1 &&
+			    meta->elapsed_s >= 0)) {
+			/* optional: older manifests lack them */
 		} else if (sscanf(line, "shard %d %63s %llu %llx", &idx, name, &size, &sum) == 4 &&
 			   (got & 2) && idx == n_shards && idx < meta->world_size &&
 			   !strchr(name, '/')) {

@@ -12,6 +12,11 @@
  *      crash at any point leaves either the previous checkpoint or a
  *      complete new one.
  *
+ * MANIFEST is text, one "name value" per line: the step, world size,
+ * strategy, the model's sizes, the training loss of the step and the
+ * training time so far (train_loss, elapsed_s: absent from the manifests
+ * of older crun-trains, read as unknown and 0), then the shards.
+ *
  * A shard holds ranges of the flat parameter index space (the chunks the
  * rank owns, see parallel.h) with the parameters and both AdamW moments of
  * each, so a checkpoint written by W ranks loads at any world size and
@@ -41,6 +46,8 @@ struct crun__ckpt_meta {
 	char strategy[16];
 	struct crun__model_config model;
 	size_t n_params;
+	double train_loss; /* of the step (NAN: not recorded) */
+	double elapsed_s;  /* seconds of training up to the step, over every run */
 };
 
 /* Writes the checkpoint of step (collective over comm) and then keeps only

@@ -710,9 +710,10 @@ static int negotiate_shm(struct crun__comm *comm, struct cpu *c, bool enabled, u
 				     rc == -ECONNRESET ? "it closed the connection"
 						       : strerror(-rc));
 	else
-		crun__debug("comm: rank %d: from rank %d over %s, to rank %d over %s", c->rank,
-			    c->left, c->in.ring ? "shared memory" : "tcp", c->right,
-			    c->out.ring ? "shared memory" : "tcp");
+		crun__debug(
+			"comm: rank %d receives from rank %d over %s and sends to rank %d over %s",
+			c->rank, c->left, c->in.ring ? "shared memory" : "tcp", c->right,
+			c->out.ring ? "shared memory" : "tcp");
 	return rc;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define F(field) offsetof(struct crun__train_config, field)
 #define I64 9.2e18
@@ -394,8 +395,12 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 {
 	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
 
-	if (is_empty(root))
-		return 0; /* an empty file: every default */
+	if (root->kind == CRUN__YAML_NULL && !*root->text) {
+		/* nothing or only comments: a mistake, not a way to say "defaults"
+		 * (running without a config is) */
+		crun__seterr(err, errlen, "config '%s' is empty", path);
+		return -EINVAL;
+	}
 	if (root->kind != CRUN__YAML_MAPPING) {
 		crun__seterr(err, errlen,
 			     "config '%s' line %d: expected a mapping of sections (model, data, "
@@ -439,8 +444,13 @@ int crun__train_config_load(struct crun__train_config *cfg, const char *path, ch
 {
 	struct crun__yaml_error e;
 	struct crun__yaml_doc *doc;
+	struct stat st;
 	int rc;
 
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		crun__seterr(err, errlen, "config '%s' is a directory", path);
+		return -EISDIR;
+	}
 	rc = crun__yaml_load_file(path, SIZE_MAX, &doc, &e);
 	if (rc) {
 		crun__yaml_format_error(&e, "config", path, err, errlen);
@@ -449,6 +459,49 @@ int crun__train_config_load(struct crun__train_config *cfg, const char *path, ch
 	rc = load_sections(cfg, path, crun__yaml_root(doc), err, errlen);
 	crun__yaml_destroy(doc);
 	return rc;
+}
+
+int crun__train_config_find(const char *name, const char *const *datadirs, char *out, size_t outlen,
+			    bool *found_elsewhere, char *err, size_t errlen)
+{
+	static const char *const subdirs[] = {"/configs/", "/"};
+	char searched[1024];
+	size_t used = 0;
+	struct stat st;
+
+	*found_elsewhere = false;
+	if (name[0] == '/' || stat(name, &st) == 0 || errno != ENOENT || !datadirs ||
+	    !datadirs[0]) {
+		if (snprintf(out, outlen, "%s", name) >= (int)outlen)
+			goto out_too_long;
+		return 0;
+	}
+	searched[0] = '\0';
+	for (size_t i = 0; datadirs[i]; i++) {
+		for (size_t j = 0; j < CRUN_ARRAY_SIZE(subdirs); j++) {
+			bool last = !datadirs[i + 1] && j + 1 == CRUN_ARRAY_SIZE(subdirs);
+			int n = snprintf(out, outlen, "%s%s%s", datadirs[i], subdirs[j], name);
+
+			if (n < 0 || (size_t)n >= outlen)
+				goto out_too_long;
+			if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
+				*found_elsewhere = true;
+				return 0;
+			}
+			/* the directory searched, for the message */
+			n = snprintf(searched + used, sizeof(searched) - used, "%s'%s%s'",
+				     last ? " or " : ", ", datadirs[i], j == 0 ? "/configs" : "");
+			if (n > 0 && (size_t)n < sizeof(searched) - used)
+				used += (size_t)n;
+		}
+	}
+	crun__seterr(err, errlen, "cannot read config '%s': not in the working directory%s", name,
+		     searched);
+	return -ENOENT;
+
+out_too_long:
+	crun__seterr(err, errlen, "config '%s': path too long", name);
+	return -ENAMETOOLONG;
 }
 
 int crun__train_config_set(struct crun__train_config *cfg, const char *assignment, char *err,

@@ -111,8 +111,22 @@ const struct crun__config_key *crun__train_config_keys(size_t *count);
 int crun__train_config_init(struct crun__train_config *cfg);
 void crun__train_config_finish(struct crun__train_config *cfg);
 
+/* The file that a config argument names. The path as given (relative to
+ * the working directory) when it exists, when it is absolute, or when
+ * looking it up fails for another reason than its absence (the load then
+ * says why); else, for a relative path, the first regular file among
+ * DIR/configs/NAME and DIR/NAME for each DIR of datadirs (in order,
+ * NULL-terminated), so that "tiny.yaml" and "configs/tiny.yaml" both find
+ * an installed DATADIR/configs/tiny.yaml. Returns 0 with the path in out
+ * and *found_elsewhere telling whether it is not the argument itself;
+ * -ENOENT with err naming every place searched; -ENAMETOOLONG. */
+int crun__train_config_find(const char *name, const char *const *datadirs, char *out, size_t outlen,
+			    bool *found_elsewhere, char *err, size_t errlen);
+
 /* Applies the keys of a YAML file on top of what cfg holds. 0, or a
- * negative errno with the reason in err ("config 'x.yaml' line 4: ..."). */
+ * negative errno with the reason in err ("config 'x.yaml' line 4: ...").
+ * A file with no content (nothing, or only comments) and a directory are
+ * errors: "config 'x.yaml' is empty", "config 'x' is a directory". */
 int crun__train_config_load(struct crun__train_config *cfg, const char *path, char *err,
 			    size_t errlen);
 

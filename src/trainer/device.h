@@ -212,6 +212,12 @@ struct crun__device {
 
 extern const struct crun__device_ops crun__device_cpu_ops;
 
+/* The host memory the cpu device's attach allocates for a run of layout
+ * lay and model: gradient buffers, zero3's gather buffer, the activations
+ * of a micro-batch (bytes). */
+void crun__device_cpu_need(const struct crun__layout *lay, const struct crun__model *model,
+			   size_t *grad_bytes, size_t *gather_bytes, size_t *act_bytes);
+
 /* The device train.device names: NULL when this build has none such
  * (device.c, linked into crun-train). */
 const struct crun__device_ops *crun__device_find(const char *name);

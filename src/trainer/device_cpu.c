@@ -75,12 +75,43 @@ static void cpu_free_buffers(struct cpu_device *c)
 	c->gather = c->g_full = c->g_bucket = c->g_shard = NULL;
 }
 
+/* The elements of the buffers attach allocates for lay (0: none). */
+struct cpu_sizes {
+	size_t gather, g_full, g_bucket, g_shard;
+};
+
+static void cpu_sizes(const struct crun__layout *lay, struct cpu_sizes *out)
+{
+	size_t W = (size_t)lay->world;
+
+	memset(out, 0, sizeof(*out));
+	if (lay->strategy == CRUN_STRATEGY_ZERO3)
+		out->gather = W * lay->max_chunk;
+	if (lay->grads_full)
+		out->g_full = lay->pad_len;
+	else
+		out->g_bucket = W * lay->max_chunk;
+	if (lay->strategy != CRUN_STRATEGY_DDP)
+		out->g_shard = lay->shard_len;
+}
+
+void crun__device_cpu_need(const struct crun__layout *lay, const struct crun__model *model,
+			   size_t *grad_bytes, size_t *gather_bytes, size_t *act_bytes)
+{
+	struct cpu_sizes z;
+
+	cpu_sizes(lay, &z);
+	*grad_bytes = (z.g_full + z.g_bucket + z.g_shard) * sizeof(float);
+	*gather_bytes = z.gather * sizeof(float);
+	*act_bytes = crun__model_acts_bytes(model, lay->micro);
+}
+
 static int cpu_attach(struct crun__device *d, char *err, size_t errlen)
 {
 	struct cpu_device *c = cpu(d);
 	const struct crun__layout *lay = d->lay;
 	struct crun__parallel_arrays arr;
-	size_t W = (size_t)lay->world;
+	struct cpu_sizes z;
 	bool ok = true;
 
 	cpu_free_buffers(c);
@@ -88,18 +119,20 @@ static int cpu_attach(struct crun__device *d, char *err, size_t errlen)
 	c->p = arr.p;
 	c->m = arr.m;
 	c->v = arr.v;
-	if (lay->strategy == CRUN_STRATEGY_ZERO3)
-		ok = ok && (c->gather = zalloc(W * lay->max_chunk));
-	if (lay->grads_full)
-		ok = ok && (c->g_full = zalloc(lay->pad_len));
-	else
-		ok = ok && (c->g_bucket = zalloc(W * lay->max_chunk));
-	if (lay->strategy != CRUN_STRATEGY_DDP)
-		ok = ok && (c->g_shard = zalloc(lay->shard_len));
+	cpu_sizes(lay, &z);
+	if (z.gather)
+		ok = ok && (c->gather = zalloc(z.gather));
+	if (z.g_full)
+		ok = ok && (c->g_full = zalloc(z.g_full));
+	if (z.g_bucket)
+		ok = ok && (c->g_bucket = zalloc(z.g_bucket));
+	if (z.g_shard)
+		ok = ok && (c->g_shard = zalloc(z.g_shard));
 	ok = ok && (c->acts = crun__model_acts_create(d->model, lay->micro));
 	if (!ok) {
 		cpu_free_buffers(c);
-		snprintf(err, errlen, "out of memory for the model and its buffers");
+		snprintf(err, errlen,
+			 "out of host memory for the gradients, gather buffer and activations");
 		return -ENOMEM;
 	}
 	return 0;
@@ -231,16 +264,15 @@ static int cpu_finish(struct crun__device *d, double *loss, double *sumsq)
 
 static void cpu_memory(const struct crun__device *d, struct crun__device_memory *out)
 {
-	const struct cpu_device *c = (const struct cpu_device *)d;
 	const struct crun__layout *lay = d->lay;
-	size_t f = sizeof(float), W = (size_t)lay->world;
+	size_t f = sizeof(float);
+	struct cpu_sizes z;
 
+	cpu_sizes(lay, &z);
 	memset(out, 0, sizeof(*out));
 	out->param_bytes = lay->p_len * f;
-	out->gather_bytes = c->gather ? W * lay->max_chunk * f : 0;
-	out->grad_bytes = ((c->g_full ? lay->pad_len : 0) + (c->g_bucket ? W * lay->max_chunk : 0) +
-			   (c->g_shard ? lay->shard_len : 0)) *
-			  f;
+	out->gather_bytes = z.gather * f;
+	out->grad_bytes = (z.g_full + z.g_bucket + z.g_shard) * f;
 	out->optim_bytes = 2 * lay->optim_len * f;
 }
 

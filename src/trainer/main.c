@@ -7,12 +7,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
+#include "crun-train-features.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
 #include "trainer/fatal.h"
+#include "trainer/hostmem.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -33,6 +35,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_FAILED CRUN__EXIT_FAILED
 #define EXIT_USAGE CRUN__EXIT_CONFIG
@@ -45,14 +48,17 @@ static void usage(FILE *out)
 		     "\n"
 		     "Trains a byte-level language model with data parallelism over the ranks\n"
 		     "that crun starts (RANK, WORLD_SIZE, CRUN_STORE, ...); alone it runs as\n"
-		     "one rank. The config's keys are listed in crun-train.yaml(5).\n"
+		     "one rank. The config's keys are listed in crun-train.yaml(5); a relative\n"
+		     "CONFIG.yaml that is not in the working directory is looked for among the\n"
+		     "installed examples (crun-train tiny.yaml; crun-train(1), FILES).\n"
 		     "\n"
 		     "options:\n"
 		     "  -s, --set SECTION.KEY=VALUE  override a config key (repeatable; applied\n"
 		     "                               after the file, in order)\n"
 		     "  -p, --print-config           print the effective config as YAML and exit\n"
 		     "  -h, --help                   show this help and exit\n"
-		     "  -V, --version                show the version and exit\n"
+		     "  -V, --version                show the version and the build's features\n"
+		     "                               (cpu, cuda, nccl) and exit\n"
 		     "\n"
 		     "export writes the parameters of a checkpoint (a step-N directory, or a\n"
 		     "checkpoint.dir for its newest complete one) as one consolidated file.\n"
@@ -84,6 +90,10 @@ struct run {
 	int64_t step; /* steps completed */
 	double last_loss;
 	double val_loss;
+	/* Training time: t0 is when this process's training loop started;
+	 * elapsed_before the seconds of the runs before it (the checkpoint's). */
+	uint64_t t0;
+	double elapsed_before;
 	struct crun__trace *trace; /* trace.path's recorder; NULL: none */
 	char trace_path[PATH_MAX];
 	char err[512];
@@ -170,14 +180,6 @@ static int evaluate(struct run *r, double *out)
 	return 0;
 }
 
-static void fmt_bytes(size_t b, char *buf, size_t len)
-{
-	if (b >= (1u << 20))
-		snprintf(buf, len, "%.2f MiB", (double)b / (1 << 20));
-	else
-		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
-}
-
 static double peak_rss_mib(void)
 {
 	struct rusage ru;
@@ -252,12 +254,19 @@ static int resume(struct run *r)
 	crun__schedule_upload(r->dev);
 	r->step = step;
 	r->resumed_from = step;
+	r->last_loss = meta.train_loss;
+	r->elapsed_before = meta.elapsed_s;
 	out_line(r,
 		 "resuming from checkpoint '%s': step %lld of %lld, saved by %d rank%s as %s%s%s",
 		 path, (long long)step, (long long)r->cfg->train.steps, meta.world_size,
 		 meta.world_size == 1 ? "" : "s", meta.strategy,
 		 restarts && strcmp(restarts, "0") ? ", restart " : "",
 		 restarts && strcmp(restarts, "0") ? restarts : "");
+	if (step >= r->cfg->train.steps)
+		out_line(r,
+			 "nothing to train: the checkpoint of step %lld is the last step "
+			 "(train.steps %lld)",
+			 (long long)step, (long long)r->cfg->train.steps);
 	return 0;
 }
 
@@ -274,6 +283,12 @@ static void save_trace(struct run *r)
 		crun__warn("cannot write trace '%s': %s", r->trace_path, strerror(-rc));
 }
 
+/* Seconds of training so far, over this run and the ones it resumed. */
+static double elapsed(const struct run *r)
+{
+	return r->elapsed_before + (double)(crun__now_ns() - r->t0) * 1e-9;
+}
+
 static int save(struct run *r)
 {
 	struct crun__ckpt_meta meta;
@@ -288,6 +303,8 @@ static int save(struct run *r)
 	snprintf(meta.strategy, sizeof(meta.strategy), "%s", crun__strategy_name(r->strategy));
 	meta.model = r->model->cfg;
 	meta.n_params = r->model->n_params;
+	meta.train_loss = r->last_loss;
+	meta.elapsed_s = elapsed(r);
 	crun__schedule_download(r->dev, true);
 	crun_worker_heartbeat_section("checkpoint", 1);
 	rc = crun__ckpt_save(r->par, r->comm, r->cfg->checkpoint.dir, &meta,
@@ -312,7 +329,7 @@ static int save(struct run *r)
 
 		crun__trace_add(r->trace, &ev);
 	}
-	fmt_bytes((size_t)bytes, human, sizeof(human));
+	crun__format_bytes(bytes, human, sizeof(human));
 	out_line(r, "checkpoint of step %lld saved to '%s' (%llu bytes, %s, %.2f s)",
 		 (long long)r->step, path, (unsigned long long)bytes, human, (double)dt * 1e-6);
 	return 0;
@@ -424,7 +441,7 @@ static int train_loop(struct run *r)
 {
 	const struct crun__train_config *cfg = r->cfg;
 	int64_t steps = cfg->train.steps, first = r->step;
-	uint64_t t0 = crun__now_ns(), t_log = t0;
+	uint64_t t0 = r->t0, t_log = t0;
 	int64_t step_log = r->step;
 	int64_t trace_from = first + cfg->trace.warmup, trace_to = trace_from + cfg->trace.steps;
 	int rc;
@@ -432,7 +449,7 @@ static int train_loop(struct run *r)
 	while (r->step < steps) {
 		int64_t s = r->step;
 		double lr = crun__optim_lr(&r->optim, s, steps), loss, gnorm;
-		bool logged = false, saved;
+		bool logged = false, saved, last;
 		double val = NAN, work;
 		/* The step's own work: its time less what it waited in the
 		 * collectives, which in lock-step training is the time the
@@ -462,11 +479,13 @@ static int train_loop(struct run *r)
 		work = t_step > waited ? (double)(t_step - waited) * 1e-9 : 0;
 		/* crun watches this worker from here */
 		crun_worker_heartbeat_work(r->step, work);
-		if (cfg->train.eval_every && r->step % cfg->train.eval_every == 0 &&
-		    r->step < steps) {
+		last = r->step == steps || r->step == cfg->train.stop_at;
+		if (last || (cfg->train.eval_every && r->step % cfg->train.eval_every == 0)) {
 			rc = evaluate(r, &val);
 			if (rc)
 				return comm_failed(r, "validation");
+			if (last)
+				r->val_loss = val;
 		}
 		if (r->step % cfg->log.every == 0 || r->step == steps || !isnan(val)) {
 			uint64_t now = crun__now_ns();
@@ -498,7 +517,7 @@ static int train_loop(struct run *r)
 				lr, gnorm,
 				el > 0 ? (double)(r->step - first) * (double)r->global_batch / el
 				       : 0.0,
-				el);
+				r->elapsed_before + el);
 			if (isnan(val))
 				fprintf(r->csv, ",\n");
 			else
@@ -604,11 +623,41 @@ static int summarize(struct run *r, double elapsed, int64_t trained)
 	return 0;
 }
 
+/* The host memory of the run on this rank: the parameters and optimizer
+ * state, the token rows of a step and, on the cpu, the device's buffers. */
+static void host_need(const struct run *r, struct crun__host_need *need)
+{
+	struct crun__parallel_memory pm;
+
+	memset(need, 0, sizeof(*need));
+	crun__parallel_memory(r->par, &pm);
+	need->param_bytes = pm.param_bytes;
+	need->optim_bytes = pm.optim_bytes;
+	need->token_bytes =
+		(size_t)r->accum * (size_t)r->micro * ((size_t)r->model->cfg.context + 1);
+	if (!r->dev->ops->mirrors)
+		crun__device_cpu_need(crun__parallel_layout(r->par), r->model, &need->grad_bytes,
+				      &need->gather_bytes, &need->act_bytes);
+}
+
+/* The run does not fit in host memory: a configuration error (another
+ * attempt fails the same way), said with the numbers. */
+static int host_oom(const struct crun__host_need *need)
+{
+	struct crun__host_avail avail;
+	char msg[1024];
+
+	crun__host_avail_read(&avail);
+	crun__host_oom_message(need, &avail, msg, sizeof(msg));
+	return crun__train_fatal(EXIT_USAGE, "%s", msg);
+}
+
 static int setup(struct run *r)
 {
 	const struct crun__train_config *cfg = r->cfg;
 	struct crun__parallel_opts po;
 	struct crun__device_memory mem;
+	struct crun__host_need need;
 	struct crun__model_config mc;
 	char pb[32], gb[32], ob[32], xb[32], line[512];
 	int rc;
@@ -645,13 +694,17 @@ static int setup(struct run *r)
 	po.grad_accum = r->accum;
 	po.micro_batch = r->micro;
 	po.bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024 * 1024);
-	r->par = crun__parallel_create_storage(r->model, r->comm, &po);
-	r->tokens = malloc((size_t)r->accum * (size_t)r->micro * ((size_t)mc.context + 1));
-	if (!r->par || !r->tokens)
-		return crun__train_fatal(EXIT_FAILED,
-					 "out of memory for the model and its buffers");
+	r->par = crun__parallel_plan(r->model, r->comm, &po);
+	if (!r->par)
+		return crun__train_fatal(EXIT_FAILED, "out of memory");
+	host_need(r, &need);
+	r->tokens = malloc(need.token_bytes);
+	if (!r->tokens || crun__parallel_alloc(r->par))
+		return host_oom(&need);
 	crun__parallel_init_params(r->par, (uint64_t)cfg->model.seed);
 	rc = crun__device_attach(r->dev, r->model, r->par, r->comm, r->err, sizeof(r->err));
+	if (rc == -ENOMEM && !r->dev->ops->mirrors)
+		return host_oom(&need);
 	if (rc)
 		return crun__train_fatal(rc == -ENOSPC ? EXIT_USAGE : EXIT_FAILED, "%s", r->err);
 	crun__schedule_upload(r->dev);
@@ -664,10 +717,10 @@ static int setup(struct run *r)
 		 "%zu parameters in %d units",
 		 mc.context, mc.embed_dim, mc.width, mc.layers, mc.ffn_mult, r->model->n_params,
 		 r->model->n_units);
-	fmt_bytes(mem.param_bytes, pb, sizeof(pb));
-	fmt_bytes(mem.grad_bytes, gb, sizeof(gb));
-	fmt_bytes(mem.optim_bytes, ob, sizeof(ob));
-	fmt_bytes(mem.gather_bytes, xb, sizeof(xb));
+	crun__format_bytes(mem.param_bytes, pb, sizeof(pb));
+	crun__format_bytes(mem.grad_bytes, gb, sizeof(gb));
+	crun__format_bytes(mem.optim_bytes, ob, sizeof(ob));
+	crun__format_bytes(mem.gather_bytes, xb, sizeof(xb));
 	out_line(r,
 		 "parallel: %s over %d rank%s, %d segment%s, global batch %lld = %d ranks x %d "
 		 "micro-steps x %d; per rank: parameters %s%s%s%s, gradients %s, optimizer %s",
@@ -715,7 +768,6 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 	struct crun__device_opts dopts;
 	const struct crun__device_ops *dev_ops;
 	struct run r;
-	uint64_t t0;
 	int64_t trained;
 	int rc;
 
@@ -765,19 +817,17 @@ static int train(const struct crun__train_config *cfg, const struct crun__comm_o
 		goto out;
 
 	crun_worker_heartbeat_section("setup", 0);
-	t0 = crun__now_ns();
+	r.t0 = crun__now_ns();
 	rc = train_loop(&r);
 	if (rc)
 		goto out;
 	trained = r.step - r.resumed_from;
-	if (evaluate(&r, &r.val_loss)) {
+	/* the last step validated already, unless none ran */
+	if (isnan(r.val_loss) && evaluate(&r, &r.val_loss)) {
 		rc = comm_failed(&r, "validation");
 		goto out;
 	}
-	if (r.csv && r.step == cfg->train.steps)
-		fprintf(r.csv, "%lld,,,,,,%.6f,%.6f\n", (long long)r.step, r.val_loss,
-			r.val_loss / M_LN2);
-	rc = summarize(&r, (double)(crun__now_ns() - t0) * 1e-9, trained);
+	rc = summarize(&r, (double)(crun__now_ns() - r.t0) * 1e-9, trained);
 out:
 	save_trace(&r);
 	crun__trace_destroy(r.trace);
@@ -882,6 +932,51 @@ out:
 	return rc;
 }
 
+/* The data directories that hold the example configs, in the order they
+ * are searched: the one beside this executable (CRUN_DATADIR_FROM_BINDIR
+ * from the directory of /proc/self/exe, so that an installed tree that was
+ * moved, or a DESTDIR never moved into place, finds its own), then
+ * CRUN_DATADIR. beside (PATH_MAX bytes) holds the first; dirs (3 entries)
+ * ends with NULL. */
+static void data_dirs(char *beside, const char **dirs)
+{
+	const char *rel = CRUN_DATADIR_FROM_BINDIR;
+	ssize_t n = readlink("/proc/self/exe", beside, PATH_MAX - 1);
+	char *slash;
+	int k = 0;
+
+	if (n > 0 && rel[0] && (beside[n] = '\0', slash = strrchr(beside, '/'))) {
+		size_t len = (size_t)(slash - beside);
+		bool fits = true;
+
+		/* the path of rel from the executable's directory, lexically:
+		 * /proc/self/exe has no symbolic links left to resolve */
+		while (*rel && fits) {
+			size_t c = strcspn(rel, "/");
+
+			if (c == 2 && !strncmp(rel, "..", 2)) {
+				while (len > 0 && beside[len - 1] != '/')
+					len--;
+				while (len > 1 && beside[len - 1] == '/')
+					len--;
+			} else if (c && !(c == 1 && rel[0] == '.')) {
+				fits = len + 1 + c < PATH_MAX;
+				if (fits) {
+					beside[len++] = '/';
+					memcpy(beside + len, rel, c);
+					len += c;
+				}
+			}
+			rel += c + (rel[c] == '/');
+		}
+		beside[len] = '\0';
+		if (fits && len > 0 && strcmp(beside, CRUN_DATADIR))
+			dirs[k++] = beside;
+	}
+	dirs[k++] = CRUN_DATADIR;
+	dirs[k] = NULL;
+}
+
 static enum crun__log_level log_level_from_env(void)
 {
 	const char *v = crun__env_get("CRUN_LOG_LEVEL");
@@ -923,8 +1018,8 @@ int main(int argc, char **argv)
 	struct crun__train_config cfg;
 	struct crun__comm_opts copts;
 	const char *path = NULL;
-	bool print = false;
-	char err[512];
+	bool print = false, elsewhere = false;
+	char err[1536], beside[PATH_MAX], found[PATH_MAX];
 	char **sets;
 	int n_sets = 0, c, rc = EXIT_USAGE;
 
@@ -951,7 +1046,7 @@ int main(int argc, char **argv)
 			free(sets);
 			return 0;
 		case 'V':
-			printf("crun-train %s\n", CRUN_VERSION);
+			printf("crun-train %s (%s)\n", CRUN_VERSION, CRUN_TRAIN_FEATURES);
 			free(sets);
 			return 0;
 		default:
@@ -973,9 +1068,21 @@ int main(int argc, char **argv)
 		free(sets);
 		return crun__train_fatal(EXIT_FAILED, "out of memory");
 	}
-	if (path && crun__train_config_load(&cfg, path, err, sizeof(err))) {
-		crun__train_fatal(EXIT_USAGE, "%s", err);
-		goto out;
+	if (path) {
+		const char *dirs[3];
+
+		data_dirs(beside, dirs);
+		if (crun__train_config_find(path, dirs, found, sizeof(found), &elsewhere, err,
+					    sizeof(err)) ||
+		    crun__train_config_load(&cfg, found, err, sizeof(err))) {
+			crun__train_fatal(EXIT_USAGE, "%s", err);
+			goto out;
+		}
+		/* one line per job, not per rank */
+		if (elsewhere && (!getenv("RANK") || !strcmp(getenv("RANK"), "0")))
+			crun__info("config '%s' is not in the working directory: using '%s'", path,
+				   found);
+		path = found;
 	}
 	for (int i = 0; i < n_sets; i++) {
 		if (crun__train_config_set(&cfg, sets[i], err, sizeof(err))) {

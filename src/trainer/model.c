@@ -141,15 +141,30 @@ struct crun__model_acts {
 	float *dh, *dln, *df, *dx0;
 };
 
+/* Floats of the activations of batch rows, in one block. */
+static size_t acts_floats(const struct crun__model *m, size_t B)
+{
+	size_t T = (size_t)m->cfg.context, d = (size_t)m->cfg.embed_dim, H = (size_t)m->cfg.width;
+	size_t F = (size_t)m->cfg.ffn_mult * H, L = (size_t)m->cfg.layers;
+	size_t C = T * d;
+	size_t per_block = B * (2 * H + 2 + 3 * F);
+
+	return B * C + (L + 1) * B * H + L * per_block + B * (2 * H + 2) + B * CRUN_MODEL_VOCAB +
+	       B * (2 * H + F + C);
+}
+
+size_t crun__model_acts_bytes(const struct crun__model *m, int batch)
+{
+	return acts_floats(m, (size_t)(batch > 0 ? batch : 1)) * sizeof(float);
+}
+
 struct crun__model_acts *crun__model_acts_create(const struct crun__model *m, int batch)
 {
 	size_t B = (size_t)(batch > 0 ? batch : 1);
 	size_t T = (size_t)m->cfg.context, d = (size_t)m->cfg.embed_dim, H = (size_t)m->cfg.width;
 	size_t F = (size_t)m->cfg.ffn_mult * H, L = (size_t)m->cfg.layers;
 	size_t C = T * d;
-	size_t per_block = B * (2 * H + 2 + 3 * F);
-	size_t total = B * C + (L + 1) * B * H + L * per_block + B * (2 * H + 2) +
-		       B * CRUN_MODEL_VOCAB + B * (2 * H + F + C);
+	size_t total = acts_floats(m, B);
 	struct crun__model_acts *a = calloc(1, sizeof(*a));
 	float *p;
 

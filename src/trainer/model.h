@@ -78,6 +78,8 @@ void crun__model_init_params(const struct crun__model *m, uint64_t seed, size_t 
 /* Activations and scratch for batches of at most `batch` samples. */
 struct crun__model_acts;
 struct crun__model_acts *crun__model_acts_create(const struct crun__model *m, int batch);
+/* The bytes acts_create allocates for the activations themselves. */
+size_t crun__model_acts_bytes(const struct crun__model *m, int batch);
 void crun__model_acts_destroy(struct crun__model_acts *a);
 
 /* Forward pass of one unit on `batch` samples. tokens holds batch rows of

@@ -110,9 +110,8 @@ static float *zalloc(size_t n)
 	return calloc(n ? n : 1, sizeof(float));
 }
 
-struct crun__parallel *crun__parallel_create_storage(const struct crun__model *model,
-						     struct crun__comm *comm,
-						     const struct crun__parallel_opts *opts)
+struct crun__parallel *crun__parallel_plan(const struct crun__model *model, struct crun__comm *comm,
+					   const struct crun__parallel_opts *opts)
 {
 	struct crun__parallel *par = calloc(1, sizeof(*par));
 	struct crun__layout *lay;
@@ -135,6 +134,16 @@ struct crun__parallel *crun__parallel_create_storage(const struct crun__model *m
 	lay->grads_full = !sharded_grads || lay->accum > 1;
 	lay->p_len = lay->strategy == CRUN_STRATEGY_ZERO3 ? lay->shard_len : lay->pad_len;
 	lay->optim_len = lay->strategy == CRUN_STRATEGY_DDP ? lay->pad_len : lay->shard_len;
+	return par;
+
+out_destroy:
+	crun__parallel_destroy(par);
+	return NULL;
+}
+
+int crun__parallel_alloc(struct crun__parallel *par)
+{
+	const struct crun__layout *lay = &par->lay;
 
 	if (lay->strategy == CRUN_STRATEGY_ZERO3)
 		par->p_shard = zalloc(lay->p_len);
@@ -142,13 +151,28 @@ struct crun__parallel *crun__parallel_create_storage(const struct crun__model *m
 		par->p_full = zalloc(lay->p_len);
 	par->m = zalloc(lay->optim_len);
 	par->v = zalloc(lay->optim_len);
-	if ((!par->p_full && !par->p_shard) || !par->m || !par->v)
-		goto out_destroy;
-	return par;
+	if ((!par->p_full && !par->p_shard) || !par->m || !par->v) {
+		free(par->p_full);
+		free(par->p_shard);
+		free(par->m);
+		free(par->v);
+		par->p_full = par->p_shard = par->m = par->v = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
 
-out_destroy:
-	crun__parallel_destroy(par);
-	return NULL;
+struct crun__parallel *crun__parallel_create_storage(const struct crun__model *model,
+						     struct crun__comm *comm,
+						     const struct crun__parallel_opts *opts)
+{
+	struct crun__parallel *par = crun__parallel_plan(model, comm, opts);
+
+	if (par && crun__parallel_alloc(par)) {
+		crun__parallel_destroy(par);
+		return NULL;
+	}
+	return par;
 }
 
 struct crun__parallel *crun__parallel_create(const struct crun__model *model,

@@ -121,6 +121,15 @@ struct crun__parallel *crun__parallel_create_storage(const struct crun__model *m
 						     struct crun__comm *comm,
 						     const struct crun__parallel_opts *opts);
 
+/* create_storage in two steps, so that what the storage will take is
+ * known before it is allocated: plan makes the layout alone (NULL on
+ * allocation failure; crun__parallel_layout and crun__parallel_memory
+ * work, nothing else until alloc), alloc the parameters and optimizer
+ * state (0, or -ENOMEM with nothing allocated). */
+struct crun__parallel *crun__parallel_plan(const struct crun__model *model, struct crun__comm *comm,
+					   const struct crun__parallel_opts *opts);
+int crun__parallel_alloc(struct crun__parallel *par);
+
 /* A segment: its flat range [start, start+len), the per-rank chunk, its
  * offsets in padded full-size buffers and in shard buffers, and its units. */
 struct crun__segment {

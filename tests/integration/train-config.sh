@@ -30,6 +30,18 @@ expect 78 "crun-train: --set 'model.widht=3': unknown key 'model.widht'" --set m
 expect 78 "crun-train: --set 'optim.lr=fast': key 'optim.lr' expects a number above 0 and at most 10, got 'fast'" \
 	--set optim.lr=fast
 expect 78 "crun-train: cannot read config '$tmp/none.yaml': No such file or directory" "$tmp/none.yaml"
+# an empty config, one of only comments, a directory, an unreadable file
+: >"$f"
+expect 78 "crun-train: config '$f' is empty" "$f"
+printf '# model:\n#   width: 64\n\n' >"$f"
+expect 78 "crun-train: config '$f' is empty" "$f"
+expect 78 "crun-train: config '$tmp' is a directory" "$tmp"
+printf 'model:\n  width: 64\n' >"$f"
+chmod 000 "$f"
+if ! cat "$f" >/dev/null 2>&1; then # root reads it anyway
+	expect 78 "crun-train: cannot read config '$f': Permission denied" "$f"
+fi
+chmod 600 "$f"
 RANK=0 WORLD_SIZE=3 expect 78 "crun-train: config: train.batch_size 64 does not split evenly over 3 ranks x 1 micro-steps (parallel.grad_accum)"
 expect 78 "crun-train: cannot read data '$tmp/none.txt': No such file or directory" \
 	--set data.path="$tmp/none.txt"

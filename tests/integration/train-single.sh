@@ -12,7 +12,12 @@ run_ranks 1 c $args --set train.seed=2 || fail "run with another seed failed"
 cut -d, -f1-4,7,8 "$tmp/a.csv" >"$tmp/a.cut"
 cut -d, -f1-4,7,8 "$tmp/b.csv" >"$tmp/b.cut"
 cmp -s "$tmp/a.cut" "$tmp/b.cut" || fail "two runs differ in their losses"
-[ "$(wc -l <"$tmp/a.csv")" -eq 22 ] || fail "CSV: want a header, 20 steps and the final line"
+[ "$(wc -l <"$tmp/a.csv")" -eq 21 ] || fail "CSV: want a header and 20 steps"
+# one row per step; the last holds the final validation, as does the summary
+[ "$(cut -d, -f1 "$tmp/a.csv" | sed 1d | tr '\n' ' ')" = "$(seq 1 20 | tr '\n' ' ')" ] ||
+	fail "CSV: the steps are not 1 to 20, once each"
+[ "$(tail -n 1 "$tmp/a.csv" | cut -d, -f7)" = "$(field a val_loss)" ] ||
+	fail "CSV: the last row's val_loss is not the summary's"
 [ "$(field a param_l2)" != "$(field c param_l2)" ] || fail "train.seed changes nothing"
 [ "$(grep -c '^step ' "$tmp/a.out")" -eq 4 ] || fail "want a progress line every 5 steps"
 grep -q "^summary: steps=20 train_loss=[0-9.]* val_loss=[0-9.]* val_bpb=[0-9.]* .*param_l2=" \

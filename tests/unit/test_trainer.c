@@ -21,6 +21,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
+#include "trainer/hostmem.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/parallel.h"
@@ -124,8 +125,13 @@ static void test_config_errors(void **state)
 	expect_error("- a\n- b\n", "line 1: expected a mapping of sections");
 	expect_error("model:\n  width: [1\n", "line ");
 
+	/* nothing, or only comments: an error, not "every default" */
+	expect_error("", "is empty");
+	expect_error("# model:\n#   width: 64\n\n", "is empty");
+	expect_error("---\n", "is empty");
+	expect_error("Null\n", "line 1: expected a mapping of sections");
+
 	assert_int_equal(crun__train_config_init(&cfg), 0);
-	assert_int_equal(load_text("", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(load_text("model:\nlog:\n  every: 5\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.log.every, 5);
 	assert_int_equal(crun__train_config_set(&cfg, "model.widht=3", err, sizeof(err)), -EINVAL);
@@ -166,7 +172,6 @@ static void test_config_yaml(void **state)
 	assert_int_equal(
 		load_text("model:\n  width: &w 96\n  embed_dim: *w\n", &cfg, err, sizeof(err)), 0);
 	assert_int_equal(cfg.model.embed_dim, 96);
-	assert_int_equal(load_text("Null\n", &cfg, err, sizeof(err)), 0);
 	crun__train_config_finish(&cfg);
 
 	expect_error("model:\n  width: NULL\n", "line 2: key 'model.width' expects an integer");
@@ -175,10 +180,149 @@ static void test_config_yaml(void **state)
 	expect_error("model:\n  width: *w\n", "line 2: undefined alias 'w'");
 
 	assert_int_equal(crun__train_config_init(&cfg), 0);
-	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EINVAL);
-	snprintf(want, sizeof(want), "cannot read config '%s': not a regular file", tmpdir);
+	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EISDIR);
+	snprintf(want, sizeof(want), "config '%s' is a directory", tmpdir);
 	assert_string_equal(err, want);
+	assert_int_equal(crun__train_config_load(&cfg, "/dev/null", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "cannot read config '/dev/null': not a regular file");
 	crun__train_config_finish(&cfg);
+}
+
+/* Where a config argument is found: as given, else in the data
+ * directories' configs/ and themselves, in order. */
+static void test_config_find(void **state)
+{
+	char d1[300], d2[300], path[400], out[512], want[2048], err[2048], cwd[4096];
+	const char *dirs[] = {d1, d2, NULL}, *none[] = {NULL};
+	bool elsewhere;
+
+	(void)state;
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(d1, sizeof(d1), "%s/find1", tmpdir);
+	snprintf(d2, sizeof(d2), "%s/find2", tmpdir);
+	snprintf(path, sizeof(path), "%s/configs", d1);
+	assert_int_equal(mkdir(d1, 0700), 0);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(mkdir(d2, 0700), 0);
+	snprintf(path, sizeof(path), "%s/configs/a.yaml", d1);
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/b.yaml", d2);
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/configs", d2);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/configs/a.yaml", d2); /* second: never taken */
+	write_file(path, "model:\n");
+	snprintf(path, sizeof(path), "%s/work", tmpdir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(chdir(path), 0);
+	write_file("here.yaml", "model:\n");
+	assert_int_equal(mkdir("b.yaml", 0700), 0); /* exists: taken as given */
+
+	/* as given, relative or absolute */
+	assert_int_equal(crun__train_config_find("here.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "here.yaml");
+	assert_false(elsewhere);
+	assert_int_equal(crun__train_config_find("b.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, "b.yaml");
+	assert_int_equal(crun__train_config_find("/nonexistent/a.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "/nonexistent/a.yaml");
+	assert_false(elsewhere);
+
+	/* a bare name and configs/NAME both find DIR/configs/NAME, the first
+	 * directory first; DIR/NAME after DIR/configs/NAME */
+	snprintf(want, sizeof(want), "%s/configs/a.yaml", d1);
+	assert_int_equal(crun__train_config_find("a.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+	assert_true(elsewhere);
+	assert_int_equal(crun__train_config_find("configs/a.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+	snprintf(want, sizeof(want), "%s/configs/../b.yaml", d2);
+	assert_int_equal(crun__train_config_find("../b.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
+	assert_string_equal(out, want);
+
+	/* nowhere: every place searched, in order */
+	assert_int_equal(crun__train_config_find("c.yaml", dirs, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 -ENOENT);
+	snprintf(want, sizeof(want),
+		 "cannot read config 'c.yaml': not in the working directory, '%s/configs', '%s', "
+		 "'%s/configs' or '%s'",
+		 d1, d1, d2, d2);
+	assert_string_equal(err, want);
+	/* no data directories: as given, for the load to say it is missing */
+	assert_int_equal(crun__train_config_find("c.yaml", none, out, sizeof(out), &elsewhere, err,
+						 sizeof(err)),
+			 0);
+	assert_string_equal(out, "c.yaml");
+	assert_int_equal(chdir(cwd), 0);
+}
+
+/* The line of a run that does not fit in host memory: the bytes needed,
+ * in all and per kind, and what bounds the bytes available. */
+static void test_host_oom_message(void **state)
+{
+	const uint64_t GiB = UINT64_C(1) << 30, MiB = UINT64_C(1) << 20;
+	struct crun__host_need need = {
+		.param_bytes = GiB,
+		.grad_bytes = GiB,
+		.optim_bytes = 2 * GiB,
+		.act_bytes = 3 * MiB,
+		.token_bytes = 2048,
+	};
+	struct crun__host_avail avail = {.mem_available = 8 * GiB};
+	char msg[1024], h[32];
+
+	(void)state;
+	crun__format_bytes(512, h, sizeof(h));
+	assert_string_equal(h, "0.5 KiB");
+	crun__format_bytes(3 * MiB / 2, h, sizeof(h));
+	assert_string_equal(h, "1.50 MiB");
+	crun__format_bytes(5 * GiB / 4, h, sizeof(h));
+	assert_string_equal(h, "1.25 GiB");
+
+	/* MemAvailable bounds it */
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_string_equal(msg, "out of host memory for the model and its buffers: they need "
+				 "4298115072 bytes (4.00 GiB: parameters 1.00 GiB, gradients 1.00 "
+				 "GiB, optimizer state 2.00 GiB, activations 3.00 MiB, token batch "
+				 "2.0 KiB), 8589934592 bytes (8.00 GiB) available: MemAvailable of "
+				 "/proc/meminfo: see OUT OF MEMORY in crun-train(1)");
+	/* a limit below it, less what the process holds */
+	avail.as_limit = 4 * GiB;
+	avail.as_used = 512 * MiB;
+	avail.data_limit = 6 * GiB;
+	avail.data_used = 100 * MiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg,
+			       ", 3758096384 bytes (3.50 GiB) available: RLIMIT_AS (ulimit -v) "
+			       "4.00 GiB less 512.00 MiB in use; MemAvailable 8.00 GiB: see "
+			       "OUT OF MEMORY in crun-train(1)"));
+	avail.data_limit = GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "available: RLIMIT_DATA (ulimit -d) 1.00 GiB less 100.00 MiB"));
+	/* nothing known */
+	memset(&avail, 0, sizeof(avail));
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "2.0 KiB); the memory available is unknown (no MemAvailable "
+				    "in /proc/meminfo): see OUT OF MEMORY in crun-train(1)"));
+	/* a short buffer is cut, still a string */
+	crun__host_oom_message(&need, &avail, msg, 40);
+	assert_int_equal(strlen(msg), 39);
+	/* this host: MemAvailable is there */
+	crun__host_avail_read(&avail);
+	assert_true(avail.mem_available > 0);
 }
 
 static struct crun__model *small_model(int T, int d, int H, int L, int mult)
@@ -936,6 +1080,8 @@ static void test_checkpoint(void **state)
 		struct stat st;
 
 		meta.step = s;
+		meta.train_loss = 5.5 - 0.25 * (double)s;
+		meta.elapsed_s = 1.5 * (double)s;
 		assert_int_equal(crun__ckpt_save(a, comm, dir, &meta, 2, &bytes, err, sizeof(err)),
 				 0);
 		/* the bytes of its one shard */
@@ -949,6 +1095,25 @@ static void test_checkpoint(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), 0);
 	assert_int_equal(step, 3);
+	/* the manifest keeps the step's loss and the training time so far; one
+	 * without them (an older crun-train's) reads as unknown and 0 */
+	{
+		struct crun__ckpt_meta got;
+		char man[600], cmd[1400];
+
+		crun__ckpt_path(dir, 3, path, sizeof(path));
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
+		assert_true(got.train_loss == 4.75);
+		assert_true(got.elapsed_s == 4.5);
+		crun__ckpt_path(dir, 2, path, sizeof(path));
+		snprintf(man, sizeof(man), "%s/MANIFEST", path);
+		snprintf(cmd, sizeof(cmd), "sed -i '/^train_loss /d; /^elapsed_s /d' '%s'", man);
+		assert_int_equal(system(cmd), 0);
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
+		assert_true(isnan(got.train_loss));
+		assert_true(got.elapsed_s == 0);
+		assert_int_equal(got.step, 2);
+	}
 
 	/* load into another strategy: same parameters and moments */
 	po.strategy = CRUN_STRATEGY_ZERO3;
@@ -1033,6 +1198,8 @@ int main(void)
 		cmocka_unit_test(test_config_defaults_roundtrip),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_config_yaml),
+		cmocka_unit_test(test_config_find),
+		cmocka_unit_test(test_host_oom_message),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
 		cmocka_unit_test(test_data),
