@@ -457,14 +457,15 @@ static void bash_value_cases(FILE *f, const char *ctx, const struct opt *opts, i
 		bash_opt_pattern(f, ctx, o);
 		if (o->kind == VALUE_FILE)
 			fputs(" compopt -o filenames 2>/dev/null; "
-			      "COMPREPLY=($(compgen -f -- \"$3\")) ;;\n",
+			      "mapfile -t COMPREPLY < <(compgen -f -- \"$3\") ;;\n",
 			      f);
 		else if (o->kind == VALUE_DIR)
 			fputs(" compopt -o filenames 2>/dev/null; "
-			      "COMPREPLY=($(compgen -d -- \"$3\")) ;;\n",
+			      "mapfile -t COMPREPLY < <(compgen -d -- \"$3\") ;;\n",
 			      f);
 		else if (o->choices[0])
-			fprintf(f, " COMPREPLY=($(compgen -W '%s' -- \"$3\")) ;;\n", o->choices);
+			fprintf(f, " mapfile -t COMPREPLY < <(compgen -W '%s' -- \"$3\") ;;\n",
+				o->choices);
 		else
 			fputs(" COMPREPLY=() ;;\n", f);
 	}
@@ -502,7 +503,8 @@ static void write_bash(FILE *f, const struct prog *p)
 	fputs("\tesac\n}\n\n", f);
 
 	fprintf(f, "_%s()\n{\n", id);
-	fputs("\tlocal cur=${COMP_WORDS[COMP_CWORD]} w cmd= pending= at= i=1 cmds=", f);
+	fprintf(f, "\tlocal cur=${COMP_WORDS[COMP_CWORD]} w='' cmd='' pending=''%s i=1 cmds=",
+		p->pos == POS_COMMAND ? " at=''" : "");
 	{
 		fputc('\'', f);
 		for (int i = 0; i < p->ncmds; i++)
@@ -536,10 +538,11 @@ static void write_bash(FILE *f, const struct prog *p)
 		      "\t\tif declare -F _command_offset >/dev/null; then\n"
 		      "\t\t\t_command_offset \"$at\"\n"
 		      "\t\telif ((at == COMP_CWORD)); then\n"
-		      "\t\t\tCOMPREPLY=($(compgen -c -- \"$cur\"))\n"
+		      "\t\t\tmapfile -t COMPREPLY < <(compgen -c -- \"$cur\"; compgen -f -- "
+		      "\"$cur\")\n"
 		      "\t\telse\n"
 		      "\t\t\tcompopt -o filenames 2>/dev/null\n"
-		      "\t\t\tCOMPREPLY=($(compgen -f -- \"$cur\"))\n"
+		      "\t\t\tmapfile -t COMPREPLY < <(compgen -f -- \"$cur\")\n"
 		      "\t\tfi\n"
 		      "\t\treturn 0\n"
 		      "\tfi\n",
@@ -551,17 +554,23 @@ static void write_bash(FILE *f, const struct prog *p)
 		"\t\treturn 0\n"
 		"\tfi\n"
 		"\tif [[ $cur == -* ]]; then\n"
-		"\t\tCOMPREPLY=($(compgen -W \"$(__%s_options \"$cmd\")\" -- \"$cur\"))\n"
+		"\t\tmapfile -t COMPREPLY < <(compgen -W \"$(__%s_options \"$cmd\")\" -- "
+		"\"$cur\")\n"
 		"\t\treturn 0\n"
 		"\tfi\n",
 		id, id);
-	fputs("\tif [[ -z $cmd ]]; then\n\t\tCOMPREPLY=($(compgen -W \"$cmds\" -- \"$cur\"))\n", f);
+	fputs("\tif [[ -z $cmd ]]; then\n\t\tmapfile -t COMPREPLY < <(compgen -W \"$cmds\" -- "
+	      "\"$cur\")\n",
+	      f);
 	if (p->pos == POS_COMMAND)
-		fputs("\t\tCOMPREPLY+=($(compgen -c -- \"$cur\"))\n", f);
+		fputs("\t\tmapfile -t -O \"${#COMPREPLY[@]}\" COMPREPLY < <(compgen -c -- "
+		      "\"$cur\")\n",
+		      f);
 	fputs("\tfi\n", f);
 	if (p->pos != POS_NONE)
 		fputs("\tcompopt -o filenames 2>/dev/null\n"
-		      "\tCOMPREPLY+=($(compgen -f -- \"$cur\"))\n",
+		      "\tmapfile -t -O \"${#COMPREPLY[@]}\" COMPREPLY < <(compgen -f -- "
+		      "\"$cur\")\n",
 		      f);
 	fprintf(f, "\treturn 0\n}\n\ncomplete -F _%s %s\n", id, p->name);
 }
