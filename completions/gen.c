@@ -8,7 +8,7 @@
  * crun --help prints), and the first word that is not an option is the
  * command crun runs. --help: the options and commands are read from
  * HELPFILE, the output of PROG --help. --sub NAME=HELPFILE: PROG has a
- * command NAME whose options are those of HELPFILE (NAME --help).
+ * command NAME whose options are those of HELPFILE (PROG NAME --help).
  *
  * What a --help text declares, as crun's programs write it:
  *   option lines   "  -v, --verbose   text", "  --port PORT   text",
@@ -21,8 +21,8 @@
  * A value placeholder names its choices in lower case ("on|off",
  * "N|auto|cpu|gpu"); FILE is a file, DIR a directory.
  *
- * Exit status: 0 written, 1 a help text that declares nothing or more
- * than fits, 2 usage error. */
+ * Exit status: 0 written; 1 a help text that cannot be read, declares
+ * nothing or more than fits; 2 usage error. */
 #include "launcher/options.h"
 
 #include <ctype.h>
