@@ -9,7 +9,7 @@
  * barrier, rank 0 prints one line per rank and checks that every rank got
  * the same id. Any failure prints one line and exits 1.
  *
- * Build: cc ncclid_example.c $(pkg-config --cflags --libs crun) */
+ * Build: cc ncclid_example.c $(pkg-config --cflags --libs crun) -o ncclid_example */
 #include <crun/worker.h>
 
 #include <stdint.h>
