@@ -72,6 +72,30 @@ done
 lacks "$tmp/err" ":err"
 [ ! -e "$logs/logjob/attempt_2" ] || fail "an attempt too many"
 
+has "$tmp/err" "crun: logs of this run in '$logs/logjob'"
+
+# Every run has a directory of its own: a second run of the same id gets
+# .1; runs of the default id "none" are named by their UTC start time, and
+# two of them in one second still get one each. Each says where, once.
+crun --log-dir="$logs" --rdzv-id=logjob --redirects=1 sh -c 'echo again' \
+	>"$tmp/out" 2>"$tmp/err" || fail "second logjob: $(cat "$tmp/err")"
+has "$tmp/err" "crun: logs of this run in '$logs/logjob.1'"
+[ "$(cat "$logs/logjob.1/attempt_0/0/stdout.log")" = again ] || fail "logjob.1"
+[ "$(cat "$logs/logjob/attempt_0/0/stdout.log")" = "out 0 0" ] || fail "logjob was overwritten"
+mkdir "$tmp/anon"
+for i in 1 2 3; do
+	crun --log-dir="$tmp/anon" --redirects=1 sh -c "echo run $i" >"$tmp/out" 2>"$tmp/err" ||
+		fail "anonymous run $i: $(cat "$tmp/err")"
+	[ "$(grep -c "logs of this run in" "$tmp/err")" = 1 ] || fail "run $i: $(cat "$tmp/err")"
+	d=$(sed -n "s/^crun: logs of this run in '\(.*\)'$/\1/p" "$tmp/err")
+	[[ $d =~ ^$tmp/anon/20[0-9]{6}T[0-9]{6}Z(\.[0-9]+)?$ ]] || fail "run $i: directory '$d'"
+	[ "$(cat "$d/attempt_0/0/stdout.log")" = "run $i" ] || fail "run $i: $d"
+done
+[ "$(find "$tmp/anon" -name stdout.log | wc -l)" = 3 ] || fail "$(find "$tmp/anon")"
+for f in "$tmp"/anon/*/attempt_0/0/stdout.log; do
+	cat "$f"
+done | sort | tr '\n' ' ' | grep -qx "run 1 run 2 run 3 " || fail "a run's log was overwritten"
+
 # --local-ranks-filter: only rank 1 on the console, every rank in files.
 crun --nproc-per-node=3 --local-ranks-filter=1 --log-dir="$logs" --rdzv-id=filterjob --tee=3 \
 	"$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" || fail "filter job"
