@@ -721,18 +721,17 @@ static void test_config_file(void **state)
 	assert_string_equal(r->o.config_path, p);
 	done(r);
 
-	/* rdzv_conf as a string, --config= form, empty files. */
+	/* rdzv_conf as a string, --config= form (the last one given is read), files
+	 * that set nothing. */
 	p = write_file("str.yaml", "rdzv_conf: \"join_timeout=5,read_timeout=2\"\n");
 	r = parse("--config=/dev/null", "--config", p, "x");
 	assert_int_equal(r->rc, 0);
 	assert_true(r->o.rdzv_conf.read_timeout_ms == 2000);
 	done(r);
-	r = parse("-c", write_file("empty.yaml", ""), "x");
-	assert_int_equal(r->rc, 0);
-	done(r);
-	r = parse("-c", write_file("comments.yaml", "# nothing\n---\n"), "x");
-	assert_int_equal(r->rc, 0);
-	done(r);
+	expect_error(parse("-c", write_file("empty.yaml", ""), "x"),
+		     "empty.yaml' sets no option: it is empty or holds only comments");
+	expect_error(parse("-c", write_file("comments.yaml", "# nothing\n---\n"), "x"),
+		     "comments.yaml' sets no option");
 
 	expect_error(parse("-c", write_file("unknown.yaml", "max_restarts: 1\n\nnproc: 4\n"), "x"),
 		     "unknown.yaml' line 3: unknown key 'nproc'");
@@ -768,7 +767,8 @@ static void test_config_file(void **state)
 	assert_int_equal(r->rc, 0);
 	assert_true(r->o.run_path);
 	done(r);
-	expect_error(parse("-c", tmpdir, "x"), "not a regular file");
+	expect_error(parse("-c", tmpdir, "x"), "is a directory, not a file");
+	expect_error(parse("-c", "/dev/null", "x"), "not a regular file");
 	/* A bad value is reported even where the command line overrides it. */
 	expect_error(parse("-c", write_file("over.yaml", "nproc_per_node: zero\n"),
 			   "--nproc-per-node=2", "x"),
