@@ -582,11 +582,20 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 	case CRUN__GNOTE_STOPPING:
 		crun__info("got %s; stopping", name);
 		return;
-	case CRUN__GNOTE_STOPPING_WORKERS:
-		crun__info("got %s; stopping the workers", name);
+	case CRUN__GNOTE_STOPPING_WORKERS: {
+		char grace[32];
+
+		/* Once per job: a second handled signal kills (KILLING). */
+		crun__rdzv_format_ms(g->spec->shutdown_timeout_ms, grace, sizeof(grace));
+		crun__info("got %s; stopping the workers (%s now, SIGKILL after %s, "
+			   "--shutdown-timeout); %s",
+			   name, name, grace,
+			   ev->signal == SIGINT ? "press Ctrl-C again to kill them at once"
+						: "a second signal kills them at once");
 		return;
+	}
 	case CRUN__GNOTE_KILLING:
-		crun__info("got %s again; killing the workers", name);
+		crun__info("got %s again; killing the workers now (SIGKILL)", name);
 		return;
 	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
 		crun__warn("%d worker%s still running after the shutdown timeout (%lld ms); "
