@@ -570,8 +570,8 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	    crun__server_connections(a->server) > 0) {
 		a->lingering = true;
 		crun__server_set_disconnect_cb(a->server, node_left, a);
-		crun__debug("serving the store until the other nodes have left (%lld ms at most)",
-			    (long long)a->spec->rdzv.close_timeout_ms);
+		crun__debug("serving the store until the other nodes have left (%.1f s at most)",
+			    (double)a->spec->rdzv.close_timeout_ms / 1000.0);
 		uv_timer_start(&a->linger, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms,
 			       0);
 		return;
@@ -779,7 +779,8 @@ static void announce(struct agent *a, const char *endpoint)
 				    spec->rdzv.enabled ? (uint64_t)spec->rdzv.keep_alive_interval_ms
 						       : 0);
 	if (rc < 0)
-		crun__debug("cannot publish this node's status: %s", strerror(-rc));
+		crun__debug("this node's status (for crun status) will not be published: %s",
+			    strerror(-rc));
 }
 
 /* The closing line of a job that started workers, but on the node that
@@ -976,8 +977,12 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 			    crun__group_state_name(g->core.state));
 		status = 1;
 	}
-	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
-		    status);
+	if (crun__log_enabled(CRUN_LOG_DEBUG)) {
+		char how[160];
+
+		crun__group_describe(g, how, sizeof(how));
+		crun__debug("the worker group is done: %s; crun's exit status is %d", how, status);
+	}
 	if (g->attempts > 0 && (!spec->rdzv.enabled || !a->rdzv.hosting))
 		say_end(a, status);
 	goto out_close;
@@ -989,7 +994,8 @@ out_close:
 	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&a->loop) < 0)
-		crun__debug("event loop still had handles at exit");
+		crun__debug("some of crun's connections or timers were still open at the end; "
+			    "they close with the process");
 out_reaper:
 	agent_reaper_stop(&a->reaper);
 out_dirs:
