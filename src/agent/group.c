@@ -590,7 +590,7 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		crun__info("got %s; stopping the workers (%s now, SIGKILL after %s, "
 			   "--shutdown-timeout); %s",
 			   name, name, grace,
-			   ev->signal == SIGINT ? "press Ctrl-C again to kill them at once"
+			   ev->signal == SIGINT ? "a second Ctrl-C kills them at once"
 						: "a second signal kills them at once");
 		return;
 	}

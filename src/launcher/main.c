@@ -1,7 +1,6 @@
 /* crun: parse, resolve, hand the job to the agent. Exit statuses are
  * crun(1)'s: 2 for bad usage or config (nothing started), else the
  * agent's. */
-#include <errno.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -41,7 +41,7 @@ for pair in INT:2 TERM:15 HUP:1 QUIT:3; do
 	has "$out" "[0]:got SIG$sig"
 	has "$out" "[1]:got SIG$sig"
 	if [ "$sig" = INT ]; then
-		again="press Ctrl-C again to kill them at once"
+		again="a second Ctrl-C kills them at once"
 	else
 		again="a second signal kills them at once"
 	fi
@@ -71,7 +71,7 @@ start_job --nproc-per-node=2 --shutdown-timeout=60 sh -c \
 	'trap "" INT TERM; sleep 60 & echo "ready $! $$"; wait'
 pids=$(sed -n 's/^\[[0-9]\]:ready //p' "$out")
 kill -INT "$job"
-wait_lines "$out" "press Ctrl-C again" 1
+wait_lines "$out" "a second Ctrl-C kills" 1
 sleep 0.2
 for p in $pids; do
 	kill -0 "$p" 2>/dev/null || fail "worker $p ended of the first SIGINT"
@@ -82,9 +82,9 @@ finish_job
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ $rc = 130 ] || fail "second SIGINT: exit $rc"
 [ $ms -lt 1000 ] || fail "second SIGINT took $ms ms"
-has "$out" "crun: got SIGINT; stopping the workers (SIGINT now, SIGKILL after 60s, --shutdown-timeout); press Ctrl-C again to kill them at once"
+has "$out" "crun: got SIGINT; stopping the workers (SIGINT now, SIGKILL after 60s, --shutdown-timeout); a second Ctrl-C kills them at once"
 has "$out" "crun: got SIGINT again; killing the workers now (SIGKILL)"
-[ "$(grep -c "again to kill them" "$out")" = 1 ] || fail "hint not once: $(cat "$out")"
+[ "$(grep -c "kills them at once" "$out")" = 1 ] || fail "hint not once: $(cat "$out")"
 for p in $pids; do # a zombie left to init counts as ended
 	case $(ps -o stat= -p "$p") in
 	"" | Z*) ;;
