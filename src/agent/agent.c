@@ -31,6 +31,7 @@
  *   status.c       this node's status in the job's store (crun status) */
 #include "agent/agent_store.h"
 #include "agent/gpu_watch.h"
+#include "agent/logdir.h"
 #include "agent/events.h"
 #include "agent/group.h"
 #include "agent/metrics.h"
@@ -61,6 +62,7 @@
 #include <sys/random.h>
 #include <limits.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -123,7 +125,7 @@ struct agent {
 	struct crun__metrics_http *metrics; /* --metrics-port; NULL: none */
 	char *store_env;		    /* CRUN_STORE=host:port */
 	char *token_env;		    /* CRUN_TOKEN=... */
-	char *log_root;			    /* <log_dir>/<run_id>, or NULL */
+	char *log_root;			    /* the run's own (logdir.h), or NULL */
 	char *tmp_dir;			    /* private dir for error files, or NULL */
 
 	struct agent_rdzv rdzv;
@@ -297,32 +299,26 @@ static bool serves_file_timer(const struct crun__agent_spec *spec);
 static int setup_dirs(struct agent *a)
 {
 	const struct crun__agent_spec *spec = a->spec;
-	char *log_dir = NULL;
+	char *tmp_logs = NULL;
+	char what[PATH_MAX + 64];
 	int err;
 
-	if (spec->log_dir) {
-		log_dir = strdup(spec->log_dir);
-	} else if (any_file_stream(spec)) {
-		log_dir = make_temp_dir("logs");
-		if (!log_dir)
+	if (!spec->log_dir && any_file_stream(spec)) {
+		tmp_logs = make_temp_dir("logs");
+		if (!tmp_logs)
 			return -EIO;
-		crun__info("log directory: '%s'", log_dir);
 	}
-	if (spec->log_dir && !log_dir)
-		return -ENOMEM;
-	if (log_dir) {
-		if (asprintf(&a->log_root, "%s/%s", log_dir, spec->run_id) < 0) {
-			a->log_root = NULL;
-			free(log_dir);
-			return -ENOMEM;
-		}
-		free(log_dir);
-		err = crun__mkdir_p(a->log_root, 0777);
+	if (spec->log_dir || tmp_logs) {
+		err = crun__logdir_make(spec->log_dir ? spec->log_dir : tmp_logs, spec->run_id,
+					time(NULL), &a->log_root, what, sizeof(what));
+		free(tmp_logs);
 		if (err < 0) {
-			crun__error("cannot create log directory '%s': %s", a->log_root,
-				    strerror(-err));
+			crun__error("cannot create the log directory '%s': %s", what,
+				    err == -EEXIST ? "it and its .1 to .999 exist already"
+						   : strerror(-err));
 			return err;
 		}
+		crun__info("logs of this run in '%s'", a->log_root);
 		/* The error files go to the log directory; the FileTimer pipe
 		 * still needs the private directory that the guard removes. */
 		if (!serves_file_timer(spec))
@@ -574,8 +570,8 @@ static void agent_shutdown(struct agent *a, bool serve_others)
 	    crun__server_connections(a->server) > 0) {
 		a->lingering = true;
 		crun__server_set_disconnect_cb(a->server, node_left, a);
-		crun__debug("serving the store until the other nodes have left (%lld ms at most)",
-			    (long long)a->spec->rdzv.close_timeout_ms);
+		crun__debug("serving the store until the other nodes have left (%.1f s at most)",
+			    (double)a->spec->rdzv.close_timeout_ms / 1000.0);
 		uv_timer_start(&a->linger, linger_over, (uint64_t)a->spec->rdzv.close_timeout_ms,
 			       0);
 		return;
@@ -783,7 +779,8 @@ static void announce(struct agent *a, const char *endpoint)
 				    spec->rdzv.enabled ? (uint64_t)spec->rdzv.keep_alive_interval_ms
 						       : 0);
 	if (rc < 0)
-		crun__debug("cannot publish this node's status: %s", strerror(-rc));
+		crun__debug("this node's status (for crun status) will not be published: %s",
+			    strerror(-rc));
 }
 
 /* The closing line of a job that started workers, but on the node that
@@ -980,8 +977,12 @@ int crun__agent_run(const struct crun__agent_spec *spec)
 			    crun__group_state_name(g->core.state));
 		status = 1;
 	}
-	crun__debug("worker group %s, exit status %d", crun__group_state_name(g->core.state),
-		    status);
+	if (crun__log_enabled(CRUN_LOG_DEBUG)) {
+		char how[160];
+
+		crun__group_describe(g, how, sizeof(how));
+		crun__debug("the worker group is done: %s; crun's exit status is %d", how, status);
+	}
 	if (g->attempts > 0 && (!spec->rdzv.enabled || !a->rdzv.hosting))
 		say_end(a, status);
 	goto out_close;
@@ -993,7 +994,8 @@ out_close:
 	agent_shutdown(a, false);
 	uv_run(&a->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&a->loop) < 0)
-		crun__debug("event loop still had handles at exit");
+		crun__debug("some of crun's connections or timers were still open at the end; "
+			    "they close with the process");
 out_reaper:
 	agent_reaper_stop(&a->reaper);
 out_dirs:

@@ -110,8 +110,11 @@ struct crun__agent_spec {
 				 * rank 0); NULL: the address the store sees
 				 * its connection come from */
 
-	/* Log files. With a log dir, each attempt n (the restart count) gets
-	 * <log_dir>/<run_id>/attempt_<n>/<local_rank>/, created as needed,
+	/* Log files. With a log dir, the run takes a directory of its own in
+	 * it (logdir.h: <log_dir>/<run_id>, <log_dir>/<UTC time> for the run
+	 * id "none", with .1, .2, ... when the name is taken), said on the
+	 * console, and each attempt n (the restart count) gets
+	 * <that>/attempt_<n>/<local_rank>/, created as needed,
 	 * holding {stdout,stderr}.log for the streams that are redirected or
 	 * teed (raw worker output, no prefix, truncated when reused) and
 	 * error.json, the worker's TORCHELASTIC_ERROR_FILE. NULL: no files;

@@ -32,7 +32,8 @@ void crun__agent_store_limits(struct crun__server_limits *limits, int nworkers)
 				      ? (rlim_t)(want + 64)
 				      : rl.rlim_max;
 		if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-			crun__debug("descriptor limit raised from %llu to %llu for %d workers",
+			crun__debug("open file limit raised from %llu to %llu for the store "
+				    "connections of %d workers",
 				    (unsigned long long)old, (unsigned long long)rl.rlim_cur,
 				    nworkers);
 	}
@@ -68,8 +69,10 @@ int crun__agent_store_open(uv_loop_t *loop, const struct crun__agent_spec *spec,
 		}
 		rc = crun__server_listen(*out, cand[i], 0, err, sizeof(err));
 		if (rc == 0) {
-			crun__debug("agent store for the workers on '%s' port %d", cand[i],
-				    crun__server_port(*out));
+			crun__debug(
+				"serving the workers' store (their MASTER_ADDR and MASTER_PORT) "
+				"on '%s' port %d",
+				cand[i], crun__server_port(*out));
 			return 0;
 		}
 		crun__server_destroy(*out, NULL, NULL);

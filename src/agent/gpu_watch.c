@@ -29,7 +29,7 @@ static void map_ranks(struct crun__gpu_watch *w)
 				crun__debug("local rank %d uses GPU %d (%s)", lr,
 					    w->gpus[gpu].index, w->gpus[gpu].uuid);
 			else
-				crun__debug("local rank %d: its GPU is unknown", lr);
+				crun__debug("local rank %d: which GPU it uses is unknown", lr);
 		}
 		w->mapped[lr] = gpu;
 		if (w->interval_ms > 0)
@@ -64,7 +64,7 @@ static void sample(struct crun__gpu_watch *w)
 	w->sampled = true;
 	/* Without sampling the readings only serve the release wait. */
 	if (w->interval_ms > 0 && crun__monitor_set_gpus(w->monitor, w->gpus, w->ngpus) < 0)
-		crun__debug("out of memory recording the GPUs");
+		crun__debug("out of memory: the GPUs are not recorded");
 	map_ranks(w);
 }
 

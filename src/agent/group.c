@@ -582,11 +582,20 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 	case CRUN__GNOTE_STOPPING:
 		crun__info("got %s; stopping", name);
 		return;
-	case CRUN__GNOTE_STOPPING_WORKERS:
-		crun__info("got %s; stopping the workers", name);
+	case CRUN__GNOTE_STOPPING_WORKERS: {
+		char grace[32];
+
+		/* Once per job: a second handled signal kills (KILLING). */
+		crun__rdzv_format_ms(g->spec->shutdown_timeout_ms, grace, sizeof(grace));
+		crun__info("got %s; stopping the workers (%s now, SIGKILL after %s, "
+			   "--shutdown-timeout); %s",
+			   name, name, grace,
+			   ev->signal == SIGINT ? "a second Ctrl-C kills them at once"
+						: "a second signal kills them at once");
 		return;
+	}
 	case CRUN__GNOTE_KILLING:
-		crun__info("got %s again; killing the workers", name);
+		crun__info("got %s again; killing the workers now (SIGKILL)", name);
 		return;
 	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
 		crun__warn("%d worker%s still running after the shutdown timeout (%lld ms); "
@@ -644,6 +653,167 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 			crun__error("%s", g->rdzv_msg);
 		return;
 	}
+}
+
+/* ---- the debug line of each step, in words ---- */
+
+/* What happened, for an operator: "local rank 1 (rank 3) exited with code 2". */
+static void describe_event(const struct group *g, const struct crun__group_event *ev, char *buf,
+			   size_t len)
+{
+	char what[96], who[48] = "";
+
+	if (ev->worker >= 0 && ev->worker < g->nworkers && g->workers[ev->worker])
+		snprintf(who, sizeof(who), "local rank %d (rank %d)", ev->worker,
+			 g->workers[ev->worker]->rank);
+	else if (ev->worker >= 0)
+		snprintf(who, sizeof(who), "local rank %d", ev->worker);
+	switch (ev->kind) {
+	case CRUN__GEV_START:
+		snprintf(buf, len, "the job starts");
+		return;
+	case CRUN__GEV_SPAWNED:
+		snprintf(buf, len, "every worker of the attempt has started");
+		return;
+	case CRUN__GEV_SPAWN_FAILED:
+		snprintf(buf, len, "%s",
+			 ev->exec_status == 127	  ? "the command was not found"
+			 : ev->exec_status == 126 ? "the command cannot be executed"
+						  : "a worker could not be started");
+		return;
+	case CRUN__GEV_WORKER_EXITED:
+		agent_describe_exit(what, sizeof(what), ev->exit_code, ev->term_signal);
+		snprintf(buf, len, "%s %s", who, what);
+		return;
+	case CRUN__GEV_PIPE_CLOSED:
+		snprintf(buf, len, "%s closed its stdout or stderr", who);
+		return;
+	case CRUN__GEV_SIGNAL:
+		crun__signal_format(what, sizeof(what), ev->signal);
+		snprintf(buf, len, "crun got %s", what);
+		return;
+	case CRUN__GEV_TIMER_KILL:
+		snprintf(buf, len, "the shutdown timeout passed");
+		return;
+	case CRUN__GEV_TIMER_STUCK:
+		snprintf(buf, len, "workers outlived the wait after SIGKILL");
+		return;
+	case CRUN__GEV_TIMER_DRAIN:
+		snprintf(buf, len, "the wait for the workers' last output passed");
+		return;
+	case CRUN__GEV_WORKER_HUNG:
+		snprintf(buf, len, "%s is hung", who);
+		return;
+	case CRUN__GEV_HANG_CAPTURED:
+		snprintf(buf, len, "the hung worker's stack was taken");
+		return;
+	case CRUN__GEV_RDZV_READY:
+		snprintf(buf, len, "the rendezvous gave this node its ranks");
+		return;
+	case CRUN__GEV_ROUND_ENDED:
+		snprintf(buf, len, "the store ended the round");
+		return;
+	case CRUN__GEV_BARRIER_PASSED:
+		snprintf(buf, len, "every node is done");
+		return;
+	case CRUN__GEV_RDZV_ERROR:
+		snprintf(buf, len, "the rendezvous failed");
+		return;
+	case CRUN__GEV_STORE_LOST:
+		snprintf(buf, len, "the connection to the store was lost");
+		return;
+	case CRUN__GROUP_NEVENTS:
+		break;
+	}
+	snprintf(buf, len, "something unknown happened");
+}
+
+static const char *stop_reason(enum crun__group_stop stop)
+{
+	switch (stop) {
+	case CRUN__GSTOP_DONE:
+		return "every worker exited 0";
+	case CRUN__GSTOP_FAILURE:
+		return "a worker failed";
+	case CRUN__GSTOP_SIGNAL:
+		return "crun got a signal";
+	case CRUN__GSTOP_NOT_FOUND:
+		return "the command was not found";
+	case CRUN__GSTOP_NOT_EXECUTABLE:
+		return "the command cannot be executed";
+	case CRUN__GSTOP_AGENT:
+		return "crun itself failed";
+	case CRUN__GSTOP_ROUND:
+		return "the store ended the round";
+	case CRUN__GSTOP_LOST:
+		return "the store was lost";
+	case CRUN__GSTOP_NONE:
+		break;
+	}
+	return "the attempt is over";
+}
+
+void crun__group_describe(const struct group *g, char *buf, size_t len)
+{
+	const struct crun__group_core *c = &g->core;
+
+	switch (c->state) {
+	case CRUN__GROUP_INIT:
+		snprintf(buf, len, "not started yet");
+		return;
+	case CRUN__GROUP_STARTING:
+		if (c->place.restart_count > 0)
+			snprintf(buf, len, "starting the workers again (restart %d)",
+				 c->place.restart_count);
+		else
+			snprintf(buf, len, "starting the workers");
+		return;
+	case CRUN__GROUP_RUNNING:
+		snprintf(buf, len, "%d of %d workers running, %d output stream%s open", g->running,
+			 g->nworkers, g->open_pipes, g->open_pipes == 1 ? "" : "s");
+		return;
+	case CRUN__GROUP_STOPPING:
+		snprintf(buf, len,
+			 "stopping the workers because %s (%d still running, %d output stream%s "
+			 "open)",
+			 stop_reason(c->stop), g->running, g->open_pipes,
+			 g->open_pipes == 1 ? "" : "s");
+		return;
+	case CRUN__GROUP_RESTARTING:
+		snprintf(buf, len, "waiting for the store to end the round, then restarting");
+		return;
+	case CRUN__GROUP_RENDEZVOUS:
+		snprintf(buf, len, "joining the next rendezvous round");
+		return;
+	case CRUN__GROUP_FINISHING:
+		snprintf(buf, len, "waiting for the other nodes to finish");
+		return;
+	case CRUN__GROUP_SUCCEEDED:
+		snprintf(buf, len, "the job succeeded");
+		return;
+	case CRUN__GROUP_FAILED:
+		snprintf(buf, len, "the job failed");
+		return;
+	case CRUN__GROUP_STOPPED:
+		snprintf(buf, len, "the job was stopped by a signal");
+		return;
+	case CRUN__GROUP_EXEC_FAILED:
+		snprintf(buf, len, "the command could not be run");
+		return;
+	case CRUN__GROUP_NSTATES:
+		break;
+	}
+	snprintf(buf, len, "in an unknown state");
+}
+
+static void debug_step(const struct group *g, const struct crun__group_event *ev,
+		       enum crun__group_state was)
+{
+	char what[160], now[160];
+
+	describe_event(g, ev, what, sizeof(what));
+	crun__group_describe(g, now, sizeof(now));
+	crun__debug("worker group: %s; %s%s", what, g->core.state == was ? "still " : "now ", now);
 }
 
 /* ---- the GPUs of the dead workers ---- */
@@ -795,9 +965,7 @@ static void feed(struct group *g, const struct crun__group_event *first)
 				carry_out(g, &ev, &acts.a[i]);
 		} else {
 			if (crun__log_enabled(CRUN_LOG_DEBUG))
-				crun__debug("group %s: %s -> %s", crun__group_state_name(was),
-					    crun__group_event_name(ev.kind),
-					    crun__group_state_name(g->core.state));
+				debug_step(g, &ev, was);
 			for (int i = 0; i < acts.n; i++)
 				carry_out(g, &ev, &acts.a[i]);
 		}

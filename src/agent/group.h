@@ -131,6 +131,10 @@ void crun__group_signal(struct group *g, int sig);
 void crun__group_forward(struct group *g, int sig);
 /* crun's exit status (agent.h) once final, else -1. */
 int crun__group_status(const struct group *g);
+/* What the group does now, or how it ended, in words for the operator's
+ * debug lines: "stopping the workers because a worker failed (1 still
+ * running, 2 output streams open)", "the job succeeded". */
+void crun__group_describe(const struct group *g, char *buf, size_t len);
 /* Closes the timer (its memory goes with g after the loop has run). */
 void crun__group_close(struct group *g);
 /* Frees what g holds; after the loop has run out. */

@@ -36,8 +36,9 @@ static void rearm(struct crun__heartbeat *hb);
 static void unknown(struct crun__heartbeat *hb, const char *what, const char *line, size_t len)
 {
 	if (hb->unknown_lines++ == 0)
-		crun__debug("ignoring %s '%.*s' (and any more that are not understood)", what,
-			    (int)(len > 80 ? 80 : len), line);
+		crun__debug("ignoring a %s crun does not understand: '%.*s' (later ones are "
+			    "ignored silently)",
+			    what, (int)(len > 80 ? 80 : len), line);
 }
 
 /* ---- the timer ---- */
@@ -331,7 +332,7 @@ static void fifo_request(struct crun__heartbeat *hb, const char *text, size_t le
 	}
 	lr = rank_of_pid(hb, (pid_t)json_integer_value(pid));
 	if (lr < 0) {
-		crun__debug("FileTimer request of pid %lld, which is no worker's: ignored",
+		crun__debug("ignoring a FileTimer request for pid %lld, which is not a worker",
 			    (long long)json_integer_value(pid));
 		goto out;
 	}
@@ -465,7 +466,9 @@ static int fifo_setup(struct crun__heartbeat *hb, const char *dir)
 	err = uv_read_start((uv_stream_t *)&hb->fifo, fifo_alloc, fifo_read);
 	if (err < 0)
 		return err;
-	crun__debug("FileTimer server on '%s'", hb->timer_file);
+	crun__debug("taking the workers' FileTimer requests (TORCHELASTIC_TIMER_FILE) on "
+		    "'%s'",
+		    hb->timer_file);
 	return 0;
 }
 

@@ -65,7 +65,8 @@ static void watch_xids(struct crun__nvml *nv)
 		return;
 	r = nv->event_set_create(&nv->events);
 	if (r != NVML_SUCCESS) {
-		crun__debug("NVML: no event set, XIDs not watched: %s", why(nv, r));
+		crun__debug("NVML: the GPUs' XID errors are not watched (no event set): %s",
+			    why(nv, r));
 		nv->events = NULL;
 		return;
 	}
@@ -75,7 +76,8 @@ static void watch_xids(struct crun__nvml *nv)
 		r = nv->register_events(nv->devices[i], nvmlEventTypeXidCriticalError, nv->events);
 		nv->xid_watched[i] = r == NVML_SUCCESS;
 		if (r != NVML_SUCCESS)
-			crun__debug("NVML: XIDs of GPU %d not watched: %s", i, why(nv, r));
+			crun__debug("NVML: the XID errors of GPU %d are not watched: %s", i,
+				    why(nv, r));
 	}
 }
 
@@ -114,9 +116,11 @@ struct crun__nvml *crun__nvml_open(const char *path)
 	sym(nv->lib, "nvmlDeviceRegisterEvents", &nv->register_events);
 	sym(nv->lib, "nvmlEventSetWait_v2", &nv->event_wait);
 	if (!nv->init || !nv->shutdown || !nv->get_count || !nv->get_handle) {
-		crun__debug("no NVML, GPUs not monitored: '%s' lacks nvmlInit_v2, "
-			    "nvmlShutdown, nvmlDeviceGetCount_v2 or nvmlDeviceGetHandleByIndex_v2",
-			    path);
+		crun__debug(
+			"no NVML, GPUs not monitored: the NVML library '%s' is too old (it lacks "
+			"nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2 or "
+			"nvmlDeviceGetHandleByIndex_v2)",
+			path);
 		goto out_close;
 	}
 	r = nv->init();
@@ -126,8 +130,8 @@ struct crun__nvml *crun__nvml_open(const char *path)
 	}
 	r = nv->get_count(&count);
 	if (r != NVML_SUCCESS || count > 4096) {
-		crun__debug("no NVML, GPUs not monitored: nvmlDeviceGetCount: %s",
-			    r != NVML_SUCCESS ? why(nv, r) : "implausible count");
+		crun__debug("no NVML, GPUs not monitored: it cannot count the GPUs: %s",
+			    r != NVML_SUCCESS ? why(nv, r) : "it gave an implausible count");
 		goto out_shutdown;
 	}
 	nv->count = (int)count;
@@ -138,12 +142,13 @@ struct crun__nvml *crun__nvml_open(const char *path)
 	for (unsigned int i = 0; i < count; i++) {
 		r = nv->get_handle(i, &nv->devices[i]);
 		if (r != NVML_SUCCESS) {
-			crun__debug("NVML: no handle for GPU %u: %s", i, why(nv, r));
+			crun__debug("NVML: GPU %u is not monitored: %s", i, why(nv, r));
 			nv->devices[i] = NULL;
 		}
 	}
 	watch_xids(nv);
-	crun__debug("NVML from '%s': %d GPU%s", path, nv->count, nv->count == 1 ? "" : "s");
+	crun__debug("monitoring %d GPU%s through NVML ('%s')", nv->count, nv->count == 1 ? "" : "s",
+		    path);
 	return nv;
 
 out_shutdown:

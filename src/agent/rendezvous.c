@@ -563,8 +563,8 @@ static void ready(struct agent_rdzv *r)
 		.agent_store = r->master_agent_store,
 	};
 
-	crun__debug("round %" PRId64 ": group rank %d of %d, ranks %d..%d of %d, restart %d, "
-		    "master %s:%d",
+	crun__debug("round %" PRId64 ": this is node %d of %d; its workers are ranks %d to %d "
+		    "of %d (restart %d); MASTER_ADDR %s, MASTER_PORT %d",
 		    asg->round, asg->group_rank, asg->nnodes, asg->rank_offset,
 		    asg->rank_offset + r->spec->nproc_per_node - 1, asg->world_size,
 		    place.restart_count, place.master_addr, place.master_port);
@@ -730,8 +730,9 @@ static void on_reply(struct crun__aclient *c, int status, const char *message,
 		if (status == -ECANCELED && !r->done_closed) {
 			/* The round ended first; its RDZV_EVENT came before this
 			 * reply and moved the group already. */
-			crun__debug("exit barrier of round %" PRId64 ": %s", round,
-				    message ? message : "canceled");
+			crun__debug("round %" PRId64 " ended while this node waited for the "
+				    "others to finish: %s",
+				    round, message ? message : "the store canceled the wait");
 			return;
 		}
 		set_error(r, "the exit barrier of round %" PRId64 " failed: %s", round,

@@ -228,7 +228,8 @@ int crun__stackdump_start(uv_loop_t *loop, pid_t pid, uint64_t timeout_ms,
 	err = uv_spawn(loop, &d->proc, &opts);
 	d->handles++;
 	if (err < 0) {
-		crun__debug("cannot run '%s': %s", prog, uv_strerror(err));
+		crun__debug("cannot run '%s' to take the hung worker's stack: %s", prog,
+			    uv_strerror(err));
 		uv_close((uv_handle_t *)&d->proc, handle_closed);
 		d->failed = true;
 		d->exited = d->eof = true;

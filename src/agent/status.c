@@ -166,7 +166,9 @@ static void publish(struct crun__status_pub *p)
 	if (rc < 0) {
 		/* Not connected yet (rendezvous), or lost: again after the gap,
 		 * not only at the next tick. */
-		crun__debug("cannot publish this node's status: %s", strerror(-rc));
+		crun__debug("this node's status (for crun status) is not published yet: %s; "
+			    "trying again soon",
+			    rc == -ENOTCONN ? "not connected to the store" : strerror(-rc));
 		arm(p, &p->soon, &p->soon_due, CRUN_STATUS_MIN_GAP_MS);
 	}
 }
@@ -190,7 +192,8 @@ static void on_timer(uv_timer_t *t)
 			return;
 	}
 	if (p->stall_ms && now - p->turned_ms > p->stall_ms) {
-		crun__debug("the loop stood still for %llu ms: this node's status waits",
+		crun__debug("crun was busy or stopped for %llu ms: this node's status is "
+			    "published a little later",
 			    (unsigned long long)(now - p->turned_ms));
 		arm(p, &p->soon, &p->soon_due, CRUN_STATUS_MIN_GAP_MS);
 		return;

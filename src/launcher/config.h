@@ -38,12 +38,14 @@ typedef int (*crun__config_key_cb)(void *ctx, const char *key, int line,
 				   const struct crun__config_value *value, char *err,
 				   size_t errlen);
 
-/* Reads the file at path (at most CRUN_LAUNCH_MAX_CONFIG bytes). An empty
- * file or one with only comments sets nothing. Returns 0 or -EINVAL with
- * one line in err: "cannot read config 'P': reason" or "config 'P' line N:
- * reason" (a YAML syntax error, a top level that is not a mapping, a value
- * nested deeper than one level, an alias, or what the callback said, for
- * instance about a key given twice). */
+/* Reads the file at path (at most CRUN_LAUNCH_MAX_CONFIG bytes). Returns 0
+ * or -EINVAL with one line in err: "cannot read config 'P': reason",
+ * "config 'P' is a directory, not a file", "config 'P' sets no option: ..."
+ * (an empty file, or one of comments only, is a mistake: a wrong file, not
+ * a way to ask for the defaults) or "config 'P' line N: reason" (a YAML
+ * syntax error, a top level that is not a mapping, a value nested deeper
+ * than one level, an alias, or what the callback said, for instance about
+ * a key given twice). */
 int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
 			     size_t errlen);
 

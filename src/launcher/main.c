@@ -1,9 +1,12 @@
 /* crun: parse, resolve, hand the job to the agent. Exit statuses are
  * crun(1)'s: 2 for bad usage or config (nothing started), else the
  * agent's. */
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "common/log.h"
@@ -13,6 +16,7 @@
 #include "launcher/plan.h"
 #include "launcher/remote.h"
 #include "launcher/sched_slurm.h"
+#include "launcher/sibling.h"
 #include "rendezvous/status_cli.h"
 
 #include "crun-config.h"
@@ -37,12 +41,40 @@ static int set_log_level(char *err, size_t errlen)
 	return -1;
 }
 
+/* A command that is one of crun's own programs, missing from PATH, runs
+ * from beside crun or from crun's build tree (sibling.h): the workers'
+ * argv[0] becomes that path, kept in buf. */
+static void find_own_program(struct crun__launch_plan *plan, char *buf, size_t len)
+{
+	char self[PATH_MAX], root[PATH_MAX];
+	const char *build_root = NULL, *from;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	if (n <= 0 || !plan->argc)
+		return;
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+#ifdef CRUN_BUILD_ROOT
+	if (realpath(CRUN_BUILD_ROOT, root))
+		build_root = root;
+#endif
+	if (crun__launch_find_sibling(plan->argv[0], crun__env_get("PATH"), self, build_root, buf,
+				      len, &from) < 0)
+		return;
+	crun__info("'%s' is not in PATH; running crun's own '%s' (%s)", plan->argv[0], buf, from);
+	plan->argv[0] = buf;
+}
+
 int main(int argc, char **argv)
 {
 	struct crun__launch_opts opts;
 	struct crun__launch_plan plan;
 	struct crun__agent_spec spec;
-	char err[1024];
+	char err[1024], own_program[PATH_MAX];
 	int status = 2;
 
 	crun__log_init("crun", CRUN_LOG_INFO);
@@ -88,6 +120,7 @@ int main(int argc, char **argv)
 		crun__error("%s", err);
 		goto out_finish_plan;
 	}
+	find_own_program(&plan, own_program, sizeof(own_program));
 	if (opts.action == CRUN_LAUNCH_DRY_RUN) {
 		crun__launch_plan_print(stdout, &plan, &opts);
 		status = fflush(stdout) ? 1 : 0;

@@ -177,8 +177,10 @@ static const struct crun__launch_optdef optdefs[CRUN_OPT_COUNT] = {
 	  "Port=2222,IdentityFile=/path/key; crun always adds BatchMode=yes", G_NODES },
 
 	{ CRUN_OPT_LOG_DIR, "log-dir", 0, true, true, true, "DIR", "none",
-	  "write the workers' redirected and teed streams to DIR/RUN_ID/"
-	  "attempt_N/LOCAL_RANK/{stdout,stderr}.log", G_OUTPUT },
+	  "write the workers' redirected and teed streams to RUN_DIR/"
+	  "attempt_N/LOCAL_RANK/{stdout,stderr}.log, where RUN_DIR is this run's "
+	  "own: DIR/RUN_ID, or DIR/<UTC time> for the run id none, with .1, .2, ... "
+	  "when taken", G_OUTPUT },
 	{ CRUN_OPT_REDIRECTS, "redirects", 'r', true, true, true, "SPEC", "0",
 	  "streams that go to the log files only: 0 none, 1 stdout, 2 stderr, "
 	  "3 both, for every local rank, or per rank as 0:1,1:2", G_OUTPUT },

@@ -1051,7 +1051,8 @@ int crun__aclient_request(struct crun__aclient *c, const struct crun__wire_msg *
 		return -EINVAL;
 	m.id = next_id(c);
 	if (crun__wire_validate(&m, why, sizeof(why)) < 0) {
-		crun__debug("refusing to send a bad %s: %s", crun__wire_type_name(m.type), why);
+		crun__debug("not sending a malformed %s request to the store: %s",
+			    crun__wire_type_name(m.type), why);
 		return -EINVAL;
 	}
 	p = calloc(1, sizeof(*p));

@@ -355,7 +355,7 @@ static int cmd_watch(struct ctl *c)
 		if (rc < 0)
 			return op_failed(c, "watch", c->args[i], rc);
 	}
-	crun__debug("watching %d keys", c->nargs);
+	crun__debug("watching %d key%s for changes", c->nargs, c->nargs == 1 ? "" : "s");
 	for (;;) {
 		struct crun_store_event ev;
 		struct pollfd p[2];

@@ -237,7 +237,8 @@ static void process(struct mconn *c)
 	crun__http_route(rc, &req, "/metrics", &reply);
 	c->took = rc > 0 ? (size_t)rc : c->len;
 	if (rc < 0)
-		crun__debug("metrics: bad request: %d %s", -rc, crun__http_reason(-rc));
+		crun__debug("metrics: answered a request it cannot serve with HTTP %d (%s)", -rc,
+			    crun__http_reason(-rc));
 	respond(c, &reply);
 }
 

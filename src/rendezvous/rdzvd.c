@@ -585,7 +585,8 @@ out_run:
 	uv_run(&d.loop, UV_RUN_DEFAULT);
 out_close_loop:
 	if (uv_loop_close(&d.loop) < 0)
-		crun__debug("event loop closed with handles left");
+		crun__debug("some connections or timers were still open at the end; they close "
+			    "with the process");
 out_free_token:
 	crun__journal_file_destroy(d.journal);
 	if (token) {

@@ -47,6 +47,13 @@ enum round_state {
 };
 
 static const char *const state_names[] = {"open", "running", "closed", "recovering"};
+/* The same, for the operator's debug line on each change. */
+static const char *const state_words[] = {
+	"is open: waiting for the nodes to join",
+	"is running: every member node has its ranks",
+	"is over: the run has ended, no more rounds",
+	"is being recovered: waiting for its nodes to resume after the store restarted",
+};
 
 /* A node that joined: waiting in the OPEN round, member of the RUNNING
  * one, or on standby. Strings live in the same allocation. */
@@ -1120,8 +1127,8 @@ static void running_event(struct crun__round *r, const struct crun__round_event 
 		n = member_report(r, ev, "");
 		if (!n)
 			break;
-		crun__debug("run '%s': node %d (%s) is done (%d of %zu)", r->run_id, n->group_rank,
-			    n->host, r->ndone, r->members.n);
+		crun__debug("run '%s': node %d (%s) has finished its work; %d of %zu nodes done",
+			    r->run_id, n->group_rank, n->host, r->ndone, r->members.n);
 		if ((size_t)r->ndone == r->members.n)
 			close_run(r, false);
 		break;
@@ -1707,8 +1714,8 @@ void crun__round_apply(struct crun__round *r, const struct crun__round_event *ev
 	}
 out:
 	if (r->state != from)
-		crun__debug("run '%s': rendezvous %s -> %s (round %" PRId64 ")", r->run_id,
-			    state_names[from], state_names[r->state], r->round);
+		crun__debug("run '%s': round %" PRId64 " %s", r->run_id, r->round,
+			    state_words[r->state]);
 	if (r->generation != r->journaled) {
 		r->journaled = r->generation;
 		if (r->journal_cb)

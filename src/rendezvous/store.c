@@ -163,13 +163,51 @@ static uint32_t hash_item(const struct crun__store *st, const struct crun__wire_
 
 void crun__store_log_request(const struct crun__store_client *c, const struct crun__wire_msg *m)
 {
-	char k[300] = "";
+	char k[300] = "", what[320] = "", more[64] = "";
 
-	if (m->count && m->type != CRUN_WIRE_PING)
+	if (m->count && m->type != CRUN_WIRE_PING) {
 		show_item(k, sizeof(k), &m->items[0]);
-	crun__debug("%s: %s id %u '%s'%s num %" PRId64 " (%u items)", c->name,
-		    crun__wire_type_name(m->type), m->id, k, m->count > 1 ? " ..." : "", m->num,
-		    m->count);
+		snprintf(what, sizeof(what), " '%s'", k);
+	}
+	/* What the other items and the number mean depends on the request
+	 * (wire.h). */
+	switch (m->type) {
+	case CRUN_WIRE_SET:
+	case CRUN_WIRE_APPEND:
+	case CRUN_WIRE_QUEUE_PUSH:
+		if (m->count > 1)
+			snprintf(more, sizeof(more), " (a value of %u bytes)", m->items[1].len);
+		break;
+	case CRUN_WIRE_RDZV_JOIN:
+	case CRUN_WIRE_RDZV_RESUME:
+		snprintf(more, sizeof(more), " (to join the rendezvous as that node)");
+		break;
+	default:
+		if (m->count > 1)
+			snprintf(more, sizeof(more), " and %u more", m->count - 1);
+		break;
+	}
+	switch (m->type) {
+	case CRUN_WIRE_GET:
+	case CRUN_WIRE_MGET:
+	case CRUN_WIRE_WAIT:
+		if (m->num > 0)
+			snprintf(more + strlen(more), sizeof(more) - strlen(more),
+				 ", waiting up to %" PRId64 " ms", m->num);
+		break;
+	case CRUN_WIRE_ADD:
+		snprintf(more + strlen(more), sizeof(more) - strlen(more), ", adding %" PRId64,
+			 m->num);
+		break;
+	case CRUN_WIRE_RDZV_FAIL:
+	case CRUN_WIRE_RDZV_DONE:
+		snprintf(more + strlen(more), sizeof(more) - strlen(more), " in round %" PRId64,
+			 m->num);
+		break;
+	default:
+		break;
+	}
+	crun__debug("store: %s asks %s%s%s", c->name, crun__wire_type_name(m->type), what, more);
 }
 
 /* ---- replies ------------------------------------------------------------- */

@@ -26,6 +26,8 @@ dup_key=$(cfg dup.yaml 'max_restarts: 1\nmax-restarts: 2\n')
 bad_bool=$(cfg bool.yaml 'standalone: maybe\n')
 not_map=$(cfg list.yaml '- a\n- b\n')
 bad_rdzv=$(cfg rdzv.yaml 'rdzv_conf: {join_timeout: 60, bogus: 1}\n')
+empty=$(cfg empty.yaml '')
+only_comments=$(cfg comments.yaml '# crun options\n\n  # none yet\n')
 unreadable=$(cfg unreadable.yaml 'max_restarts: 1\n')
 chmod 000 "$unreadable"
 
@@ -146,7 +148,10 @@ bad "invalid value 'x' for TORCH_ELASTIC_SHUTDOWN_TIMEOUT" "TORCH_ELASTIC_SHUTDO
 bad "invalid value 'loud' for CRUN_LOG_LEVEL" "CRUN_LOG_LEVEL=loud"
 # Config files.
 bad "cannot read config '$tmp/missing.yaml': No such file or directory" "" -c "$tmp/missing.yaml"
-bad "cannot read config '$tmp': not a regular file" "" --config "$tmp"
+bad "config '$tmp' is a directory, not a file" "" --config "$tmp"
+bad "config '$empty' sets no option: it is empty or holds only comments" "" -c "$empty"
+bad "config '$only_comments' sets no option: it is empty or holds only comments" "" \
+	--config="$only_comments"
 if [ "$(id -u)" != 0 ]; then # root reads mode 000 files
 	bad "cannot read config '$unreadable': Permission denied" "" -c "$unreadable"
 fi

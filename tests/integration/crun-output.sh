@@ -72,6 +72,30 @@ done
 lacks "$tmp/err" ":err"
 [ ! -e "$logs/logjob/attempt_2" ] || fail "an attempt too many"
 
+has "$tmp/err" "crun: logs of this run in '$logs/logjob'"
+
+# Every run has a directory of its own: a second run of the same id gets
+# .1; runs of the default id "none" are named by their UTC start time, and
+# two of them in one second still get one each. Each says where, once.
+crun --log-dir="$logs" --rdzv-id=logjob --redirects=1 sh -c 'echo again' \
+	>"$tmp/out" 2>"$tmp/err" || fail "second logjob: $(cat "$tmp/err")"
+has "$tmp/err" "crun: logs of this run in '$logs/logjob.1'"
+[ "$(cat "$logs/logjob.1/attempt_0/0/stdout.log")" = again ] || fail "logjob.1"
+[ "$(cat "$logs/logjob/attempt_0/0/stdout.log")" = "out 0 0" ] || fail "logjob was overwritten"
+mkdir "$tmp/anon"
+for i in 1 2 3; do
+	crun --log-dir="$tmp/anon" --redirects=1 sh -c "echo run $i" >"$tmp/out" 2>"$tmp/err" ||
+		fail "anonymous run $i: $(cat "$tmp/err")"
+	[ "$(grep -c "logs of this run in" "$tmp/err")" = 1 ] || fail "run $i: $(cat "$tmp/err")"
+	d=$(sed -n "s/^crun: logs of this run in '\(.*\)'$/\1/p" "$tmp/err")
+	[[ $d =~ ^$tmp/anon/20[0-9]{6}T[0-9]{6}Z(\.[0-9]+)?$ ]] || fail "run $i: directory '$d'"
+	[ "$(cat "$d/attempt_0/0/stdout.log")" = "run $i" ] || fail "run $i: $d"
+done
+[ "$(find "$tmp/anon" -name stdout.log | wc -l)" = 3 ] || fail "$(find "$tmp/anon")"
+for f in "$tmp"/anon/*/attempt_0/0/stdout.log; do
+	cat "$f"
+done | sort | tr '\n' ' ' | grep -qx "run 1 run 2 run 3 " || fail "a run's log was overwritten"
+
 # --local-ranks-filter: only rank 1 on the console, every rank in files.
 crun --nproc-per-node=3 --local-ranks-filter=1 --log-dir="$logs" --rdzv-id=filterjob --tee=3 \
 	"$H/crun-test-lines" both >"$tmp/out" 2>"$tmp/err" || fail "filter job"
@@ -90,4 +114,47 @@ crun --nproc-per-node=2 --max-restarts=0 "$CRUN_TEST_HELPERS_SRC/progress_worker
 # on the same line of the file (on a terminal it overwrites the bar).
 grep -qF "[1]:log line 9999 of rank 1" "$tmp/err" || fail "rank 1's last line is missing"
 grep -qF "[0]:step  19999" "$tmp/err" || fail "no last redraw"
+
+# CRUN_LOG_LEVEL=debug speaks the operator's language: what happened and
+# what crun does next, in words; no state machine's names, enum numbers,
+# -1 placeholders or wire fields. One node that restarts once, then two
+# nodes (the rendezvous and its store too) whose round ends once.
+# internal_lines FILE: fails on a line that reads like the source.
+internal_lines() {
+	! grep -nE -- '-> |event [0-9]|rank -1|arg [0-9]| id [0-9]+ | num -?[0-9]|\(null\)' "$1" ||
+		fail "debug lines that need the source to be read (above), in $1"
+}
+rm -f "$tmp/failed-once"
+CRUN_LOG_LEVEL=debug crun --nproc-per-node=2 --max-restarts=1 sh -c \
+	'if [ "$RANK" = 1 ] && [ ! -e "$0" ]; then touch "$0"; exit 3; fi
+	[ "$RANK$TORCHELASTIC_RESTART_COUNT" = 00 ] && sleep 20; echo ok' \
+	"$tmp/failed-once" >"$tmp/out" 2>"$tmp/err" || fail "debug job: $(cat "$tmp/err")"
+internal_lines "$tmp/err"
+has "$tmp/err" "crun: worker group: the job starts; now starting the workers"
+grep -q "^crun: worker group: local rank 1 (rank 1) exited with code 3; now stopping the workers because a worker failed" \
+	"$tmp/err" || fail "no stop line: $(cat "$tmp/err")"
+grep -q "^crun: worker group: local rank 0 (rank 0) was killed by SIGTERM; " \
+	"$tmp/err" || fail "no SIGTERM line: $(cat "$tmp/err")"
+grep -q "; now starting the workers again (restart 1)$" "$tmp/err" || fail "no restart line"
+has "$tmp/err" "crun: the worker group is done: the job succeeded; crun's exit status is 0"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+rm -f "$tmp/failed-once"
+for n in 0 1; do
+	CRUN_LOG_LEVEL=debug crun --nnodes=2 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" \
+		--rdzv-id=dbg --max-restarts=1 sh -c \
+		'if [ "$RANK" = 3 ] && [ ! -e "$0" ]; then touch "$0"; exit 3; fi; echo ok' \
+		"$tmp/failed-once" >"$tmp/out.$n" 2>"$tmp/err.$n" &
+	eval "node$n=\$!"
+done
+# shellcheck disable=SC2154
+wait "$node0" || fail "debug node 0: $(cat "$tmp/err.0")"
+# shellcheck disable=SC2154
+wait "$node1" || fail "debug node 1: $(cat "$tmp/err.1")"
+cat "$tmp/err.0" "$tmp/err.1" >"$tmp/err"
+internal_lines "$tmp/err"
+has "$tmp/err" "crun: run 'dbg': round 2 is open: waiting for the nodes to join"
+has "$tmp/err" "crun: run 'dbg': round 2 is over: the run has ended, no more rounds"
+grep -q "^crun: round 2: this is node [01] of 2; its workers are ranks [02] to [13] of 4 (restart 1)" \
+	"$tmp/err" || fail "no placement line: $(cat "$tmp/err")"
+grep -q "^crun: store: .* asks RDZV_DONE in round 2$" "$tmp/err" || fail "no store request line"
 echo "ok"

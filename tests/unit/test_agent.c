@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/group.h"
+#include "agent/logdir.h"
 #include "agent/prefix.h"
 #include "agent/reaper.h"
 #include "agent/spawn.h"
@@ -441,6 +442,52 @@ static void test_mkdir_p(void **state)
 	spit(file, "x");
 	strcat(file, "/sub");
 	assert_int_equal(crun__mkdir_p(file, 0777), -ENOTDIR);
+}
+
+/* A run's own log directory: the run id, or the UTC time for "none";
+ * .1, .2, ... when taken; never a directory that exists already. */
+static void test_logdir(void **state)
+{
+	const time_t t = 1796210553; /* 2026-12-02 11:22:33 UTC */
+	char name[64], parent[PATH_MAX + 32], want[PATH_MAX + 64], what[PATH_MAX + 64];
+	char *p1, *p2, *p3, *p4;
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(crun__logdir_name(name, sizeof(name), "job7", t, 0), 0);
+	assert_string_equal(name, "job7");
+	assert_int_equal(crun__logdir_name(name, sizeof(name), "job7", t, 2), 0);
+	assert_string_equal(name, "job7.2");
+	assert_int_equal(crun__logdir_name(name, sizeof(name), "none", t, 0), 0);
+	assert_string_equal(name, "20261202T112233Z");
+	assert_int_equal(crun__logdir_name(name, sizeof(name), "none", t, 11), 0);
+	assert_string_equal(name, "20261202T112233Z.11");
+	assert_int_equal(crun__logdir_name(name, 8, "none", t, 0), -ENAMETOOLONG);
+
+	/* The parent is made; each run of the same id and time gets its own. */
+	snprintf(parent, sizeof(parent), "%s/logs/deeper", scratch);
+	assert_int_equal(crun__logdir_make(parent, "none", t, &p1, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "none", t, &p2, what, sizeof(what)), 0);
+	snprintf(want, sizeof(want), "%s/20261202T112233Z", parent);
+	assert_string_equal(p1, want);
+	snprintf(want, sizeof(want), "%s/20261202T112233Z.1", parent);
+	assert_string_equal(p2, want);
+	assert_int_equal(stat(p2, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	/* A file of the name is taken as well. */
+	snprintf(want, sizeof(want), "%s/job", parent);
+	spit(want, "x");
+	assert_int_equal(crun__logdir_make(parent, "job", t, &p3, what, sizeof(what)), 0);
+	snprintf(want, sizeof(want), "%s/job.1", parent);
+	assert_string_equal(p3, want);
+	/* A parent that cannot be a directory: the error names it. */
+	snprintf(want, sizeof(want), "%s/job/sub", parent);
+	assert_int_equal(crun__logdir_make(want, "job", t, &p4, what, sizeof(what)), -ENOTDIR);
+	assert_null(p4);
+	assert_string_equal(what, want);
+	free(p1);
+	free(p2);
+	free(p3);
 }
 
 /* ---- whole runs ---- */
@@ -1007,6 +1054,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_guard_watchdog),
+		cmocka_unit_test(test_logdir),
 		cmocka_unit_test(test_error_file_record),
 		cmocka_unit_test(test_error_file_strings),
 		cmocka_unit_test(test_error_file_bad),

@@ -21,6 +21,7 @@
 #include "launcher/help.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/sibling.h"
 
 #define MAXARGS 32
 
@@ -721,18 +722,17 @@ static void test_config_file(void **state)
 	assert_string_equal(r->o.config_path, p);
 	done(r);
 
-	/* rdzv_conf as a string, --config= form, empty files. */
+	/* rdzv_conf as a string, --config= form (the last one given is read), files
+	 * that set nothing. */
 	p = write_file("str.yaml", "rdzv_conf: \"join_timeout=5,read_timeout=2\"\n");
 	r = parse("--config=/dev/null", "--config", p, "x");
 	assert_int_equal(r->rc, 0);
 	assert_true(r->o.rdzv_conf.read_timeout_ms == 2000);
 	done(r);
-	r = parse("-c", write_file("empty.yaml", ""), "x");
-	assert_int_equal(r->rc, 0);
-	done(r);
-	r = parse("-c", write_file("comments.yaml", "# nothing\n---\n"), "x");
-	assert_int_equal(r->rc, 0);
-	done(r);
+	expect_error(parse("-c", write_file("empty.yaml", ""), "x"),
+		     "empty.yaml' sets no option: it is empty or holds only comments");
+	expect_error(parse("-c", write_file("comments.yaml", "# nothing\n---\n"), "x"),
+		     "comments.yaml' sets no option");
 
 	expect_error(parse("-c", write_file("unknown.yaml", "max_restarts: 1\n\nnproc: 4\n"), "x"),
 		     "unknown.yaml' line 3: unknown key 'nproc'");
@@ -768,7 +768,8 @@ static void test_config_file(void **state)
 	assert_int_equal(r->rc, 0);
 	assert_true(r->o.run_path);
 	done(r);
-	expect_error(parse("-c", tmpdir, "x"), "not a regular file");
+	expect_error(parse("-c", tmpdir, "x"), "is a directory, not a file");
+	expect_error(parse("-c", "/dev/null", "x"), "not a regular file");
 	/* A bad value is reported even where the command line overrides it. */
 	expect_error(parse("-c", write_file("over.yaml", "nproc_per_node: zero\n"),
 			   "--nproc-per-node=2", "x"),
@@ -778,6 +779,105 @@ static void test_config_file(void **state)
 static void make_dir(const char *path)
 {
 	assert_int_equal(mkdir(path, 0700), 0);
+}
+
+/* An executable file at tmpdir/rel (its directories made). */
+static void make_exe(const char *rel)
+{
+	char path[256];
+	char *p;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, rel);
+	for (p = strchr(path + strlen(tmpdir) + 1, '/'); p; p = strchr(p + 1, '/')) {
+		*p = '\0';
+		mkdir(path, 0700);
+		*p = '/';
+	}
+	write_file(rel, "#!/bin/sh\n");
+	assert_int_equal(chmod(path, 0755), 0);
+}
+
+static void test_sibling(void **state)
+{
+	char bin[192], sbin[192], root[192], launcher[192], pathbin[192], out[256], want[256];
+	const char *from;
+
+	(void)state;
+	assert_true(crun__launch_is_own_program("crun-train"));
+	assert_true(crun__launch_is_own_program("crunctl"));
+	assert_true(crun__launch_is_own_program("crun-rdzvd"));
+	assert_true(crun__launch_is_own_program("crun-trace-merge"));
+	assert_true(crun__launch_is_own_program("crun-plot-loss"));
+	assert_false(crun__launch_is_own_program("crun-plot-"));
+	assert_false(crun__launch_is_own_program("crun"));
+	assert_false(crun__launch_is_own_program("python3"));
+
+	make_exe("t/bin/crun-train");
+	make_exe("t/bin/crun-plot-loss");
+	make_exe("t/sbin/crun-rdzvd");
+	make_exe("t/bin/other");
+	write_file("t/bin/crunctl", "not executable\n");
+	make_exe("b/src/trainer/crun-train");
+	make_exe("b/src/rendezvous/crunctl");
+	make_exe("b/src/launcher/crun");
+	make_exe("p/crun-train");
+	snprintf(bin, sizeof(bin), "%s/t/bin", tmpdir);
+	snprintf(sbin, sizeof(sbin), "%s/t/sbin", tmpdir);
+	snprintf(root, sizeof(root), "%s/b", tmpdir);
+	snprintf(launcher, sizeof(launcher), "%s/b/src/launcher", tmpdir);
+	snprintf(pathbin, sizeof(pathbin), "%s/p", tmpdir);
+
+	/* PATH: its entries in order, an empty one the current directory. */
+	assert_true(crun__launch_in_path("crun-train", pathbin));
+	assert_false(crun__launch_in_path("crun-train", "/nonexistent::/nonexistent2"));
+	assert_false(crun__launch_in_path("crunctl", bin));
+	assert_false(crun__launch_in_path("t", tmpdir)); /* a directory */
+
+	/* Next to crun, and sbin beside bin for crun-rdzvd. */
+	assert_int_equal(crun__launch_find_sibling("crun-train", "/nonexistent", bin, root, out,
+						   sizeof(out), &from),
+			 0);
+	snprintf(want, sizeof(want), "%s/crun-train", bin);
+	assert_string_equal(out, want);
+	assert_string_equal(from, "next to crun");
+	assert_int_equal(
+		crun__launch_find_sibling("crun-plot-loss", "", bin, NULL, out, sizeof(out), &from),
+		0);
+	assert_int_equal(crun__launch_find_sibling("crun-rdzvd", "/nonexistent", bin, NULL, out,
+						   sizeof(out), &from),
+			 0);
+	snprintf(want, sizeof(want), "%s/crun-rdzvd", sbin);
+	assert_string_equal(out, want);
+	/* Not crun's own, a slash, in PATH, not executable: left to exec. */
+	assert_int_equal(crun__launch_find_sibling("other", "/nonexistent", bin, NULL, out,
+						   sizeof(out), &from),
+			 -ENOENT);
+	assert_int_equal(crun__launch_find_sibling("./crun-train", "/nonexistent", bin, NULL, out,
+						   sizeof(out), &from),
+			 -ENOENT);
+	assert_int_equal(crun__launch_find_sibling("crun-train", pathbin, bin, NULL, out,
+						   sizeof(out), &from),
+			 -ENOENT);
+	assert_int_equal(crun__launch_find_sibling("crunctl", "/nonexistent", bin, root, out,
+						   sizeof(out), &from),
+			 -ENOENT);
+	assert_null(from);
+
+	/* The build tree: only for the crun in <root>/src/launcher. */
+	assert_int_equal(crun__launch_find_sibling("crun-train", "/nonexistent", launcher, root,
+						   out, sizeof(out), &from),
+			 0);
+	snprintf(want, sizeof(want), "%s/src/trainer/crun-train", root);
+	assert_string_equal(out, want);
+	assert_string_equal(from, "in crun's build tree");
+	assert_int_equal(crun__launch_find_sibling("crunctl", "/nonexistent", launcher, root, out,
+						   sizeof(out), &from),
+			 0);
+	snprintf(want, sizeof(want), "%s/src/rendezvous/crunctl", root);
+	assert_string_equal(out, want);
+	assert_int_equal(crun__launch_find_sibling("crunctl", "/nonexistent", launcher, NULL, out,
+						   sizeof(out), &from),
+			 -ENOENT);
 }
 
 static void test_count_gpus(void **state)
@@ -1184,6 +1284,7 @@ int main(void)
 		cmocka_unit_test(test_signals),
 		cmocka_unit_test(test_config_file),
 		cmocka_unit_test(test_count_gpus),
+		cmocka_unit_test(test_sibling),
 		cmocka_unit_test(test_plan),
 		cmocka_unit_test(test_free_port),
 		cmocka_unit_test(test_help_layout),
