@@ -27,8 +27,9 @@ unset PYTHON_EXEC CRUN_LOG_LEVEL OMP_NUM_THREADS TORCH_NCCL_ASYNC_ERROR_HANDLING
 	CUDA_VISIBLE_DEVICES CRUN_STORE CRUN_RUN_ID CRUN_ROUND CRUN_TOKEN CRUN_TOKEN_FILE
 
 # crun with a hard limit, so that a hang fails the test instead of the suite
+# (60 s: a job that takes seconds alone took 30 beside other tests)
 crun() {
-	timeout -s KILL 30 "$CRUN" "$@"
+	timeout -s KILL 60 "$CRUN" "$@"
 }
 # has FILE LINE: FILE has exactly this line
 has() {

@@ -42,6 +42,11 @@ metrics_port() {
 pid_rdzvd=$!
 stray_pids="$stray_pids $pid_rdzvd"
 wait_for "$tmp/rdzvd.err" "listening on"
+# the port file can come a moment after that line
+for _ in $(seq 200); do
+	[ -s "$tmp/rdzvd.port" ] && break
+	sleep 0.05
+done
 store_port=$(cat "$tmp/rdzvd.port")
 rdzvd_mport=$(metrics_port "$tmp/rdzvd.err")
 [ -n "$rdzvd_mport" ] || fail "crun-rdzvd named no metrics port: $(cat "$tmp/rdzvd.err")"

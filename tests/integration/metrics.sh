@@ -17,7 +17,7 @@ probe="$CRUN_SOURCE_DIR/tests/integration/http-probe.py"
 pid_rdzvd=$!
 stray_pids="$stray_pids $pid_rdzvd"
 agent job --standalone --metrics-port 0 --metrics-host 127.0.0.1 --no-python \
-	sh -c "sleep 25 # $marker"
+	sh -c "sleep 60 # $marker"
 
 # check URL NAME: the endpoint at URL answers as it should.
 check() {
