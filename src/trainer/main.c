@@ -264,8 +264,8 @@ static int resume(struct run *r)
 		 restarts && strcmp(restarts, "0") ? restarts : "");
 	if (step >= r->cfg->train.steps)
 		out_line(r,
-			 "nothing to train: the checkpoint of step %lld is the last step "
-			 "(train.steps %lld)",
+			 "nothing to train: the checkpoint of step %lld is at or past "
+			 "train.steps %lld",
 			 (long long)step, (long long)r->cfg->train.steps);
 	return 0;
 }
