@@ -57,9 +57,10 @@ launcher="$tmp/limited"
 bound='RLIMIT_AS \(ulimit -v\) 1.00 GiB less [0-9.]+ [KMG]iB in use(; MemAvailable [0-9.]+ [KMG]iB)?'
 if ! "$tmp/limited" --version >/dev/null 2>&1; then
 	# A sanitizer's shadow memory does not fit under the limit: its
-	# allocator refuses any allocation above the same size instead.
+	# allocator refuses any allocation above the same size instead, which
+	# the line says when MemAvailable would have been enough.
 	launcher=$TRAIN
-	bound='MemAvailable of /proc/meminfo'
+	bound="MemAvailable of /proc/meminfo(; the allocator refused them all the same(, by a limit not shown here \\(vm\\.overcommit_memory=2, a cgroup's memory\\.max, a sanitizer's allocation limit\\)|: .*))?"
 	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:max_allocation_size_mb=$((limit_kib / 1024))"
 	export ASAN_OPTIONS
 fi

@@ -16,6 +16,7 @@
 #include <cblas.h>
 #include <cmocka.h>
 
+#include "common/util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
 #include "trainer/config.h"
@@ -281,7 +282,7 @@ static void test_host_oom_message(void **state)
 		.act_bytes = 3 * MiB,
 		.token_bytes = 2048,
 	};
-	struct crun__host_avail avail = {.mem_available = 8 * GiB};
+	struct crun__host_avail avail = {.mem_available = 3 * GiB};
 	char msg[1024], h[32];
 
 	(void)state;
@@ -297,9 +298,10 @@ static void test_host_oom_message(void **state)
 	assert_string_equal(msg, "out of host memory for the model and its buffers: they need "
 				 "4298115072 bytes (4.00 GiB: parameters 1.00 GiB, gradients 1.00 "
 				 "GiB, optimizer state 2.00 GiB, activations 3.00 MiB, token batch "
-				 "2.0 KiB), 8589934592 bytes (8.00 GiB) available: MemAvailable of "
+				 "2.0 KiB), 3221225472 bytes (3.00 GiB) available: MemAvailable of "
 				 "/proc/meminfo: see OUT OF MEMORY in crun-train(1)");
 	/* a limit below it, less what the process holds */
+	avail.mem_available = 8 * GiB;
 	avail.as_limit = 4 * GiB;
 	avail.as_used = 512 * MiB;
 	avail.data_limit = 6 * GiB;
@@ -312,6 +314,27 @@ static void test_host_oom_message(void **state)
 	avail.data_limit = GiB;
 	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
 	assert_non_null(strstr(msg, "available: RLIMIT_DATA (ulimit -d) 1.00 GiB less 100.00 MiB"));
+	/* enough available, refused all the same: the limits that may refuse */
+	avail.as_limit = avail.data_limit = 0;
+	avail.mem_available = 22 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "available: MemAvailable of /proc/meminfo; the allocator "
+				    "refused them all the same, by a limit not shown here "
+				    "(vm.overcommit_memory=2, a cgroup's memory.max, a sanitizer's "
+				    "allocation limit): see OUT OF MEMORY in crun-train(1)"));
+	avail.overcommit_memory = 2;
+	avail.commit_limit = 10 * GiB;
+	avail.committed_as = 7 * GiB;
+	avail.cgroup_max = 6 * GiB;
+	avail.cgroup_current = 3 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "refused them all the same: vm.overcommit_memory=2 leaves "
+				    "3.00 GiB (CommitLimit less Committed_AS); cgroup memory.max "
+				    "6.00 GiB, 3.00 GiB in use: see OUT OF MEMORY"));
+	/* not enough: no word of the allocator */
+	avail.mem_available = 2 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_null(strstr(msg, "refused"));
 	/* nothing known */
 	memset(&avail, 0, sizeof(avail));
 	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
@@ -320,9 +343,6 @@ static void test_host_oom_message(void **state)
 	/* a short buffer is cut, still a string */
 	crun__host_oom_message(&need, &avail, msg, 40);
 	assert_int_equal(strlen(msg), 39);
-	/* this host: MemAvailable is there */
-	crun__host_avail_read(&avail);
-	assert_true(avail.mem_available > 0);
 }
 
 static struct crun__model *small_model(int T, int d, int H, int L, int mult)
