@@ -189,16 +189,30 @@ static void test_config_yaml(void **state)
 	crun__train_config_finish(&cfg);
 }
 
+/* The working directory before a test that changes it, given back after
+ * it whether it passed or not. */
+static int save_cwd(void **state)
+{
+	static char cwd[4096];
+
+	*state = getcwd(cwd, sizeof(cwd));
+	return *state ? 0 : -1;
+}
+
+static int restore_cwd(void **state)
+{
+	return chdir(*state);
+}
+
 /* Where a config argument is found: as given, else in the data
  * directories' configs/ and themselves, in order. */
 static void test_config_find(void **state)
 {
-	char d1[300], d2[300], path[400], out[512], want[2048], err[2048], cwd[4096];
+	char d1[300], d2[300], path[400], out[512], want[2048], err[2048];
 	const char *dirs[] = {d1, d2, NULL}, *none[] = {NULL};
 	bool elsewhere;
 
 	(void)state;
-	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	snprintf(d1, sizeof(d1), "%s/find1", tmpdir);
 	snprintf(d2, sizeof(d2), "%s/find2", tmpdir);
 	snprintf(path, sizeof(path), "%s/configs", d1);
@@ -247,11 +261,27 @@ static void test_config_find(void **state)
 						 &elsewhere, err, sizeof(err)),
 			 0);
 	assert_string_equal(out, want);
-	snprintf(want, sizeof(want), "%s/configs/../b.yaml", d2);
+	/* a name with a ".." component stays as given: no data directory's
+	 * neighbours */
 	assert_int_equal(crun__train_config_find("../b.yaml", dirs, out, sizeof(out), &elsewhere,
 						 err, sizeof(err)),
 			 0);
+	assert_string_equal(out, "../b.yaml");
+	assert_false(elsewhere);
+	assert_int_equal(crun__train_config_find("configs/../b.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "configs/../b.yaml");
+	assert_false(elsewhere);
+	/* "..." and "..x" are names, not ".." */
+	snprintf(path, sizeof(path), "%s/configs/..x.yaml", d2);
+	write_file(path, "model:\n");
+	snprintf(want, sizeof(want), "%s/configs/..x.yaml", d2);
+	assert_int_equal(crun__train_config_find("..x.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
 	assert_string_equal(out, want);
+	assert_true(elsewhere);
 
 	/* nowhere: every place searched, in order */
 	assert_int_equal(crun__train_config_find("c.yaml", dirs, out, sizeof(out), &elsewhere, err,
@@ -262,12 +292,28 @@ static void test_config_find(void **state)
 		 "'%s/configs' or '%s'",
 		 d1, d1, d2, d2);
 	assert_string_equal(err, want);
+	/* more places than the message holds: whole ones, then ", …" */
+	{
+		char long_dir[200];
+		const char *many[] = {long_dir, long_dir, long_dir, long_dir, long_dir, NULL};
+		const char *tail;
+
+		memset(long_dir, 'd', sizeof(long_dir) - 1);
+		long_dir[0] = '/';
+		long_dir[sizeof(long_dir) - 1] = '\0';
+		assert_int_equal(crun__train_config_find("c.yaml", many, out, sizeof(out),
+							 &elsewhere, err, sizeof(err)),
+				 -ENOENT);
+		assert_true(strlen(err) < 1100);
+		tail = err + strlen(err) - strlen("d', …");
+		assert_string_equal(tail, "d', …");
+		assert_null(strstr(err, " or "));
+	}
 	/* no data directories: as given, for the load to say it is missing */
 	assert_int_equal(crun__train_config_find("c.yaml", none, out, sizeof(out), &elsewhere, err,
 						 sizeof(err)),
 			 0);
 	assert_string_equal(out, "c.yaml");
-	assert_int_equal(chdir(cwd), 0);
 }
 
 /* The line of a run that does not fit in host memory: the bytes needed,
@@ -1272,7 +1318,7 @@ int main(void)
 		cmocka_unit_test(test_config_defaults_roundtrip),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_config_yaml),
-		cmocka_unit_test(test_config_find),
+		cmocka_unit_test_setup_teardown(test_config_find, save_cwd, restore_cwd),
 		cmocka_unit_test(test_host_oom_message),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
