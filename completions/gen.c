@@ -446,8 +446,10 @@ static void bash_opt_pattern(FILE *f, const char *ctx, const struct opt *o)
 }
 
 /* The cases of CONTEXT:OPTION for the options that take a value (not an
- * optional one: that stays in its word). */
-static void bash_value_cases(FILE *f, const char *ctx, const struct opt *opts, int n)
+ * optional one: that stays in its word): each completes the value, or,
+ * when only_predicate, returns 0. */
+static void bash_value_cases(FILE *f, const char *ctx, const struct opt *opts, int n,
+			     bool only_predicate)
 {
 	for (int i = 0; i < n; i++) {
 		const struct opt *o = &opts[i];
@@ -455,7 +457,9 @@ static void bash_value_cases(FILE *f, const char *ctx, const struct opt *opts, i
 		if (o->kind == VALUE_NONE || o->optional)
 			continue;
 		bash_opt_pattern(f, ctx, o);
-		if (o->kind == VALUE_FILE)
+		if (only_predicate)
+			fputs(" return 0 ;;\n", f);
+		else if (o->kind == VALUE_FILE)
 			fputs(" compopt -o filenames 2>/dev/null; "
 			      "mapfile -t COMPREPLY < <(compgen -f -- \"$3\") ;;\n",
 			      f);
@@ -481,14 +485,38 @@ static void write_bash(FILE *f, const struct prog *p)
 		p->name, p->pos == POS_COMMAND ? "crun's option table" : "its --help");
 
 	fprintf(f,
-		"# __%s_values CONTEXT OPTION CUR: completes OPTION's value (CONTEXT: the\n"
-		"# command, or empty); 1 when OPTION takes no value.\n"
+		"# __%s_takes_value CONTEXT OPTION: 0 when OPTION takes a value in the\n"
+		"# next word (CONTEXT: the command, or empty), else 1. Sets nothing.\n"
+		"__%s_takes_value()\n{\n\tcase $1:$2 in\n",
+		id, id);
+	bash_value_cases(f, "", p->opts, p->nopts, true);
+	for (int i = 0; i < p->ncmds; i++)
+		bash_value_cases(f, p->cmds[i].name, p->cmds[i].opts, p->cmds[i].nopts, true);
+	fputs("\t*) return 1 ;;\n\tesac\n}\n\n", f);
+
+	fprintf(f,
+		"# __%s_values CONTEXT OPTION CUR: completes the value of OPTION, which\n"
+		"# takes one, into COMPREPLY.\n"
 		"__%s_values()\n{\n\tcase $1:$2 in\n",
 		id, id);
-	bash_value_cases(f, "", p->opts, p->nopts);
+	bash_value_cases(f, "", p->opts, p->nopts, false);
 	for (int i = 0; i < p->ncmds; i++)
-		bash_value_cases(f, p->cmds[i].name, p->cmds[i].opts, p->cmds[i].nopts);
-	fputs("\t*) return 1 ;;\n\tesac\n}\n\n", f);
+		bash_value_cases(f, p->cmds[i].name, p->cmds[i].opts, p->cmds[i].nopts, false);
+	fputs("\t*) COMPREPLY=() ;;\n\tesac\n}\n\n", f);
+
+	if (p->pos == POS_COMMAND)
+		fprintf(f,
+			"# __%s_commands CUR: the commands that start with CUR, one a line,\n"
+			"# without shell keywords and names that start with _ (completion\n"
+			"# functions).\n"
+			"__%s_commands()\n{\n"
+			"\tlocal c keywords\n"
+			"\tkeywords=\" $(compgen -A keyword | tr '\\n' ' ') \"\n"
+			"\twhile IFS= read -r c; do\n"
+			"\t\t[[ $c == _* || $keywords == *\" $c \"* ]] || printf '%%s\\n' \"$c\"\n"
+			"\tdone < <(compgen -A command -- \"$1\" | sort -u)\n"
+			"}\n\n",
+			id, id);
 
 	fprintf(f, "# __%s_options CONTEXT: the options there.\n__%s_options()\n{\n\tcase $1 in\n",
 		id, id);
@@ -526,27 +554,28 @@ static void write_bash(FILE *f, const struct prog *p)
 		fputs("\t\t\t:\n", f);
 	fprintf(f,
 		"\t\telif [[ $w == -?* ]]; then\n"
-		"\t\t\t__%s_values \"$cmd\" \"$w\" '' >/dev/null && pending=$w\n"
+		"\t\t\t__%s_takes_value \"$cmd\" \"$w\" && pending=$w\n"
 		"\t\telif [[ -z $cmd && \" $cmds \" == *\" $w \"* ]]; then\n"
 		"\t\t\tcmd=$w\n",
 		id);
 	if (p->pos == POS_COMMAND)
 		fputs("\t\telif [[ -z $cmd ]]; then\n\t\t\tat=$i\n\t\t\tbreak\n", f);
-	fputs("\t\tfi\n\t\t((i++))\n\tdone\n", f);
+	fputs("\t\tfi\n\t\t((i++))\n\tdone\n\tCOMPREPLY=()\n", f);
 	if (p->pos == POS_COMMAND)
-		fputs("\tif [[ -n $at ]]; then # the command crun runs, and its arguments\n"
-		      "\t\tif declare -F _command_offset >/dev/null; then\n"
-		      "\t\t\t_command_offset \"$at\"\n"
-		      "\t\telif ((at == COMP_CWORD)); then\n"
-		      "\t\t\tmapfile -t COMPREPLY < <(compgen -c -- \"$cur\"; compgen -f -- "
-		      "\"$cur\")\n"
-		      "\t\telse\n"
-		      "\t\t\tcompopt -o filenames 2>/dev/null\n"
-		      "\t\t\tmapfile -t COMPREPLY < <(compgen -f -- \"$cur\")\n"
-		      "\t\tfi\n"
-		      "\t\treturn 0\n"
-		      "\tfi\n",
-		      f);
+		fprintf(f,
+			"\tif [[ -n $at ]]; then # the command crun runs, and its arguments\n"
+			"\t\tif declare -F _command_offset >/dev/null; then\n"
+			"\t\t\t_command_offset \"$at\"\n"
+			"\t\telif ((at == COMP_CWORD)); then\n"
+			"\t\t\tmapfile -t COMPREPLY < <(__%s_commands \"$cur\"; compgen -f -- "
+			"\"$cur\")\n"
+			"\t\telse\n"
+			"\t\t\tcompopt -o filenames 2>/dev/null\n"
+			"\t\t\tmapfile -t COMPREPLY < <(compgen -f -- \"$cur\")\n"
+			"\t\tfi\n"
+			"\t\treturn 0\n"
+			"\tfi\n",
+			id);
 	fprintf(f,
 		"\tif [[ -n $pending ]]; then\n"
 		"\t\t[[ $cur == = ]] && cur=\n"
@@ -563,9 +592,10 @@ static void write_bash(FILE *f, const struct prog *p)
 	      "\"$cur\")\n",
 	      f);
 	if (p->pos == POS_COMMAND)
-		fputs("\t\tmapfile -t -O \"${#COMPREPLY[@]}\" COMPREPLY < <(compgen -c -- "
-		      "\"$cur\")\n",
-		      f);
+		fprintf(f,
+			"\t\tmapfile -t -O \"${#COMPREPLY[@]}\" COMPREPLY < <(__%s_commands "
+			"\"$cur\")\n",
+			id);
 	fputs("\tfi\n", f);
 	if (p->pos != POS_NONE)
 		fputs("\tcompopt -o filenames 2>/dev/null\n"

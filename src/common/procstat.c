@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -51,16 +52,43 @@ static int64_t count_fds(void)
 	return n > 0 ? n - 1 : 0;
 }
 
-void crun__procstat_read(struct crun__procstat *s, uint64_t start_time_ms)
+uint64_t crun__procstat_kb(const char *path, const char *name)
+{
+	char line[256];
+	size_t n = strlen(name);
+	uint64_t kb = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, name, n) && line[n] == ':') {
+			if (sscanf(line + n + 1, "%" SCNu64, &kb) != 1)
+				kb = 0;
+			break;
+		}
+	}
+	fclose(f);
+	return kb * 1024;
+}
+
+uint64_t crun__procstat_rlimit(int resource)
 {
 	struct rlimit rl;
+
+	if (getrlimit(resource, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	return (uint64_t)rl.rlim_cur;
+}
+
+void crun__procstat_read(struct crun__procstat *s, uint64_t start_time_ms)
+{
+	uint64_t max_fds = crun__procstat_rlimit(RLIMIT_NOFILE);
 	struct rusage ru;
 
 	s->rss_bytes = read_rss();
 	s->open_fds = count_fds();
-	s->max_fds = -1;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-		s->max_fds = (int64_t)rl.rlim_cur;
+	s->max_fds = max_fds ? (int64_t)max_fds : -1;
 	s->cpu_seconds = -1;
 	if (getrusage(RUSAGE_SELF, &ru) == 0)
 		s->cpu_seconds = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +

@@ -428,3 +428,13 @@ int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s)
 	*used = u;
 	return 0;
 }
+
+void crun__format_bytes(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (UINT64_C(1) << 30))
+		snprintf(buf, len, "%.2f GiB", (double)b / (double)(UINT64_C(1) << 30));
+	else if (b >= (UINT64_C(1) << 20))
+		snprintf(buf, len, "%.2f MiB", (double)b / (double)(UINT64_C(1) << 20));
+	else
+		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+}

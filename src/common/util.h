@@ -80,6 +80,9 @@ int crun__shell_quote(char *out, size_t outlen, size_t *used, const char *s);
 /* write(2)/read(2) of everything, retrying on EINTR. 0 or negative errno. */
 int crun__write_all(int fd, const void *buf, size_t len);
 
+/* b as "12.50 MiB": KiB, MiB or GiB with two decimals (one for KiB). */
+void crun__format_bytes(uint64_t b, char *buf, size_t len);
+
 /* Environment tunables: declared once, in one table (common/env.c), and
  * listed in the man pages' ENVIRONMENT sections. */
 struct crun__env_param {

@@ -5,11 +5,12 @@
 #include "common/fs.h"
 #include "common/util.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -530,6 +531,35 @@ static int read_text(const char *path, char **out, char *err, size_t errlen)
 	return 0;
 }
 
+/* A finite value >= 0 for an optional MANIFEST key, or NAN when the text
+ * is not one. */
+static double optional_value(const char *text)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (end == text || *end || errno || !isfinite(v) || v < 0)
+		return NAN;
+	return v;
+}
+
+/* "key value": a key of lower-case letters, digits, '_' and '.', one
+ * space, a value without spaces. */
+static bool is_key_value(const char *line)
+{
+	const char *sp = strchr(line, ' ');
+
+	if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' '))
+		return false;
+	for (const char *c = line; c < sp; c++)
+		if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_' ||
+		      *c == '.'))
+			return false;
+	return true;
+}
+
 /* Parses MANIFEST; shards is NULL when not wanted. */
 static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 			  struct shard_entry **shards, char *err, size_t errlen)
@@ -587,10 +617,13 @@ static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 			meta->model.layers = (int)v, got |= 128;
 		} else if (sscanf(line, "model.ffn_mult %lld", &v) == 1) {
 			meta->model.ffn_mult = (int)v, got |= 256;
-		} else if (sscanf(line, "train_loss %lf", &meta->train_loss) == 1 ||
-			   (sscanf(line, "elapsed_s %lf", &meta->elapsed_s) == 1 &&
-			    meta->elapsed_s >= 0)) {
-			/* optional: older manifests lack them */
+		} else if (!strncmp(line, "train_loss ", 11)) {
+			/* optional, as elapsed_s: a bad value reads as absent */
+			meta->train_loss = optional_value(line + 11);
+		} else if (!strncmp(line, "elapsed_s ", 10)) {
+			double t = optional_value(line + 10);
+
+			meta->elapsed_s = isnan(t) ? 0 : t;
 		} else if (sscanf(line, "shard %d %63s %llu %llx", &idx, name, &size, &sum) == 4 &&
 			   (got & 2) && idx == n_shards && idx < meta->world_size &&
 			   !strchr(name, '/')) {
@@ -600,6 +633,8 @@ static int parse_manifest(const char *ckpt, struct crun__ckpt_meta *meta,
 				sh[idx].fnv = sum;
 			}
 			n_shards++;
+		} else if (!n_shards && strncmp(line, "shard ", 6) && is_key_value(line)) {
+			/* a key of a newer crun-train: skipped */
 		} else {
 			break;
 		}

@@ -14,8 +14,12 @@
  *
  * MANIFEST is text, one "name value" per line: the step, world size,
  * strategy, the model's sizes, the training loss of the step and the
- * training time so far (train_loss, elapsed_s: absent from the manifests
- * of older crun-trains, read as unknown and 0), then the shards.
+ * training time so far (train_loss, elapsed_s: optional; absent, or a
+ * value that is not a number >= 0, reads as unknown and 0), then the
+ * shards. Readers skip a "name value" line with a name they do not know
+ * before the shard lines, so that keys added later keep a checkpoint
+ * readable; a known name with a bad value is still an error, except for
+ * the optional ones.
  *
  * A shard holds ranges of the flat parameter index space (the chunks the
  * rank owns, see parallel.h) with the parameters and both AdamW moments of

@@ -461,17 +461,36 @@ int crun__train_config_load(struct crun__train_config *cfg, const char *path, ch
 	return rc;
 }
 
+/* Whether a path has a ".." component. */
+static bool has_dotdot(const char *path)
+{
+	const char *c = path;
+
+	while (*c) {
+		size_t n = strcspn(c, "/");
+
+		if (n == 2 && c[0] == '.' && c[1] == '.')
+			return true;
+		c += n;
+		if (*c == '/')
+			c++;
+	}
+	return false;
+}
+
 int crun__train_config_find(const char *name, const char *const *datadirs, char *out, size_t outlen,
 			    bool *found_elsewhere, char *err, size_t errlen)
 {
 	static const char *const subdirs[] = {"/configs/", "/"};
+	static const char more[] = ", …";
 	char searched[1024];
 	size_t used = 0;
+	bool cut = false;
 	struct stat st;
 
 	*found_elsewhere = false;
-	if (name[0] == '/' || stat(name, &st) == 0 || errno != ENOENT || !datadirs ||
-	    !datadirs[0]) {
+	if (name[0] == '/' || has_dotdot(name) || stat(name, &st) == 0 || errno != ENOENT ||
+	    !datadirs || !datadirs[0]) {
 		if (snprintf(out, outlen, "%s", name) >= (int)outlen)
 			goto out_too_long;
 		return 0;
@@ -488,11 +507,19 @@ int crun__train_config_find(const char *name, const char *const *datadirs, char 
 				*found_elsewhere = true;
 				return 0;
 			}
-			/* the directory searched, for the message */
-			n = snprintf(searched + used, sizeof(searched) - used, "%s'%s%s'",
-				     last ? " or " : ", ", datadirs[i], j == 0 ? "/configs" : "");
-			if (n > 0 && (size_t)n < sizeof(searched) - used)
+			/* the directory searched, for the message: whole, or "…"
+			 * once one does not fit (room for that kept) */
+			if (cut)
+				continue;
+			n = snprintf(searched + used, sizeof(searched) - sizeof(more) - used,
+				     "%s'%s%s'", last ? " or " : ", ", datadirs[i],
+				     j == 0 ? "/configs" : "");
+			if (n >= 0 && (size_t)n < sizeof(searched) - sizeof(more) - used) {
 				used += (size_t)n;
+			} else {
+				memcpy(searched + used, more, sizeof(more));
+				cut = true;
+			}
 		}
 	}
 	crun__seterr(err, errlen, "cannot read config '%s': not in the working directory%s", name,

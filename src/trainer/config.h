@@ -112,14 +112,15 @@ int crun__train_config_init(struct crun__train_config *cfg);
 void crun__train_config_finish(struct crun__train_config *cfg);
 
 /* The file that a config argument names. The path as given (relative to
- * the working directory) when it exists, when it is absolute, or when
- * looking it up fails for another reason than its absence (the load then
- * says why); else, for a relative path, the first regular file among
+ * the working directory) when it exists, when it is absolute or has a ".."
+ * component, or when looking it up fails for another reason than its
+ * absence (the load then says why); else the first regular file among
  * DIR/configs/NAME and DIR/NAME for each DIR of datadirs (in order,
  * NULL-terminated), so that "tiny.yaml" and "configs/tiny.yaml" both find
  * an installed DATADIR/configs/tiny.yaml. Returns 0 with the path in out
  * and *found_elsewhere telling whether it is not the argument itself;
- * -ENOENT with err naming every place searched; -ENAMETOOLONG. */
+ * -ENOENT with err naming the places searched (ending with ", …" when
+ * they do not all fit); -ENAMETOOLONG. */
 int crun__train_config_find(const char *name, const char *const *datadirs, char *out, size_t outlen,
 			    bool *found_elsewhere, char *err, size_t errlen);
 

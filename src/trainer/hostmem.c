@@ -1,63 +1,68 @@
 /* Host memory: the numbers of a failed allocation, said in one line. */
 #include "trainer/hostmem.h"
+#include "common/procstat.h"
+#include "common/util.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 
-/* "Name:   123 kB" of a /proc file, in bytes; 0 when absent. */
-static uint64_t proc_kb(const char *path, const char *name)
+/* The one number in a small file, or 0 (also for "max"). */
+static uint64_t file_u64(const char *path)
 {
-	char line[256];
-	size_t n = strlen(name);
-	uint64_t kb = 0;
+	uint64_t v = 0;
 	FILE *f = fopen(path, "re");
 
 	if (!f)
 		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, name, n) && line[n] == ':') {
-			if (sscanf(line + n + 1, "%" SCNu64, &kb) != 1)
-				kb = 0;
-			break;
-		}
-	}
+	if (fscanf(f, "%" SCNu64, &v) != 1)
+		v = 0;
 	fclose(f);
-	return kb * 1024;
+	return v;
 }
 
-static uint64_t limit_of(int resource)
+/* memory.max and memory.current of this process's cgroup v2 (the "0::"
+ * line of /proc/self/cgroup under /sys/fs/cgroup); 0 when unknown. */
+static void read_cgroup(struct crun__host_avail *out)
 {
-	struct rlimit rl;
+	char line[PATH_MAX], path[PATH_MAX + 64];
+	FILE *f = fopen("/proc/self/cgroup", "re");
 
-	if (getrlimit(resource, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-		return 0;
-	return (uint64_t)rl.rlim_cur;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3))
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", line + 3);
+		out->cgroup_max = file_u64(path);
+		snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", line + 3);
+		out->cgroup_current = file_u64(path);
+		break;
+	}
+	fclose(f);
 }
 
 void crun__host_avail_read(struct crun__host_avail *out)
 {
 	memset(out, 0, sizeof(*out));
-	out->mem_available = proc_kb("/proc/meminfo", "MemAvailable");
-	out->as_limit = limit_of(RLIMIT_AS);
-	out->data_limit = limit_of(RLIMIT_DATA);
+	out->mem_available = crun__procstat_kb("/proc/meminfo", "MemAvailable");
+	out->as_limit = crun__procstat_rlimit(RLIMIT_AS);
+	out->data_limit = crun__procstat_rlimit(RLIMIT_DATA);
 	if (out->as_limit || out->data_limit) {
-		out->as_used = proc_kb("/proc/self/status", "VmSize");
-		out->data_used = proc_kb("/proc/self/status", "VmData");
+		out->as_used = crun__procstat_kb("/proc/self/status", "VmSize");
+		out->data_used = crun__procstat_kb("/proc/self/status", "VmData");
 	}
-}
-
-void crun__format_bytes(uint64_t b, char *buf, size_t len)
-{
-	if (b >= (UINT64_C(1) << 30))
-		snprintf(buf, len, "%.2f GiB", (double)b / (double)(UINT64_C(1) << 30));
-	else if (b >= (UINT64_C(1) << 20))
-		snprintf(buf, len, "%.2f MiB", (double)b / (double)(UINT64_C(1) << 20));
-	else
-		snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+	out->overcommit_memory = (int)file_u64("/proc/sys/vm/overcommit_memory");
+	if (out->overcommit_memory == 2) {
+		out->commit_limit = crun__procstat_kb("/proc/meminfo", "CommitLimit");
+		out->committed_as = crun__procstat_kb("/proc/meminfo", "Committed_AS");
+	}
+	read_cgroup(out);
 }
 
 /* A message built piece by piece; what does not fit is cut. */
@@ -149,6 +154,28 @@ void crun__host_oom_message(const struct crun__host_need *need,
 				add(&l, "; MemAvailable %s", h);
 			}
 		}
+	}
+	if (bound && have >= total) {
+		bool named = false;
+
+		add(&l, "; the allocator refused them all the same");
+		if (avail->overcommit_memory == 2) {
+			crun__format_bytes(left(avail->commit_limit, avail->committed_as), h,
+					   sizeof(h));
+			add(&l,
+			    ": vm.overcommit_memory=2 leaves %s (CommitLimit less Committed_AS)",
+			    h);
+			named = true;
+		}
+		if (avail->cgroup_max) {
+			crun__format_bytes(avail->cgroup_max, h, sizeof(h));
+			crun__format_bytes(avail->cgroup_current, h2, sizeof(h2));
+			add(&l, "%s cgroup memory.max %s, %s in use", named ? ";" : ":", h, h2);
+			named = true;
+		}
+		if (!named)
+			add(&l, ", by a limit not shown here (vm.overcommit_memory=2, a cgroup's "
+				"memory.max, a sanitizer's allocation limit)");
 	}
 	add(&l, ": see OUT OF MEMORY in crun-train(1)");
 }

@@ -17,25 +17,30 @@ struct crun__host_need {
 	size_t token_bytes;  /* the token rows of a step */
 };
 
-/* What the host offers; 0 where unknown or unlimited. */
+/* What the host offers; 0 where unknown or unlimited. The last five can
+ * refuse an allocation that MemAvailable and the rlimits would allow. */
 struct crun__host_avail {
-	uint64_t mem_available; /* MemAvailable of /proc/meminfo */
-	uint64_t as_limit;	/* RLIMIT_AS (ulimit -v) */
-	uint64_t as_used;	/* VmSize of /proc/self/status */
-	uint64_t data_limit;	/* RLIMIT_DATA (ulimit -d) */
-	uint64_t data_used;	/* VmData of /proc/self/status */
+	uint64_t mem_available;	 /* MemAvailable of /proc/meminfo */
+	uint64_t as_limit;	 /* RLIMIT_AS (ulimit -v) */
+	uint64_t as_used;	 /* VmSize of /proc/self/status */
+	uint64_t data_limit;	 /* RLIMIT_DATA (ulimit -d) */
+	uint64_t data_used;	 /* VmData of /proc/self/status */
+	int overcommit_memory;	 /* vm.overcommit_memory (0 also when unknown) */
+	uint64_t commit_limit;	 /* CommitLimit of /proc/meminfo */
+	uint64_t committed_as;	 /* Committed_AS of /proc/meminfo */
+	uint64_t cgroup_max;	 /* memory.max of this process's cgroup (v2) */
+	uint64_t cgroup_current; /* its memory.current */
 };
 
 /* Reads the host's and this process's numbers; what cannot be read is 0. */
 void crun__host_avail_read(struct crun__host_avail *out);
 
-/* b as "12.50 MiB": KiB, MiB or GiB with two decimals (one for KiB). */
-void crun__format_bytes(uint64_t b, char *buf, size_t len);
-
 /* The message of a failed host allocation, one line into buf: the bytes
  * needed in all and per kind, the bytes available (the least of
- * MemAvailable and what each set limit leaves) and which bound that is,
- * and a pointer to OUT OF MEMORY in crun-train(1). */
+ * MemAvailable and what each set limit leaves) and which bound that is;
+ * when that is enough, that the allocator refused anyway and the limits
+ * that may have refused it (vm.overcommit_memory=2's commit limit, the
+ * cgroup's memory.max); and a pointer to OUT OF MEMORY in crun-train(1). */
 void crun__host_oom_message(const struct crun__host_need *need,
 			    const struct crun__host_avail *avail, char *buf, size_t len);
 

@@ -264,8 +264,8 @@ static int resume(struct run *r)
 		 restarts && strcmp(restarts, "0") ? restarts : "");
 	if (step >= r->cfg->train.steps)
 		out_line(r,
-			 "nothing to train: the checkpoint of step %lld is the last step "
-			 "(train.steps %lld)",
+			 "nothing to train: the checkpoint of step %lld is at or past "
+			 "train.steps %lld",
 			 (long long)step, (long long)r->cfg->train.steps);
 	return 0;
 }
@@ -941,11 +941,16 @@ out:
 static void data_dirs(char *beside, const char **dirs)
 {
 	const char *rel = CRUN_DATADIR_FROM_BINDIR;
-	ssize_t n = readlink("/proc/self/exe", beside, PATH_MAX - 1);
-	char *slash;
+	ssize_t n = readlink("/proc/self/exe", beside, PATH_MAX);
+	char *slash = NULL;
 	int k = 0;
 
-	if (n > 0 && rel[0] && (beside[n] = '\0', slash = strrchr(beside, '/'))) {
+	/* n == PATH_MAX: the path may have been cut; then only CRUN_DATADIR */
+	if (n > 0 && n < PATH_MAX && rel[0]) {
+		beside[n] = '\0';
+		slash = strrchr(beside, '/');
+	}
+	if (slash) {
 		size_t len = (size_t)(slash - beside);
 		bool fits = true;
 

@@ -19,7 +19,7 @@ fail() {
 
 # The build's configuration: its options and version, as shell variables.
 bindir='' sbindir='' libdir='' datadir='' mandir='' sanitize='' cudasim='' version=''
-eval "$(python3 - "$CRUN_BUILD_DIR/meson-info" <<'EOF'
+vars=$(python3 - "$CRUN_BUILD_DIR/meson-info" <<'EOF'
 import json, shlex, sys
 info = sys.argv[1]
 opts = {o['name']: o['value'] for o in json.load(open(info + '/intro-buildoptions.json'))}
@@ -31,7 +31,8 @@ print('sanitize=%s' % shlex.quote(opts['b_sanitize']))
 print('cudasim=%s' % ('true' if opts['cudasim'] else 'false'))
 print('version=%s' % shlex.quote(json.load(open(info + '/intro-projectinfo.json'))['version']))
 EOF
-)" || fail "cannot read the build's options in $CRUN_BUILD_DIR/meson-info"
+) || fail "cannot read the build's options in $CRUN_BUILD_DIR/meson-info"
+eval "$vars"
 if [ "$cudasim" = true ]; then
 	echo "SKIP: a cudasim build (-Dcudasim=true) is never installed"
 	exit 77

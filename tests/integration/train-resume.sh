@@ -28,8 +28,8 @@ for n in 1 2; do
 	TORCHELASTIC_RESTART_COUNT=1 run_ranks $n resumed$n $args $par \
 		--set checkpoint.dir="$tmp/part$n" --set log.csv="$tmp/part$n.csv" ||
 		fail "resumed run on $n ranks failed"
-	# the CSV of both runs: one row per step, and the training time goes on
-	# from the checkpoint's instead of starting again at 0
+	# the CSV of both runs: one row per step, and elapsed_s never decreases
+	# from one step to the next, over the resume too
 	[ "$(cut -d, -f1 "$tmp/part$n.csv" | sed 1d | tr '\n' ' ')" = "$(seq 1 14 | tr '\n' ' ')" ] ||
 		fail "$n ranks: the CSV's steps are not 1 to 14, once each: $(cut -d, -f1 "$tmp/part$n.csv" | tr '\n' ' ')"
 	awk -F, 'NR > 2 && $6 + 0 < prev { exit 1 } NR > 1 { prev = $6 + 0 }' "$tmp/part$n.csv" ||
@@ -61,7 +61,7 @@ done
 # checkpoint's loss and a validation of its parameters
 run_ranks 1 again $args --set checkpoint.dir="$tmp/full1" --set log.csv="$tmp/again.csv" ||
 	fail "a run on a finished checkpoint.dir failed"
-grep -q "^nothing to train: the checkpoint of step 14 is the last step (train.steps 14)$" \
+grep -q "^nothing to train: the checkpoint of step 14 is at or past train.steps 14$" \
 	"$tmp/again.out" || fail "finished checkpoint: no 'nothing to train' line"
 grep -q "nan" "$tmp/again.out" && fail "finished checkpoint: nan in the output"
 for k in steps train_loss val_loss param_l2 resumed_from; do
@@ -72,6 +72,10 @@ for k in steps train_loss val_loss param_l2 resumed_from; do
 done
 [ "$(wc -l <"$tmp/again.csv")" -eq 1 ] ||
 	fail "finished checkpoint: rows in the CSV: $(cat "$tmp/again.csv")"
+run_ranks 1 past $args --set train.steps=10 --set checkpoint.dir="$tmp/full1" \
+	--set log.csv="$tmp/past.csv" || fail "a run with fewer steps than its checkpoint failed"
+grep -q "^nothing to train: the checkpoint of step 14 is at or past train.steps 10$" \
+	"$tmp/past.out" || fail "checkpoint past train.steps: no 'nothing to train' line"
 echo "ok resume from the last step: nothing to train, the checkpoint's loss"
 
 # a damaged shard: exit 1 naming the shard

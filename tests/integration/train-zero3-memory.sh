@@ -44,8 +44,26 @@ echo "ok zero3 holds $(field zero3 param_bytes_per_rank) of $total parameter byt
 # A model larger than the host lets a rank have (here the address-space
 # limit, ulimit -v): on every rank one line with the bytes needed and
 # available, exit 78 (the config error: no restart would help), the same
-# line in the error file, and nothing left in /dev/shm. The limit goes on
-# crun-train alone, through a script that execs it.
+# line in the error file, and no process of the ranks left running (each
+# carries CRUN_TEST_MARK in its environment). The limit goes on crun-train
+# alone, through a script that execs it.
+mark="CRUN_TEST_MARK=oom-$$"
+# The processes (other than this shell) whose environment holds $mark.
+marked() {
+	for e in /proc/[0-9]*/environ; do
+		p=${e#/proc/}
+		p=${p%/environ}
+		[ "$p" != $$ ] && tr '\0' '\n' <"$e" 2>/dev/null | grep -qx "$mark" && echo "$p"
+	done
+}
+# the check sees a marked process that is there
+env "$mark" sleep 30 &
+sleeper=$!
+pids="$pids $sleeper"
+sleep 0.2
+marked | grep -qx "$sleeper" || fail "the leftover check does not see a marked process"
+kill "$sleeper"
+wait "$sleeper" 2>/dev/null
 limit_kib=1048576
 cat >"$tmp/limited" <<EOF
 #!/bin/sh
@@ -57,15 +75,17 @@ launcher="$tmp/limited"
 bound='RLIMIT_AS \(ulimit -v\) 1.00 GiB less [0-9.]+ [KMG]iB in use(; MemAvailable [0-9.]+ [KMG]iB)?'
 if ! "$tmp/limited" --version >/dev/null 2>&1; then
 	# A sanitizer's shadow memory does not fit under the limit: its
-	# allocator refuses any allocation above the same size instead.
+	# allocator refuses any allocation above the same size instead, which
+	# the line says when MemAvailable would have been enough.
 	launcher=$TRAIN
-	bound='MemAvailable of /proc/meminfo'
+	bound="MemAvailable of /proc/meminfo(; the allocator refused them all the same(, by a limit not shown here \\(vm\\.overcommit_memory=2, a cgroup's memory\\.max, a sanitizer's allocation limit\\)|: .*))?"
 	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:max_allocation_size_mb=$((limit_kib / 1024))"
 	export ASAN_OPTIONS
 fi
-TORCHELASTIC_ERROR_FILE="$tmp/oom-error.json" TRAIN="$launcher" run_ranks 2 oom $SMALL \
-	--set model.width=2048 --set model.layers=16 --set train.steps=1
+CRUN_TEST_MARK=${mark#*=} TORCHELASTIC_ERROR_FILE="$tmp/oom-error.json" TRAIN="$launcher" \
+	run_ranks 2 oom $SMALL --set model.width=2048 --set model.layers=16 --set train.steps=1
 rc=$?
+unset CRUN_TEST_MARK
 [ $rc -eq 78 ] || fail "out of host memory: exit $rc, want 78"
 for r in 0 1; do
 	n=$(grep -c "crun-train" "$tmp/oom.$r.out")
@@ -78,6 +98,7 @@ need=$(sed -n 's/.*they need \([0-9]*\) bytes.*/\1/p' "$tmp/oom.0.out")
 [ "$need" -gt $((limit_kib * 1024)) ] || fail "out of host memory: needs $need bytes, within the limit?"
 grep -q "out of host memory for the model" "$tmp/oom-error.json" ||
 	fail "out of host memory: not in the error file: $(cat "$tmp/oom-error.json" 2>&1)"
-ls /dev/shm 2>/dev/null | grep -q "oom-$$" && fail "out of host memory: left in /dev/shm: $(ls /dev/shm)"
+left=$(marked)
+[ -z "$left" ] || fail "out of host memory: processes of the ranks left running: $left"
 echo "ok $(sed -n 's/^crun-train: //p' "$tmp/oom.0.out")"
 exit 0

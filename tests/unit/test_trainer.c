@@ -16,6 +16,7 @@
 #include <cblas.h>
 #include <cmocka.h>
 
+#include "common/util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm.h"
 #include "trainer/config.h"
@@ -188,16 +189,30 @@ static void test_config_yaml(void **state)
 	crun__train_config_finish(&cfg);
 }
 
+/* The working directory before a test that changes it, given back after
+ * it whether it passed or not. */
+static int save_cwd(void **state)
+{
+	static char cwd[4096];
+
+	*state = getcwd(cwd, sizeof(cwd));
+	return *state ? 0 : -1;
+}
+
+static int restore_cwd(void **state)
+{
+	return chdir(*state);
+}
+
 /* Where a config argument is found: as given, else in the data
  * directories' configs/ and themselves, in order. */
 static void test_config_find(void **state)
 {
-	char d1[300], d2[300], path[400], out[512], want[2048], err[2048], cwd[4096];
+	char d1[300], d2[300], path[400], out[512], want[2048], err[2048];
 	const char *dirs[] = {d1, d2, NULL}, *none[] = {NULL};
 	bool elsewhere;
 
 	(void)state;
-	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	snprintf(d1, sizeof(d1), "%s/find1", tmpdir);
 	snprintf(d2, sizeof(d2), "%s/find2", tmpdir);
 	snprintf(path, sizeof(path), "%s/configs", d1);
@@ -246,11 +261,27 @@ static void test_config_find(void **state)
 						 &elsewhere, err, sizeof(err)),
 			 0);
 	assert_string_equal(out, want);
-	snprintf(want, sizeof(want), "%s/configs/../b.yaml", d2);
+	/* a name with a ".." component stays as given: no data directory's
+	 * neighbours */
 	assert_int_equal(crun__train_config_find("../b.yaml", dirs, out, sizeof(out), &elsewhere,
 						 err, sizeof(err)),
 			 0);
+	assert_string_equal(out, "../b.yaml");
+	assert_false(elsewhere);
+	assert_int_equal(crun__train_config_find("configs/../b.yaml", dirs, out, sizeof(out),
+						 &elsewhere, err, sizeof(err)),
+			 0);
+	assert_string_equal(out, "configs/../b.yaml");
+	assert_false(elsewhere);
+	/* "..." and "..x" are names, not ".." */
+	snprintf(path, sizeof(path), "%s/configs/..x.yaml", d2);
+	write_file(path, "model:\n");
+	snprintf(want, sizeof(want), "%s/configs/..x.yaml", d2);
+	assert_int_equal(crun__train_config_find("..x.yaml", dirs, out, sizeof(out), &elsewhere,
+						 err, sizeof(err)),
+			 0);
 	assert_string_equal(out, want);
+	assert_true(elsewhere);
 
 	/* nowhere: every place searched, in order */
 	assert_int_equal(crun__train_config_find("c.yaml", dirs, out, sizeof(out), &elsewhere, err,
@@ -261,12 +292,28 @@ static void test_config_find(void **state)
 		 "'%s/configs' or '%s'",
 		 d1, d1, d2, d2);
 	assert_string_equal(err, want);
+	/* more places than the message holds: whole ones, then ", …" */
+	{
+		char long_dir[200];
+		const char *many[] = {long_dir, long_dir, long_dir, long_dir, long_dir, NULL};
+		const char *tail;
+
+		memset(long_dir, 'd', sizeof(long_dir) - 1);
+		long_dir[0] = '/';
+		long_dir[sizeof(long_dir) - 1] = '\0';
+		assert_int_equal(crun__train_config_find("c.yaml", many, out, sizeof(out),
+							 &elsewhere, err, sizeof(err)),
+				 -ENOENT);
+		assert_true(strlen(err) < 1100);
+		tail = err + strlen(err) - strlen("d', …");
+		assert_string_equal(tail, "d', …");
+		assert_null(strstr(err, " or "));
+	}
 	/* no data directories: as given, for the load to say it is missing */
 	assert_int_equal(crun__train_config_find("c.yaml", none, out, sizeof(out), &elsewhere, err,
 						 sizeof(err)),
 			 0);
 	assert_string_equal(out, "c.yaml");
-	assert_int_equal(chdir(cwd), 0);
 }
 
 /* The line of a run that does not fit in host memory: the bytes needed,
@@ -281,7 +328,7 @@ static void test_host_oom_message(void **state)
 		.act_bytes = 3 * MiB,
 		.token_bytes = 2048,
 	};
-	struct crun__host_avail avail = {.mem_available = 8 * GiB};
+	struct crun__host_avail avail = {.mem_available = 3 * GiB};
 	char msg[1024], h[32];
 
 	(void)state;
@@ -297,9 +344,10 @@ static void test_host_oom_message(void **state)
 	assert_string_equal(msg, "out of host memory for the model and its buffers: they need "
 				 "4298115072 bytes (4.00 GiB: parameters 1.00 GiB, gradients 1.00 "
 				 "GiB, optimizer state 2.00 GiB, activations 3.00 MiB, token batch "
-				 "2.0 KiB), 8589934592 bytes (8.00 GiB) available: MemAvailable of "
+				 "2.0 KiB), 3221225472 bytes (3.00 GiB) available: MemAvailable of "
 				 "/proc/meminfo: see OUT OF MEMORY in crun-train(1)");
 	/* a limit below it, less what the process holds */
+	avail.mem_available = 8 * GiB;
 	avail.as_limit = 4 * GiB;
 	avail.as_used = 512 * MiB;
 	avail.data_limit = 6 * GiB;
@@ -312,6 +360,27 @@ static void test_host_oom_message(void **state)
 	avail.data_limit = GiB;
 	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
 	assert_non_null(strstr(msg, "available: RLIMIT_DATA (ulimit -d) 1.00 GiB less 100.00 MiB"));
+	/* enough available, refused all the same: the limits that may refuse */
+	avail.as_limit = avail.data_limit = 0;
+	avail.mem_available = 22 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "available: MemAvailable of /proc/meminfo; the allocator "
+				    "refused them all the same, by a limit not shown here "
+				    "(vm.overcommit_memory=2, a cgroup's memory.max, a sanitizer's "
+				    "allocation limit): see OUT OF MEMORY in crun-train(1)"));
+	avail.overcommit_memory = 2;
+	avail.commit_limit = 10 * GiB;
+	avail.committed_as = 7 * GiB;
+	avail.cgroup_max = 6 * GiB;
+	avail.cgroup_current = 3 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "refused them all the same: vm.overcommit_memory=2 leaves "
+				    "3.00 GiB (CommitLimit less Committed_AS); cgroup memory.max "
+				    "6.00 GiB, 3.00 GiB in use: see OUT OF MEMORY"));
+	/* not enough: no word of the allocator */
+	avail.mem_available = 2 * GiB;
+	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
+	assert_null(strstr(msg, "refused"));
 	/* nothing known */
 	memset(&avail, 0, sizeof(avail));
 	crun__host_oom_message(&need, &avail, msg, sizeof(msg));
@@ -320,9 +389,6 @@ static void test_host_oom_message(void **state)
 	/* a short buffer is cut, still a string */
 	crun__host_oom_message(&need, &avail, msg, 40);
 	assert_int_equal(strlen(msg), 39);
-	/* this host: MemAvailable is there */
-	crun__host_avail_read(&avail);
-	assert_true(avail.mem_available > 0);
 }
 
 static struct crun__model *small_model(int T, int d, int H, int L, int mult)
@@ -1045,6 +1111,47 @@ static void corrupt_byte(const char *path, long off)
 	fclose(f);
 }
 
+/* Rewrites the MANIFEST of checkpoint CKPT with each line that starts with
+ * "KEY " replaced by WITH (several lines, or "" to drop it), for the pairs
+ * KEY, WITH ending with NULL. */
+static void edit_manifest(const char *ckpt, ...)
+{
+	char path[600], text[4096], out[4096] = "", *save = NULL;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/MANIFEST", ckpt);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *with = line;
+		va_list ap;
+
+		va_start(ap, ckpt);
+		for (const char *key = va_arg(ap, const char *); key;
+		     key = va_arg(ap, const char *)) {
+			const char *repl = va_arg(ap, const char *);
+
+			if (!strncmp(line, key, strlen(key)) &&
+			    (line[strlen(key)] == ' ' || !line[strlen(key)]))
+				with = repl;
+		}
+		va_end(ap);
+		if (*with) {
+			assert_true(strlen(out) + strlen(with) + 2 < sizeof(out));
+			strcat(out, with);
+			strcat(out, "\n");
+		}
+	}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fputs(out, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+}
+
 static void test_checkpoint(void **state)
 {
 	struct crun__comm *comm = single_comm();
@@ -1096,23 +1203,36 @@ static void test_checkpoint(void **state)
 	assert_int_equal(crun__ckpt_latest(dir, &step, err, sizeof(err)), 0);
 	assert_int_equal(step, 3);
 	/* the manifest keeps the step's loss and the training time so far; one
-	 * without them (an older crun-train's) reads as unknown and 0 */
+	 * without them (an older crun-train's) reads as unknown and 0; a bad
+	 * value of either reads as absent; a key it does not know is skipped
+	 * before the shards, refused after them */
 	{
 		struct crun__ckpt_meta got;
-		char man[600], cmd[1400];
 
 		crun__ckpt_path(dir, 3, path, sizeof(path));
 		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
 		assert_true(got.train_loss == 4.75);
 		assert_true(got.elapsed_s == 4.5);
 		crun__ckpt_path(dir, 2, path, sizeof(path));
-		snprintf(man, sizeof(man), "%s/MANIFEST", path);
-		snprintf(cmd, sizeof(cmd), "sed -i '/^train_loss /d; /^elapsed_s /d' '%s'", man);
-		assert_int_equal(system(cmd), 0);
+		edit_manifest(path, "train_loss", "", "elapsed_s", "", NULL);
 		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
 		assert_true(isnan(got.train_loss));
 		assert_true(got.elapsed_s == 0);
 		assert_int_equal(got.step, 2);
+		edit_manifest(path, "strategy",
+			      "strategy zero1\ntrain_loss x1\nelapsed_s -4\nfuture.key 17\n"
+			      "future_flag on",
+			      NULL);
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
+		assert_true(isnan(got.train_loss));
+		assert_true(got.elapsed_s == 0);
+		assert_string_equal(got.strategy, "zero1");
+		assert_int_equal(got.step, 2);
+		edit_manifest(path, "end", "future.key 17\nend", NULL);
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), -EINVAL);
+		assert_non_null(strstr(err, "bad MANIFEST"));
+		edit_manifest(path, "future.key", "", NULL);
+		assert_int_equal(crun__ckpt_read_meta(path, &got, err, sizeof(err)), 0);
 	}
 
 	/* load into another strategy: same parameters and moments */
@@ -1198,7 +1318,7 @@ int main(void)
 		cmocka_unit_test(test_config_defaults_roundtrip),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_config_yaml),
-		cmocka_unit_test(test_config_find),
+		cmocka_unit_test_setup_teardown(test_config_find, save_cwd, restore_cwd),
 		cmocka_unit_test(test_host_oom_message),
 		cmocka_unit_test(test_gradcheck),
 		cmocka_unit_test(test_model_layout),
