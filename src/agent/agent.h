@@ -112,7 +112,8 @@ struct crun__agent_spec {
 
 	/* Log files. With a log dir, the run takes a directory of its own in
 	 * it (logdir.h: <log_dir>/<run_id>, <log_dir>/<UTC time> for the run
-	 * id "none", with .1, .2, ... when the name is taken), said on the
+	 * id "none", with .1, .2, ... when the name is taken; when rdzv
+	 * max_nodes > 1, <log_dir>/<run_id>/<hostname>[.n]), said on the
 	 * console, and each attempt n (the restart count) gets
 	 * <that>/attempt_<n>/<local_rank>/, created as needed,
 	 * holding {stdout,stderr}.log for the streams that are redirected or
