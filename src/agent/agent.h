@@ -151,6 +151,10 @@ struct crun__agent_spec {
 	 * handled signal during that wait sends SIGKILL at once. */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
+	/* Whether the first handled signal's line (the grace period and that
+	 * a second signal kills at once) is a debug line only: a remote
+	 * agent's controller says it once for every host. */
+	bool quiet_stop_hint;
 	/* Signals that are only forwarded to every running worker's own
 	 * process (not its group: the program decides what its children
 	 * get): crun goes on, in whatever state the group is (Slurm's

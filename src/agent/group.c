@@ -587,13 +587,15 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 							 : "a second signal kills them at once";
 		bool stopping = g->core.state == CRUN__GROUP_STOPPING &&
 				uv_is_active((uv_handle_t *)&g->timer);
+		enum crun__log_level level =
+			g->spec->quiet_stop_hint ? CRUN_LOG_DEBUG : CRUN_LOG_INFO;
 		char grace[32];
 
 		/* Once per job: a second handled signal kills (KILLING). When
 		 * the workers are being stopped already, their grace period
 		 * runs since then; when they were sent SIGKILL, none is left. */
 		if (stopping && g->timer_kind == CRUN__GTIMER_STUCK) {
-			crun__info("got %s; the workers were sent SIGKILL already", name);
+			crun__log(level, "got %s; the workers were sent SIGKILL already", name);
 			return;
 		}
 		if (stopping && g->timer_kind == CRUN__GTIMER_KILL) {
@@ -602,15 +604,17 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 			if (left >= 1000)
 				left = (left + 999) / 1000 * 1000;
 			crun__rdzv_format_ms((int64_t)left, grace, sizeof(grace));
-			crun__info("got %s; stopping the workers (%s now, SIGKILL in at most %s, "
-				   "--shutdown-timeout); %s",
-				   name, name, grace, again);
+			crun__log(level,
+				  "got %s; stopping the workers (%s now, SIGKILL in at most %s, "
+				  "--shutdown-timeout); %s",
+				  name, name, grace, again);
 			return;
 		}
 		crun__rdzv_format_ms(g->spec->shutdown_timeout_ms, grace, sizeof(grace));
-		crun__info("got %s; stopping the workers (%s now, SIGKILL after %s, "
-			   "--shutdown-timeout); %s",
-			   name, name, grace, again);
+		crun__log(level,
+			  "got %s; stopping the workers (%s now, SIGKILL after %s, "
+			  "--shutdown-timeout); %s",
+			  name, name, grace, again);
 		return;
 	}
 	case CRUN__GNOTE_KILLING:

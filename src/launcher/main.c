@@ -131,6 +131,7 @@ int main(int argc, char **argv)
 	if (opts.sched.kind != CRUN_SCHED_NONE)
 		crun__info("scheduler %s: %s", crun__sched_kind_name(opts.sched.kind),
 			   opts.sched.detail);
+	spec.quiet_stop_hint = crun__remote_agent_mode(environ);
 	status = crun__remote_agent_mode(environ) ? crun__remote_agent_run(&spec)
 						  : crun__agent_run(&spec);
 	if (crun__slurm_exit_status(status, opts.slurm_requeue) != status) {

@@ -4,6 +4,7 @@
 #include "launcher/remote.h"
 #include "launcher/hostfile.h"
 #include "launcher/plan.h"
+#include "agent/summary.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -448,8 +449,26 @@ static void signal_cb(uv_signal_t *s, int signum)
 {
 	struct remote *r = s->data;
 
-	if (!r->signal)
+	if (!r->signal) {
+		long long ms = (long long)r->o->shutdown_timeout_ms;
+		char name[32], grace[32];
+
+		/* The hosts' agents keep theirs off the console (remote agent
+		 * mode): said once, here. */
 		r->signal = signum;
+		crun__signal_format(name, sizeof(name), signum);
+		/* As the agents write it (crun__rdzv_format_ms(), whose header
+		 * clashes with the launcher's options.h). */
+		if (ms >= 1000 && ms % 1000 == 0)
+			snprintf(grace, sizeof(grace), "%llds", ms / 1000);
+		else
+			snprintf(grace, sizeof(grace), "%lldms", ms);
+		crun__info("got %s; stopping the workers on every host (SIGKILL after %s, "
+			   "--shutdown-timeout); %s",
+			   name, grace,
+			   signum == SIGINT ? "a second Ctrl-C kills them at once"
+					    : "a second signal kills them at once");
+	}
 	send_signal(r, signum);
 	arm_kill_timer(r);
 }
