@@ -62,8 +62,8 @@ static void find_own_program(struct crun__launch_plan *plan, char *buf, size_t l
 	if (realpath(CRUN_BUILD_ROOT, root))
 		build_root = root;
 #endif
-	if (crun__launch_find_sibling(plan->argv[0], crun__env_get("PATH"), self, build_root, buf,
-				      len, &from) < 0)
+	if (crun__launch_find_sibling(plan->argv[0], getenv("PATH"), self, build_root, buf, len,
+				      &from) < 0)
 		return;
 	crun__info("'%s' is not in PATH; running crun's own '%s' (%s)", plan->argv[0], buf, from);
 	plan->argv[0] = buf;

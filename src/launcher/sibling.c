@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/util.h"
 
 bool crun__launch_is_own_program(const char *name)
@@ -31,20 +32,7 @@ bool crun__launch_in_path(const char *name, const char *path)
 {
 	char file[4096];
 
-	if (!path)
-		path = "/usr/bin:/bin";
-	for (const char *p = path;; p++) {
-		const char *end = strchr(p, ':');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		int n = len ? snprintf(file, sizeof(file), "%.*s/%s", (int)len, p, name)
-			    : snprintf(file, sizeof(file), "./%s", name);
-
-		if (n > 0 && (size_t)n < sizeof(file) && is_executable_file(file))
-			return true;
-		if (!end)
-			return false;
-		p = end;
-	}
+	return crun__path_search(name, path, file, sizeof(file)) == 0;
 }
 
 /* out = dir/name when that is an executable file: 0, else -ENOENT. */
