@@ -211,10 +211,9 @@ int crun__path_search(const char *name, const char *path, char *buf, size_t len)
 	return -ENOENT;
 }
 
-int crun__self_dir(char *buf, size_t len)
+int crun__self_exe(char *buf, size_t len)
 {
 	ssize_t n;
-	char *slash;
 
 	if (len < 2)
 		return -ENAMETOOLONG;
@@ -224,9 +223,17 @@ int crun__self_dir(char *buf, size_t len)
 	if ((size_t)n >= len) /* readlink truncates without saying so */
 		return -ENAMETOOLONG;
 	buf[n] = '\0';
+	return buf[0] == '/' ? 0 : -EINVAL;
+}
+
+int crun__self_dir(char *buf, size_t len)
+{
+	int rc = crun__self_exe(buf, len);
+	char *slash;
+
+	if (rc < 0)
+		return rc;
 	slash = strrchr(buf, '/');
-	if (!slash)
-		return -EINVAL;
 	*(slash == buf ? slash + 1 : slash) = '\0';
 	return 0;
 }

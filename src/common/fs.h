@@ -61,10 +61,13 @@ int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mo
  * (name alone does not fit len). */
 int crun__path_search(const char *name, const char *path, char *buf, size_t len);
 
-/* The directory of the running program's executable (/proc/self/exe
- * without its last component), as an absolute path in buf. Returns 0,
- * -ENAMETOOLONG when it does not fit len (never truncated), or the
- * negative errno of readlink(2). */
+/* The running program's executable (/proc/self/exe), as an absolute path
+ * in buf. Returns 0, -ENAMETOOLONG when it does not fit len (never
+ * truncated), or the negative errno of readlink(2). */
+int crun__self_exe(char *buf, size_t len);
+
+/* The directory of the running program's executable: crun__self_exe()
+ * without its last component ("/" for a program in the root). */
 int crun__self_dir(char *buf, size_t len);
 
 #endif

@@ -5,6 +5,7 @@
 #include "launcher/hostfile.h"
 #include "launcher/plan.h"
 #include "agent/summary.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -611,15 +612,17 @@ static int build_commands(struct remote *r, int argc, char **argv, char **envp, 
 {
 	const struct crun__launch_opts *o = r->o;
 	char self[PATH_MAX], dir[PATH_MAX], endpoint[CRUN_HOSTFILE_HOST_MAX + 16], run_id[64];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int command_index = (int)(o->command - argv);
+	int rc = crun__self_exe(self, sizeof(self));
 
-	if (n <= 0 || !getcwd(dir, sizeof(dir))) {
-		crun__seterr(err, errlen, "cannot find crun's own path or the directory: %s",
-			     strerror(errno));
+	if (rc < 0) {
+		crun__seterr(err, errlen, "cannot find crun's own path: %s", strerror(-rc));
 		return -EIO;
 	}
-	self[n] = '\0';
+	if (!getcwd(dir, sizeof(dir))) {
+		crun__seterr(err, errlen, "cannot find the current directory: %s", strerror(errno));
+		return -EIO;
+	}
 	if (!o->rdzv_id && make_run_id(run_id, sizeof(run_id)) < 0) {
 		crun__seterr(err, errlen, "cannot make a run id: %s", strerror(errno));
 		return -EIO;

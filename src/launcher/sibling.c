@@ -10,6 +10,8 @@
 #include "common/fs.h"
 #include "common/util.h"
 
+#include "crun-config.h"
+
 bool crun__launch_is_own_program(const char *name)
 {
 	static const char *const own[] = {"crun-train", "crunctl", "crun-rdzvd",
@@ -61,11 +63,23 @@ int crun__launch_find_sibling(const char *name, const char *path, const char *se
 	rc = try_dir(self_dir, name, out, outlen);
 	if (rc != -ENOENT)
 		return rc;
-	if (!strcmp(name, "crun-rdzvd") && strrchr(self_dir, '/')) {
-		/* bindir's sibling sbin: PREFIX/bin -> PREFIX/sbin */
-		int len = (int)(strrchr(self_dir, '/') - self_dir);
+	if (!strcmp(name, "crun-rdzvd") && *CRUN_SBINDIR_FROM_BINDIR) {
+		/* The installed sbindir as seen from bindir (crun-config.h),
+		 * each leading ".." taking a directory off self_dir. */
+		const char *rel = CRUN_SBINDIR_FROM_BINDIR;
+		size_t len = strlen(self_dir);
 
-		snprintf(dir, sizeof(dir), "%.*s/sbin", len, self_dir);
+		while (!strncmp(rel, "../", 3) && len > 1) {
+			while (len > 1 && self_dir[len - 1] != '/')
+				len--;
+			if (len > 1)
+				len--;
+			rel += 3;
+		}
+		if (len == 1 && self_dir[0] == '/')
+			snprintf(dir, sizeof(dir), "/%s", rel);
+		else
+			snprintf(dir, sizeof(dir), "%.*s/%s", (int)len, self_dir, rel);
 		rc = try_dir(dir, name, out, outlen);
 		if (rc != -ENOENT)
 			return rc;
