@@ -614,6 +614,34 @@ static void test_mkdir_p(void **state)
 	umask(old);
 }
 
+/* Empty documents: nothing, only comments, a bare "---"; a null value
+ * written out is not empty. One wording for all. */
+static void test_yaml_empty(void **state)
+{
+	static const char *const empty[] = {"", "# a\n\n# b\n", "---\n", "# x\n---\n# y\n",
+					    "--- # c\n"};
+	static const char *const full[] = {"null\n", "~\n",    "--- null\n",
+					   "a: 1\n", "\"\"\n", "x\n"};
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc;
+	char err[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+		assert_int_equal(crun__yaml_load_string(empty[i], strlen(empty[i]), &doc, &e), 0);
+		assert_true(crun__yaml_is_empty(doc));
+		crun__yaml_destroy(doc);
+	}
+	for (size_t i = 0; i < sizeof(full) / sizeof(full[0]); i++) {
+		assert_int_equal(crun__yaml_load_string(full[i], strlen(full[i]), &doc, &e), 0);
+		assert_false(crun__yaml_is_empty(doc));
+		crun__yaml_destroy(doc);
+	}
+	crun__yaml_format_empty("config", "c.yaml", err, sizeof(err));
+	assert_string_equal(
+		err, "config 'c.yaml' is empty: it sets nothing (no content, only comments)");
+}
+
 static void make_file(const char *path, mode_t mode)
 {
 	assert_int_equal(crun__write_atomic(path, "#!/bin/sh\n", 10, 0644), 0);
@@ -980,9 +1008,12 @@ static void test_yaml_files(void **state)
 	assert_int_equal(crun__yaml_load_file(in_scratch("none.yaml"), 100, &doc, &e), -ENOENT);
 	crun__yaml_format_error(&e, "config", "x.yaml", err, sizeof(err));
 	assert_string_equal(err, "cannot read config 'x.yaml': No such file or directory");
-	assert_int_equal(crun__yaml_load_file(scratch, 100, &doc, &e), -EINVAL);
-	assert_string_equal(e.msg, "not a regular file");
+	assert_int_equal(crun__yaml_load_file(scratch, 100, &doc, &e), -EISDIR);
+	assert_string_equal(e.msg, "is a directory");
+	crun__yaml_format_error(&e, "config", "d", err, sizeof(err));
+	assert_string_equal(err, "config 'd' is a directory, not a file");
 	assert_int_equal(crun__yaml_load_file("/dev/null", 100, &doc, &e), -EINVAL);
+	assert_string_equal(e.msg, "not a regular file");
 	if (geteuid() != 0) {
 		assert_int_equal(chmod(p, 0), 0);
 		assert_int_equal(crun__yaml_load_file(p, 100, &doc, &e), -EACCES);
@@ -1276,6 +1307,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_write_atomic, scratch_setup, scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_path_search, scratch_setup, scratch_teardown),
 		cmocka_unit_test(test_self_dir),
+		cmocka_unit_test(test_yaml_empty),
 		cmocka_unit_test(test_fnv),
 		cmocka_unit_test(test_yaml_scalars),
 		cmocka_unit_test(test_yaml_tree),
