@@ -964,8 +964,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		/* Something happened before the GPUs were free: the wait
 		 * ends, no worker starts, and the step takes the event in
 		 * STARTING as one between two attempts. */
+		char what[200];
+
 		g->gpu_waiting = false;
-		crun__gpu_watch_stop(g->gpus, crun__group_event_name(first->kind));
+		describe_event(g, first, what, sizeof(what));
+		crun__gpu_watch_stop(g->gpus, what);
 	}
 	g->busy = true;
 	for (;;) {
