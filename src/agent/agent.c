@@ -309,13 +309,23 @@ static int setup_dirs(struct agent *a)
 			return -EIO;
 	}
 	if (spec->log_dir || tmp_logs) {
+		/* A job that may have several nodes: one run directory for
+		 * all, a directory per host in it. */
+		const char *host =
+			spec->rdzv.enabled && spec->rdzv.max_nodes > 1 ? a->hostname : NULL;
+
 		err = crun__logdir_make(spec->log_dir ? spec->log_dir : tmp_logs, spec->run_id,
-					time(NULL), &a->log_root, what, sizeof(what));
+					host, time(NULL), &a->log_root, what, sizeof(what));
 		free(tmp_logs);
+		if (err == -EEXIST) {
+			crun__error("cannot create the log directory '%s': it and its .1 to .%d "
+				    "exist already",
+				    what, CRUN__LOGDIR_TRIES - 1);
+			return err;
+		}
 		if (err < 0) {
 			crun__error("cannot create the log directory '%s': %s", what,
-				    err == -EEXIST ? "it and its .1 to .999 exist already"
-						   : strerror(-err));
+				    strerror(-err));
 			return err;
 		}
 		crun__info("logs of this run in '%s'", a->log_root);

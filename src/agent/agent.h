@@ -112,7 +112,8 @@ struct crun__agent_spec {
 
 	/* Log files. With a log dir, the run takes a directory of its own in
 	 * it (logdir.h: <log_dir>/<run_id>, <log_dir>/<UTC time> for the run
-	 * id "none", with .1, .2, ... when the name is taken), said on the
+	 * id "none", with .1, .2, ... when the name is taken; when rdzv
+	 * max_nodes > 1, <log_dir>/<run_id>/<hostname>[.n]), said on the
 	 * console, and each attempt n (the restart count) gets
 	 * <that>/attempt_<n>/<local_rank>/, created as needed,
 	 * holding {stdout,stderr}.log for the streams that are redirected or
@@ -150,6 +151,10 @@ struct crun__agent_spec {
 	 * handled signal during that wait sends SIGKILL at once. */
 	int signals[CRUN_AGENT_MAX_SIGNALS];
 	int nsignals;
+	/* Whether the first handled signal's line (the grace period and that
+	 * a second signal kills at once) is a debug line only: a remote
+	 * agent's controller says it once for every host. */
+	bool quiet_stop_hint;
 	/* Signals that are only forwarded to every running worker's own
 	 * process (not its group: the program decides what its children
 	 * get): crun goes on, in whatever state the group is (Slurm's

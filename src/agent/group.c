@@ -583,26 +583,52 @@ static void say(struct group *g, const struct crun__group_event *ev, enum crun__
 		crun__info("got %s; stopping", name);
 		return;
 	case CRUN__GNOTE_STOPPING_WORKERS: {
+		const char *again = ev->signal == SIGINT ? "a second Ctrl-C kills them at once"
+							 : "a second signal kills them at once";
+		bool stopping = g->core.state == CRUN__GROUP_STOPPING &&
+				uv_is_active((uv_handle_t *)&g->timer);
+		enum crun__log_level level =
+			g->spec->quiet_stop_hint ? CRUN_LOG_DEBUG : CRUN_LOG_INFO;
 		char grace[32];
 
-		/* Once per job: a second handled signal kills (KILLING). */
+		/* Once per job: a second handled signal kills (KILLING). When
+		 * the workers are being stopped already, their grace period
+		 * runs since then; when they were sent SIGKILL, none is left. */
+		if (stopping && g->timer_kind == CRUN__GTIMER_STUCK) {
+			crun__log(level, "got %s; the workers were sent SIGKILL already", name);
+			return;
+		}
+		if (stopping && g->timer_kind == CRUN__GTIMER_KILL) {
+			uint64_t left = uv_timer_get_due_in(&g->timer);
+
+			if (left >= 1000)
+				left = (left + 999) / 1000 * 1000;
+			crun__rdzv_format_ms((int64_t)left, grace, sizeof(grace));
+			crun__log(level,
+				  "got %s; stopping the workers (%s now, SIGKILL in at most %s, "
+				  "--shutdown-timeout); %s",
+				  name, name, grace, again);
+			return;
+		}
 		crun__rdzv_format_ms(g->spec->shutdown_timeout_ms, grace, sizeof(grace));
-		crun__info("got %s; stopping the workers (%s now, SIGKILL after %s, "
-			   "--shutdown-timeout); %s",
-			   name, name, grace,
-			   ev->signal == SIGINT ? "a second Ctrl-C kills them at once"
-						: "a second signal kills them at once");
+		crun__log(level,
+			  "got %s; stopping the workers (%s now, SIGKILL after %s, "
+			  "--shutdown-timeout); %s",
+			  name, name, grace, again);
 		return;
 	}
 	case CRUN__GNOTE_KILLING:
 		crun__info("got %s again; killing the workers now (SIGKILL)", name);
 		return;
-	case CRUN__GNOTE_SHUTDOWN_TIMEOUT:
-		crun__warn("%d worker%s still running after the shutdown timeout (%lld ms); "
+	case CRUN__GNOTE_SHUTDOWN_TIMEOUT: {
+		char grace[32];
+
+		crun__rdzv_format_ms(g->spec->shutdown_timeout_ms, grace, sizeof(grace));
+		crun__warn("%d worker%s still running after the shutdown timeout (%s); "
 			   "sending SIGKILL",
-			   g->running, g->running == 1 ? "" : "s",
-			   (long long)g->spec->shutdown_timeout_ms);
+			   g->running, g->running == 1 ? "" : "s", grace);
 		return;
+	}
 	case CRUN__GNOTE_OPEN_PIPES:
 		for (int i = 0; i < g->nworkers; i++) {
 			struct worker *w = g->workers[i];
@@ -938,8 +964,11 @@ static void feed(struct group *g, const struct crun__group_event *first)
 		/* Something happened before the GPUs were free: the wait
 		 * ends, no worker starts, and the step takes the event in
 		 * STARTING as one between two attempts. */
+		char what[200];
+
 		g->gpu_waiting = false;
-		crun__gpu_watch_stop(g->gpus, crun__group_event_name(first->kind));
+		describe_event(g, first, what, sizeof(what));
+		crun__gpu_watch_stop(g->gpus, what);
 	}
 	g->busy = true;
 	for (;;) {

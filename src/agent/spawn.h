@@ -53,7 +53,7 @@ struct worker {
 struct crun__spawner {
 	uv_loop_t *loop;
 	const struct crun__agent_spec *spec;
-	const char *log_root;  /* <log_dir>/<run_id>; NULL: no log files */
+	const char *log_root;  /* the run's own (logdir.h); NULL: no log files */
 	const char *tmp_dir;   /* directory of error files without log_root */
 	const char *store_env; /* "CRUN_STORE=host:port"; NULL: no store */
 	const char *token_env; /* "CRUN_TOKEN=..."; NULL: none */

@@ -3,6 +3,7 @@
  * kernel's files, read at once and reported on the next turn of the loop.
  * The dump frees itself after done() once its handles have closed. */
 #include "agent/stackdump.h"
+#include "common/fs.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -30,17 +31,7 @@ struct crun__stackdump {
 
 bool crun__find_program(const char *name, char *buf, size_t len)
 {
-	const char *path = getenv("PATH");
-
-	while (path && *path) {
-		const char *colon = strchr(path, ':');
-		size_t n = colon ? (size_t)(colon - path) : strlen(path);
-		if (n && (size_t)snprintf(buf, len, "%.*s/%s", (int)n, path, name) < len &&
-		    access(buf, X_OK) == 0)
-			return true;
-		path = colon ? colon + 1 : NULL;
-	}
-	return false;
+	return crun__path_search(name, getenv("PATH"), buf, len) == 0;
 }
 
 static void append(struct crun__stackdump *d, const char *s, size_t n)

@@ -28,8 +28,8 @@ struct crun__stackdump;
 int crun__stackdump_start(uv_loop_t *loop, pid_t pid, uint64_t timeout_ms,
 			  void (*done)(void *arg, const char *text, const char *tool), void *arg);
 
-/* The program named by name on PATH, into buf: true when found and
- * executable. */
+/* The program named by name on PATH, as execvp(3) finds it
+ * (crun__path_search()), into buf: true when found. */
 bool crun__find_program(const char *name, char *buf, size_t len);
 
 #endif

@@ -1,4 +1,5 @@
-/* mkdir -p and atomic replacement of files. The temporary file carries the
+/* mkdir -p, atomic replacement of files, PATH search and the program's
+ * own directory. The temporary file carries the
  * writer's pid, so writers in different processes never share one, and
  * lies in the target's directory, so the rename never crosses a file
  * system. */
@@ -6,6 +7,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,4 +169,71 @@ int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mo
 		return rc;
 	}
 	return crun__atomic_commit(&f);
+}
+
+static bool is_executable_file(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, X_OK);
+}
+
+int crun__path_search(const char *name, const char *path, char *buf, size_t len)
+{
+	char dflt[256];
+
+	if (!*name)
+		return -ENOENT;
+	if (strlen(name) + 3 > len)
+		return -ENAMETOOLONG;
+	if (strchr(name, '/')) {
+		snprintf(buf, len, "%s", name);
+		return is_executable_file(buf) ? 0 : -ENOENT;
+	}
+	if (!path) {
+		size_t n = confstr(_CS_PATH, dflt, sizeof(dflt));
+
+		path = n > 0 && n <= sizeof(dflt) ? dflt : "/bin:/usr/bin";
+	}
+	for (const char *p = path;;) {
+		const char *end = strchr(p, ':');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		int k = n ? snprintf(buf, len, "%.*s/%s", (int)n, p, name)
+			  : snprintf(buf, len, "./%s", name);
+
+		if (k > 0 && (size_t)k < len && is_executable_file(buf))
+			return 0;
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	buf[0] = '\0';
+	return -ENOENT;
+}
+
+int crun__self_exe(char *buf, size_t len)
+{
+	ssize_t n;
+
+	if (len < 2)
+		return -ENAMETOOLONG;
+	n = readlink("/proc/self/exe", buf, len);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n >= len) /* readlink truncates without saying so */
+		return -ENAMETOOLONG;
+	buf[n] = '\0';
+	return buf[0] == '/' ? 0 : -EINVAL;
+}
+
+int crun__self_dir(char *buf, size_t len)
+{
+	int rc = crun__self_exe(buf, len);
+	char *slash;
+
+	if (rc < 0)
+		return rc;
+	slash = strrchr(buf, '/');
+	*(slash == buf ? slash + 1 : slash) = '\0';
+	return 0;
 }

@@ -1,6 +1,7 @@
-/* Files and directories: creating a directory path, and replacing a file
+/* Files and directories: creating a directory path, replacing a file
  * atomically so that a reader (or a crash) sees either the old content or
- * the new, never a part.
+ * the new, never a part, searching PATH, and the running program's own
+ * directory.
  *
  * Every function returns 0 or a negative errno. */
 #ifndef CRUN_COMMON_FS_H
@@ -50,5 +51,23 @@ void crun__atomic_abort(struct crun__atomic_file *f);
 
 /* Replaces path with len bytes of data: open, write, commit. */
 int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Finds name as execvp(3) does: a name with a slash is itself, else
+ * each entry of path (colon-separated; an empty entry is the current
+ * directory, written "./name"; NULL: the system's default,
+ * confstr(_CS_PATH)) in order, the first regular file that this process
+ * may execute. Entries too long for buf are passed over. Returns 0 with
+ * the file's path in buf, -ENOENT (none, or name is ""), -ENAMETOOLONG
+ * (name alone does not fit len). */
+int crun__path_search(const char *name, const char *path, char *buf, size_t len);
+
+/* The running program's executable (/proc/self/exe), as an absolute path
+ * in buf. Returns 0, -ENAMETOOLONG when it does not fit len (never
+ * truncated), or the negative errno of readlink(2). */
+int crun__self_exe(char *buf, size_t len);
+
+/* The directory of the running program's executable: crun__self_exe()
+ * without its last component ("/" for a program in the root). */
+int crun__self_dir(char *buf, size_t len);
 
 #endif

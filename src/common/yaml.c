@@ -39,6 +39,7 @@ static int fail(struct crun__yaml_error *e, int rc, const yaml_mark_t *mark, con
 {
 	va_list ap;
 
+	e->err = rc;
 	e->line = mark ? (int)mark->line + 1 : 0;
 	e->column = mark ? (int)mark->column + 1 : 0;
 	va_start(ap, fmt);
@@ -324,7 +325,16 @@ static int read_all(const char *path, size_t max_bytes, char **out, size_t *outl
 		rc = errno;
 		return fail(e, -rc, NULL, "%s", strerror(rc));
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0) {
+		rc = errno;
+		rc = fail(e, -rc, NULL, "%s", strerror(rc));
+		goto out_close_fd;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		rc = fail(e, -EISDIR, NULL, "is a directory");
+		goto out_close_fd;
+	}
+	if (!S_ISREG(st.st_mode)) {
 		rc = fail(e, -EINVAL, NULL, "not a regular file");
 		goto out_close_fd;
 	}
@@ -412,6 +422,21 @@ void crun__yaml_format_error(const struct crun__yaml_error *e, const char *what,
 {
 	if (e->line)
 		crun__seterr(err, errlen, "%s '%s' line %d: %s", what, path, e->line, e->msg);
+	else if (e->err == -EISDIR)
+		crun__seterr(err, errlen, "%s '%s' is a directory, not a file", what, path);
 	else
 		crun__seterr(err, errlen, "cannot read %s '%s': %s", what, path, e->msg);
+}
+
+bool crun__yaml_is_empty(const struct crun__yaml_doc *doc)
+{
+	const struct crun__yaml_node *root = crun__yaml_root(doc);
+
+	return root->kind == CRUN__YAML_NULL && !root->quoted && root->text && !root->text[0];
+}
+
+void crun__yaml_format_empty(const char *what, const char *path, char *err, size_t errlen)
+{
+	crun__seterr(err, errlen, "%s '%s' is empty: it sets nothing (no content, only comments)",
+		     what, path);
 }

@@ -47,6 +47,7 @@ struct crun__yaml_node {
  * the reason, like "No such file or directory" or "not a regular file");
  * else the place of a YAML error and what it is. */
 struct crun__yaml_error {
+	int err; /* the negative errno returned */
 	int line;
 	int column;
 	char msg[256];
@@ -63,8 +64,9 @@ int crun__yaml_load_string(const char *text, size_t len, struct crun__yaml_doc *
 
 /* Reads the regular file at path (at most max_bytes, SIZE_MAX for no
  * limit) and parses it. Besides load_string's errors: -errno of open(2) or
- * read(2), -EINVAL for something that is not a regular file, -EFBIG for a
- * file larger than max_bytes; e->line is 0 for all of them. */
+ * read(2), -EISDIR for a directory ("is a directory"), -EINVAL for
+ * anything else that is not a regular file, -EFBIG for a file larger than
+ * max_bytes; e->line is 0 for all of them. */
 int crun__yaml_load_file(const char *path, size_t max_bytes, struct crun__yaml_doc **out,
 			 struct crun__yaml_error *e);
 
@@ -78,8 +80,18 @@ void crun__yaml_destroy(struct crun__yaml_doc *doc);
 const struct crun__yaml_node *crun__yaml_deref(const struct crun__yaml_node *n);
 
 /* Writes e as one line into err: "cannot read WHAT 'PATH': msg" when
- * e->line is 0, else "WHAT 'PATH' line N: msg". */
+ * e->line is 0 ("WHAT 'PATH' is a directory, not a file" for -EISDIR),
+ * else "WHAT 'PATH' line N: msg". */
 void crun__yaml_format_error(const struct crun__yaml_error *e, const char *what, const char *path,
 			     char *err, size_t errlen);
+
+/* Whether the document is empty: no content at all, only comments, or a
+ * bare "---". A document that says null ("null", "~") is not: it holds a
+ * value, if not one the caller wants. */
+bool crun__yaml_is_empty(const struct crun__yaml_doc *doc);
+
+/* The one line for an empty document, into err: "WHAT 'PATH' is empty:
+ * it sets nothing (no content, only comments)". */
+void crun__yaml_format_empty(const char *what, const char *path, char *err, size_t errlen);
 
 #endif

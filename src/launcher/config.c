@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 
 static bool is_scalar(const struct crun__yaml_node *n)
 {
@@ -88,13 +87,6 @@ static int read_pair(const char *path, const struct crun__yaml_node *k,
 	return rc;
 }
 
-static bool is_directory(const char *path)
-{
-	struct stat st;
-
-	return !stat(path, &st) && S_ISDIR(st.st_mode);
-}
-
 int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx, char *err,
 			     size_t errlen)
 {
@@ -104,10 +96,6 @@ int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx
 	int rc;
 
 	rc = crun__yaml_load_file(path, CRUN_LAUNCH_MAX_CONFIG, &doc, &e);
-	if (rc == -EINVAL && e.line == 0 && is_directory(path)) {
-		crun__seterr(err, errlen, "config '%s' is a directory, not a file", path);
-		return -EINVAL;
-	}
 	if (rc) {
 		crun__yaml_format_error(&e, "config", path, err, errlen);
 		return rc == -ENOMEM ? -ENOMEM : -EINVAL;
@@ -117,10 +105,8 @@ int crun__launch_config_read(const char *path, crun__config_key_cb cb, void *ctx
 		for (size_t i = 0; i < root->n && !rc; i++)
 			rc = read_pair(path, root->items[2 * i], root->items[2 * i + 1], cb, ctx,
 				       err, errlen);
-	} else if (root->kind == CRUN__YAML_NULL) { /* empty, comments, or "---" alone */
-		crun__seterr(err, errlen,
-			     "config '%s' sets no option: it is empty or holds only comments",
-			     path);
+	} else if (crun__yaml_is_empty(doc)) {
+		crun__yaml_format_empty("config", path, err, errlen);
 		rc = -EINVAL;
 	} else {
 		crun__seterr(err, errlen,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "launcher/help.h"
@@ -48,22 +49,13 @@ static void find_own_program(struct crun__launch_plan *plan, char *buf, size_t l
 {
 	char self[PATH_MAX], root[PATH_MAX];
 	const char *build_root = NULL, *from;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	char *slash;
 
-	if (n <= 0 || !plan->argc)
+	if (!plan->argc || crun__self_dir(self, sizeof(self)) < 0)
 		return;
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-#ifdef CRUN_BUILD_ROOT
 	if (realpath(CRUN_BUILD_ROOT, root))
 		build_root = root;
-#endif
-	if (crun__launch_find_sibling(plan->argv[0], crun__env_get("PATH"), self, build_root, buf,
-				      len, &from) < 0)
+	if (crun__launch_find_sibling(plan->argv[0], getenv("PATH"), self, build_root, buf, len,
+				      &from) < 0)
 		return;
 	crun__info("'%s' is not in PATH; running crun's own '%s' (%s)", plan->argv[0], buf, from);
 	plan->argv[0] = buf;
@@ -131,6 +123,7 @@ int main(int argc, char **argv)
 	if (opts.sched.kind != CRUN_SCHED_NONE)
 		crun__info("scheduler %s: %s", crun__sched_kind_name(opts.sched.kind),
 			   opts.sched.detail);
+	spec.quiet_stop_hint = crun__remote_agent_mode(environ);
 	status = crun__remote_agent_mode(environ) ? crun__remote_agent_run(&spec)
 						  : crun__agent_run(&spec);
 	if (crun__slurm_exit_status(status, opts.slurm_requeue) != status) {

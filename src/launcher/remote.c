@@ -4,6 +4,8 @@
 #include "launcher/remote.h"
 #include "launcher/hostfile.h"
 #include "launcher/plan.h"
+#include "agent/summary.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -448,8 +450,26 @@ static void signal_cb(uv_signal_t *s, int signum)
 {
 	struct remote *r = s->data;
 
-	if (!r->signal)
+	if (!r->signal) {
+		long long ms = (long long)r->o->shutdown_timeout_ms;
+		char name[32], grace[32];
+
+		/* The hosts' agents keep theirs off the console (remote agent
+		 * mode): said once, here. */
 		r->signal = signum;
+		crun__signal_format(name, sizeof(name), signum);
+		/* As the agents write it (crun__rdzv_format_ms(), whose header
+		 * clashes with the launcher's options.h). */
+		if (ms >= 1000 && ms % 1000 == 0)
+			snprintf(grace, sizeof(grace), "%llds", ms / 1000);
+		else
+			snprintf(grace, sizeof(grace), "%lldms", ms);
+		crun__info("got %s; stopping the workers on every host (SIGKILL after %s, "
+			   "--shutdown-timeout); %s",
+			   name, grace,
+			   signum == SIGINT ? "a second Ctrl-C kills them at once"
+					    : "a second signal kills them at once");
+	}
 	send_signal(r, signum);
 	arm_kill_timer(r);
 }
@@ -592,15 +612,17 @@ static int build_commands(struct remote *r, int argc, char **argv, char **envp, 
 {
 	const struct crun__launch_opts *o = r->o;
 	char self[PATH_MAX], dir[PATH_MAX], endpoint[CRUN_HOSTFILE_HOST_MAX + 16], run_id[64];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int command_index = (int)(o->command - argv);
+	int rc = crun__self_exe(self, sizeof(self));
 
-	if (n <= 0 || !getcwd(dir, sizeof(dir))) {
-		crun__seterr(err, errlen, "cannot find crun's own path or the directory: %s",
-			     strerror(errno));
+	if (rc < 0) {
+		crun__seterr(err, errlen, "cannot find crun's own path: %s", strerror(-rc));
 		return -EIO;
 	}
-	self[n] = '\0';
+	if (!getcwd(dir, sizeof(dir))) {
+		crun__seterr(err, errlen, "cannot find the current directory: %s", strerror(errno));
+		return -EIO;
+	}
 	if (!o->rdzv_id && make_run_id(run_id, sizeof(run_id)) < 0) {
 		crun__seterr(err, errlen, "cannot make a run id: %s", strerror(errno));
 		return -EIO;

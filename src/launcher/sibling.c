@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/util.h"
+
+#include "crun-config.h"
 
 bool crun__launch_is_own_program(const char *name)
 {
@@ -31,20 +34,7 @@ bool crun__launch_in_path(const char *name, const char *path)
 {
 	char file[4096];
 
-	if (!path)
-		path = "/usr/bin:/bin";
-	for (const char *p = path;; p++) {
-		const char *end = strchr(p, ':');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		int n = len ? snprintf(file, sizeof(file), "%.*s/%s", (int)len, p, name)
-			    : snprintf(file, sizeof(file), "./%s", name);
-
-		if (n > 0 && (size_t)n < sizeof(file) && is_executable_file(file))
-			return true;
-		if (!end)
-			return false;
-		p = end;
-	}
+	return crun__path_search(name, path, file, sizeof(file)) == 0;
 }
 
 /* out = dir/name when that is an executable file: 0, else -ENOENT. */
@@ -73,11 +63,23 @@ int crun__launch_find_sibling(const char *name, const char *path, const char *se
 	rc = try_dir(self_dir, name, out, outlen);
 	if (rc != -ENOENT)
 		return rc;
-	if (!strcmp(name, "crun-rdzvd") && strrchr(self_dir, '/')) {
-		/* bindir's sibling sbin: PREFIX/bin -> PREFIX/sbin */
-		int len = (int)(strrchr(self_dir, '/') - self_dir);
+	if (!strcmp(name, "crun-rdzvd") && *CRUN_SBINDIR_FROM_BINDIR) {
+		/* The installed sbindir as seen from bindir (crun-config.h),
+		 * each leading ".." taking a directory off self_dir. */
+		const char *rel = CRUN_SBINDIR_FROM_BINDIR;
+		size_t len = strlen(self_dir);
 
-		snprintf(dir, sizeof(dir), "%.*s/sbin", len, self_dir);
+		while (!strncmp(rel, "../", 3) && len > 1) {
+			while (len > 1 && self_dir[len - 1] != '/')
+				len--;
+			if (len > 1)
+				len--;
+			rel += 3;
+		}
+		if (len == 1 && self_dir[0] == '/')
+			snprintf(dir, sizeof(dir), "/%s", rel);
+		else
+			snprintf(dir, sizeof(dir), "%.*s/%s", (int)len, self_dir, rel);
 		rc = try_dir(dir, name, out, outlen);
 		if (rc != -ENOENT)
 			return rc;

@@ -17,9 +17,9 @@
 /* crun-train, crunctl, crun-rdzvd, crun-trace-merge and crun-plot-*. */
 bool crun__launch_is_own_program(const char *name);
 
-/* Whether PATH (a colon-separated list; an empty entry is the current
- * directory; NULL: /usr/bin:/bin, as execvp) has an executable file
- * called name. */
+/* Whether PATH has an executable file called name, as execvp(3) finds
+ * it (crun__path_search(): an empty entry is the current directory;
+ * NULL: the system's default PATH). */
 bool crun__launch_in_path(const char *name, const char *path);
 
 /* Finds crun's own program name for a command that PATH lacks. self_dir

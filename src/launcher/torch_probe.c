@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "launcher/options.h"
+#include "common/fs.h"
 
 int crun__torch_version_parse(const char *text, size_t len, char *version, size_t versionlen,
 			      int *major, int *minor)
@@ -143,27 +144,17 @@ static bool try_prefix(const char *prefix, const char *ver, struct crun__torch_f
 }
 
 /* The interpreter's path: python itself when it has a slash, else the
- * first executable of that name in PATH. */
+ * first executable of that name in the job's PATH, as execvp(3) finds
+ * it; without PATH also /usr/local/bin, which the system's default PATH
+ * may lack. */
 static bool find_python(const char *python, char **envp, char *path, size_t len)
 {
 	const char *dirs = crun__launch_env_lookup(envp, "PATH");
 
-	if (strchr(python, '/')) {
-		snprintf(path, len, "%s", python);
-		return access(path, X_OK) == 0;
-	}
-	if (!dirs)
-		dirs = "/usr/local/bin:/usr/bin:/bin";
-	for (const char *p = dirs; *p;) {
-		const char *colon = strchr(p, ':');
-		size_t n = colon ? (size_t)(colon - p) : strlen(p);
-
-		if (n && (size_t)snprintf(path, len, "%.*s/%s", (int)n, p, python) < len &&
-		    access(path, X_OK) == 0)
-			return true;
-		p += n + (colon ? 1 : 0);
-	}
-	return false;
+	if (!crun__path_search(python, dirs, path, len))
+		return true;
+	return !dirs && !strchr(python, '/') &&
+	       !crun__path_search(python, "/usr/local/bin", path, len);
 }
 
 /* Reads the value of key from a pyvenv.cfg ("key = value"). */

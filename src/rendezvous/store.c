@@ -161,13 +161,76 @@ static uint32_t hash_item(const struct crun__store *st, const struct crun__wire_
 	return crun__hash_bytes(st->seed, it->data, it->len);
 }
 
+/* What a request does, in words: "reads", "says it is done with". */
+static const char *request_verb(uint8_t type)
+{
+	switch (type) {
+	case CRUN_WIRE_HELLO:
+		return "says hello";
+	case CRUN_WIRE_SET:
+		return "sets";
+	case CRUN_WIRE_GET:
+		return "reads";
+	case CRUN_WIRE_CHECK:
+		return "checks whether these exist:";
+	case CRUN_WIRE_WAIT:
+		return "waits for";
+	case CRUN_WIRE_ADD:
+		return "adds a number to";
+	case CRUN_WIRE_CAS:
+		return "compares and sets";
+	case CRUN_WIRE_DELETE:
+		return "deletes";
+	case CRUN_WIRE_APPEND:
+		return "appends to";
+	case CRUN_WIRE_COUNT:
+		return "counts the keys";
+	case CRUN_WIRE_MGET:
+		return "reads";
+	case CRUN_WIRE_MSET:
+		return "sets";
+	case CRUN_WIRE_LIST:
+		return "lists the keys under";
+	case CRUN_WIRE_PING:
+		return "checks that the store answers";
+	case CRUN_WIRE_WATCH:
+		return "watches";
+	case CRUN_WIRE_UNWATCH:
+		return "stops watching";
+	case CRUN_WIRE_RDZV_JOIN:
+		return "joins the rendezvous as";
+	case CRUN_WIRE_RDZV_RESUME:
+		return "joins the rendezvous again as";
+	case CRUN_WIRE_RDZV_FAIL:
+		return "says it failed";
+	case CRUN_WIRE_RDZV_DONE:
+		return "says it is done";
+	case CRUN_WIRE_QUEUE_PUSH:
+		return "adds to the queue";
+	case CRUN_WIRE_QUEUE_POP:
+		return "takes from the queue";
+	case CRUN_WIRE_QUEUE_LEN:
+		return "asks how long the queue is:";
+	default:
+		return "sends a request the store does not know";
+	}
+}
+
 void crun__store_log_request(const struct crun__store_client *c, const struct crun__wire_msg *m)
 {
-	char k[300] = "", what[320] = "", more[64] = "";
+	char k[300] = "", what[360] = "", more[80] = "";
+	bool keys = m->type == CRUN_WIRE_MGET || m->type == CRUN_WIRE_MSET ||
+		    m->type == CRUN_WIRE_CHECK;
+	bool round = m->type == CRUN_WIRE_RDZV_FAIL || m->type == CRUN_WIRE_RDZV_DONE;
+	/* MSET's items are key, value, key, value ... */
+	uint32_t n = m->type == CRUN_WIRE_MSET ? m->count / 2 : m->count;
 
-	if (m->count && m->type != CRUN_WIRE_PING) {
+	if (m->count && m->type != CRUN_WIRE_PING && !round) {
 		show_item(k, sizeof(k), &m->items[0]);
-		snprintf(what, sizeof(what), " '%s'", k);
+		if (keys && n > 1)
+			snprintf(what, sizeof(what), " %u keys, '%s' first", n, k);
+		else
+			snprintf(what, sizeof(what), " '%s'", k);
 	}
 	/* What the other items and the number mean depends on the request
 	 * (wire.h). */
@@ -178,36 +241,27 @@ void crun__store_log_request(const struct crun__store_client *c, const struct cr
 		if (m->count > 1)
 			snprintf(more, sizeof(more), " (a value of %u bytes)", m->items[1].len);
 		break;
-	case CRUN_WIRE_RDZV_JOIN:
-	case CRUN_WIRE_RDZV_RESUME:
-		snprintf(more, sizeof(more), " (to join the rendezvous as that node)");
-		break;
-	default:
-		if (m->count > 1)
-			snprintf(more, sizeof(more), " and %u more", m->count - 1);
-		break;
-	}
-	switch (m->type) {
 	case CRUN_WIRE_GET:
 	case CRUN_WIRE_MGET:
 	case CRUN_WIRE_WAIT:
 		if (m->num > 0)
-			snprintf(more + strlen(more), sizeof(more) - strlen(more),
-				 ", waiting up to %" PRId64 " ms", m->num);
+			snprintf(more, sizeof(more), ", waiting up to %" PRId64 " ms", m->num);
 		break;
 	case CRUN_WIRE_ADD:
-		snprintf(more + strlen(more), sizeof(more) - strlen(more), ", adding %" PRId64,
-			 m->num);
+		snprintf(more, sizeof(more), " (%" PRId64 ")", m->num);
 		break;
 	case CRUN_WIRE_RDZV_FAIL:
+		snprintf(more, sizeof(more), " in round %" PRId64, m->num);
+		break;
 	case CRUN_WIRE_RDZV_DONE:
-		snprintf(more + strlen(more), sizeof(more) - strlen(more), " in round %" PRId64,
-			 m->num);
+		snprintf(more, sizeof(more), " with round %" PRId64, m->num);
 		break;
 	default:
+		if (!keys && m->count > 1 && !round)
+			snprintf(more, sizeof(more), " and %u more", m->count - 1);
 		break;
 	}
-	crun__debug("store: %s asks %s%s%s", c->name, crun__wire_type_name(m->type), what, more);
+	crun__debug("store: %s %s%s%s", c->name, request_verb(m->type), what, more);
 }
 
 /* ---- replies ------------------------------------------------------------- */

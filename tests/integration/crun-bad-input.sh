@@ -149,8 +149,8 @@ bad "invalid value 'loud' for CRUN_LOG_LEVEL" "CRUN_LOG_LEVEL=loud"
 # Config files.
 bad "cannot read config '$tmp/missing.yaml': No such file or directory" "" -c "$tmp/missing.yaml"
 bad "config '$tmp' is a directory, not a file" "" --config "$tmp"
-bad "config '$empty' sets no option: it is empty or holds only comments" "" -c "$empty"
-bad "config '$only_comments' sets no option: it is empty or holds only comments" "" \
+bad "config '$empty' is empty: it sets nothing (no content, only comments)" "" -c "$empty"
+bad "config '$only_comments' is empty: it sets nothing (no content, only comments)" "" \
 	--config="$only_comments"
 if [ "$(id -u)" != 0 ]; then # root reads mode 000 files
 	bad "cannot read config '$unreadable': Permission denied" "" -c "$unreadable"

@@ -120,9 +120,15 @@ grep -qF "[0]:step  19999" "$tmp/err" || fail "no last redraw"
 # -1 placeholders or wire fields. One node that restarts once, then two
 # nodes (the rendezvous and its store too) whose round ends once.
 # internal_lines FILE: fails on a line that reads like the source.
+# Also the store protocol's request names (MGET, RDZV_DONE, QUEUE_PUSH)
+# and the worker group's state and event names (rdzv-ready, store-lost).
 internal_lines() {
 	! grep -nE -- '-> |event [0-9]|rank -1|arg [0-9]| id [0-9]+ | num -?[0-9]|\(null\)' "$1" ||
 		fail "debug lines that need the source to be read (above), in $1"
+	! grep -nwE -- 'HELLO|SET|GET|CHECK|WAIT|ADD|CAS|DELETE|APPEND|COUNT|MGET|MSET|LIST|PING|WATCH|UNWATCH|RDZV_[A-Z_]+|QUEUE_[A-Z_]+|OK|ERROR|VALUES?|INT|NOTIFY' "$1" ||
+		fail "store protocol names in debug lines (above), in $1"
+	! grep -nE -- '(^|[^-a-z])(spawn-failed|worker-exited|pipe-closed|timer-(kill|stuck|drain)|worker-hung|hang-captured|rdzv-(ready|error)|round-ended|barrier-passed|store-lost|exec-failed)([^-a-z]|$)' "$1" ||
+		fail "worker group event or state names in debug lines (above), in $1"
 }
 rm -f "$tmp/failed-once"
 CRUN_LOG_LEVEL=debug crun --nproc-per-node=2 --max-restarts=1 sh -c \
@@ -156,5 +162,5 @@ has "$tmp/err" "crun: run 'dbg': round 2 is open: waiting for the nodes to join"
 has "$tmp/err" "crun: run 'dbg': round 2 is over: the run has ended, no more rounds"
 grep -q "^crun: round 2: this is node [01] of 2; its workers are ranks [02] to [13] of 4 (restart 1)" \
 	"$tmp/err" || fail "no placement line: $(cat "$tmp/err")"
-grep -q "^crun: store: .* asks RDZV_DONE in round 2$" "$tmp/err" || fail "no store request line"
+grep -q "^crun: store: .* says it is done with round 2$" "$tmp/err" || fail "no store request line"
 echo "ok"

@@ -191,7 +191,7 @@ wait "$pid"
 rc=$?
 [ "$rc" = 143 ] || fail "SIGTERM during the wait: exit $rc: $(cat "$tmp/sig.log")"
 has "$tmp/sig.log" "crun: got SIGTERM; stopping"
-grep -qE "^crun: stopped waiting for the GPUs after [0-9.]+s: signal$" "$tmp/sig.log" ||
+grep -qE "^crun: stopped waiting for the GPUs after [0-9.]+s: crun got SIGTERM$" "$tmp/sig.log" ||
 	fail "no line on the wait's end: $(cat "$tmp/sig.log")"
 lacks "$tmp/sig.log" "attempt 1"
 echo "ok a signal ends the wait and crun"

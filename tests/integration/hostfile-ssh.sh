@@ -213,6 +213,11 @@ for want in "$a0: [0]:saved" "$a0: [1]:saved" "$a1: [2]:saved" "$a2: [3]:saved";
 	grep -qxF "$want" "$tmp/grace.out" || fail "no line '$want': a host's workers lost their grace"
 done
 grep -q "again" "$tmp/grace.err" && fail "a host took a second signal: $(grep again "$tmp/grace.err")"
+# The hint is the controller's, once; the hosts' agents keep theirs.
+[ "$(grep -c "a second Ctrl-C kills them at once" "$tmp/grace.err")" = 1 ] ||
+	fail "the Ctrl-C hint not once: $(cat "$tmp/grace.err")"
+grep -q "^crun: got SIGINT; stopping the workers on every host (SIGKILL after 10s" "$tmp/grace.err" ||
+	fail "no Ctrl-C hint: $(cat "$tmp/grace.err")"
 echo "ok SIGINT: every host's workers get their grace"
 
 # 2c. A worker's own crun is not a remote agent: it runs its job.

@@ -58,7 +58,8 @@ port=$(free_port)
 common=(--nnodes=2:3 --nproc-per-node=2 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=late
 	--rdzv-conf=last_call_timeout=300ms)
 export MN_UNTIL='[ "$GROUP_WORLD_SIZE" = 3 ]'
-agent l0 "${common[@]}" --log-dir="$tmp/logs-l0" --tee=3 sh -c "$worker" "$marker"
+common+=(--log-dir="$tmp/logs" --tee=3)
+agent l0 "${common[@]}" sh -c "$worker" "$marker"
 agent l1 "${common[@]}" sh -c "$worker" "$marker"
 wait_for "$tmp/l0.out" "nodes=2 world=4 restart=0 round=1" 2
 wait_for "$tmp/l1.out" "nodes=2 world=4 restart=0 round=1" 2
@@ -71,14 +72,34 @@ for n in l0 l1; do
 	grep -q "round 1 ended: node '.*' (.*) is joining; restarting (a joining node is not counted" \
 		"$tmp/$n.err" || fail "$n does not say why round 1 ended: $(cat "$tmp/$n.err")"
 done
+# The nodes share one run directory, each in its own named after its host
+# (all three run on this one: HOST, HOST.1, HOST.2).
+logdir_of() {
+	sed -n "s/^crun: logs of this run in '\(.*\)'$/\1/p" "$tmp/$1.err"
+}
+host=$(hostname)
+dirs=$(for n in l0 l1 l2; do logdir_of "$n"; done | sort | tr '\n' ' ')
+[ "$dirs" = "$tmp/logs/late/$host $tmp/logs/late/$host.1 $tmp/logs/late/$host.2 " ] ||
+	fail "node log directories: '$dirs'"
 # The join restart is not counted, yet it keeps the first attempt's logs.
-grep -q "round=1" "$tmp/logs-l0/late/attempt_0/0/stdout.log" ||
-	fail "attempt_0 log lost: $(cat "$tmp/logs-l0/late/attempt_0/0/stdout.log" 2>&1)"
-grep -q "round=2" "$tmp/logs-l0/late/attempt_1/0/stdout.log" ||
-	fail "no attempt_1 log: $(ls -R "$tmp/logs-l0" 2>&1)"
+l0logs=$(logdir_of l0)
+grep -q "round=1" "$l0logs/attempt_0/0/stdout.log" ||
+	fail "attempt_0 log lost: $(ls -R "$tmp/logs" 2>&1)"
+grep -q "round=2" "$l0logs/attempt_1/0/stdout.log" ||
+	fail "no attempt_1 log: $(ls -R "$tmp/logs" 2>&1)"
 [ "$(cat "$tmp"/l?.out | grep -F 'round=2' | grep -oE ' rank=[0-9]+' | cut -d= -f2 | sort -n |
 	tr '\n' ' ')" = "0 1 2 3 4 5 " ] ||
 	fail "ranks of the 3-node round: $(cat "$tmp"/l?.out)"
+wait_none "$marker"
+# A second run of the id takes the next name at the node level.
+port=$(free_port)
+export MN_UNTIL=true
+agent l3 --nnodes=1:2 --nproc-per-node=1 --rdzv-endpoint="127.0.0.1:$port" --rdzv-id=late \
+	--rdzv-conf=last_call_timeout=300ms --log-dir="$tmp/logs" --tee=3 sh -c "$worker" "$marker"
+expect_rc l3 0
+[ "$(logdir_of l3)" = "$tmp/logs/late/$host.3" ] || fail "rerun: $(cat "$tmp/l3.err")"
+grep -q "nodes=1" "$tmp/logs/late/$host.3/attempt_0/0/stdout.log" ||
+	fail "rerun log: $(ls -R "$tmp/logs" 2>&1)"
 wait_none "$marker"
 
 # Below MIN: the survivor waits join_timeout, then names who is missing.

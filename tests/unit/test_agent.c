@@ -466,8 +466,8 @@ static void test_logdir(void **state)
 
 	/* The parent is made; each run of the same id and time gets its own. */
 	snprintf(parent, sizeof(parent), "%s/logs/deeper", scratch);
-	assert_int_equal(crun__logdir_make(parent, "none", t, &p1, what, sizeof(what)), 0);
-	assert_int_equal(crun__logdir_make(parent, "none", t, &p2, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "none", NULL, t, &p1, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "none", NULL, t, &p2, what, sizeof(what)), 0);
 	snprintf(want, sizeof(want), "%s/20261202T112233Z", parent);
 	assert_string_equal(p1, want);
 	snprintf(want, sizeof(want), "%s/20261202T112233Z.1", parent);
@@ -477,17 +477,55 @@ static void test_logdir(void **state)
 	/* A file of the name is taken as well. */
 	snprintf(want, sizeof(want), "%s/job", parent);
 	spit(want, "x");
-	assert_int_equal(crun__logdir_make(parent, "job", t, &p3, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "job", NULL, t, &p3, what, sizeof(what)), 0);
 	snprintf(want, sizeof(want), "%s/job.1", parent);
 	assert_string_equal(p3, want);
 	/* A parent that cannot be a directory: the error names it. */
 	snprintf(want, sizeof(want), "%s/job/sub", parent);
-	assert_int_equal(crun__logdir_make(want, "job", t, &p4, what, sizeof(what)), -ENOTDIR);
+	assert_int_equal(crun__logdir_make(want, "job", NULL, t, &p4, what, sizeof(what)),
+			 -ENOTDIR);
 	assert_null(p4);
 	assert_string_equal(what, want);
 	free(p1);
 	free(p2);
 	free(p3);
+
+	/* Several nodes: one run directory, named alike on every node (the
+	 * run id as it is, "none" too), a directory per host in it. */
+	assert_int_equal(crun__logdir_make(parent, "mn", "h1", t, &p1, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "mn", "h2", t, &p2, what, sizeof(what)), 0);
+	assert_int_equal(crun__logdir_make(parent, "mn", "h1", t, &p3, what, sizeof(what)), 0);
+	snprintf(want, sizeof(want), "%s/mn/h1", parent);
+	assert_string_equal(p1, want);
+	snprintf(want, sizeof(want), "%s/mn/h2", parent);
+	assert_string_equal(p2, want);
+	snprintf(want, sizeof(want), "%s/mn/h1.1", parent);
+	assert_string_equal(p3, want);
+	free(p1);
+	free(p2);
+	free(p3);
+	assert_int_equal(crun__logdir_make(parent, "none", "h1", t, &p1, what, sizeof(what)), 0);
+	snprintf(want, sizeof(want), "%s/none/h1", parent);
+	assert_string_equal(p1, want);
+	free(p1);
+	/* The run level taken by a file. */
+	assert_int_equal(crun__logdir_make(parent, "job", "h1", t, &p4, what, sizeof(what)),
+			 -ENOTDIR);
+	assert_null(p4);
+
+	/* Every name taken: the error names the bare one. */
+	snprintf(parent, sizeof(parent), "%s/full", scratch);
+	for (int n = 0; n < CRUN__LOGDIR_TRIES; n++) {
+		char d[PATH_MAX + 128];
+
+		assert_int_equal(crun__logdir_name(name, sizeof(name), "x", t, n), 0);
+		snprintf(d, sizeof(d), "%s/%s", parent, name);
+		assert_int_equal(crun__mkdir_p(d, 0777), 0);
+	}
+	assert_int_equal(crun__logdir_make(parent, "x", NULL, t, &p4, what, sizeof(what)), -EEXIST);
+	assert_null(p4);
+	snprintf(want, sizeof(want), "%s/x", parent);
+	assert_string_equal(what, want);
 }
 
 /* ---- whole runs ---- */

@@ -614,6 +614,103 @@ static void test_mkdir_p(void **state)
 	umask(old);
 }
 
+/* Empty documents: nothing, only comments, a bare "---"; a null value
+ * written out is not empty. One wording for all. */
+static void test_yaml_empty(void **state)
+{
+	static const char *const empty[] = {"", "# a\n\n# b\n", "---\n", "# x\n---\n# y\n",
+					    "--- # c\n"};
+	static const char *const full[] = {"null\n", "~\n",    "--- null\n",
+					   "a: 1\n", "\"\"\n", "x\n"};
+	struct crun__yaml_error e;
+	struct crun__yaml_doc *doc;
+	char err[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+		assert_int_equal(crun__yaml_load_string(empty[i], strlen(empty[i]), &doc, &e), 0);
+		assert_true(crun__yaml_is_empty(doc));
+		crun__yaml_destroy(doc);
+	}
+	for (size_t i = 0; i < sizeof(full) / sizeof(full[0]); i++) {
+		assert_int_equal(crun__yaml_load_string(full[i], strlen(full[i]), &doc, &e), 0);
+		assert_false(crun__yaml_is_empty(doc));
+		crun__yaml_destroy(doc);
+	}
+	crun__yaml_format_empty("config", "c.yaml", err, sizeof(err));
+	assert_string_equal(
+		err, "config 'c.yaml' is empty: it sets nothing (no content, only comments)");
+}
+
+static void make_file(const char *path, mode_t mode)
+{
+	assert_int_equal(crun__write_atomic(path, "#!/bin/sh\n", 10, 0644), 0);
+	assert_int_equal(chmod(path, mode), 0);
+}
+
+/* PATH as execvp(3) reads it: entries in order, an empty one the current
+ * directory, unset the system's default; only regular executable files. */
+static void test_path_search(void **state)
+{
+	char buf[512], path[600], cwd[512], dflt[256], want[600];
+
+	(void)state;
+	assert_int_equal(crun__mkdir_p(in_scratch("a/prog"), 0777), 0); /* a directory */
+	assert_int_equal(crun__mkdir_p(in_scratch("b"), 0777), 0);
+	assert_int_equal(crun__mkdir_p(in_scratch("c"), 0777), 0);
+	make_file(in_scratch("b/prog"), 0644); /* not executable */
+	make_file(in_scratch("c/prog"), 0755);
+	make_file(in_scratch("b/other"), 0755);
+	snprintf(path, sizeof(path), "%s/a:%s/b:%s/c", scratch, scratch, scratch);
+	assert_int_equal(crun__path_search("prog", path, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, in_scratch("c/prog"));
+	assert_int_equal(crun__path_search("other", path, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, in_scratch("b/other"));
+	assert_int_equal(crun__path_search("none", path, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(crun__path_search("", path, buf, sizeof(buf)), -ENOENT);
+	/* A name with a slash is itself. */
+	assert_int_equal(crun__path_search(in_scratch("c/prog"), "/nonexistent", buf, sizeof(buf)),
+			 0);
+	assert_string_equal(buf, in_scratch("c/prog"));
+	assert_int_equal(crun__path_search(in_scratch("b/prog"), path, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(crun__path_search("prog", path, buf, 4), -ENAMETOOLONG);
+
+	/* Empty entries (leading, inside, trailing, all of "") are the
+	 * current directory. */
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir(in_scratch("c")), 0);
+	assert_int_equal(crun__path_search("prog", "", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "./prog");
+	assert_int_equal(crun__path_search("prog", "/nonexistent:", buf, sizeof(buf)), 0);
+	assert_int_equal(crun__path_search("prog", ":/nonexistent", buf, sizeof(buf)), 0);
+	assert_int_equal(crun__path_search("prog", "/nonexistent::/x", buf, sizeof(buf)), 0);
+	assert_int_equal(crun__path_search("prog", "/nonexistent", buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(chdir(cwd), 0);
+
+	/* Unset: the system's default, which has sh. */
+	assert_true(confstr(_CS_PATH, dflt, sizeof(dflt)) > 0);
+	assert_int_equal(crun__path_search("sh", NULL, buf, sizeof(buf)), 0);
+	assert_int_equal(crun__path_search("sh", dflt, want, sizeof(want)), 0);
+	assert_string_equal(buf, want);
+}
+
+/* The running program's directory: the test binary's own. */
+static void test_self_dir(void **state)
+{
+	char dir[512], exe[512], small[4];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	(void)state;
+	assert_true(n > 0);
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	assert_int_equal(crun__self_dir(dir, sizeof(dir)), 0);
+	assert_string_equal(dir, exe);
+	/* Too small: an error, never a cut path. */
+	assert_int_equal(crun__self_dir(small, sizeof(small)), -ENAMETOOLONG);
+	assert_int_equal(crun__self_dir(dir, strlen(exe) + 1), -ENAMETOOLONG);
+}
+
 static void test_write_atomic(void **state)
 {
 	struct crun__atomic_file f;
@@ -911,9 +1008,12 @@ static void test_yaml_files(void **state)
 	assert_int_equal(crun__yaml_load_file(in_scratch("none.yaml"), 100, &doc, &e), -ENOENT);
 	crun__yaml_format_error(&e, "config", "x.yaml", err, sizeof(err));
 	assert_string_equal(err, "cannot read config 'x.yaml': No such file or directory");
-	assert_int_equal(crun__yaml_load_file(scratch, 100, &doc, &e), -EINVAL);
-	assert_string_equal(e.msg, "not a regular file");
+	assert_int_equal(crun__yaml_load_file(scratch, 100, &doc, &e), -EISDIR);
+	assert_string_equal(e.msg, "is a directory");
+	crun__yaml_format_error(&e, "config", "d", err, sizeof(err));
+	assert_string_equal(err, "config 'd' is a directory, not a file");
 	assert_int_equal(crun__yaml_load_file("/dev/null", 100, &doc, &e), -EINVAL);
+	assert_string_equal(e.msg, "not a regular file");
 	if (geteuid() != 0) {
 		assert_int_equal(chmod(p, 0), 0);
 		assert_int_equal(crun__yaml_load_file(p, 100, &doc, &e), -EACCES);
@@ -1205,6 +1305,9 @@ int main(void)
 		cmocka_unit_test(test_log),
 		cmocka_unit_test_setup_teardown(test_mkdir_p, scratch_setup, scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_write_atomic, scratch_setup, scratch_teardown),
+		cmocka_unit_test_setup_teardown(test_path_search, scratch_setup, scratch_teardown),
+		cmocka_unit_test(test_self_dir),
+		cmocka_unit_test(test_yaml_empty),
 		cmocka_unit_test(test_fnv),
 		cmocka_unit_test(test_yaml_scalars),
 		cmocka_unit_test(test_yaml_tree),

@@ -730,9 +730,11 @@ static void test_config_file(void **state)
 	assert_true(r->o.rdzv_conf.read_timeout_ms == 2000);
 	done(r);
 	expect_error(parse("-c", write_file("empty.yaml", ""), "x"),
-		     "empty.yaml' sets no option: it is empty or holds only comments");
+		     "empty.yaml' is empty: it sets nothing (no content, only comments)");
 	expect_error(parse("-c", write_file("comments.yaml", "# nothing\n---\n"), "x"),
-		     "comments.yaml' sets no option");
+		     "comments.yaml' is empty");
+	expect_error(parse("-c", write_file("null.yaml", "null\n"), "x"),
+		     "null.yaml' line 1: expected a mapping of option names to values");
 
 	expect_error(parse("-c", write_file("unknown.yaml", "max_restarts: 1\n\nnproc: 4\n"), "x"),
 		     "unknown.yaml' line 3: unknown key 'nproc'");
