@@ -395,12 +395,6 @@ static int load_sections(struct crun__train_config *cfg, const char *path,
 {
 	unsigned char seen[CRUN_ARRAY_SIZE(sections)] = {0};
 
-	if (root->kind == CRUN__YAML_NULL && !*root->text) {
-		/* nothing or only comments: a mistake, not a way to say "defaults"
-		 * (running without a config is) */
-		crun__seterr(err, errlen, "config '%s' is empty", path);
-		return -EINVAL;
-	}
 	if (root->kind != CRUN__YAML_MAPPING) {
 		crun__seterr(err, errlen,
 			     "config '%s' line %d: expected a mapping of sections (model, data, "
@@ -444,17 +438,19 @@ int crun__train_config_load(struct crun__train_config *cfg, const char *path, ch
 {
 	struct crun__yaml_error e;
 	struct crun__yaml_doc *doc;
-	struct stat st;
 	int rc;
 
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		crun__seterr(err, errlen, "config '%s' is a directory", path);
-		return -EISDIR;
-	}
 	rc = crun__yaml_load_file(path, SIZE_MAX, &doc, &e);
 	if (rc) {
 		crun__yaml_format_error(&e, "config", path, err, errlen);
 		return rc;
+	}
+	if (crun__yaml_is_empty(doc)) {
+		/* nothing or only comments: a mistake, not a way to say "defaults"
+		 * (running without a config is) */
+		crun__yaml_format_empty("config", path, err, errlen);
+		crun__yaml_destroy(doc);
+		return -EINVAL;
 	}
 	rc = load_sections(cfg, path, crun__yaml_root(doc), err, errlen);
 	crun__yaml_destroy(doc);

@@ -4,6 +4,7 @@
  * I/O error), 78 usage or configuration error (trainer/fatal.h). Every
  * error that ends the run goes through crun__train_fatal(), which also
  * tells the agent in TORCHELASTIC_ERROR_FILE. */
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "crun-config.h"
@@ -941,17 +942,11 @@ out:
 static void data_dirs(char *beside, const char **dirs)
 {
 	const char *rel = CRUN_DATADIR_FROM_BINDIR;
-	ssize_t n = readlink("/proc/self/exe", beside, PATH_MAX);
-	char *slash = NULL;
 	int k = 0;
 
-	/* n == PATH_MAX: the path may have been cut; then only CRUN_DATADIR */
-	if (n > 0 && n < PATH_MAX && rel[0]) {
-		beside[n] = '\0';
-		slash = strrchr(beside, '/');
-	}
-	if (slash) {
-		size_t len = (size_t)(slash - beside);
+	/* a path too long for the buffer: then only CRUN_DATADIR */
+	if (rel[0] && crun__self_dir(beside, PATH_MAX) == 0) {
+		size_t len = strlen(beside);
 		bool fits = true;
 
 		/* the path of rel from the executable's directory, lexically:

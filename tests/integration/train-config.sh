@@ -32,10 +32,10 @@ expect 78 "crun-train: --set 'optim.lr=fast': key 'optim.lr' expects a number ab
 expect 78 "crun-train: cannot read config '$tmp/none.yaml': No such file or directory" "$tmp/none.yaml"
 # an empty config, one of only comments, a directory, an unreadable file
 : >"$f"
-expect 78 "crun-train: config '$f' is empty" "$f"
+expect 78 "crun-train: config '$f' is empty: it sets nothing (no content, only comments)" "$f"
 printf '# model:\n#   width: 64\n\n' >"$f"
-expect 78 "crun-train: config '$f' is empty" "$f"
-expect 78 "crun-train: config '$tmp' is a directory" "$tmp"
+expect 78 "crun-train: config '$f' is empty: it sets nothing (no content, only comments)" "$f"
+expect 78 "crun-train: config '$tmp' is a directory, not a file" "$tmp"
 printf 'model:\n  width: 64\n' >"$f"
 chmod 000 "$f"
 if ! cat "$f" >/dev/null 2>&1; then # root reads it anyway

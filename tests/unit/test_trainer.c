@@ -182,7 +182,7 @@ static void test_config_yaml(void **state)
 
 	assert_int_equal(crun__train_config_init(&cfg), 0);
 	assert_int_equal(crun__train_config_load(&cfg, tmpdir, err, sizeof(err)), -EISDIR);
-	snprintf(want, sizeof(want), "config '%s' is a directory", tmpdir);
+	snprintf(want, sizeof(want), "config '%s' is a directory, not a file", tmpdir);
 	assert_string_equal(err, want);
 	assert_int_equal(crun__train_config_load(&cfg, "/dev/null", err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "cannot read config '/dev/null': not a regular file");
