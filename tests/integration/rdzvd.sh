@@ -90,7 +90,10 @@ wait $setter || fail "the delayed set failed"
 run env CRUN_STORE="$ep" "$CRUN_CTL" get greeting; ok "CRUN_STORE" 0 "hello world"
 
 # --- watch --------------------------------------------------------------------
-timeout 30 "$CRUN_CTL" -v --endpoint "$ep" watch w1 w2 >"$tmp/watch.out" 2>"$tmp/watch.log" &
+# bounded by its own --timeout: the signal below goes to crunctl alone
+# (timeout(1) would follow it with a SIGCONT, which can catch
+# LeakSanitizer's exit-time check stopping the process and hang it)
+"$CRUN_CTL" -v --endpoint "$ep" --timeout 30 watch w1 w2 >"$tmp/watch.out" 2>"$tmp/watch.log" &
 watcher=$!
 pids="$pids $watcher"
 wait_for "$tmp/watch.log" "watching 2 keys" "watch"
