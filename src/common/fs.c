@@ -171,7 +171,7 @@ int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mo
 	return crun__atomic_commit(&f);
 }
 
-static bool is_executable_file(const char *path)
+bool crun__is_executable_file(const char *path)
 {
 	struct stat st;
 
@@ -188,7 +188,7 @@ int crun__path_search(const char *name, const char *path, char *buf, size_t len)
 		return -ENAMETOOLONG;
 	if (strchr(name, '/')) {
 		snprintf(buf, len, "%s", name);
-		return is_executable_file(buf) ? 0 : -ENOENT;
+		return crun__is_executable_file(buf) ? 0 : -ENOENT;
 	}
 	if (!path) {
 		size_t n = confstr(_CS_PATH, dflt, sizeof(dflt));
@@ -201,7 +201,7 @@ int crun__path_search(const char *name, const char *path, char *buf, size_t len)
 		int k = n ? snprintf(buf, len, "%.*s/%s", (int)n, p, name)
 			  : snprintf(buf, len, "./%s", name);
 
-		if (k > 0 && (size_t)k < len && is_executable_file(buf))
+		if (k > 0 && (size_t)k < len && crun__is_executable_file(buf))
 			return 0;
 		if (!end)
 			break;
@@ -235,5 +235,38 @@ int crun__self_dir(char *buf, size_t len)
 		return rc;
 	slash = strrchr(buf, '/');
 	*(slash == buf ? slash + 1 : slash) = '\0';
+	return 0;
+}
+
+int crun__path_join_lexical(const char *dir, const char *rel, char *buf, size_t len)
+{
+	size_t n = strlen(dir);
+
+	if (n >= len)
+		return -ENAMETOOLONG;
+	memcpy(buf, dir, n);
+	while (n > 1 && buf[n - 1] == '/')
+		n--;
+	while (*rel) {
+		size_t c = strcspn(rel, "/");
+
+		if (c == 2 && !strncmp(rel, "..", 2)) {
+			while (n > 0 && buf[n - 1] != '/')
+				n--;
+			while (n > 1 && buf[n - 1] == '/')
+				n--;
+		} else if (c && !(c == 1 && rel[0] == '.')) {
+			bool root = n == 1 && buf[0] == '/';
+
+			if (n + !root + c >= len)
+				return -ENAMETOOLONG;
+			if (!root)
+				buf[n++] = '/';
+			memcpy(buf + n, rel, c);
+			n += c;
+		}
+		rel += c + (rel[c] == '/');
+	}
+	buf[n] = '\0';
 	return 0;
 }

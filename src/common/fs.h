@@ -7,6 +7,7 @@
 #ifndef CRUN_COMMON_FS_H
 #define CRUN_COMMON_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -60,6 +61,16 @@ int crun__write_atomic(const char *path, const void *data, size_t len, mode_t mo
  * the file's path in buf, -ENOENT (none, or name is ""), -ENAMETOOLONG
  * (name alone does not fit len). */
 int crun__path_search(const char *name, const char *path, char *buf, size_t len);
+
+/* Whether path is a regular file this process may execute. */
+bool crun__is_executable_file(const char *path);
+
+/* DIR/REL into buf, with REL's "." and ".." components applied to the text
+ * of DIR ("/opt/crun/bin" and "../share/crun" give "/opt/crun/share/crun"),
+ * without following links: for paths below the program's own directory,
+ * which /proc/self/exe gives with none left. 0, or -ENAMETOOLONG when it
+ * does not fit in len bytes. */
+int crun__path_join_lexical(const char *dir, const char *rel, char *buf, size_t len);
 
 /* The running program's executable (/proc/self/exe), as an absolute path
  * in buf. Returns 0, -ENAMETOOLONG when it does not fit len (never

@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/fs.h"
 #include "common/util.h"
@@ -23,13 +21,6 @@ bool crun__launch_is_own_program(const char *name)
 	return !strncmp(name, "crun-plot-", 10) && name[10];
 }
 
-static bool is_executable_file(const char *path)
-{
-	struct stat st;
-
-	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, X_OK);
-}
-
 bool crun__launch_in_path(const char *name, const char *path)
 {
 	char file[4096];
@@ -44,7 +35,7 @@ static int try_dir(const char *dir, const char *name, char *out, size_t outlen)
 
 	if (n < 0 || (size_t)n >= outlen)
 		return -ENAMETOOLONG;
-	return is_executable_file(out) ? 0 : -ENOENT;
+	return crun__is_executable_file(out) ? 0 : -ENOENT;
 }
 
 int crun__launch_find_sibling(const char *name, const char *path, const char *self_dir,
@@ -64,22 +55,10 @@ int crun__launch_find_sibling(const char *name, const char *path, const char *se
 	if (rc != -ENOENT)
 		return rc;
 	if (!strcmp(name, "crun-rdzvd") && *CRUN_SBINDIR_FROM_BINDIR) {
-		/* The installed sbindir as seen from bindir (crun-config.h),
-		 * each leading ".." taking a directory off self_dir. */
-		const char *rel = CRUN_SBINDIR_FROM_BINDIR;
-		size_t len = strlen(self_dir);
-
-		while (!strncmp(rel, "../", 3) && len > 1) {
-			while (len > 1 && self_dir[len - 1] != '/')
-				len--;
-			if (len > 1)
-				len--;
-			rel += 3;
-		}
-		if (len == 1 && self_dir[0] == '/')
-			snprintf(dir, sizeof(dir), "/%s", rel);
-		else
-			snprintf(dir, sizeof(dir), "%.*s/%s", (int)len, self_dir, rel);
+		/* the installed sbindir as seen from bindir (crun-config.h) */
+		rc = crun__path_join_lexical(self_dir, CRUN_SBINDIR_FROM_BINDIR, dir, sizeof(dir));
+		if (rc < 0)
+			return rc;
 		rc = try_dir(dir, name, out, outlen);
 		if (rc != -ENOENT)
 			return rc;

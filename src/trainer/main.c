@@ -942,37 +942,14 @@ out:
 static void data_dirs(char *beside, const char **dirs)
 {
 	const char *rel = CRUN_DATADIR_FROM_BINDIR;
+	char self[PATH_MAX];
 	int k = 0;
 
 	/* a path too long for the buffer: then only CRUN_DATADIR */
-	if (rel[0] && crun__self_dir(beside, PATH_MAX) == 0) {
-		size_t len = strlen(beside);
-		bool fits = true;
-
-		/* the path of rel from the executable's directory, lexically:
-		 * /proc/self/exe has no symbolic links left to resolve */
-		while (*rel && fits) {
-			size_t c = strcspn(rel, "/");
-
-			if (c == 2 && !strncmp(rel, "..", 2)) {
-				while (len > 0 && beside[len - 1] != '/')
-					len--;
-				while (len > 1 && beside[len - 1] == '/')
-					len--;
-			} else if (c && !(c == 1 && rel[0] == '.')) {
-				fits = len + 1 + c < PATH_MAX;
-				if (fits) {
-					beside[len++] = '/';
-					memcpy(beside + len, rel, c);
-					len += c;
-				}
-			}
-			rel += c + (rel[c] == '/');
-		}
-		beside[len] = '\0';
-		if (fits && len > 0 && strcmp(beside, CRUN_DATADIR))
-			dirs[k++] = beside;
-	}
+	if (rel[0] && crun__self_dir(self, sizeof(self)) == 0 &&
+	    crun__path_join_lexical(self, rel, beside, PATH_MAX) == 0 &&
+	    strcmp(beside, CRUN_DATADIR))
+		dirs[k++] = beside;
 	dirs[k++] = CRUN_DATADIR;
 	dirs[k] = NULL;
 }

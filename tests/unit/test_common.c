@@ -650,6 +650,26 @@ static void make_file(const char *path, mode_t mode)
 
 /* PATH as execvp(3) reads it: entries in order, an empty one the current
  * directory, unset the system's default; only regular executable files. */
+static void test_path_join_lexical(void **state)
+{
+	char buf[64];
+
+	(void)state;
+	assert_int_equal(
+		crun__path_join_lexical("/opt/crun/bin", "../share/crun", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/opt/crun/share/crun");
+	assert_int_equal(crun__path_join_lexical("/opt/crun/bin/", "./../sbin", buf, sizeof(buf)),
+			 0);
+	assert_string_equal(buf, "/opt/crun/sbin");
+	assert_int_equal(crun__path_join_lexical("/bin", "../../sbin", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/sbin");
+	assert_int_equal(crun__path_join_lexical("/usr/bin", "", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/usr/bin");
+	assert_int_equal(crun__path_join_lexical("/usr/bin", "../share/crun", buf, 12),
+			 -ENAMETOOLONG);
+	assert_int_equal(crun__path_join_lexical("/usr/bin", "x", buf, 8), -ENAMETOOLONG);
+}
+
 static void test_path_search(void **state)
 {
 	char buf[512], path[600], cwd[512], dflt[256], want[600];
@@ -1306,6 +1326,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mkdir_p, scratch_setup, scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_write_atomic, scratch_setup, scratch_teardown),
 		cmocka_unit_test_setup_teardown(test_path_search, scratch_setup, scratch_teardown),
+		cmocka_unit_test(test_path_join_lexical),
 		cmocka_unit_test(test_self_dir),
 		cmocka_unit_test(test_yaml_empty),
 		cmocka_unit_test(test_fnv),
