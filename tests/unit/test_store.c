@@ -562,7 +562,7 @@ static void test_mget_many(void **state)
 	(void)state;
 	fixture_start(&fx, NULL);
 	for (int i = 0; i < N; i++) {
-		snprintf(names[i], sizeof(names[i]), "k%02d", i);
+		snprintf(names[i], sizeof(names[i]), "k%02u", (unsigned)i % 100);
 		keys[i].data = (const uint8_t *)names[i];
 		keys[i].len = (uint32_t)strlen(names[i]);
 		if (i < N - 1)
@@ -700,7 +700,7 @@ static void test_list_many(void **state)
 		struct crun__wire_msg m = {CRUN_WIRE_MSET, 0, 1, 0, 0, items};
 
 		for (int j = i; j < N && j < i + BATCH; j++) {
-			snprintf(names[j], sizeof(names[j]), "%07d", j);
+			snprintf(names[j], sizeof(names[j]), "%07u", (unsigned)j % 10000000);
 			items[m.count].data = (const uint8_t *)names[j];
 			items[m.count++].len = 7;
 			items[m.count].data = (const uint8_t *)"v";
@@ -743,7 +743,7 @@ static void test_list_page_bytes(void **state)
 	fixture_start(&fx, NULL);
 	for (int i = 0; i < N; i++) {
 		memset(key, 'x', LEN);
-		snprintf(key, 8, "%05d", i);
+		snprintf(key, 8, "%05u", (unsigned)i % 100000);
 		key[5] = 'x';
 		req(&fx, &fx.b, CRUN_WIRE_SET, 0, 1, 0, 0, key, "v", NULL);
 		rec_clear(&fx.rec);
