@@ -186,7 +186,8 @@ echo "ok SIGKILL of crun leaves no FileTimer pipe"
 # FileTimerClient
 torch_py=""
 for py in python3 /usr/bin/python3; do
-	if "$py" -c 'import torch.distributed.elastic.timer' 2>/dev/null; then
+	if "$py" "$CRUN_TEST_HELPERS_SRC/torch_probe.py" torch.distributed.elastic.timer \
+		>/dev/null 2>&1; then
 		torch_py=$(command -v "$py")
 		break
 	fi

@@ -4,7 +4,7 @@
 # against crun-rdzvd: every store call the installed torch has (queues
 # with 2.x's queue_push, a blocking pop woken by a push), and a gloo
 # all_reduce across the two agents' workers, both agents exit 0. The torch
-# is the first of python3, /usr/bin/python3 that imports it (CI: Debian's
+# is the first of python3, /usr/bin/python3 that has it (CI: Debian's
 # python3-torch 1.13); none: skipped. TCPSTORE_PYTHON picks another
 # (scripts/compat-torch runs this with pip's torch 2.x).
 set -u
@@ -13,13 +13,12 @@ rdzvd_test_init tcpstore-torch
 
 py=
 for p in ${TCPSTORE_PYTHON:-python3 /usr/bin/python3}; do
-	if "$p" -c 'import torch.distributed.run' 2>/dev/null; then
+	if ver=$("$p" "$CRUN_TEST_HELPERS_SRC/torch_probe.py" torch.distributed.run 2>/dev/null); then
 		py=$p
 		break
 	fi
 done
 [ -n "$py" ] || { echo "SKIP: no python with torch"; exit 77; }
-ver=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "torch $ver ($py)"
 export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
 

@@ -7,23 +7,20 @@
 # loopback (c10d), with the endpoint's host holding group rank 0 and with
 # crun-rdzvd as the store (group rank 0's agent opens one); and
 # --agent-store=off, where rank 0 hosts its own TCPStore. Uses the first of
-# python3 and /usr/bin/python3 that imports torch (TORCH_PY overrides);
+# python3 and /usr/bin/python3 that has torch (TORCH_PY overrides);
 # skipped without one.
 # shellcheck disable=SC2016
 set -u
 . "$(dirname "$0")/multinode-lib.sh"
 
-py=${TORCH_PY:-}
-if [ -z "$py" ]; then
-	for p in python3 /usr/bin/python3; do
-		if "$p" -c 'import torch.distributed' 2>/dev/null; then
-			py=$(command -v "$p")
-			break
-		fi
-	done
-fi
+py=""
+for p in ${TORCH_PY:-python3 /usr/bin/python3}; do
+	if version=$("$p" "$CRUN_TEST_HELPERS_SRC/torch_probe.py" torch.distributed 2>/dev/null); then
+		py=$(command -v "$p")
+		break
+	fi
+done
 [ -n "$py" ] || { echo "no python with torch: skipping"; exit 77; }
-version=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "torch $version ($py)"
 export PYTHON_EXEC=$py
 W=$CRUN_TEST_HELPERS_SRC/torch_gloo_worker.py

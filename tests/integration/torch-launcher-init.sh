@@ -11,9 +11,7 @@ set -u
 
 torch_py=""
 for py in python3 /usr/bin/python3; do
-	# found, not imported: an import of torch takes seconds
-	if "$py" -c 'import importlib.util as u, sys; sys.exit(not u.find_spec("torch"))' \
-		2>/dev/null; then
+	if "$py" "$CRUN_TEST_HELPERS_SRC/torch_probe.py" torch.distributed >/dev/null 2>&1; then
 		torch_py=$(command -v "$py")
 		break
 	fi
