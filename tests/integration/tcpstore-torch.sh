@@ -21,7 +21,8 @@ done
 [ -n "$py" ] || { echo "SKIP: no python with torch"; exit 77; }
 ver=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "torch $ver ($py)"
-export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
+# torchrun keeps its logs in a fresh torchelastic_* directory in TMPDIR.
+export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore TMPDIR="$tmp"
 
 # A short handshake timeout: 1.13's silent callback connections outlive
 # it and must be kept (server.h).
