@@ -9,6 +9,7 @@ set -u
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 marker="$tmp/marker"
 worker="$tmp/worker.sh"
 printf '#!/bin/sh\ntouch "%s"\n' "$marker" >"$worker"

@@ -11,6 +11,7 @@ set -u
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 fail() {
 	echo "FAIL: $*"
 	exit 1

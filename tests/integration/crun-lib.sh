@@ -8,6 +8,8 @@ H=$CRUN_TEST_HELPERS
 
 tmp=$(mktemp -d)
 trap 'cleanup' EXIT
+# A signal ends the test through its EXIT trap, which bash skips otherwise.
+trap 'exit 1' INT TERM
 # Processes a test started on purpose outside crun's reach, by pid.
 stray_pids=""
 cleanup() {

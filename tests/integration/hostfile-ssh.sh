@@ -50,6 +50,7 @@ case $(getent shadow root | cut -d: -f2) in !*) use_pam=yes ;; esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-hostfile.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 cluster_up 3
 
 fail() {

@@ -20,6 +20,7 @@ fail() {
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 
 # kubernetes-validate in a virtual environment made once and shared by the
 # build trees (the user's cache; the build tree's where it cannot be
