@@ -29,9 +29,12 @@ unset PYTHON_EXEC CRUN_LOG_LEVEL OMP_NUM_THREADS TORCH_NCCL_ASYNC_ERROR_HANDLING
 	CUDA_VISIBLE_DEVICES CRUN_STORE CRUN_RUN_ID CRUN_ROUND CRUN_TOKEN CRUN_TOKEN_FILE
 
 # crun with a hard limit, so that a hang fails the test instead of the suite
-# (60 s: a job that takes seconds alone took 30 beside other tests)
+# (60 s: a job that takes seconds alone took 30 beside other tests).
+# --foreground, as everywhere in the tests: it keeps crun in the test's
+# process group, which meson signals when it stops the test; without it
+# timeout(1) moves crun to a group of its own, which would outlive the test.
 crun() {
-	timeout -s KILL 60 "$CRUN" "$@"
+	timeout --foreground -s KILL 60 "$CRUN" "$@"
 }
 # has FILE LINE: FILE has exactly this line
 has() {

@@ -65,7 +65,7 @@ run_ranks() {
 	name=$2
 	shift 2
 	if [ "$n" -eq 1 ]; then
-		timeout "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.out" 2>&1
+		timeout --foreground "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.out" 2>&1
 		return $?
 	fi
 	start_store
@@ -75,7 +75,7 @@ run_ranks() {
 	while [ $r -lt "$n" ]; do
 		RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n \
 			CRUN_STORE=127.0.0.1:$store_port CRUN_RUN_ID="$name-$$-$run_seq" \
-			timeout "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.$r.out" 2>&1 &
+			timeout --foreground "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.$r.out" 2>&1 &
 		job_pids="$job_pids $!"
 		r=$((r + 1))
 	done
