@@ -7,6 +7,11 @@
 H=$CRUN_TEST_HELPERS
 
 tmp=$(mktemp -d)
+# The temporary directories of crun (logs without --log-dir, error files)
+# and of the workers go in $tmp too, so that a crun killed halfway leaves
+# them where the cleanup removes them.
+mkdir "$tmp/tmp"
+export TMPDIR=$tmp/tmp
 trap 'cleanup' EXIT
 # A signal ends the test through its EXIT trap, which bash skips otherwise.
 trap 'exit 1' INT TERM
