@@ -20,6 +20,10 @@ unset RANK WORLD_SIZE LOCAL_RANK CRUN_STORE CRUN_RUN_ID CRUN_TOKEN CRUN_TOKEN_FI
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-train-test.XXXXXX") || exit 1
+# crun's temporary directories (error files, logs without --log-dir) go
+# in $tmp too, where the cleanup removes them after a crun killed halfway.
+mkdir "$tmp/tmp"
+export TMPDIR=$tmp/tmp
 pids=""
 rdzvd_pid=""
 store_port=""
