@@ -9,7 +9,7 @@
 #   cluster_bg 0 "$CRUN_RDZVD" --host "${CLUSTER_ADDRS[0]}" --port 0 \
 #           --port-file "$tmp/port" 2>"$tmp/rdzvd.log"
 #   cluster_wait_file "$tmp/port" || exit 1
-#   cluster_exec 1 timeout 10 "$CRUN_CTL" \
+#   cluster_exec 1 timeout --foreground 10 "$CRUN_CTL" \
 #           --endpoint "${CLUSTER_ADDRS[0]}:$(cat "$tmp/port")" ping
 #   cluster_cut 1          # node 1 is cut off: connections time out
 #

@@ -42,7 +42,7 @@ fail() {
 ctl() {
 	local node=$1 ep=$2
 	shift 2
-	out=$(cluster_exec "$node" timeout -s KILL 10 "$CRUN_CTL" --endpoint "$ep" \
+	out=$(cluster_exec "$node" timeout --foreground -s KILL 10 "$CRUN_CTL" --endpoint "$ep" \
 		--connect-timeout "${connect_timeout:-1s}" --timeout 1s "$@" 2>"$tmp/ctl.err")
 	rc=$?
 }

@@ -9,6 +9,7 @@ set -u
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 marker="$tmp/marker"
 worker="$tmp/worker.sh"
 printf '#!/bin/sh\ntouch "%s"\n' "$marker" >"$worker"
@@ -47,7 +48,7 @@ bad() {
 	cases=$((cases + 1))
 	rm -f "$marker"
 	# shellcheck disable=SC2086
-	env $envs timeout 10 "$CRUN" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
+	env $envs timeout --foreground 10 "$CRUN" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	out=$(cat "$tmp/out")
 	err=$(cat "$tmp/err")

@@ -11,6 +11,7 @@ set -u
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 fail() {
 	echo "FAIL: $*"
 	exit 1
@@ -21,7 +22,7 @@ for v in $(compgen -e | grep -E '^PET_'); do
 done
 unset TORCH_ELASTIC_SHUTDOWN_TIMEOUT PYTHON_EXEC CRUN_LOG_LEVEL
 crun_clean() {
-	timeout 20 "$CRUN" "$@"
+	timeout --foreground 20 "$CRUN" "$@"
 }
 # expect KEY=VALUE FILE: the dry-run output in FILE has that line.
 expect() {
@@ -87,7 +88,7 @@ expect "config=$tmp/c.yaml" "$tmp/d"
 # PET_ variables win over the config file.
 env PET_NPROC_PER_NODE=3 PET_ROLE=fromenv PET_RDZV_CONF=join_timeout=7 \
 	PET_VIRTUAL_LOCAL_RANK=0 PET_MAX_RESTARTS=4 PET_SHUTDOWN_TIMEOUT=1 \
-	timeout 20 "$CRUN" -c "$tmp/c.yaml" --dry-run /bin/true >"$tmp/d" || fail "PET dry run"
+	timeout --foreground 20 "$CRUN" -c "$tmp/c.yaml" --dry-run /bin/true >"$tmp/d" || fail "PET dry run"
 expect nproc_per_node=3 "$tmp/d"
 expect role=fromenv "$tmp/d"
 expect rdzv_conf.join_timeout_ms=7000 "$tmp/d"
@@ -97,7 +98,7 @@ expect shutdown_timeout_ms=1000 "$tmp/d"
 expect run_id=cfgjob "$tmp/d" # not in the environment: the file's
 
 # The command line wins over both; both spellings, = and space forms.
-env PET_NPROC_PER_NODE=3 PET_MAX_RESTARTS=4 timeout 20 "$CRUN" -c "$tmp/c.yaml" \
+env PET_NPROC_PER_NODE=3 PET_MAX_RESTARTS=4 timeout --foreground 20 "$CRUN" -c "$tmp/c.yaml" \
 	--nproc_per_node 2 --max-restarts=1 --role cli --rdzv_id=clijob --min-attempt-time 500ms \
 	--dry-run /bin/true >"$tmp/d" || fail "command line dry run"
 expect nproc_per_node=2 "$tmp/d"
@@ -107,7 +108,7 @@ expect role=cli "$tmp/d"
 expect run_id=clijob "$tmp/d"
 
 # TORCH_ELASTIC_SHUTDOWN_TIMEOUT below PET_SHUTDOWN_TIMEOUT, above the file.
-env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5 timeout 20 "$CRUN" -c "$tmp/c.yaml" --dry-run /bin/true \
+env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5 timeout --foreground 20 "$CRUN" -c "$tmp/c.yaml" --dry-run /bin/true \
 	>"$tmp/d" || fail "torch env dry run"
 expect shutdown_timeout_ms=5000 "$tmp/d"
 
@@ -119,7 +120,7 @@ grep -qE '^run_id=[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
 # Command resolution.
 crun_clean --dry-run train.py --lr 3e-4 >"$tmp/d" || fail "script dry run"
 expect "command=python3 -u train.py --lr 3e-4" "$tmp/d"
-env PYTHON_EXEC=/opt/py/python timeout 20 "$CRUN" -m --dry-run pkg.mod a --dry-run >"$tmp/d" ||
+env PYTHON_EXEC=/opt/py/python timeout --foreground 20 "$CRUN" -m --dry-run pkg.mod a --dry-run >"$tmp/d" ||
 	fail "module dry run"
 expect "command=/opt/py/python -u -m pkg.mod a --dry-run" "$tmp/d"
 crun_clean --no-python --dry-run ./tool.py 'a b' >"$tmp/d" || fail "no-python dry run"
@@ -143,7 +144,7 @@ role: cfgrole
 max_restarts: 0
 rdzv_id: cfgrun
 EOF
-env PET_NPROC_PER_NODE=3 PET_MAX_RESTARTS=1 timeout 30 "$CRUN" -c "$tmp/run.yaml" "$tmp/w.sh" \
+env PET_NPROC_PER_NODE=3 PET_MAX_RESTARTS=1 timeout --foreground 30 "$CRUN" -c "$tmp/run.yaml" "$tmp/w.sh" \
 	>"$tmp/o" 2>"$tmp/e" || fail "crun with workers exited $?: $(cat "$tmp/e")"
 n=$(grep -c 'env [0-2] 3 3 cfgrole 1 cfgrun$' "$tmp/o")
 [ "$n" = 3 ] || fail "workers saw: $(cat "$tmp/o")"

@@ -12,6 +12,7 @@ man="$CRUN_SOURCE_DIR/man/crun.1.scd"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 fail() {
 	echo "FAIL: $*"
 	exit 1

@@ -7,7 +7,14 @@
 H=$CRUN_TEST_HELPERS
 
 tmp=$(mktemp -d)
+# The temporary directories of crun (logs without --log-dir, error files)
+# and of the workers go in $tmp too, so that a crun killed halfway leaves
+# them where the cleanup removes them.
+mkdir "$tmp/tmp"
+export TMPDIR=$tmp/tmp
 trap 'cleanup' EXIT
+# A signal ends the test through its EXIT trap, which bash skips otherwise.
+trap 'exit 1' INT TERM
 # Processes a test started on purpose outside crun's reach, by pid.
 stray_pids=""
 cleanup() {
@@ -27,9 +34,12 @@ unset PYTHON_EXEC CRUN_LOG_LEVEL OMP_NUM_THREADS TORCH_NCCL_ASYNC_ERROR_HANDLING
 	CUDA_VISIBLE_DEVICES CRUN_STORE CRUN_RUN_ID CRUN_ROUND CRUN_TOKEN CRUN_TOKEN_FILE
 
 # crun with a hard limit, so that a hang fails the test instead of the suite
-# (60 s: a job that takes seconds alone took 30 beside other tests)
+# (60 s: a job that takes seconds alone took 30 beside other tests).
+# --foreground, as everywhere in the tests: it keeps crun in the test's
+# process group, which meson signals when it stops the test; without it
+# timeout(1) moves crun to a group of its own, which would outlive the test.
 crun() {
-	timeout -s KILL 60 "$CRUN" "$@"
+	timeout --foreground -s KILL 60 "$CRUN" "$@"
 }
 # has FILE LINE: FILE has exactly this line
 has() {

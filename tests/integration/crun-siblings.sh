@@ -18,7 +18,7 @@ mkdir "$tmp/empty" "$tmp/run"
 with_path() {
 	local dir=$1
 	shift
-	timeout -s KILL 30 env PATH="$dir" "$@"
+	timeout --foreground -s KILL 30 env PATH="$dir" "$@"
 }
 cd "$tmp/run" || fail "cd"
 train=(crun-train --set train.steps=2 "$CRUN_SOURCE_DIR/configs/tiny.yaml")

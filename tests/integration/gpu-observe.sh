@@ -80,7 +80,7 @@ if command -v promtool >/dev/null; then
 fi
 
 # crun status: each rank with its GPU.
-timeout 10 "$CRUN" status --json >"$tmp/st.json" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
+timeout --foreground 10 "$CRUN" status --json >"$tmp/st.json" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
 python3 - "$tmp/st.json" "$u0" "$u1" <<'PY' || fail "status json: $(cat "$tmp/st.json")"
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -92,7 +92,7 @@ assert g[1]["util"] == 0.37 and g[1]["temp_c"] == 41 and g[1]["power_w"] == 123.
 assert g[0]["mem_used"] == 2147483648 and g[0]["mem_total"] == 150754820096, g
 assert g[0]["name"] == "NVIDIA Fake H200" and g[0]["sampled_ms"] > 0, g
 PY
-timeout 10 "$CRUN" status >"$tmp/st.out" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
+timeout --foreground 10 "$CRUN" status >"$tmp/st.out" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
 grep -qE '^1 +[^ ]+ +1 +[0-9]+ +running .* 0 37% 1\.0/140\.4GiB$' "$tmp/st.out" ||
 	fail "status table: $(cat "$tmp/st.out")"
 

@@ -8,7 +8,7 @@
 : "${CRUN:?CRUN must name crun}"
 
 args="$SMALL --set train.steps=1200 --set checkpoint.every=100 --set log.every=100"
-crun="timeout -s KILL 90 $CRUN --standalone --nproc-per-node=4 --heartbeat-timeout=2"
+crun="timeout --foreground -s KILL 90 $CRUN --standalone --nproc-per-node=4 --heartbeat-timeout=2"
 
 $crun "$TRAIN" "$CRUN_SOURCE_DIR/configs/tiny.yaml" $args --set checkpoint.dir="$tmp/full" \
 	>"$tmp/full.out" 2>&1 || fail "uninterrupted run failed"

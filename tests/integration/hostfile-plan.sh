@@ -10,6 +10,7 @@ set -u
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-hostfile-plan.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 fail() {
 	echo "FAIL: $*"
 	exit 1

@@ -50,6 +50,7 @@ case $(getent shadow root | cut -d: -f2) in !*) use_pam=yes ;; esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-hostfile.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 cluster_up 3
 
 fail() {
@@ -129,7 +130,7 @@ short=(--set train.steps=20 --set optim.warmup_steps=5 --set train.eval_every=0
 
 # 1. A job over three hosts.
 cd "$tmp" || fail "cd $tmp"
-timeout 90 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+timeout --foreground 90 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
 	--ssh-options "$sshopts" --max-restarts=0 "$CRUN_TRAIN" "$cfg" "${short[@]}" \
 	>"$tmp/job.out" 2>"$tmp/job.err"
 rc=$?
@@ -139,7 +140,7 @@ grep -q "^$a0: \[0\]:.*step 20/20" "$tmp/job.out" ||
 grep -q "^$a0: \[0\]:summary: .*world_size=4" "$tmp/job.out" ||
 	fail "the summary does not say world_size=4"
 # Where each rank ran: every worker says its rank and group rank.
-timeout 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+timeout --foreground 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
 	--ssh-options "$sshopts" --max-restarts=0 sh -c 'echo "rank=$RANK group=$GROUP_RANK"' \
 	>"$tmp/ranks.out" 2>"$tmp/ranks.err"
 rc=$?
@@ -221,7 +222,7 @@ grep -q "^crun: got SIGINT; stopping the workers on every host (SIGKILL after 10
 echo "ok SIGINT: every host's workers get their grace"
 
 # 2c. A worker's own crun is not a remote agent: it runs its job.
-timeout 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+timeout --foreground 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
 	--ssh-options "$sshopts" --max-restarts=0 --include "$a1" \
 	sh -c '"$1" --standalone --nproc-per-node=1 sh -c "echo inner=\$RANK"' sh "$CRUN" \
 	>"$tmp/nested.out" 2>"$tmp/nested.err"
@@ -262,7 +263,7 @@ mkdir "$tmp/bin" || fail "mkdir"
 printf '#!/bin/sh\nsleep 20 &\necho $! >>"%s/sleepers"\nexec %s "$@"\n' "$tmp" \
 	"$(command -v ssh)" >"$tmp/bin/ssh"
 chmod +x "$tmp/bin/ssh"
-PATH="$tmp/bin:$PATH" timeout 15 ip netns exec "$CLUSTER_NAME-0" "$CRUN" \
+PATH="$tmp/bin:$PATH" timeout --foreground 15 ip netns exec "$CLUSTER_NAME-0" "$CRUN" \
 	--hostfile "$tmp/hosts" --ssh-options "$sshopts" --max-restarts=0 true \
 	>"$tmp/held.out" 2>"$tmp/held.err"
 rc=$?
@@ -296,7 +297,7 @@ echo "ok SIGKILL of crun: nothing left on any host"
 # 4. A host where nothing answers (an address of the subnet without a node).
 dead=${a0%.*}.250
 printf '%s\n%s\n' "$a1" "$dead" >"$tmp/dead-hosts"
-timeout 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/dead-hosts" \
+timeout --foreground 60 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/dead-hosts" \
 	--ssh-options "ConnectTimeout=3,$sshopts" "$CRUN_TRAIN" "$cfg" "${short[@]}" \
 	>"$tmp/dead.out" 2>"$tmp/dead.err"
 rc=$?
@@ -310,7 +311,7 @@ left=$(crun_left)
 echo "ok an unreachable host: $(grep "^crun: host '$dead'" "$tmp/dead.err")"
 
 # 5. A key the hosts do not accept.
-timeout 30 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
+timeout --foreground 30 ip netns exec "$CLUSTER_NAME-0" "$CRUN" --hostfile "$tmp/hosts" \
 	--ssh-options "${sshopts/IdentityFile=$tmp\/id/IdentityFile=$tmp/other}" \
 	"$CRUN_TRAIN" "$cfg" >"$tmp/key.out" 2>"$tmp/key.err"
 rc=$?

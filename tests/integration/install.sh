@@ -61,7 +61,7 @@ echo "$out" | grep -q "^crun-train $version (.*cpu" ||
 echo "ok: $out"
 
 # --- crun-train on the installed config, by its bare name ---------------
-run timeout 120 crun --standalone --nproc-per-node=2 crun-train tiny.yaml \
+run timeout --foreground 120 crun --standalone --nproc-per-node=2 crun-train tiny.yaml \
 	--set train.steps=3 --set train.eval_every=0 --set log.every=1 >"$tmp/train.out" 2>&1 ||
 	fail "crun ... crun-train tiny.yaml failed: $(tail -20 "$tmp/train.out")"
 grep -q 'summary: .*steps=3 ' "$tmp/train.out" ||
@@ -69,7 +69,7 @@ grep -q 'summary: .*steps=3 ' "$tmp/train.out" ||
 grep -q 'summary: .*world_size=2 ' "$tmp/train.out" || fail "the run had not 2 ranks"
 # crun finds crun-train next to itself, also when PATH does not hold it.
 out=$(cd "$tmp/work" && env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$D$libdir" \
-	timeout 60 "$D$bindir/crun" --standalone --nproc-per-node=1 crun-train --version 2>&1) ||
+	timeout --foreground 60 "$D$bindir/crun" --standalone --nproc-per-node=1 crun-train --version 2>&1) ||
 	fail "$D$bindir/crun does not find crun-train next to itself: $out"
 
 # --- pkg-config and libcrun's example -----------------------------------
@@ -100,7 +100,7 @@ cflags=
 # The command of libcrun(3), EXAMPLES.
 out=$(run sh -c "cc $cflags ncclid_example.c \$(pkg-config --cflags --libs crun) -o ncclid_example" 2>&1) ||
 	fail "the installed example does not compile: $out"
-run timeout 60 crun --standalone --nproc-per-node=2 ./ncclid_example >"$tmp/example.out" 2>&1 ||
+run timeout --foreground 60 crun --standalone --nproc-per-node=2 ./ncclid_example >"$tmp/example.out" 2>&1 ||
 	fail "the example under crun failed: $(tail -20 "$tmp/example.out")"
 for r in 0 1; do
 	grep -q "rank $r of 2 on .*: id hash [0-9a-f]\{16\}" "$tmp/example.out" ||

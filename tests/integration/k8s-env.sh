@@ -64,7 +64,7 @@ pod() {
 	local kind=$1 i=$2 port=$3
 	shift 3
 	# shellcheck disable=SC2046
-	env -i $(pod_env "$kind" "$i" "$port") timeout -s KILL 40 "$CRUN" "$@"
+	env -i $(pod_env "$kind" "$i" "$port") timeout --foreground -s KILL 40 "$CRUN" "$@"
 }
 
 # dry KIND EXPECTED-LINES FROM-LINES: pod 1's --dry-run has every expected
@@ -151,7 +151,7 @@ bad() {
 	local name=$1 want=$2
 	shift 2
 	# shellcheck disable=SC2086
-	env -i $base "$@" timeout -s KILL 20 "$CRUN" --dry-run true >"$tmp/bad" 2>&1
+	env -i $base "$@" timeout --foreground -s KILL 20 "$CRUN" --dry-run true >"$tmp/bad" 2>&1
 	local rc=$?
 	[ $rc = 2 ] || fail "$name: exit $rc, expected 2: $(cat "$tmp/bad")"
 	[ "$(cat "$tmp/bad")" = "$want" ] || fail "$name: got '$(cat "$tmp/bad")', expected '$want'"

@@ -20,6 +20,7 @@ fail() {
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 
 # kubernetes-validate in a virtual environment made once and shared by the
 # build trees (the user's cache; the build tree's where it cannot be
@@ -34,9 +35,9 @@ if ! "$py" -c 'import kubernetes_validate, yaml, jsonschema' 2>/dev/null; then
 	rm -rf "$venv"
 	python3 -m venv "$venv" >"$tmp/venv.log" 2>&1 ||
 		fail "python3 -m venv: $(tail -n 3 "$tmp/venv.log") (Debian: python3-venv)"
-	if ! timeout 300 "$venv/bin/pip" install -q --disable-pip-version-check \
+	if ! timeout --foreground 300 "$venv/bin/pip" install -q --disable-pip-version-check \
 		kubernetes-validate==1.37.0 >"$tmp/pip.log" 2>&1; then
-		if ! timeout 20 python3 -c 'import urllib.request
+		if ! timeout --foreground 20 python3 -c 'import urllib.request
 urllib.request.urlopen("https://pypi.org/simple/kubernetes-validate/", timeout=15)' 2>/dev/null; then
 			rm -rf "$venv"
 			echo "PyPI is unreachable (kubernetes-validate): skipping"

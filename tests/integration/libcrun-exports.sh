@@ -9,6 +9,7 @@ set -u
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-exports.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 
 fail() {
 	echo "FAIL: $*" >&2

@@ -115,10 +115,10 @@ PET_METRICS_PORT=x "$CRUN" --no-python true 2>"$tmp/bad.err"
 [ $? -eq 2 ] || fail "PET_METRICS_PORT=x did not exit 2"
 "$CRUN_RDZVD" --port 0 --metrics-port -1 2>"$tmp/bad.err"
 [ $? -eq 2 ] || fail "crun-rdzvd --metrics-port -1 did not exit 2"
-timeout 10 "$CRUN" --metrics-port "$busy" --metrics-host 127.0.0.1 --no-python true 2>"$tmp/busy.err"
+timeout --foreground 10 "$CRUN" --metrics-port "$busy" --metrics-host 127.0.0.1 --no-python true 2>"$tmp/busy.err"
 [ $? -eq 1 ] || fail "crun on a busy metrics port did not exit 1: $(cat "$tmp/busy.err")"
 grep -q "crun: metrics: .*$busy" "$tmp/busy.err" || fail "$(cat "$tmp/busy.err")"
-timeout 10 "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --metrics-port "$busy" \
+timeout --foreground 10 "$CRUN_RDZVD" --host 127.0.0.1 --port 0 --metrics-port "$busy" \
 	--metrics-host 127.0.0.1 2>"$tmp/busy.err"
 [ $? -eq 1 ] || fail "crun-rdzvd on a busy metrics port did not exit 1: $(cat "$tmp/busy.err")"
 

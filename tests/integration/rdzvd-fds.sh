@@ -23,7 +23,7 @@ printf 'fd-secret\n' >"$tmp/token"
 rdzvd_wrap="prlimit --nofile=64:64 --" start_daemon daemon --token-file "$tmp/token" \
 	--max-preauth 1000 --max-preauth-per-source 1000
 ep=127.0.0.1:$port
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/token" set k v 2>"$tmp/err" ||
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/token" set k v 2>"$tmp/err" ||
 	fail "set before the flood"
 
 # 120 connections held open; prints how many were refused with the reason,
@@ -54,7 +54,7 @@ print(refused, flush=True)
 sys.stdin.read()
 PY
 mkfifo "$tmp/hold"
-timeout 30 python3 "$tmp/flood.py" "$port" <"$tmp/hold" >"$tmp/flood.out" 2>"$tmp/flood.err" &
+timeout --foreground 30 python3 "$tmp/flood.py" "$port" <"$tmp/hold" >"$tmp/flood.out" 2>"$tmp/flood.err" &
 flood=$!
 exec 3>"$tmp/hold"
 i=0
@@ -78,7 +78,7 @@ exec 3>&-
 wait "$flood"
 
 i=0
-until timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/token" get k >"$tmp/out" \
+until timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/token" get k >"$tmp/out" \
 	2>"$tmp/err"; do
 	i=$((i + 1))
 	[ $i -le 50 ] || fail "the token holder is not served after the flood closed"

@@ -15,10 +15,10 @@ N=200000
 
 start_daemon paged
 export CRUN_STORE=127.0.0.1:$port
-timeout 20 "$CRUN_TEST_HELPERS/crun-test-mset" $N 2>"$tmp/err" || fail "setting $N keys"
-out=$(timeout 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" count 2>"$tmp/err") || fail "count"
+timeout --foreground 20 "$CRUN_TEST_HELPERS/crun-test-mset" $N 2>"$tmp/err" || fail "setting $N keys"
+out=$(timeout --foreground 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" count 2>"$tmp/err") || fail "count"
 [ "$out" = "$N" ] || fail "count printed '$out', expected $N"
-timeout 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" ls >"$tmp/keys" 2>"$tmp/err" ||
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" ls >"$tmp/keys" 2>"$tmp/err" ||
 	fail "ls of $N keys failed"
 got=$(wc -l <"$tmp/keys")
 [ "$got" -eq $N ] || fail "ls printed $got keys, expected $N"
@@ -29,7 +29,7 @@ LC_ALL=C sort -c -u "$tmp/keys" 2>"$tmp/err" || fail "ls is not sorted, or repea
 # A store without paged LIST: one reply, as before, when the run fits it.
 CRUN_TEST_OLD_LIST=1 start_daemon old
 export CRUN_STORE=127.0.0.1:$port
-timeout 20 "$CRUN_TEST_HELPERS/crun-test-mset" 1000 2>"$tmp/err" || fail "setting 1000 keys"
-got=$(timeout 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" ls 2>"$tmp/err" | wc -l)
+timeout --foreground 20 "$CRUN_TEST_HELPERS/crun-test-mset" 1000 2>"$tmp/err" || fail "setting 1000 keys"
+got=$(timeout --foreground 20 "$CRUN_CTL" --endpoint "$CRUN_STORE" ls 2>"$tmp/err" | wc -l)
 [ "$got" -eq 1000 ] || fail "ls against a store that does not page printed $got keys"
 echo "ok: $N keys counted and listed in pages"

@@ -32,7 +32,7 @@ fail() {
 }
 
 # The unit as `meson install` puts it.
-DESTDIR="$tmp/dest" timeout 60 meson install -C "$CRUN_BUILD_DIR" --no-rebuild --quiet \
+DESTDIR="$tmp/dest" timeout --foreground 60 meson install -C "$CRUN_BUILD_DIR" --no-rebuild --quiet \
 	>"$tmp/install.log" 2>&1 || { cat "$tmp/install.log" >&2; fail "meson install failed"; }
 unit=$(find "$tmp/dest" -path '*/systemd/system/crun-rdzvd.service')
 [ -n "$unit" ] && [ "$(printf '%s\n' "$unit" | wc -l)" -eq 1 ] ||
@@ -49,7 +49,7 @@ if command -v systemd-analyze >/dev/null; then
 	mkdir "$tmp/units"
 	sed "s|^ExecStart=$exec_path|ExecStart=$tmp/dest$exec_path|" "$unit" \
 		>"$tmp/units/crun-rdzvd.service"
-	timeout 60 systemd-analyze verify --man=no "$tmp/units/crun-rdzvd.service" \
+	timeout --foreground 60 systemd-analyze verify --man=no "$tmp/units/crun-rdzvd.service" \
 		>"$tmp/verify.log" 2>&1
 	rc=$?
 	[ $rc -eq 0 ] && [ ! -s "$tmp/verify.log" ] ||
@@ -57,7 +57,7 @@ if command -v systemd-analyze >/dev/null; then
 	echo "ok: systemd-analyze verify"
 	# Exposure: 0 is fully confined, 10 unconfined; --threshold counts in
 	# tenths, so 20 fails the test above 2.0.
-	timeout 60 systemd-analyze security --offline=yes --threshold=20 \
+	timeout --foreground 60 systemd-analyze security --offline=yes --threshold=20 \
 		"$tmp/units/crun-rdzvd.service" >"$tmp/security.log" 2>&1 ||
 		{ tail -n 5 "$tmp/security.log" >&2; fail "systemd-analyze security: exposure above 2"; }
 	echo "ok: $(grep -o 'Overall exposure level.*' "$tmp/security.log")"
@@ -67,7 +67,7 @@ fi
 
 # The readiness protocol, without systemd: a datagram socket of our own.
 command -v python3 >/dev/null || fail "python3 is needed for the readiness check"
-timeout 30 python3 - "$CRUN_RDZVD" "$tmp" <<'PY' || fail "readiness protocol (above)"
+timeout --foreground 30 python3 - "$CRUN_RDZVD" "$tmp" <<'PY' || fail "readiness protocol (above)"
 import os, signal, socket, subprocess, sys
 
 rdzvd, tmp = sys.argv[1], sys.argv[2]
@@ -152,7 +152,7 @@ sed -e "s|^ExecStart=.*|ExecStart=$CRUN_RDZVD --host 127.0.0.1 --port 0 --token-
 	-e "s|^ProtectHome=.*|ProtectHome=read-only|" \
 	"$unit" >"/run/systemd/system/$unit_live"
 systemctl daemon-reload
-timeout 30 systemctl start "$unit_live" || fail "systemctl start $unit_live"
+timeout --foreground 30 systemctl start "$unit_live" || fail "systemctl start $unit_live"
 pid1=$(systemctl show -P MainPID "$unit_live")
 [ "$pid1" -gt 0 ] || fail "$unit_live: no main process after start"
 kill -KILL "$pid1"

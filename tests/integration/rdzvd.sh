@@ -16,7 +16,7 @@ run() {
 		shift
 		set -- "$CRUN_CTL" --endpoint "$ep" "$@"
 	fi
-	timeout 20 "$@" >"$tmp/out" 2>"$tmp/err"
+	timeout --foreground 20 "$@" >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	out=$(cat "$tmp/out")
 	err=$(cat "$tmp/err")
@@ -81,7 +81,7 @@ err_is "wait timeout" "crunctl: timed out after 300ms waiting for key 'missing'"
 run ctl --timeout 1 get missing --wait; ok "get --wait timeout" 1 ""
 
 # get --wait answered by a later set
-(sleep 0.3; timeout 20 "$CRUN_CTL" --endpoint "$ep" set late yes) &
+(sleep 0.3; timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" set late yes) &
 setter=$!
 run ctl get late --wait --timeout 10; ok "get --wait" 0 "yes"
 wait $setter || fail "the delayed set failed"

@@ -62,7 +62,7 @@ dry() {
 	in_slurm_env "$tmp/$name.env" "$job" "$node" "${envs[@]}" --
 	mapfile -t vars <"$tmp/$name.env"
 	rc=0
-	env -i "${vars[@]}" timeout -s KILL 30 "$CRUN" --dry-run "$@" true \
+	env -i "${vars[@]}" timeout --foreground -s KILL 30 "$CRUN" --dry-run "$@" true \
 		>"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
 }
 # bad NAME MESSAGE-PREFIX [VAR=VALUE...] -- ARGS...: exit 2, one line

@@ -34,7 +34,7 @@ fi
 exec "\$@"
 SH
 chmod 755 "$tmp/worker"
-slurm_exec timeout 60 srun -N2 --ntasks-per-node=1 -l "$CRUN" --nproc-per-node=2 \
+slurm_exec timeout --foreground 60 srun -N2 --ntasks-per-node=1 -l "$CRUN" --nproc-per-node=2 \
 	--max-restarts=2 "$tmp/worker" "$TRAIN" "$TINY" "${SMALL[@]}" >"$tmp/srun.out" 2>&1 ||
 	fail "the job did not recover: $(tail -n 40 "$tmp/srun.out")
 $(slurm_logs)"

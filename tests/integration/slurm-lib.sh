@@ -12,7 +12,7 @@
 #   . "$here/slurm-lib.sh"
 #   slurm_skip_unless_available
 #   slurm_up
-#   slurm_exec timeout 60 srun -N2 --ntasks-per-node=1 hostname
+#   slurm_exec timeout --foreground 60 srun -N2 --ntasks-per-node=1 hostname
 #   slurm_down             # at the end: fails if anything is left running
 #
 #   slurm_skip_unless_available
@@ -184,7 +184,7 @@ slurm__hosts() {
 slurm__wait_idle() {
 	local out
 	for _ in $(seq 150); do
-		out=$(slurm_exec timeout 5 sinfo -h -N -o '%N %t' 2>&1)
+		out=$(slurm_exec timeout --foreground 5 sinfo -h -N -o '%N %t' 2>&1)
 		[[ $(grep -c ' idle$' <<<"$out") == 2 ]] && return 0
 		sleep 0.2
 	done

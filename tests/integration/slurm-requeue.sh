@@ -25,13 +25,13 @@ mkdir "$tmp/job"
 # Rank 0 is slowed down (50 ms a step) so that SIGTERM comes in the middle
 # of the first run.
 CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt CRUN_FLAGS=--slurm-requeue=99 \
-	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
+	slurm_exec timeout --foreground 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
 	--time=10 "$script" "$TINY" "${SMALL[@]}" --set train.steps=60 --set checkpoint.every=5 \
 	--set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
 sbatch_pid=$!
 slurm_wait_checkpoint "$tmp/job/ckpt"
 slurm_job_id "$tmp/sbatch.out"
-slurm_exec timeout 10 scancel --signal=TERM "$id" || fail "scancel --signal=TERM $id failed"
+slurm_exec timeout --foreground 10 scancel --signal=TERM "$id" || fail "scancel --signal=TERM $id failed"
 wait "$sbatch_pid" || fail "sbatch --wait of the requeued job failed: $(cat "$tmp/sbatch.out")
 $(cat "$tmp"/job/*.out)
 $(slurm_logs)"

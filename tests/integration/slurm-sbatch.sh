@@ -26,7 +26,7 @@ mkdir "$tmp/job"
 # status; the run completes. Rank 0 is slowed down (50 ms a step) so that
 # the warning comes in the middle of it.
 CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
-	slurm_exec timeout 90 sbatch --wait --no-requeue --chdir="$tmp/job" \
+	slurm_exec timeout --foreground 90 sbatch --wait --no-requeue --chdir="$tmp/job" \
 	--output="$tmp/job/%j.out" --time=10 "$script" "$TINY" "${SMALL[@]}" --set log.every=5 \
 	--set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
 sbatch_pid=$!
@@ -37,7 +37,7 @@ done
 slurm_job_id "$tmp/sbatch.out"
 out=$tmp/job/$id.out
 grep -q '^\[0\]:step ' "$out" || fail "crun-train logged no step in 30 s: $(cat "$out")"
-slurm_exec timeout 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
+slurm_exec timeout --foreground 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
 wait "$sbatch_pid" || fail "sbatch --wait of train.sbatch failed: $(cat "$tmp/sbatch.out")
 $(cat "$tmp"/job/*.out)
 $(slurm_logs)"
@@ -66,13 +66,13 @@ has "$out" "job $id done (status 0)"
 rm -rf "$tmp/job"
 mkdir "$tmp/job"
 CRUN=$CRUN CRUN_TRAIN=$TRAIN CKPT_DIR=$tmp/job/ckpt \
-	slurm_exec timeout 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
+	slurm_exec timeout --foreground 90 sbatch --wait --chdir="$tmp/job" --output="$tmp/job/%j.out" \
 	--time=10 "$script" "$TINY" "${SMALL[@]}" --set train.steps=60 --set checkpoint.every=5 \
 	--set log.every=5 --set train.slow_rank=0 --set train.slow_delay=50ms >"$tmp/sbatch.out" 2>&1 &
 sbatch_pid=$!
 slurm_wait_checkpoint "$tmp/job/ckpt"
 slurm_job_id "$tmp/sbatch.out"
-slurm_exec timeout 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
+slurm_exec timeout --foreground 10 scancel --batch --signal=USR1 "$id" || fail "scancel --batch --signal=USR1 failed"
 wait "$sbatch_pid" || fail "sbatch --wait of the requeued job failed: $(cat "$tmp/sbatch.out")
 $(cat "$tmp"/job/*.out)
 $(slurm_logs)"

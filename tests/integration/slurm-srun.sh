@@ -18,7 +18,7 @@ slurm_skip_unless_available
 start=$EPOCHREALTIME
 slurm_up
 
-slurm_exec timeout 60 srun -N2 --ntasks-per-node=1 -l "$CRUN" "$TRAIN" "$TINY" \
+slurm_exec timeout --foreground 60 srun -N2 --ntasks-per-node=1 -l "$CRUN" "$TRAIN" "$TINY" \
 	"${SMALL[@]}" >"$tmp/srun.out" 2>&1 ||
 	fail "srun -N2 crun crun-train failed: $(tail -n 30 "$tmp/srun.out")
 $(slurm_logs)"
@@ -50,13 +50,13 @@ lacks "$out" "exited with exit code"
 # of the job: a step of one task per node (srun -N2 -n2) is still one,
 # from the step's SLURM_STEP_TASKS_PER_NODE=1(x2); one of two per node is
 # refused, naming it.
-slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout 30 srun -N2 -n2 -l "$CRUN" --dry-run true \
+slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout --foreground 30 srun -N2 -n2 -l "$CRUN" --dry-run true \
 	>"$tmp/stale.out" 2>&1 || fail "srun -N2 -n2 crun --dry-run failed: $(cat "$tmp/stale.out")"
 for t in 0 1; do
 	grep -Eq "^$t: scheduler=slurm: job [0-9]+ step 0 on node\[1-2\] \(2 nodes\), node $t$" \
 		"$tmp/stale.out" || fail "task $t of srun -N2 -n2 was refused: $(cat "$tmp/stale.out")"
 done
-slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout 30 srun -N2 -n4 -l "$CRUN" --dry-run true \
+slurm_exec env SLURM_NTASKS_PER_NODE=2 timeout --foreground 30 srun -N2 -n4 -l "$CRUN" --dry-run true \
 	>"$tmp/two.out" 2>&1 && fail "srun -N2 -n4 crun --dry-run succeeded: $(cat "$tmp/two.out")"
 grep -Fq "0: crun: slurm: several tasks per node (SLURM_STEP_TASKS_PER_NODE=2(x2)): crun wants one per node" \
 	"$tmp/two.out" || fail "srun -N2 -n4: not refused for its tasks per node: $(cat "$tmp/two.out")"

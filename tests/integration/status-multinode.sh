@@ -64,7 +64,7 @@ PY
 # both nodes have published and every rank runs.
 rc=1
 for _ in $(seq 50); do
-	cluster_exec 1 env XDG_RUNTIME_DIR="$tmp/x1" timeout 10 "$CRUN" status --endpoint "$ep" \
+	cluster_exec 1 env XDG_RUNTIME_DIR="$tmp/x1" timeout --foreground 10 "$CRUN" status --endpoint "$ep" \
 		--run st --token-file "$tmp/token" --json >"$tmp/st.json" 2>"$tmp/st.err"
 	rc=$?
 	[ $rc = 0 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
@@ -74,16 +74,16 @@ sys.exit(0 if len(d["nodes"]) == 2 and
 done
 [ $rc = 0 ] || fail "crun status from node 1: $(cat "$tmp/st.err")"
 check "$tmp/st.json"
-cluster_exec 1 timeout 10 "$CRUN" status --endpoint "$ep" --run st --token-file "$tmp/token" \
+cluster_exec 1 timeout --foreground 10 "$CRUN" status --endpoint "$ep" --run st --token-file "$tmp/token" \
 	>"$tmp/st.out" 2>"$tmp/st.err" || fail "table from node 1: $(cat "$tmp/st.err")"
 grep -q "^run st  store $ep  round " "$tmp/st.out" || fail "table: $(cat "$tmp/st.out")"
 [ "$(grep -cE '^[-0-9]+ +[^ ]+ +[01] +' "$tmp/st.out")" = 4 ] || fail "rank rows: $(cat "$tmp/st.out")"
 # The same through crunctl, and on each node by its job file alone.
-cluster_exec 1 timeout 10 "$CRUN_CTL" --endpoint "$ep" --run st --token-file "$tmp/token" \
+cluster_exec 1 timeout --foreground 10 "$CRUN_CTL" --endpoint "$ep" --run st --token-file "$tmp/token" \
 	status --json >"$tmp/ctl.json" 2>"$tmp/ctl.err" || fail "crunctl from node 1: $(cat "$tmp/ctl.err")"
 check "$tmp/ctl.json"
 for n in 0 1; do
-	cluster_exec $n env XDG_RUNTIME_DIR="$tmp/x$n" timeout 10 "$CRUN" status --json \
+	cluster_exec $n env XDG_RUNTIME_DIR="$tmp/x$n" timeout --foreground 10 "$CRUN" status --json \
 		>"$tmp/jf$n.json" 2>"$tmp/jf$n.err" || fail "crun status on node $n: $(cat "$tmp/jf$n.err")"
 	check "$tmp/jf$n.json"
 done

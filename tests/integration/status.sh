@@ -48,7 +48,7 @@ lacks "$tmp/err" "$(cat "$tok")"
 # crun status, found by the job file: poll (bounded) until both ranks are
 # running.
 for _ in $(seq 50); do
-	timeout 10 "$CRUN" status >"$tmp/st.out" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
+	timeout --foreground 10 "$CRUN" status >"$tmp/st.out" 2>"$tmp/st.err" || fail "crun status: $(cat "$tmp/st.err")"
 	[ "$(grep -c ' running ' "$tmp/st.out")" -ge 2 ] && break
 	sleep 0.1
 done
@@ -78,27 +78,27 @@ for r in ranks:
     os.kill(r["pid"], 0)
 PY
 }
-timeout 10 "$CRUN" status --json >"$tmp/st.json" 2>"$tmp/st.err" || fail "--json: $(cat "$tmp/st.err")"
+timeout --foreground 10 "$CRUN" status --json >"$tmp/st.json" 2>"$tmp/st.err" || fail "--json: $(cat "$tmp/st.err")"
 [ "$(wc -l <"$tmp/st.json")" = 1 ] || fail "--json is not one line: $(cat "$tmp/st.json")"
 check_json "$tmp/st.json"
-timeout 10 "$CRUN_CTL" status --json >"$tmp/ctl.json" 2>"$tmp/ctl.err" ||
+timeout --foreground 10 "$CRUN_CTL" status --json >"$tmp/ctl.json" 2>"$tmp/ctl.err" ||
 	fail "crunctl status: $(cat "$tmp/ctl.err")"
 check_json "$tmp/ctl.json"
 
 # From elsewhere: no job file, the endpoint and the token file.
 mkdir -m 700 "$tmp/other"
-XDG_RUNTIME_DIR=$tmp/other timeout 10 "$CRUN" status >/dev/null 2>"$tmp/none.err"
+XDG_RUNTIME_DIR=$tmp/other timeout --foreground 10 "$CRUN" status >/dev/null 2>"$tmp/none.err"
 rc=$?
 [ $rc = 1 ] || fail "no job here: exit $rc, want 1: $(cat "$tmp/none.err")"
-XDG_RUNTIME_DIR=$tmp/other timeout 10 "$CRUN" status --endpoint "$ep" --run "$run" \
+XDG_RUNTIME_DIR=$tmp/other timeout --foreground 10 "$CRUN" status --endpoint "$ep" --run "$run" \
 	--token-file "$tok" --json >"$tmp/ep.json" 2>"$tmp/ep.err" || fail "--endpoint: $(cat "$tmp/ep.err")"
 check_json "$tmp/ep.json"
-XDG_RUNTIME_DIR=$tmp/other timeout 10 "$CRUN_CTL" --endpoint "$ep" --run "$run" \
+XDG_RUNTIME_DIR=$tmp/other timeout --foreground 10 "$CRUN_CTL" --endpoint "$ep" --run "$run" \
 	--token-file "$tok" status --json >"$tmp/ep2.json" 2>"$tmp/ep2.err" ||
 	fail "crunctl --endpoint: $(cat "$tmp/ep2.err")"
 check_json "$tmp/ep2.json"
 echo wrong-token >"$tmp/bad"
-timeout 10 "$CRUN" status --endpoint "$ep" --run "$run" --token-file "$tmp/bad" \
+timeout --foreground 10 "$CRUN" status --endpoint "$ep" --run "$run" --token-file "$tmp/bad" \
 	>"$tmp/bad.out" 2>"$tmp/bad.err"
 rc=$?
 [ $rc = 3 ] || fail "wrong token: exit $rc, want 3: $(cat "$tmp/bad.err")"
@@ -106,34 +106,34 @@ rc=$?
 	fail "wrong token: want one line: $(cat "$tmp/bad.out" "$tmp/bad.err")"
 # The token's order is --token-file, $CRUN_TOKEN, $CRUN_TOKEN_FILE, then
 # the job file's: a wrong $CRUN_TOKEN is used before the job file's.
-CRUN_TOKEN=wrong-token timeout 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtok.err"
+CRUN_TOKEN=wrong-token timeout --foreground 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtok.err"
 rc=$?
 [ $rc = 3 ] || fail "\$CRUN_TOKEN before the job file's: exit $rc, want 3: $(cat "$tmp/envtok.err")"
-CRUN_TOKEN_FILE=$tok timeout 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtf.err" ||
+CRUN_TOKEN_FILE=$tok timeout --foreground 10 "$CRUN" status --json >/dev/null 2>"$tmp/envtf.err" ||
 	fail "\$CRUN_TOKEN_FILE: $(cat "$tmp/envtf.err")"
 # Usage errors.
-timeout 10 "$CRUN" status --bogus >/dev/null 2>&1
+timeout --foreground 10 "$CRUN" status --bogus >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --bogus: want exit 2"
-timeout 10 "$CRUN" status --endpoint "$ep" >/dev/null 2>&1
+timeout --foreground 10 "$CRUN" status --endpoint "$ep" >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --endpoint without --run: want exit 2"
-timeout 10 "$CRUN" status --watch 0 >/dev/null 2>&1
+timeout --foreground 10 "$CRUN" status --watch 0 >/dev/null 2>&1
 [ $? = 2 ] || fail "crun status --watch 0: want exit 2"
 for bad in --run= --endpoint= --token-file=; do
-	timeout 10 "$CRUN" status "$bad" >/dev/null 2>&1
+	timeout --foreground 10 "$CRUN" status "$bad" >/dev/null 2>&1
 	rc=$?
 	[ $rc = 2 ] || fail "crun status $bad: exit $rc, want 2"
 done
-CRUN_LOG_LEVEL=loud timeout 10 "$CRUN" status >/dev/null 2>"$tmp/ll.err"
+CRUN_LOG_LEVEL=loud timeout --foreground 10 "$CRUN" status >/dev/null 2>"$tmp/ll.err"
 rc=$?
 [ $rc = 2 ] && grep -q "CRUN_LOG_LEVEL" "$tmp/ll.err" ||
 	fail "crun status with a bad CRUN_LOG_LEVEL: exit $rc: $(cat "$tmp/ll.err")"
-timeout 10 "$CRUN_CTL" --timeout 0 status >/dev/null 2>&1
+timeout --foreground 10 "$CRUN_CTL" --timeout 0 status >/dev/null 2>&1
 rc=$?
 [ $rc = 2 ] || fail "crunctl --timeout 0 status: exit $rc, want 2"
 for ctl in "$CRUN status --endpoint 127.0.0.1:0 --run x" "$CRUN_CTL --endpoint 127.0.0.1:0 --run x status" \
 	"$CRUN_CTL --endpoint 127.0.0.1:0 --run x get k"; do
 	# shellcheck disable=SC2086
-	timeout 10 $ctl >/dev/null 2>"$tmp/port0.err"
+	timeout --foreground 10 $ctl >/dev/null 2>"$tmp/port0.err"
 	rc=$?
 	[ $rc = 2 ] && grep -q "bad port in endpoint '127.0.0.1:0'" "$tmp/port0.err" ||
 		fail "$ctl: exit $rc, want 2: $(cat "$tmp/port0.err")"
@@ -200,7 +200,7 @@ wait $w
 rc=$?
 [ $rc = 0 ] || fail "--watch after the job: exit $rc: $(cat "$tmp/w2.err")"
 [ ! -e "$jf" ] && [ ! -e "$tok" ] || fail "job or token file left: $(ls -la "$XDG_RUNTIME_DIR/crun"/*)"
-timeout 10 "$CRUN" status >/dev/null 2>"$tmp/after.err"
+timeout --foreground 10 "$CRUN" status >/dev/null 2>"$tmp/after.err"
 rc=$?
 [ $rc = 1 ] || fail "after the job: exit $rc, want 1"
 has "$tmp/after.err" "crun: no crun job runs on this machine (give --endpoint and --run to look elsewhere)"
@@ -213,7 +213,7 @@ for p in "$dead" $$; do
 	printf '{"run_id":"stale","endpoint":"127.0.0.1:9","pid":%d}' "$p" \
 		>"$XDG_RUNTIME_DIR/crun/jobs/stale.$p.json"
 	echo t >"$XDG_RUNTIME_DIR/crun/tokens/stale.$p.token"
-	timeout 10 "$CRUN" status --run stale >/dev/null 2>&1
+	timeout --foreground 10 "$CRUN" status --run stale >/dev/null 2>&1
 	[ $? = 1 ] || fail "stale job (pid $p): want exit 1"
 	[ ! -e "$XDG_RUNTIME_DIR/crun/jobs/stale.$p.json" ] || fail "stale job file left (pid $p)"
 	[ ! -e "$XDG_RUNTIME_DIR/crun/tokens/stale.$p.token" ] || fail "stale token file left (pid $p)"
@@ -229,7 +229,7 @@ jobs=$XDG_RUNTIME_DIR/crun/jobs
 mkfifo "$jobs/fifo.1.json"
 printf '{"run_id":"loose","endpoint":"127.0.0.1:9","pid":%d}' $$ >"$jobs/loose.$$.json"
 chmod 666 "$jobs/loose.$$.json"
-timeout 10 "$CRUN" status >/dev/null 2>"$tmp/plant.err"
+timeout --foreground 10 "$CRUN" status >/dev/null 2>"$tmp/plant.err"
 rc=$?
 [ $rc = 1 ] || fail "planted FIFO / writable job file: exit $rc, want 1: $(cat "$tmp/plant.err")"
 rm -f "$jobs/fifo.1.json" "$jobs/loose.$$.json"
@@ -237,7 +237,7 @@ mkdir -p "$tmp/open/crun/jobs"
 chmod 755 "$tmp/open/crun/jobs"
 chmod 755 "$tmp/open/crun"
 printf '{"run_id":"evil","endpoint":"127.0.0.1:9","pid":%d}' $$ >"$tmp/open/crun/jobs/evil.$$.json"
-XDG_RUNTIME_DIR=$tmp/open timeout 10 "$CRUN" status >/dev/null 2>"$tmp/open.err"
+XDG_RUNTIME_DIR=$tmp/open timeout --foreground 10 "$CRUN" status >/dev/null 2>"$tmp/open.err"
 rc=$?
 [ $rc = 1 ] || fail "0755 job directory: exit $rc, want 1: $(cat "$tmp/open.err")"
 [ "$(wc -l <"$tmp/open.err")" = 1 ] && grep -q "not trusted" "$tmp/open.err" ||
@@ -250,7 +250,7 @@ if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
 	# Its "agent" (this shell) holds the job file's lock.
 	exec 7<"$jobs/theirs.$$.json"
 	flock -x 7
-	timeout 10 "$CRUN" status --run theirs >/dev/null 2>"$tmp/theirs.err"
+	timeout --foreground 10 "$CRUN" status --run theirs >/dev/null 2>"$tmp/theirs.err"
 	rc=$?
 	exec 7<&-
 	[ $rc = 3 ] && grep -q "not trusted" "$tmp/theirs.err" ||

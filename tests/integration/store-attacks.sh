@@ -109,7 +109,7 @@ row() {
 	shift 3
 	start_store "$target" "$target-$what"
 	h0=$(hwm "$spid")
-	out=$(timeout 60 "${attack[@]}" "$what" "$port" "$tmp/tok" "$@" 2>&1) ||
+	out=$(timeout --foreground 60 "${attack[@]}" "$what" "$port" "$tmp/tok" "$@" 2>&1) ||
 		fail "$target, $what: $out
 $(tail -n 20 "$slog")"
 	check_row "$target" "$what" "$logtext" "$h0" "${out#ok }"
@@ -147,7 +147,7 @@ churn_row() {
 	start_store "$target" "$target-churn"
 	h0=$(hwm "$spid")
 	rm -f "$tmp/stop"
-	timeout 60 "${attack[@]}" churn "$port" "$tmp/tok" 5000 40 "$tmp/stop" >"$tmp/churn.out" 2>&1 &
+	timeout --foreground 60 "${attack[@]}" churn "$port" "$tmp/tok" 5000 40 "$tmp/stop" >"$tmp/churn.out" 2>&1 &
 	cpid=$!
 	stray_pids="$stray_pids $cpid"
 	for _ in $(seq 100); do
@@ -155,7 +155,7 @@ churn_row() {
 		sleep 0.05
 	done
 	sleep 0.5 # the churn at full speed before the first operation
-	ops=$(timeout 60 "${ops_env[@]}" "${attack[@]}" ops "$port" "$tmp/tok" 1000 10 2>&1) || {
+	ops=$(timeout --foreground 60 "${ops_env[@]}" "${attack[@]}" ops "$port" "$tmp/tok" 1000 10 2>&1) || {
 		touch "$tmp/stop"
 		fail "$target, churn: $ops
 $(tail -n 20 "$slog")"

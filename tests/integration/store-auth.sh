@@ -37,14 +37,14 @@ refused() {
 
 # The downgrade: a store without a token.
 start_rdzvd open
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x set k v \
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x set k v \
 	>"$tmp/ctl.out" 2>"$tmp/ctl.err"
 rc=$?
 [ "$rc" = 3 ] || fail "crunctl against a store without a token: exit $rc, expected 3"
 [ "$(cat "$tmp/ctl.err")" = "crunctl: $(refused "$ep")" ] ||
 	fail "crunctl: unexpected message: $(cat "$tmp/ctl.err")"
 # Nothing was set: the store never saw the request.
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --run x get k >/dev/null 2>&1
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --run x get k >/dev/null 2>&1
 [ $? = 1 ] || fail "crunctl set reached the store without a token"
 
 agent down --nnodes=2 --nproc-per-node=1 --rdzv-endpoint="$ep" --rdzv-id=x \
@@ -56,18 +56,18 @@ grep -qF "$(refused "$ep")" "$tmp/down.err" || fail "agent: $(cat "$tmp/down.err
 
 # A wrong token: the store refuses it; the right one works.
 start_rdzvd tok --token-file "$tmp/right"
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/wrong" --run x set k v \
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/wrong" --run x set k v \
 	2>"$tmp/ctl.err"
 rc=$?
 [ "$rc" = 3 ] || fail "crunctl with a wrong token: exit $rc, expected 3"
 grep -q "authentication failed" "$tmp/ctl.err" || fail "wrong token: $(cat "$tmp/ctl.err")"
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x set k v ||
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x set k v ||
 	fail "crunctl with the right token failed"
-[ "$(timeout 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x get k)" = v ] ||
+[ "$(timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --token-file "$tmp/right" --run x get k)" = v ] ||
 	fail "crunctl get with the right token"
 
 # --require-token: an error on an address that is not loopback.
-timeout 20 "$CRUN_RDZVD" --require-token --host 0.0.0.0 --port 0 >"$tmp/req.out" 2>"$tmp/req.err"
+timeout --foreground 20 "$CRUN_RDZVD" --require-token --host 0.0.0.0 --port 0 >"$tmp/req.out" 2>"$tmp/req.err"
 rc=$?
 [ "$rc" = 2 ] || fail "--require-token without a token on 0.0.0.0: exit $rc, expected 2"
 [ "$(wc -l <"$tmp/req.err")" = 1 ] || fail "--require-token: not one line: $(cat "$tmp/req.err")"
@@ -76,5 +76,5 @@ grep -q "^crun-rdzvd: refusing to listen on 0.0.0.0:[0-9]* without a token (--re
 # On loopback it serves, without the warning.
 start_rdzvd reqlo --require-token
 grep -q "without a token" "$tmp/reqlo.log" && fail "warning on loopback: $(cat "$tmp/reqlo.log")"
-timeout 20 "$CRUN_CTL" --endpoint "$ep" --run x ping >/dev/null || fail "ping on loopback"
+timeout --foreground 20 "$CRUN_CTL" --endpoint "$ep" --run x ping >/dev/null || fail "ping on loopback"
 exit 0

@@ -84,13 +84,13 @@ done
 if [ -n "$py" ]; then
 	tried=1
 	read -r tport dialect version <"$tmp/torch.port"
-	timeout 60 "$G" --port "$tport" --ranks 256 --dialect "$dialect" --tag smoke \
+	timeout --foreground 60 "$G" --port "$tport" --ranks 256 --dialect "$dialect" --tag smoke \
 		--timeout 30 >"$tmp/t1.out" 2>&1
 	released "$tmp/t1.out" $? "torch $dialect"
 	echo "ok torch $version's server ($py, $dialect): 256 ranks released"
 
 	# The same keys again: the counter answers 257.. and the storm fails.
-	timeout 60 "$G" --port "$tport" --ranks 256 --dialect "$dialect" --tag smoke \
+	timeout --foreground 60 "$G" --port "$tport" --ranks 256 --dialect "$dialect" --tag smoke \
 		--timeout 10 >"$tmp/t2.out" 2>&1
 	rc=$?
 	[ $rc = 1 ] || fail "a storm on used keys: exit $rc: $(cat "$tmp/t2.out")"
@@ -103,7 +103,7 @@ else
 fi
 
 start_daemon d
-timeout 60 "$G" --port "$port" --ranks 256 --timeout 30 >"$tmp/c.out" 2>&1
+timeout --foreground 60 "$G" --port "$port" --ranks 256 --timeout 30 >"$tmp/c.out" 2>&1
 rc=$?
 if [ $rc = 3 ] && [ "$(summary "$tmp/c.out" status)" = refused ]; then
 	echo "crun-rdzvd does not speak the TCPStore protocol: its storm not tried"

@@ -20,12 +20,13 @@ for p in ${TCPSTORE_PYTHON:-python3 /usr/bin/python3}; do
 done
 [ -n "$py" ] || { echo "SKIP: no python with torch"; exit 77; }
 echo "torch $ver ($py)"
-export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
+# torchrun keeps its logs in a fresh torchelastic_* directory in TMPDIR.
+export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore TMPDIR="$tmp"
 
 # A short handshake timeout: 1.13's silent callback connections outlive
 # it and must be kept (server.h).
 start_daemon d --handshake-timeout 1s
-timeout 60 "$py" "$CRUN_SOURCE_DIR/tests/integration/tcpstore-torch.py" "$port" \
+timeout --foreground 60 "$py" "$CRUN_SOURCE_DIR/tests/integration/tcpstore-torch.py" "$port" \
 	>"$tmp/client.out" 2>&1 || { cat "$tmp/client.out" >&2; fail "torch's client (torch $ver)"; }
 grep -q '^done$' "$tmp/client.out" || fail "torch's client did not finish"
 echo "ok torch $ver TCPStore client: $(grep -c '^ok' "$tmp/client.out") calls"
@@ -43,7 +44,7 @@ dist.destroy_process_group()
 PY
 apids=
 for n in 0 1; do
-	timeout 90 "$py" -m torch.distributed.run --nnodes=2 --nproc_per_node=1 \
+	timeout --foreground 90 "$py" -m torch.distributed.run --nnodes=2 --nproc_per_node=1 \
 		--rdzv_backend=c10d --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=tcpstore-torch \
 		--rdzv_conf=is_host=0 --monitor_interval=0.2 --redirects=0:1 --tee=0:1 \
 		"$tmp/job.py" >"$tmp/agent$n.log" 2>&1 &

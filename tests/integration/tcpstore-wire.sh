@@ -14,7 +14,7 @@ start_daemon on --max-key-size 256 --max-value-size 1KiB
 on_port=$port
 start_daemon off --tcpstore off
 off_port=$port
-timeout 60 python3 "$CRUN_SOURCE_DIR/tests/integration/tcpstore-wire.py" "$on_port" "$off_port" \
+timeout --foreground 60 python3 "$CRUN_SOURCE_DIR/tests/integration/tcpstore-wire.py" "$on_port" "$off_port" \
 	"$CRUN_CTL" || fail "tcpstore-wire.py"
 grep -q 'TCPStore protocol error: unknown TCPStore opcode 99' "$tmp/on.log" ||
 	fail "no line naming the unknown opcode"

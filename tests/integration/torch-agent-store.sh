@@ -36,7 +36,7 @@ check() {
 }
 
 # --- one node, a restart on the same store ----------------------------------
-FAIL_RANK=1 FAIL_ATTEMPT=0 timeout -s KILL 120 "$CRUN" --standalone --nproc-per-node=2 \
+FAIL_RANK=1 FAIL_ATTEMPT=0 timeout --foreground -s KILL 120 "$CRUN" --standalone --nproc-per-node=2 \
 	--max-restarts=1 --min-attempt-time=0 "$W" >"$tmp/one.out" 2>"$tmp/one.err" ||
 	fail "one node: exit $?: $(tail -n 30 "$tmp/one.err")"
 check "$tmp/one.out" 2 0 True
@@ -84,7 +84,7 @@ echo "ok two agents through crun-rdzvd: group rank 0's agent store, a restart on
 kill "$rdzvd"
 
 # --- the agent store off: rank 0 hosts ---------------------------------------
-timeout -s KILL 120 "$CRUN" --standalone --nproc-per-node=2 --agent-store=off "$W" \
+timeout --foreground -s KILL 120 "$CRUN" --standalone --nproc-per-node=2 --agent-store=off "$W" \
 	>"$tmp/off.out" 2>"$tmp/off.err" || fail "--agent-store=off: exit $?: $(tail -n 30 "$tmp/off.err")"
 check "$tmp/off.out" 2 0 False
 echo "ok --agent-store=off: rank 0 hosts its TCPStore"

@@ -208,8 +208,10 @@ test_is_not_torchelastic_launched() {
 
 test_capture_logs_using_default_logs_specs() {
 	newdir
-	# --redirect: a prefix of --redirects, as argparse takes it
-	TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: ' run "${FUNCNAME[0]}" 0 \
+	# --redirect: a prefix of --redirects, as argparse takes it. No
+	# --log-dir: the logs go to a fresh directory in TMPDIR, kept in $tmp.
+	mkdir -p "$tmp/tmpdir"
+	TMPDIR=$tmp/tmpdir TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: ' run "${FUNCNAME[0]}" 0 \
 		--nnodes=1 --nproc-per-node=4 --rdzv-id="$(run_id)" --redirect=3 --tee=3 \
 		--monitor-interval=1 --start-method=spawn --no-python "$SH" "$d"
 	for i in 0 1 2 3; do
@@ -224,7 +226,7 @@ test_virtual_local_rank() {
 	# torch.compile; what the launcher owes it is the environment: every
 	# worker sees LOCAL_RANK=0.
 	run "${FUNCNAME[0]}" 0 --nnodes=1 --nproc-per-node=2 --virtual-local-rank \
-		--redirect=3 --tee=3 "$L" env LOCAL_RANK=0
+		--redirect=3 --tee=3 --log-dir="$tmp/vlr-logs" "$L" env LOCAL_RANK=0
 	run "${FUNCNAME[0]}" 1 --nnodes=1 --nproc-per-node=2 --max-restarts=0 \
 		"$L" env LOCAL_RANK=0
 }

@@ -11,7 +11,7 @@ expect() {
 	want_rc=$1
 	want=$2
 	shift 2
-	timeout 20 "$TRAIN" "$@" >"$tmp/out" 2>"$tmp/err"
+	timeout --foreground 20 "$TRAIN" "$@" >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	[ $rc -eq "$want_rc" ] || fail "crun-train $*: exit $rc, want $want_rc"
 	[ "$(cat "$tmp/err")" = "$want" ] || fail "crun-train $*: got '$(cat "$tmp/err")', want '$want'"
@@ -55,7 +55,7 @@ expect 78 "crun-train: --set 'train.slow_delay=-5ms': key 'train.slow_delay' exp
 # TORCHELASTIC_ERROR_FILE: the printed line and where it happened, as
 # PyTorch's @record writes them; one that cannot be written is a warning
 # and the exit status stays 78
-TORCHELASTIC_ERROR_FILE="$tmp/error.json" RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 timeout 20 "$TRAIN" \
+TORCHELASTIC_ERROR_FILE="$tmp/error.json" RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 timeout --foreground 20 "$TRAIN" \
 	>"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 78 ] || fail "error file: exit $rc, want 78"
@@ -68,7 +68,7 @@ assert re.fullmatch(r"rank 2 \(local rank 2, pid \d+\): main\(\) at src/trainer/
                     m["extraInfo"]["py_callstack"]), m["extraInfo"]["py_callstack"]
 assert m["extraInfo"]["timestamp"].isdigit()
 PY
-TORCHELASTIC_ERROR_FILE="$tmp/no/such/dir/error.json" timeout 20 "$TRAIN" --set train.steps=0 \
+TORCHELASTIC_ERROR_FILE="$tmp/no/such/dir/error.json" timeout --foreground 20 "$TRAIN" --set train.steps=0 \
 	>"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -eq 78 ] || fail "unwritable error file: exit $rc, want 78"

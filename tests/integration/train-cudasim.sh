@@ -95,7 +95,7 @@ done
 
 # out of device memory at setup: one line naming what did not fit and the
 # man page's ladder, exit 78 (crun-train(1), OUT OF MEMORY)
-CUDASIM_MEMORY_MB=34 timeout 60 "$TRAIN" $SMALL --set train.device=cuda \
+CUDASIM_MEMORY_MB=34 timeout --foreground 60 "$TRAIN" $SMALL --set train.device=cuda \
 	--set model.width=512 --set checkpoint.dir= >"$tmp/oom.out" 2>"$tmp/oom.err"
 rc=$?
 [ $rc -eq 78 ] || fail "out of device memory: exit $rc, want 78: $(cat "$tmp/oom.err")"

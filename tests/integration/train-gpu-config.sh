@@ -12,7 +12,7 @@ expect() {
 	want_rc=$1
 	want=$2
 	shift 2
-	timeout 60 "$TRAIN" "$@" >"$tmp/out" 2>"$tmp/err"
+	timeout --foreground 60 "$TRAIN" "$@" >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	[ $rc -eq "$want_rc" ] || fail "crun-train $*: exit $rc, want $want_rc ($(cat "$tmp/err"))"
 	[ "$(cat "$tmp/err")" = "$want" ] || fail "crun-train $*: got '$(cat "$tmp/err")', want '$want'"
@@ -25,7 +25,7 @@ expect 78 "crun-train: config: model.checkpoint_activations needs train.device c
 
 small="--set train.steps=2 --set train.batch_size=8 --set data.generate_bytes=20000 --set train.eval_samples=16"
 # shellcheck disable=SC2086
-timeout 120 "$TRAIN" --set train.device=cuda $small >"$tmp/cuda.out" 2>"$tmp/cuda.err"
+timeout --foreground 120 "$TRAIN" --set train.device=cuda $small >"$tmp/cuda.out" 2>"$tmp/cuda.err"
 rc=$?
 case $rc in
 78)

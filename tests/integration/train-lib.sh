@@ -20,6 +20,10 @@ unset RANK WORLD_SIZE LOCAL_RANK CRUN_STORE CRUN_RUN_ID CRUN_TOKEN CRUN_TOKEN_FI
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-train-test.XXXXXX") || exit 1
+# crun's temporary directories (error files, logs without --log-dir) go
+# in $tmp too, where the cleanup removes them after a crun killed halfway.
+mkdir "$tmp/tmp"
+export TMPDIR=$tmp/tmp
 pids=""
 rdzvd_pid=""
 store_port=""
@@ -65,7 +69,7 @@ run_ranks() {
 	name=$2
 	shift 2
 	if [ "$n" -eq 1 ]; then
-		timeout "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.out" 2>&1
+		timeout --foreground "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.out" 2>&1
 		return $?
 	fi
 	start_store
@@ -75,7 +79,7 @@ run_ranks() {
 	while [ $r -lt "$n" ]; do
 		RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n \
 			CRUN_STORE=127.0.0.1:$store_port CRUN_RUN_ID="$name-$$-$run_seq" \
-			timeout "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.$r.out" 2>&1 &
+			timeout --foreground "$RANK_TIMEOUT" "$TRAIN" "$@" >"$tmp/$name.$r.out" 2>&1 &
 		job_pids="$job_pids $!"
 		r=$((r + 1))
 	done

@@ -10,7 +10,7 @@ cfg="$CRUN_SOURCE_DIR/configs/tiny.yaml"
 short="--set train.steps=150 --set optim.warmup_steps=20 --set train.eval_every=0 \
 --set log.csv=$tmp/tiny.csv"
 if [ -n "${CRUN:-}" ] && [ -x "$CRUN" ]; then
-	timeout 120 "$CRUN" --standalone --nproc-per-node=4 "$TRAIN" "$cfg" $short \
+	timeout --foreground 120 "$CRUN" --standalone --nproc-per-node=4 "$TRAIN" "$cfg" $short \
 		>"$tmp/tiny.out" 2>&1 || fail "crun --standalone --nproc-per-node=4 failed"
 	how=crun
 else

@@ -18,7 +18,7 @@ args="--set train.steps=12 --set train.eval_every=0 --set train.eval_samples=256
 --set log.every=4 --set checkpoint.dir=$tmp/ckpt --set checkpoint.every=6 \
 --set trace.path=$tmp/trace.json --set trace.warmup=1 --set trace.steps=8"
 
-timeout 60 "$CRUN" --standalone --nproc-per-node=2 --max-restarts=0 "$TRAIN" "$cfg" $args \
+timeout --foreground 60 "$CRUN" --standalone --nproc-per-node=2 --max-restarts=0 "$TRAIN" "$cfg" $args \
 	>"$tmp/job.out" 2>&1 || fail "crun --nproc-per-node=2 with trace.path failed"
 for r in 0 1; do
 	[ -s "$tmp/trace.json.rank$r" ] || fail "no trace of rank $r: $(ls "$tmp")"
@@ -99,12 +99,12 @@ PY
 
 # trace.path with {rank}, on one rank: that name; one that cannot be
 # written: one line, exit 78
-timeout 60 "$TRAIN" --set train.steps=3 --set model.width=32 --set data.generate_bytes=100000 \
+timeout --foreground 60 "$TRAIN" --set train.steps=3 --set model.width=32 --set data.generate_bytes=100000 \
 	--set train.eval_samples=64 --set trace.path="$tmp/one-{rank}.json" >"$tmp/one.out" 2>&1 ||
 	fail "one rank with trace.path failed"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(e["name"]=="forward" for e in d["traceEvents"])' \
 	"$tmp/one-0.json" || fail "one-0.json is not the trace of rank 0"
-timeout 20 "$TRAIN" --set train.steps=1 --set trace.path="$tmp/no/such/t.json" \
+timeout --foreground 20 "$TRAIN" --set train.steps=1 --set trace.path="$tmp/no/such/t.json" \
 	>"$tmp/bad.out" 2>"$tmp/bad.err"
 rc=$?
 [ $rc -eq 78 ] || fail "unwritable trace.path: exit $rc, want 78"

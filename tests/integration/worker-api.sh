@@ -71,7 +71,7 @@ run_ranks() {
 	for r in $(seq "$4" "$5"); do
 		CRUN_STORE=127.0.0.1:$port CRUN_RUN_ID=$1 CRUN_ROUND=$2 CRUN_TOKEN_FILE=$tmp/token \
 			RANK=$r WORLD_SIZE=$3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=$3 GROUP_RANK=0 \
-			CRUN_TIMEOUT=${TIMEOUT:-10s} timeout -s KILL 20 "$EX" \
+			CRUN_TIMEOUT=${TIMEOUT:-10s} timeout --foreground -s KILL 20 "$EX" \
 			>"$tmp/out.$r" 2>"$tmp/err.$r" &
 		pids="$pids $!"
 	done
@@ -107,10 +107,10 @@ grep -qx "ncclid_example: broadcast of the id failed: broadcast 1.1 from rank 0:
 	"$tmp/err.1" || fail "timeout message: $(cat "$tmp/err.1")"
 
 # Not under crun at all; a wrong token.
-env -u RANK WORLD_SIZE=2 timeout -s KILL 20 "$EX" >/dev/null 2>"$tmp/err" && fail "ran without RANK"
+env -u RANK WORLD_SIZE=2 timeout --foreground -s KILL 20 "$EX" >/dev/null 2>"$tmp/err" && fail "ran without RANK"
 grep -qx "ncclid_example: RANK is not set (is this program running under crun?)" "$tmp/err" ||
 	fail "no-RANK message: $(cat "$tmp/err")"
-RANK=0 WORLD_SIZE=1 CRUN_STORE=127.0.0.1:$port CRUN_TOKEN=wrong timeout -s KILL 20 "$EX" \
+RANK=0 WORLD_SIZE=1 CRUN_STORE=127.0.0.1:$port CRUN_TOKEN=wrong timeout --foreground -s KILL 20 "$EX" \
 	>/dev/null 2>"$tmp/err" && fail "ran with a wrong token"
 grep -q "^ncclid_example: cannot reach the store: .*authentication failed" "$tmp/err" ||
 	fail "wrong-token message: $(cat "$tmp/err")"
@@ -120,7 +120,7 @@ if [ -z "${CRUN:-}" ]; then
 	echo "worker-api: crun is not built; checked against crun-rdzvd only"
 	exit 0
 fi
-timeout -s KILL 30 "$CRUN" --standalone --nproc-per-node=4 --max-restarts=0 "$EX" \
+timeout --foreground -s KILL 30 "$CRUN" --standalone --nproc-per-node=4 --max-restarts=0 "$EX" \
 	>"$tmp/crun.out" 2>"$tmp/crun.err" || fail "under crun: $(cat "$tmp/crun.err")"
 check_hashes "$tmp/crun.out" '\[[0-3]\]:' 4
 for r in 0 1 2 3; do
@@ -136,7 +136,7 @@ cat >"$tmp/flaky.sh" <<EOF
 exec "$EX"
 EOF
 chmod +x "$tmp/flaky.sh"
-timeout -s KILL 30 "$CRUN" --standalone --nproc-per-node=4 --max-restarts=1 \
+timeout --foreground -s KILL 30 "$CRUN" --standalone --nproc-per-node=4 --max-restarts=1 \
 	--shutdown-timeout=2s "$tmp/flaky.sh" >"$tmp/crun.out" 2>"$tmp/crun.err" ||
 	fail "restarted job: $(cat "$tmp/crun.err")"
 grep -q "restarting" "$tmp/crun.err" || fail "no restart: $(cat "$tmp/crun.err")"
