@@ -14,6 +14,18 @@
 
 static volatile sig_atomic_t got;
 
+/* LeakSanitizer (in the sanitized builds) skips its exit-time check when
+ * this returns non-zero. This test double allocates nothing to check, and
+ * that check, run in a worker that has just handled the signal crun
+ * forwarded to its process group, now and then never ended: the worker
+ * spun while LeakSanitizer's tracer child sat in waitpid, and crun waited
+ * for it until its own test gave up. */
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void)
+{
+	return 1;
+}
+
 static void on_signal(int sig)
 {
 	got = sig;
