@@ -77,14 +77,14 @@ struct CUevent_st {
 namespace cudasim
 {
 
-thread_local thread_ctx *cur;
+CUDASIM_TLS thread_ctx *cur;
 
 namespace
 {
 
 std::recursive_mutex mu;
-thread_local cudaError_t last_error = cudaSuccess;
-thread_local int cur_device = 0;
+CUDASIM_TLS cudaError_t last_error = cudaSuccess;
+CUDASIM_TLS int cur_device = 0;
 
 struct alloc {
 	size_t bytes;
@@ -380,7 +380,12 @@ struct fiber {
 	bool done = false;
 	barrier *wait = nullptr; /* the barrier it waits at, of generation wait_gen */
 	uint64_t wait_gen = 0;
-	unsigned char slot[16]; /* its shuffle value */
+	/* its values for shuffles of even and odd number: one barrier per
+	 * shuffle suffices, as a lane can write a slot again only two
+	 * shuffles on, after every lane has passed the shuffle between
+	 * (and so has read the slot) */
+	unsigned char slot[2][16];
+	unsigned shuffles = 0; /* shuffles it has entered */
 };
 
 struct block_run {
@@ -402,7 +407,7 @@ struct block_run {
 	bool direct = false; /* threads run one after another, no fibers */
 };
 
-thread_local block_run *cur_block;
+CUDASIM_TLS block_run *cur_block;
 std::vector<char *> stack_pool;
 std::unordered_map<std::string, bool> uses_barriers; /* learned per kernel */
 
@@ -413,6 +418,31 @@ bool always_fibers()
 	return s && !strcmp(s, "always");
 }
 
+bool runnable(const fiber &f)
+{
+	return !f.done && (!f.wait || f.wait->gen != f.wait_gen);
+}
+
+/* The fiber after f, in thread order and round again, that can run; NULL
+ * when none can (every one finished, or a hang). Its wait is over. */
+fiber *next_runnable(block_run *b, fiber *f)
+{
+	size_t n = b->fibers.size(), i = (size_t)(f - b->fibers.data());
+
+	for (size_t k = 1; k <= n; k++) {
+		fiber *g = &b->fibers[(i + k) % n];
+
+		if (runnable(*g)) {
+			g->wait = nullptr;
+			return g;
+		}
+	}
+	return nullptr;
+}
+
+/* A block's fibers pass the CPU from one to the next directly: a fiber
+ * that waits or finishes switches to the next one that can run, and only
+ * when none can does the scheduler (run_block) get it back. */
 #if CUDASIM_FAST_SWITCH
 /* Saves the callee-saved registers and the floating-point control words
  * (MXCSR, x87: callee-saved too in the SysV ABI) on the current stack,
@@ -433,16 +463,35 @@ asm(".text\n"
     "\tret\n"
     ".size cudasim_switch, .-cudasim_switch\n");
 
+/* From fiber f to fiber g, or to the scheduler when g is NULL. save:
+ * where f's AddressSanitizer fake stack is kept while it is switched out;
+ * NULL when f has finished (its stack ends). Returns when f runs again. */
+void leave(block_run *b, fiber *f, fiber *g, void **save)
+{
+	if (g) {
+		b->running = g;
+		cur = &g->ctx;
+		ASAN_START(save, g->stack, STACK);
+		cudasim_switch(&f->sp, g->sp);
+	} else {
+		ASAN_START(save, b->sched_bottom, b->sched_size);
+		cudasim_switch(&f->sp, b->sched_sp);
+	}
+	ASAN_FINISH(f->asan_fake, nullptr, nullptr);
+}
+
 [[noreturn]] void fiber_main()
 {
 	block_run *b = cur_block;
 	fiber *f = b->running;
 
-	ASAN_FINISH(nullptr, &b->sched_bottom, &b->sched_size);
+	if (f == &b->fibers[0]) /* the scheduler entered it: its stack is known */
+		ASAN_FINISH(nullptr, &b->sched_bottom, &b->sched_size);
+	else
+		ASAN_FINISH(nullptr, nullptr, nullptr);
 	(*b->body)();
 	f->done = true;
-	ASAN_START(nullptr, b->sched_bottom, b->sched_size); /* this stack ends */
-	cudasim_switch(&f->sp, b->sched_sp);
+	leave(b, f, next_runnable(b, f), nullptr);
 	fatal("a finished fiber was resumed");
 }
 
@@ -471,20 +520,26 @@ void to_fiber(block_run *b, fiber *f)
 	ASAN_FINISH(b->sched_fake, nullptr, nullptr);
 }
 
-void to_scheduler(block_run *b, fiber *f)
+/* Fiber f waits: the next one runs. */
+void wait_here(block_run *b, fiber *f)
 {
-	ASAN_START(&f->asan_fake, b->sched_bottom, b->sched_size);
-	cudasim_switch(&f->sp, b->sched_sp);
-	ASAN_FINISH(f->asan_fake, nullptr, nullptr);
+	leave(b, f, next_runnable(b, f), &f->asan_fake);
 }
 #else
 void fiber_main()
 {
 	block_run *b = cur_block;
+	fiber *f = b->running, *g;
 
 	(*b->body)();
-	b->running->done = true;
-	/* back to the scheduler through uc_link */
+	f->done = true;
+	g = next_runnable(b, f);
+	if (g) {
+		b->running = g;
+		cur = &g->ctx;
+		setcontext(&g->uc);
+	}
+	/* none can run: back to the scheduler through uc_link */
 }
 
 void fiber_init(fiber *f)
@@ -503,9 +558,17 @@ void to_fiber(block_run *b, fiber *f)
 	swapcontext(&b->sched, &f->uc);
 }
 
-void to_scheduler(block_run *b, fiber *f)
+void wait_here(block_run *b, fiber *f)
 {
-	swapcontext(&f->uc, &b->sched);
+	fiber *g = next_runnable(b, f);
+
+	if (g) {
+		b->running = g;
+		cur = &g->ctx;
+		swapcontext(&f->uc, &g->uc);
+	} else {
+		swapcontext(&f->uc, &b->sched);
+	}
 }
 #endif
 
@@ -530,13 +593,7 @@ void arrive(block_run *b, barrier *bar, const char *what)
 	}
 	f->wait = bar;
 	f->wait_gen = bar->gen;
-	to_scheduler(b, f);
-	cur = &f->ctx;
-}
-
-bool runnable(const fiber &f)
-{
-	return !f.done && (!f.wait || f.wait->gen != f.wait_gen);
+	wait_here(b, f);
 }
 
 void run_block(block_run *b, dim3 grid, dim3 block, uint3 bidx)
@@ -568,40 +625,25 @@ void run_block(block_run *b, dim3 grid, dim3 block, uint3 bidx)
 
 		f.done = false;
 		f.wait = nullptr;
+		f.shuffles = 0;
 		fiber_init(&f);
 	}
-	for (size_t left = n;;) {
-		bool progress = false;
+	b->running = &b->fibers[0];
+	cur = &b->fibers[0].ctx;
+	to_fiber(b, &b->fibers[0]);
+	/* back when no fiber can run */
+	size_t at_block = 0, finished = 0;
 
-		for (size_t t = 0; t < n; t++) {
-			fiber &f = b->fibers[t];
-
-			if (!runnable(f))
-				continue;
-			f.wait = nullptr;
-			b->running = &f;
-			cur = &f.ctx;
-			to_fiber(b, &f);
-			progress = true;
-			if (f.done)
-				left--;
-		}
-		if (!left)
-			return;
-		if (!progress) {
-			size_t at_block = 0, finished = 0;
-
-			for (auto &f : b->fibers)
-				if (f.done)
-					finished++;
-				else if (f.wait == &b->block_bar)
-					at_block++;
-			fatal("kernel %s, block (%u,%u,%u): %zu of %zu threads wait at "
-			      "__syncthreads, %zu finished, the rest wait in a warp shuffle: a GPU "
-			      "would hang or misbehave",
-			      b->name, bidx.x, bidx.y, bidx.z, at_block, n, finished);
-		}
-	}
+	for (auto &f : b->fibers)
+		if (f.done)
+			finished++;
+		else if (f.wait == &b->block_bar)
+			at_block++;
+	if (finished < n)
+		fatal("kernel %s, block (%u,%u,%u): %zu of %zu threads wait at __syncthreads, "
+		      "%zu finished, the rest wait in a warp shuffle: a GPU would hang or "
+		      "misbehave",
+		      b->name, bidx.x, bidx.y, bidx.z, at_block, n, finished);
 }
 
 void run_grid(const char *name, dim3 grid, dim3 block, const std::function<void()> &body)
@@ -666,15 +708,17 @@ void shfl_xor(unsigned mask, const void *v, void *out, size_t bytes, int lanemas
 		fatal("kernel %s: __shfl_xor_sync with mask %#x in a warp of %d threads (cudasim "
 		      "runs only whole-warp shuffles)",
 		      b->name, mask, bar->size);
-	if (bytes > sizeof(b->running->slot))
+	if (bytes > sizeof(b->running->slot[0]))
 		fatal("kernel %s: shuffle of a %zu-byte value", b->name, bytes);
-	memcpy(b->running->slot, v, bytes);
+	fiber *me = b->running;
+	unsigned k = me->shuffles++;
+
+	memcpy(me->slot[k & 1], v, bytes);
 	arrive(b, bar, "a warp shuffle");
 	partner = lane ^ (unsigned)lanemask;
 	if ((int)partner >= bar->size)
 		partner = lane;
-	memcpy(out, b->fibers[w * 32 + partner].slot, bytes);
-	arrive(b, bar, "a warp shuffle");
+	memcpy(out, b->fibers[w * 32 + partner].slot[k & 1], bytes);
 }
 
 bool kernel_pointer_ok(const char *kernel, int i, const void *p)

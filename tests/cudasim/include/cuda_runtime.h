@@ -40,8 +40,12 @@ struct thread_ctx {
 	dim3 block_dim, grid_dim;
 };
 
-/* The CUDA thread that runs now. */
-extern thread_local thread_ctx *cur;
+/* The CUDA thread that runs now. cudasim links only into programs, so
+ * its thread-locals take the initial-exec model: a kernel finds threadIdx
+ * at an offset fixed at load time rather than through __tls_get_addr (which
+ * AddressSanitizer intercepts, at a cost on every access). */
+#define CUDASIM_TLS thread_local __attribute__((tls_model("initial-exec")))
+extern CUDASIM_TLS thread_ctx *cur;
 
 /* Runs body once per thread of grid x block, on stream (queued as
  * enqueue() does). Sets the last error for a bad configuration. */
