@@ -46,6 +46,8 @@
 #endif
 #include <unordered_map>
 #include <vector>
+/* as cuda_runtime.h declares cur: cudasim links only into programs */
+#define IE_TLS __attribute__((tls_model("initial-exec")))
 
 struct CUstream_st {
 	CUstream_st(unsigned f, uint64_t i) : flags(f), id(i)
@@ -77,14 +79,14 @@ struct CUevent_st {
 namespace cudasim
 {
 
-CUDASIM_TLS thread_ctx *cur;
+thread_local thread_ctx *cur IE_TLS;
 
 namespace
 {
 
 std::recursive_mutex mu;
-CUDASIM_TLS cudaError_t last_error = cudaSuccess;
-CUDASIM_TLS int cur_device = 0;
+thread_local cudaError_t last_error IE_TLS = cudaSuccess;
+thread_local int cur_device IE_TLS = 0;
 
 struct alloc {
 	size_t bytes;
@@ -407,7 +409,7 @@ struct block_run {
 	bool direct = false; /* threads run one after another, no fibers */
 };
 
-CUDASIM_TLS block_run *cur_block;
+thread_local block_run *cur_block IE_TLS;
 std::vector<char *> stack_pool;
 std::unordered_map<std::string, bool> uses_barriers; /* learned per kernel */
 

@@ -44,8 +44,7 @@ struct thread_ctx {
  * its thread-locals take the initial-exec model: a kernel finds threadIdx
  * at an offset fixed at load time rather than through __tls_get_addr (which
  * AddressSanitizer intercepts, at a cost on every access). */
-#define CUDASIM_TLS thread_local __attribute__((tls_model("initial-exec")))
-extern CUDASIM_TLS thread_ctx *cur;
+extern thread_local thread_ctx *cur __attribute__((tls_model("initial-exec")));
 
 /* Runs body once per thread of grid x block, on stream (queued as
  * enqueue() does). Sets the last error for a bad configuration. */
