@@ -12,6 +12,10 @@ tmp=$(mktemp -d)
 # them where the cleanup removes them.
 mkdir "$tmp/tmp"
 export TMPDIR=$tmp/tmp
+# crun's job registry (crun status, crunctl) is the test's own too, not
+# the user's: a crun that a test kills leaves its job file there.
+mkdir -m 700 "$tmp/run"
+export XDG_RUNTIME_DIR=$tmp/run
 trap 'cleanup' EXIT
 # A signal ends the test through its EXIT trap, which bash skips otherwise.
 trap 'exit 1' INT TERM

@@ -24,6 +24,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/crun-train-test.XXXXXX") || exit 1
 # in $tmp too, where the cleanup removes them after a crun killed halfway.
 mkdir "$tmp/tmp"
 export TMPDIR=$tmp/tmp
+# crun's job registry (crun status, crunctl) is the test's own too, not
+# the user's: a crun that a test kills leaves its job file there.
+mkdir -m 700 "$tmp/run"
+export XDG_RUNTIME_DIR=$tmp/run
 pids=""
 rdzvd_pid=""
 store_port=""
