@@ -12,8 +12,6 @@
 set -u
 . "$(dirname "$0")/crun-lib.sh"
 : "${CRUN_NVML_FAKE_LIB:?CRUN_NVML_FAKE_LIB must name the NVML test double}"
-export XDG_RUNTIME_DIR=$tmp/xdg
-mkdir -m 700 "$XDG_RUNTIME_DIR"
 
 u0=GPU-0c6b6a6e-0000-4a4a-8d8d-000000000000
 u1=GPU-0c6b6a6e-1111-4a4a-8d8d-111111111111

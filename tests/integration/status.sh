@@ -21,10 +21,6 @@ set -u
 . "$(dirname "$0")/crun-lib.sh"
 : "${CRUN_CTL:?CRUN_CTL must name crunctl}"
 
-# Job files go to a directory of this test's own.
-export XDG_RUNTIME_DIR=$tmp/xdg
-mkdir -m 700 "$XDG_RUNTIME_DIR"
-
 marker="crun-status-$$"
 "$CRUN" --standalone --nproc-per-node=2 --max-restarts=1 sh -c \
 	'i=0; while [ $i -lt 300 ] && [ ! -e "$1" ]; do sleep 0.1; i=$((i + 1)); done' \
