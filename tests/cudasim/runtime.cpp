@@ -420,6 +420,13 @@ bool always_fibers()
 	return s && !strcmp(s, "always");
 }
 
+/* f is the CUDA thread that runs now. */
+void run_as(block_run *b, fiber *f)
+{
+	b->running = f;
+	cur = &f->ctx;
+}
+
 bool runnable(const fiber &f)
 {
 	return !f.done && (!f.wait || f.wait->gen != f.wait_gen);
@@ -471,8 +478,7 @@ asm(".text\n"
 void leave(block_run *b, fiber *f, fiber *g, void **save)
 {
 	if (g) {
-		b->running = g;
-		cur = &g->ctx;
+		run_as(b, g);
 		ASAN_START(save, g->stack, STACK);
 		cudasim_switch(&f->sp, g->sp);
 	} else {
@@ -537,8 +543,7 @@ void fiber_main()
 	f->done = true;
 	g = next_runnable(b, f);
 	if (g) {
-		b->running = g;
-		cur = &g->ctx;
+		run_as(b, g);
 		setcontext(&g->uc);
 	}
 	/* none can run: back to the scheduler through uc_link */
@@ -565,8 +570,7 @@ void wait_here(block_run *b, fiber *f)
 	fiber *g = next_runnable(b, f);
 
 	if (g) {
-		b->running = g;
-		cur = &g->ctx;
+		run_as(b, g);
 		swapcontext(&f->uc, &g->uc);
 	} else {
 		swapcontext(&f->uc, &b->sched);
@@ -613,8 +617,7 @@ void run_block(block_run *b, dim3 grid, dim3 block, uint3 bidx)
 	}
 	if (b->direct) {
 		for (size_t t = 0; t < n; t++) {
-			b->running = &b->fibers[t];
-			cur = &b->fibers[t].ctx;
+			run_as(b, &b->fibers[t]);
 			(*b->body)();
 		}
 		return;
@@ -630,8 +633,7 @@ void run_block(block_run *b, dim3 grid, dim3 block, uint3 bidx)
 		f.shuffles = 0;
 		fiber_init(&f);
 	}
-	b->running = &b->fibers[0];
-	cur = &b->fibers[0].ctx;
+	run_as(b, &b->fibers[0]);
 	to_fiber(b, &b->fibers[0]);
 	/* back when no fiber can run */
 	size_t at_block = 0, finished = 0;
